@@ -1,0 +1,88 @@
+"""What every engine shares: the loss normalisation that makes micro-batched gradients exact."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["Engine", "parse_device"]
+
+
+def parse_device(name: str) -> torch.device:
+    """``torch.device(name)``, checked against this machine.
+
+    Raises:
+        ValueError: not a device string, or CUDA / a CUDA index that this machine does not have.
+    """
+    try:
+        device = torch.device(str(name))
+    except RuntimeError as e:
+        raise ValueError(f"unknown device {name!r}; valid: cpu, cuda, cuda:N") from e
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise ValueError(f"device {name!r} requested but CUDA is not available on this machine")
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"device {name!r} does not exist: this machine has {count} CUDA "
+                             f"device(s), cuda:0..cuda:{count - 1}")
+    elif device.type != "cpu":
+        raise ValueError(f"unsupported device {name!r}; valid: cpu, cuda, cuda:N")
+    return device
+
+
+class Engine:
+    """Runs a StagedGNN over micro-batch ids.
+
+    Subclasses implement :meth:`outputs`, yielding logits in micro-batch order, in as many pieces as
+    the engine can back-propagate separately.
+    """
+
+    devices: list[torch.device]
+
+    @property
+    def input_device(self) -> torch.device:
+        return self.devices[0]
+
+    @property
+    def output_device(self) -> torch.device:
+        return self.devices[-1]
+
+    def outputs(self, ids: Tensor) -> Iterator[Tensor]:
+        raise NotImplementedError
+
+    def id_tensor(self, ids: Tensor) -> Tensor:
+        """Micro-batch ids as the pipe carries them: float (exact below 2**24), requiring grad while
+        training, because torchgpipe back-propagates through every output of a checkpointed stage."""
+        return ids.to(self.input_device, torch.float32).requires_grad_(torch.is_grad_enabled())
+
+    def train_step(self, ids: Tensor, labels: Tensor, num_targets: int) -> float:
+        """Forward and backward over all micro-batches; gradients accumulate in the parameters.
+
+        The loss is the sum of per-target cross-entropies divided by the global number of targets
+        ``num_targets``, so the accumulated gradient equals the full-batch mean-loss gradient.
+
+        Returns:
+            The mean training loss over all targets.
+        """
+        total = torch.zeros((), device=self.output_device)
+        offset = 0
+        for logits in self.outputs(ids):
+            y = labels[offset:offset + logits.size(0)]
+            offset += logits.size(0)
+            loss = F.cross_entropy(logits, y, reduction="sum") / num_targets
+            loss.backward()
+            total += loss.detach()
+        return float(total)
+
+    @torch.no_grad()
+    def predict(self, ids: Tensor) -> Tensor:
+        """Logits of all targets of ``ids``'s micro-batches, concatenated in micro-batch order."""
+        return torch.cat(list(self.outputs(ids)))
+
+    def synchronize(self) -> None:
+        """Wait for all queued work on the engine's CUDA devices (call before reading a clock)."""
+        for device in self.devices:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)

@@ -1,0 +1,7 @@
+"""Graph-aware micro-batching: partitioners, halos, plans and their statistics."""
+from pipegnn.microbatch.halo import HALOS, MicroBatch
+from pipegnn.microbatch.partition import PARTITIONERS, partition
+from pipegnn.microbatch.plan import MicroBatchPlan, PlanStats, build_plan
+
+__all__ = ["HALOS", "PARTITIONERS", "MicroBatch", "MicroBatchPlan", "PlanStats", "build_plan",
+           "partition"]

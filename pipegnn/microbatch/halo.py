@@ -1,0 +1,118 @@
+"""Per-micro-batch computation structure: which nodes each layer computes and the edges it needs.
+
+A micro-batch for an L-layer GNN is described by nested node sets N_0 ⊇ N_1 ⊇ ... ⊇ N_L: layer l reads
+the rows of N_(l-1) and writes the rows of N_l, using edges whose target lies in N_l. Nodes are numbered
+locally so that each N_l is a prefix of N_(l-1) (targets first), which lets a layer's output be a slice.
+
+Written by hand because the library samplers that build such blocks (PyG's NeighborLoader with
+``num_neighbors=[-1]*L``) need pyg-lib or torch-sparse, which have no wheels here; this is a vectorised
+CSR gather (no Python loop over nodes or edges).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["HALOS", "InCSR", "MicroBatch", "exact_block", "naive_block"]
+
+HALOS = ("none", "exact")
+
+
+@dataclass
+class MicroBatch:
+    """One micro-batch's structure.
+
+    Attributes:
+        nodes: global ids of N_0 in local order (targets first, then each layer's new halo).
+        sizes: ``[|N_0|, |N_1|, ..., |N_L|]``; ``|N_L|`` is the number of targets.
+        edges: per layer l = 1..L, local ``[2, E_l]`` (source, target) edges, targets ``< sizes[l]``.
+        weights: per layer, edge weights ``[E_l]`` aligned with ``edges`` (None when unweighted).
+    """
+
+    nodes: Tensor
+    sizes: list[int]
+    edges: list[Tensor]
+    weights: list[Tensor | None]
+
+    @property
+    def targets(self) -> Tensor:
+        return self.nodes[:self.sizes[-1]]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.edges)
+
+
+class InCSR:
+    """In-edges grouped by target node (CSR over targets) of one graph.
+
+    Args:
+        edge_index: ``[2, E]`` (source, target).
+        num_nodes: number of nodes.
+        edge_weight: optional ``[E]`` weights carried along.
+    """
+
+    def __init__(self, edge_index: Tensor, num_nodes: int, edge_weight: Tensor | None = None):
+        perm = torch.argsort(edge_index[1], stable=True)
+        self.src = edge_index[0, perm]
+        self.dst = edge_index[1, perm]
+        self.weight = None if edge_weight is None else edge_weight[perm]
+        self.rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+        torch.cumsum(torch.bincount(self.dst, minlength=num_nodes), 0, out=self.rowptr[1:])
+        self.num_nodes = num_nodes
+        # Scratch map global id -> local id (-1 = absent), reset after each micro-batch.
+        self._local = torch.full((num_nodes,), -1, dtype=torch.long)
+
+    def in_edges(self, nodes: Tensor) -> Tensor:
+        """Positions (in CSR order) of all edges whose target is in ``nodes``."""
+        start = self.rowptr[nodes]
+        count = self.rowptr[nodes + 1] - start
+        offset = torch.repeat_interleave(start - (torch.cumsum(count, 0) - count), count)
+        return offset + torch.arange(offset.numel())
+
+    def _block(self, pos: Tensor, num_dst: int) -> tuple[Tensor, Tensor | None]:
+        """Local edges (and weights) at CSR positions ``pos`` whose local target is below ``num_dst``."""
+        local = self._local
+        src, dst = local[self.src[pos]], local[self.dst[pos]]
+        keep = dst < num_dst
+        w = None if self.weight is None else self.weight[pos][keep]
+        return torch.stack([src[keep], dst[keep]]), w
+
+
+def exact_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch:
+    """The targets plus their L-hop in-neighbourhood, with all in-edges of every computed node."""
+    local = csr._local
+    nodes = [targets]
+    count = targets.numel()
+    local[targets] = torch.arange(count)
+    sizes = [count]
+    positions = []
+    for _ in range(num_layers):  # from the last layer down to the first
+        pos = csr.in_edges(torch.cat(nodes))  # all in-edges of the nodes this layer computes
+        src = csr.src[pos]
+        new = torch.unique(src[local[src] < 0])
+        local[new] = torch.arange(count, count + new.numel())
+        nodes.append(new)
+        count += new.numel()
+        positions.insert(0, pos)
+        sizes.insert(0, count)
+    all_nodes = torch.cat(nodes)
+    blocks = [csr._block(pos, sizes[layer + 1]) for layer, pos in enumerate(positions)]
+    local[all_nodes] = -1
+    return MicroBatch(all_nodes, sizes, [b[0] for b in blocks], [b[1] for b in blocks])
+
+
+def naive_block(csr: InCSR, targets: Tensor, others: Tensor, num_layers: int) -> MicroBatch:
+    """The poster's micro-batch: the subgraph induced by one part; edges from other parts are lost."""
+    local = csr._local
+    all_nodes = torch.cat([targets, others])
+    local[all_nodes] = torch.arange(all_nodes.numel())
+    pos = csr.in_edges(all_nodes)
+    pos = pos[local[csr.src[pos]] >= 0]
+    m, t = all_nodes.numel(), targets.numel()
+    sizes = [m] * num_layers + [t]
+    blocks = [csr._block(pos, sizes[layer + 1]) for layer in range(num_layers)]
+    local[all_nodes] = -1
+    return MicroBatch(all_nodes, sizes, [b[0] for b in blocks], [b[1] for b in blocks])

@@ -1,0 +1,79 @@
+"""Partitioners: assign every node to one of k parts so that each part holds a share of the targets.
+
+``sequential`` is GPipe's contiguous order (node ids cut into k ranges), ``random`` the same over a
+random permutation, ``metis`` a min-cut partition from pymetis. All three balance the number of
+*targets* per part (targets drive the work of a micro-batch); the other nodes follow.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pymetis
+import torch
+from torch import Tensor
+from torch_geometric.utils import remove_self_loops, to_undirected
+
+__all__ = ["PARTITIONERS", "partition"]
+
+PARTITIONERS = ("sequential", "random", "metis")
+
+
+def partition(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, method: str,
+              seed: int = 0) -> Tensor:
+    """Assign each node to a part in ``[0, k)``.
+
+    Args:
+        edge_index: graph edges ``[2, E]``.
+        num_nodes: number of nodes.
+        targets: node ids whose outputs are needed; every part receives at least one.
+        k: number of parts (1 <= k <= len(targets)).
+        method: one of :data:`PARTITIONERS`.
+        seed: seed of ``random`` and of METIS.
+
+    Returns:
+        ``[num_nodes]`` int64 part id of each node.
+    """
+    if not 1 <= k <= targets.numel():
+        raise ValueError(f"k must be in [1, number of targets={targets.numel()}], got {k}")
+    if method == "sequential":
+        return _contiguous(torch.arange(num_nodes), targets, k)
+    if method == "random":
+        position = torch.empty(num_nodes, dtype=torch.long)
+        position[torch.randperm(num_nodes, generator=torch.Generator().manual_seed(seed))] = \
+            torch.arange(num_nodes)
+        return _contiguous(position, targets, k)
+    if method == "metis":
+        return _metis(edge_index, num_nodes, targets, k, seed)
+    raise ValueError(f"unknown partitioner {method!r}; valid: {', '.join(PARTITIONERS)}")
+
+
+def _contiguous(position: Tensor, targets: Tensor, k: int) -> Tensor:
+    """Cut the node order ``position`` into k ranges holding equal shares of the targets."""
+    target_pos = torch.sort(position[targets]).values
+    first = torch.div(torch.arange(1, k) * target_pos.numel(), k, rounding_mode="floor")
+    return torch.searchsorted(target_pos[first], position, right=True)
+
+
+def _metis(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, seed: int) -> Tensor:
+    if k == 1:  # METIS mishandles nparts=1
+        return torch.zeros(num_nodes, dtype=torch.long)
+    und, _ = remove_self_loops(to_undirected(edge_index, num_nodes=num_nodes))
+    row, col = und.numpy()
+    xadj = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row, minlength=num_nodes), out=xadj[1:])
+    weights = np.zeros(num_nodes, dtype=np.int64)
+    weights[targets.numpy()] = 1
+    options = pymetis.Options(seed=seed)
+    _, parts = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj, col), vweights=weights,
+                                  options=options)
+    part = torch.as_tensor(np.asarray(parts), dtype=torch.long)
+    return _fill_empty(part, targets, k)
+
+
+def _fill_empty(part: Tensor, targets: Tensor, k: int) -> Tensor:
+    """Move one target from the fullest part into each part that received none."""
+    for p in range(k):
+        counts = torch.bincount(part[targets], minlength=k)
+        if counts[p] == 0:
+            donor = int(counts.argmax())
+            part[targets[part[targets] == donor][-1]] = p
+    return part

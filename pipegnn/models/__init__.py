@@ -1,0 +1,36 @@
+"""Staged GNN models: one file per model over the staging base."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from torch import Tensor
+
+from pipegnn.errors import ConfigError
+from pipegnn.models.base import Stage, StagedGNN
+from pipegnn.models.gat import gat_layers
+from pipegnn.models.gcn import gcn_layers
+from pipegnn.models.spec import LayerSpec
+
+__all__ = ["MODELS", "LayerSpec", "Stage", "StagedGNN", "build_model", "layer_specs"]
+
+MODELS = ("gat", "gcn")
+
+
+def layer_specs(model: Mapping[str, Any], in_dim: int, num_classes: int) -> list[LayerSpec]:
+    """Layer specs from the ``model`` config group."""
+    name = model["name"]
+    common = dict(hidden=int(model["hidden"]), layers=int(model["layers"]),
+                  dropout=float(model["dropout"]))
+    if name == "gat":
+        return gat_layers(in_dim, num_classes, heads=int(model["heads"]),
+                          out_heads=int(model["out_heads"]), **common)
+    if name == "gcn":
+        return gcn_layers(in_dim, num_classes, **common)
+    raise ConfigError(f"unknown model {name!r}; valid: {', '.join(MODELS)}")
+
+
+def build_model(model: Mapping[str, Any], backend: Any, features: Tensor,
+                num_classes: int) -> StagedGNN:
+    """A StagedGNN for the ``model`` config, built with ``backend``'s layers."""
+    specs = layer_specs(model, features.size(1), num_classes)
+    return StagedGNN(specs, backend, model["name"], features)

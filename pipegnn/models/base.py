@@ -1,0 +1,119 @@
+"""Staging: a GNN as an ``nn.Sequential`` of layer stages that pass one tuple of tensors.
+
+The pipe carries ``(micro_batch_ids,)`` into the first stage and ``(h, micro_batch_ids)`` between
+stages: dim 0 of the id tensor is the micro-batch axis, so torchgpipe's ``torch.chunk`` hands each
+micro-batch its own id, and ``h`` only ever holds that micro-batch's rows. ``h`` comes first because
+torchgpipe's checkpointing hooks recomputation onto the first tensor of a stage's output, and it
+back-propagates through *every* output tensor of a checkpointed stage, so all of them must require
+grad: the ids therefore travel as a float tensor that requires grad (see ``Engine.id_tensor``); its
+gradient is never used. Graph structure never travels
+through the pipe: each stage keeps its layer's blocks (and the first stage the node features) as
+non-persistent buffers, which move to the stage's device with the stage, once.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pipegnn.microbatch.plan import MicroBatchPlan
+from pipegnn.models.spec import LayerSpec
+
+__all__ = ["Stage", "StagedGNN", "TensorList"]
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"elu": F.elu, "relu": F.relu}
+
+
+class TensorList(nn.Module):
+    """A list of tensors held as non-persistent buffers (moved by ``.to``; not in ``state_dict``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._count = 0
+
+    def append(self, tensor: Tensor | None) -> None:
+        self.register_buffer(f"t{self._count}", tensor, persistent=False)
+        self._count += 1
+
+    def __getitem__(self, i: int) -> Tensor | None:
+        return getattr(self, f"t{i}")
+
+    def __len__(self) -> int:
+        return self._count
+
+
+class Stage(nn.Module):
+    """One message-passing layer with its micro-batch blocks.
+
+    Args:
+        layer: index of the layer (0-based).
+        spec: the layer's specification.
+        backend: framework adapter that builds and applies the convolution.
+        kind: model kind passed to the adapter (``gat``, ``gcn``).
+    """
+
+    def __init__(self, layer: int, spec: LayerSpec, backend: Any, kind: str):
+        super().__init__()
+        self.layer, self.spec, self.backend = layer, spec, backend
+        self.conv = backend.conv(kind, spec)
+        self.activation = _ACTIVATIONS[spec.activation] if spec.activation else None
+        self.edges, self.weights, self.nodes = TensorList(), TensorList(), TensorList()
+        self.rows: list[int] = []  # output rows of each micro-batch at this layer
+        self.register_buffer("features", None, persistent=False)
+
+    def add_features(self, x: Tensor) -> None:
+        """Keep the node features on this (first) stage."""
+        self.features = x
+
+    def add_micro_batch(self, mb: Any) -> None:
+        self.edges.append(mb.edges[self.layer])
+        self.weights.append(mb.weights[self.layer])
+        self.rows.append(mb.sizes[self.layer + 1])
+        if self.features is not None:
+            self.nodes.append(mb.nodes)
+
+    def forward(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+        ids = inputs[-1]
+        m = int(ids[0])  # host read of the micro-batch id (a sync on CUDA) selects this layer's block
+        h = self.features[self.nodes[m]] if self.features is not None else inputs[0]
+        h = F.dropout(h, self.spec.dropout, self.training)
+        h = self.backend.apply(self.conv, h, self.edges[m], self.weights[m])[:self.rows[m]]
+        if self.activation is not None:
+            h = self.activation(h)
+        return h, ids
+
+
+class StagedGNN(nn.Sequential):
+    """An L-layer GNN as L stages; ``model((ids,))`` returns ``(logits of the targets, ids)``.
+
+    Args:
+        specs: one LayerSpec per layer.
+        backend: framework adapter.
+        kind: model kind (``gat`` or ``gcn``).
+        features: node features ``[N, F]`` (kept on the first stage).
+    """
+
+    def __init__(self, specs: list[LayerSpec], backend: Any, kind: str, features: Tensor):
+        super().__init__(*[Stage(i, s, backend, kind) for i, s in enumerate(specs)])
+        self[0].add_features(features)
+        self.kind = kind
+        self.num_micro_batches = 0
+
+    @property
+    def num_layers(self) -> int:
+        return len(self)
+
+    def attach(self, plan: MicroBatchPlan) -> Tensor:
+        """Give every stage its blocks of ``plan``; returns the ids that select them (call before
+        placing the model on devices)."""
+        if plan.micro_batches[0].num_layers != self.num_layers:
+            raise ValueError(f"plan built for {plan.micro_batches[0].num_layers} layers, "
+                             f"model has {self.num_layers}")
+        for mb in plan.micro_batches:
+            for stage in self:
+                stage.add_micro_batch(mb)
+        first = self.num_micro_batches
+        self.num_micro_batches += plan.chunks
+        return torch.arange(first, self.num_micro_batches)

@@ -1,0 +1,14 @@
+"""GCN (Kipf & Welling): symmetric-normalised graph convolutions, ReLU between layers."""
+from __future__ import annotations
+
+from pipegnn.models.spec import LayerSpec
+
+__all__ = ["gcn_layers"]
+
+
+def gcn_layers(in_dim: int, num_classes: int, *, hidden: int = 16, layers: int = 2,
+               dropout: float = 0.5) -> list[LayerSpec]:
+    """Layer specs of an L-layer GCN (defaults: the paper's model, 16 hidden units)."""
+    dims = [in_dim] + [hidden] * (layers - 1) + [num_classes]
+    return [LayerSpec(dims[i], dims[i + 1], 1, True, "relu" if i < layers - 1 else None, dropout)
+            for i in range(layers)]
