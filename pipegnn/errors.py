@@ -1,7 +1,7 @@
 """Errors that end a run before training starts, with a message naming the bad value."""
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DatasetUnavailable"]
+__all__ = ["ConfigError", "DatasetUnavailable", "RunFailed"]
 
 
 class ConfigError(ValueError):
@@ -10,3 +10,7 @@ class ConfigError(ValueError):
 
 class DatasetUnavailable(ConfigError):
     """Dataset files are missing and cannot be downloaded; the message says what to fetch and where."""
+
+
+class RunFailed(RuntimeError):
+    """A run ended without completing; raised after its record was written (non-zero exit)."""

@@ -80,9 +80,3 @@ class Engine:
     def predict(self, ids: Tensor) -> Tensor:
         """Logits of all targets of ``ids``'s micro-batches, concatenated in micro-batch order."""
         return torch.cat(list(self.outputs(ids)))
-
-    def synchronize(self) -> None:
-        """Wait for all queued work on the engine's CUDA devices (call before reading a clock)."""
-        for device in self.devices:
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)

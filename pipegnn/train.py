@@ -1,0 +1,152 @@
+"""One run: load the graph, build the plans and the staged model, train, evaluate, record."""
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor
+
+from pipegnn.backends import get_backend
+from pipegnn.config import check_config, check_targets, eval_targets
+from pipegnn.data import Graph, load_graph
+from pipegnn.engines import Engine, build_engine
+from pipegnn.errors import ConfigError
+from pipegnn.measure import env_info, peak_device_bytes, peak_rss_bytes, reset_peaks, timed
+from pipegnn.microbatch import MicroBatchPlan, build_plan
+from pipegnn.models import build_model
+from pipegnn.results import write_record
+
+__all__ = ["run"]
+
+log = logging.getLogger(__name__)
+
+
+def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = None,
+        choices: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Train and evaluate one configuration and return its result record.
+
+    Never raises for a failing run: an invalid configuration, an out-of-memory error or any other
+    exception becomes the record's ``status`` (``invalid``, ``oom``, ``failed``) and ``error``.
+
+    Args:
+        cfg: the resolved run configuration (see ``conf/config.yaml``).
+        output_dir: where ``result.json`` is written (skipped when None).
+        choices: Hydra's runtime choices of the config groups, stored in the record.
+    """
+    start = time.perf_counter()
+    reset_peaks()
+    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    record: dict[str, Any] = {
+        "status": "failed", "error": None, "config": container, "choices": dict(choices or {}),
+        "env": env_info(), "epochs": [], "final": {}, "timing": {}, "memory": {}, "microbatch": {},
+    }
+    devices: list[torch.device] = []
+    try:
+        devices = _train(container, record)
+        record["status"] = "completed"
+    except ConfigError as e:
+        record.update(status="invalid", error=str(e))
+        log.error("invalid configuration: %s", e)
+    except (torch.OutOfMemoryError, MemoryError) as e:
+        record.update(status="oom", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+        log.error("out of memory: %s", e)
+    except Exception as e:  # the record must survive any failure of the run
+        record.update(status="failed", error=f"{type(e).__name__}: {e}",
+                      traceback=traceback.format_exc())
+        log.exception("run failed")
+    record["timing"]["total_s"] = time.perf_counter() - start
+    record["memory"] = {"peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": peak_device_bytes(devices)}
+    if output_dir is not None:
+        write_record(output_dir, record)
+    return record
+
+
+def _train(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.device]:
+    check_config(cfg)
+    train_cfg, mb_cfg = cfg["train"], cfg["microbatch"]
+    torch.manual_seed(int(train_cfg["seed"]))
+    with timed() as setup:
+        graph = load_graph(cfg["dataset"], cfg["data"]["root"], cfg["data"]["cache"])
+        check_targets(cfg, graph)
+        backend = get_backend(cfg["framework"]["name"])
+        model = build_model(cfg["model"], backend, graph.x, graph.num_classes)
+    record["dataset"] = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+                         "num_features": graph.num_features, "num_classes": graph.num_classes}
+    record["model"] = {"parameters": sum(p.numel() for p in model.parameters())}
+    log.info("%s; %s with %d parameters", graph, cfg["model"]["name"], record["model"]["parameters"])
+
+    with timed() as build:
+        edge_index, edge_weight = backend.computation_graph(cfg["model"]["name"], graph.edge_index,
+                                                            graph.num_nodes)
+        plans = [build_plan(edge_index, graph.num_nodes, targets, int(cfg["chunks"]),
+                            num_layers=model.num_layers, halo=mb_cfg["halo"],
+                            partitioner=mb_cfg["partition"], edge_weight=edge_weight,
+                            seed=int(mb_cfg["seed"]))
+                 for targets in (graph.split("train"), eval_targets(graph))]
+    train_plan, eval_plan = plans
+    record["microbatch"] = _plan_summary(train_plan, eval_plan)
+    log.info("micro-batches: %d x halo=%s partition=%s, replication %.2f, inflation %.2f, "
+             "cut edges %.1f%%", train_plan.chunks, train_plan.halo, train_plan.partition,
+             train_plan.stats.replication, train_plan.stats.inflation,
+             100 * train_plan.stats.cut_edge_fraction)
+
+    train_ids, eval_ids = model.attach(train_plan), model.attach(eval_plan)
+    engine = build_engine(cfg["engine"], model, int(cfg["chunks"]))
+    reset_peaks(engine.devices)
+    record["timing"].update(setup_s=setup.seconds, microbatch_build_s=build.seconds)
+    _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record)
+    return engine.devices
+
+
+def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engine,
+         train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan, train_ids: Tensor, eval_ids: Tensor,
+         record: dict[str, Any]) -> None:
+    train_cfg = cfg["train"]
+    optimizer = torch.optim.Adam(model.parameters(), lr=float(train_cfg["lr"]),
+                                 weight_decay=float(train_cfg["weight_decay"]))
+    out = engine.output_device
+    train_labels = graph.y[train_plan.targets].to(out)
+    eval_labels = graph.y[eval_plan.targets].to(out)
+    masks = {s: getattr(graph, f"{s}_mask")[eval_plan.targets].to(out) for s in ("train", "val", "test")}
+    epochs = record["epochs"]
+    for epoch in range(int(train_cfg["epochs"])):
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        with timed(engine.devices) as step:
+            loss = engine.train_step(train_ids, train_labels, train_plan.targets.numel())
+            optimizer.step()
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"training loss is {loss} at epoch {epoch}")
+        model.eval()
+        with timed(engine.devices) as evaluation:
+            correct = engine.predict(eval_ids).argmax(1) == eval_labels
+        acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
+        epochs.append({"epoch": epoch, "train_loss": loss, **acc, "epoch_time_s": step.seconds,
+                       "eval_time_s": evaluation.seconds})
+        log.info("epoch %3d  loss %.4f  train %.3f  val %.3f  test %.3f  epoch %.3fs  eval %.3fs",
+                 epoch, loss, acc["train_acc"], acc["val_acc"], acc["test_acc"], step.seconds,
+                 evaluation.seconds)
+    best = max(epochs, key=lambda e: e["val_acc"])  # first epoch with the best validation accuracy
+    last = epochs[-1]
+    record["final"] = {"train_acc": last["train_acc"], "val_acc": last["val_acc"],
+                       "test_acc": last["test_acc"], "best_val_acc": best["val_acc"],
+                       "test_acc_at_best_val": best["test_acc"], "best_epoch": best["epoch"]}
+    timed_epochs = epochs[1:] or epochs  # the first epoch is a warm-up
+    record["timing"].update(
+        epoch_time_median_s=statistics.median(e["epoch_time_s"] for e in timed_epochs),
+        eval_time_median_s=statistics.median(e["eval_time_s"] for e in timed_epochs))
+    log.info("done: test acc %.3f (at best val %.3f: %.3f), median epoch %.4fs",
+             last["test_acc"], best["val_acc"], best["test_acc"], record["timing"]["epoch_time_median_s"])
+
+
+def _plan_summary(train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan) -> dict[str, Any]:
+    stats = train_plan.stats.as_dict()
+    return {"chunks": train_plan.chunks, "halo": train_plan.halo, "partition": train_plan.partition,
+            **stats, "eval": eval_plan.stats.as_dict()}

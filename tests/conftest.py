@@ -1,0 +1,77 @@
+"""Shared fixtures: small graphs with the awkward cases, the read-only raw datasets, tiny configs."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+from torch_geometric.utils import coalesce
+
+from pipegnn.data import Graph
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+
+def shared_datasets() -> Path | None:
+    """The read-only raw datasets ($PIPEGNN_DATA or ../shared/datasets), or None."""
+    for candidate in (os.environ.get("PIPEGNN_DATA"), ROOT.parent / "shared" / "datasets"):
+        if candidate and (Path(candidate) / "Cora" / "raw" / "ind.cora.x").is_file():
+            return Path(candidate)
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def data_root() -> Path:
+    root = shared_datasets()
+    if root is None:
+        pytest.skip("raw Planetoid files not found: set $PIPEGNN_DATA or place ../shared/datasets")
+    return root
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("dataset-cache")
+
+
+def random_graph(num_nodes: int = 50, num_edges: int = 160, num_features: int = 6,
+                 num_classes: int = 3, seed: int = 0) -> Graph:
+    """A directed random graph with self-loops, isolated nodes and one-way edges."""
+    g = torch.Generator().manual_seed(seed)
+    active = num_nodes - 5  # the last five nodes are isolated
+    edge_index = torch.randint(active, (2, num_edges), generator=g)
+    loops = torch.arange(0, active, 7).repeat(2, 1)  # some explicit self-loops
+    edge_index = coalesce(torch.cat([edge_index, loops], 1), num_nodes=num_nodes)
+    y = torch.randint(num_classes, (num_nodes,), generator=g)
+    perm = torch.randperm(num_nodes, generator=g)
+    masks = [torch.zeros(num_nodes, dtype=torch.bool) for _ in range(3)]
+    for mask, ids in zip(masks, (perm[:20], perm[20:30], perm[30:45])):
+        mask[ids] = True
+    return Graph("random", torch.randn(num_nodes, num_features, generator=g), y, edge_index, *masks,
+                 num_classes=num_classes)
+
+
+@pytest.fixture
+def graph() -> Graph:
+    return random_graph()
+
+
+TINY_SYNTHETIC = ["dataset.num_nodes=400", "dataset.num_features=16", "dataset.num_communities=6",
+                  "dataset.train_per_class=10", "dataset.num_val=40", "dataset.num_test=60"]
+
+
+def make_cfg(*overrides: str) -> DictConfig:
+    """The real config composed with Hydra, shrunk to 3 epochs and (unless another dataset is chosen)
+    a tiny synthetic graph."""
+    other = any(o.startswith("dataset=") and o != "dataset=synthetic" for o in overrides)
+    tiny = [] if other else TINY_SYNTHETIC
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=[*tiny, "train.epochs=3", *overrides])

@@ -1,0 +1,80 @@
+"""The Hydra config composes as documented, and every invalid input fails before training."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra.errors import MissingConfigException
+from omegaconf import OmegaConf
+
+from pipegnn import run
+from pipegnn.config import check_config
+
+from conftest import make_cfg
+
+
+def test_defaults() -> None:
+    cfg = make_cfg()
+    assert (cfg.dataset.name, cfg.model.name, cfg.framework.name, cfg.engine.name) == \
+        ("synthetic", "gat", "pyg", "gpipe")
+    assert (cfg.model.hidden, cfg.model.heads, cfg.model.dropout) == (8, 8, 0.6)
+    assert (cfg.microbatch.halo, cfg.microbatch.partition) == ("exact", "metis")
+    assert list(cfg.engine.devices) == ["cpu", "cpu"]
+    check_config(OmegaConf.to_container(cfg, resolve=True))
+
+
+@pytest.mark.parametrize("dataset", ["cora", "citeseer", "pubmed", "synthetic"])
+def test_dataset_choice(dataset: str) -> None:
+    assert make_cfg(f"dataset={dataset}").dataset.name == dataset
+
+
+def test_model_defaults_follow_the_papers() -> None:
+    gcn = make_cfg("model=gcn")
+    assert (gcn.model.hidden, gcn.model.dropout, gcn.train.lr) == (16, 0.5, 0.01)
+    gat = make_cfg("dataset=cora", "model=gat")
+    assert (gat.train.lr, gat.model.out_heads) == (0.005, 1)
+    for dataset in ("pubmed", "synthetic"):  # the GAT paper's PubMed settings
+        cfg = make_cfg(f"dataset={dataset}", "model=gat")
+        assert (cfg.model.out_heads, cfg.train.lr, cfg.train.weight_decay) == (8, 0.01, 0.001)
+
+
+def test_documented_overrides() -> None:
+    cfg = make_cfg("engine=single", "chunks=8", "microbatch.halo=none", "microbatch.partition=random",
+                   "train.epochs=7", "train.seed=3", "train.lr=0.1", "model.dropout=0",
+                   "model.hidden=32", "model.layers=3", "data.root=/somewhere")
+    assert cfg.engine.name == "single" and cfg.engine.device == "cpu"
+    assert (cfg.chunks, cfg.microbatch.halo, cfg.microbatch.partition) == (8, "none", "random")
+    assert (cfg.train.epochs, cfg.train.seed, cfg.train.lr, cfg.microbatch.seed) == (7, 3, 0.1, 3)
+    assert (cfg.model.dropout, cfg.model.hidden, cfg.model.layers) == (0, 32, 3)
+    assert cfg.data.root == "/somewhere"
+
+
+def test_unknown_dataset_group_fails_at_composition() -> None:
+    with pytest.raises(MissingConfigException, match="imagenet"):
+        make_cfg("dataset=imagenet")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["chunks=0"], "chunks must be an integer >= 1, got 0"),
+    (["chunks=31"], "chunks=31 is larger than the number of training targets (30)"),
+    (["engine.balance=[1,2]"], "engine.balance=[1, 2] does not match the model"),
+    (["engine.devices=[cpu,cpu,cpu]"], "has 3 devices but the model has only 2 layers"),
+    (["engine.devices=[cpu,tpu]"], "engine.devices[1]"),
+    (["engine=single", "engine.device=cuda:0"], "CUDA is not available"),
+    (["dataset.name=imagenet"], "dataset.name='imagenet' is not valid"),
+    (["microbatch.halo=fancy"], "microbatch.halo='fancy' is not valid; valid: none, exact"),
+    (["microbatch.partition=kmeans"], "valid: sequential, random, metis"),
+])
+def test_invalid_input_is_recorded_before_training(tmp_path: Path, overrides: list[str],
+                                                    message: str) -> None:
+    import torch
+
+    if "cuda" in " ".join(overrides) and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    cfg = make_cfg(f"data.cache={tmp_path}/cache", *overrides)
+    record = run(cfg, output_dir=tmp_path)
+    assert record["status"] == "invalid"
+    assert message in record["error"]
+    assert record["epochs"] == []
+    assert json.loads((tmp_path / "result.json").read_text())["error"] == record["error"]

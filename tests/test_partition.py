@@ -1,0 +1,52 @@
+"""Partitioners: every part gets targets, balance, contiguity, and METIS cuts fewer edges."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pipegnn.data import SyntheticSpec, make_synthetic
+from pipegnn.microbatch import PARTITIONERS, partition
+
+
+@pytest.mark.parametrize("method", PARTITIONERS)
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_every_part_has_targets(graph, method: str, k: int) -> None:
+    targets = graph.split("train")
+    part = partition(graph.edge_index, graph.num_nodes, targets, k, method)
+    assert part.shape == (graph.num_nodes,) and int(part.min()) >= 0 and int(part.max()) < k
+    counts = torch.bincount(part[targets], minlength=k)
+    assert int(counts.min()) >= 1
+    if method != "metis":
+        assert int(counts.max()) - int(counts.min()) <= 1
+
+
+def test_sequential_is_contiguous(graph) -> None:
+    part = partition(graph.edge_index, graph.num_nodes, graph.split("train"), 4, "sequential")
+    assert torch.all(part[1:] >= part[:-1])
+
+
+def test_random_depends_on_seed(graph) -> None:
+    targets = graph.split("all")
+    a, b = (partition(graph.edge_index, graph.num_nodes, targets, 4, "random", seed=s) for s in (0, 1))
+    assert not torch.equal(a, b)
+    assert torch.equal(a, partition(graph.edge_index, graph.num_nodes, targets, 4, "random", seed=0))
+
+
+def test_metis_cuts_fewer_edges_than_random() -> None:
+    g = make_synthetic(SyntheticSpec(num_nodes=2000, num_features=8, num_communities=8,
+                                     homophily=0.9, num_val=100, num_test=100))
+    src, dst = g.edge_index
+
+    def cut(method: str) -> float:
+        part = partition(g.edge_index, g.num_nodes, g.split("all"), 8, method)
+        return (part[src] != part[dst]).float().mean().item()
+
+    assert cut("metis") < 0.5 * cut("random")
+
+
+def test_bad_arguments(graph) -> None:
+    targets = graph.split("train")
+    with pytest.raises(ValueError, match="unknown partitioner 'fancy'"):
+        partition(graph.edge_index, graph.num_nodes, targets, 2, "fancy")
+    with pytest.raises(ValueError, match="got 0"):
+        partition(graph.edge_index, graph.num_nodes, targets, 0, "metis")

@@ -1,0 +1,97 @@
+"""Plan statistics, checked against values computed by hand on a path graph, and block invariants."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pipegnn.data import Graph
+from pipegnn.microbatch import build_plan
+
+# Undirected path 0-1-2-3-4-5 (both directions), no self-loops: 10 directed edges.
+PATH = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5],
+                     [1, 0, 2, 1, 3, 2, 4, 3, 5, 4]])
+
+
+def path_plan(targets: list[int], layers: int, halo: str = "exact", chunks: int = 2):
+    return build_plan(PATH, 6, torch.tensor(targets), chunks, num_layers=layers, halo=halo,
+                      partitioner="sequential")
+
+
+def test_exact_one_layer_stats() -> None:
+    plan = path_plan([0, 1, 2, 3, 4, 5], layers=1)
+    # parts {0,1,2} and {3,4,5}; each needs one neighbour of the other part.
+    assert [mb.sizes for mb in plan.micro_batches] == [[4, 3], [4, 3]]
+    assert [mb.edges[0].size(1) for mb in plan.micro_batches] == [5, 5]
+    s = plan.stats
+    assert s.nodes_per_chunk == [4, 4] and s.targets_per_chunk == [3, 3]
+    assert s.replication == pytest.approx(8 / 6)
+    assert s.inflation == pytest.approx((4 + 5) * 2 / (6 + 10))
+    assert s.cut_edge_fraction == pytest.approx(2 / 10)
+    assert s.padding_fraction == 0.0
+
+
+def test_exact_two_layer_stats() -> None:
+    plan = path_plan([0, 1, 2, 3, 4, 5], layers=2)
+    first, second = plan.micro_batches
+    assert first.sizes == [5, 4, 3] and second.sizes == [5, 4, 3]
+    assert sorted(first.nodes.tolist()) == [0, 1, 2, 3, 4]
+    assert [e.size(1) for e in first.edges] == [7, 5]
+    assert plan.stats.replication_per_layer == pytest.approx([10 / 6, 8 / 6])
+    assert plan.stats.inflation == pytest.approx(2 * ((5 + 7) + (4 + 5)) / (2 * (6 + 10)))
+
+
+def test_naive_stats_and_lost_edges() -> None:
+    plan = path_plan([0, 1, 2, 3, 4, 5], layers=1, halo="none")
+    assert [mb.sizes for mb in plan.micro_batches] == [[3, 3], [3, 3]]
+    assert [mb.edges[0].size(1) for mb in plan.micro_batches] == [4, 4]  # 2-3 and 3-2 are lost
+    assert plan.stats.replication == 1.0
+    assert plan.stats.inflation == pytest.approx(14 / 16)
+
+
+def test_padding_with_unequal_micro_batches() -> None:
+    plan = path_plan([0, 1, 2, 3, 4], layers=1)
+    # targets {0,1} and {2,3,4}: halos give 3 and 5 input nodes.
+    assert plan.stats.nodes_per_chunk == [3, 5]
+    assert plan.stats.padding_fraction == pytest.approx(1 - 8 / 10)
+
+
+@pytest.mark.parametrize("halo", ["exact", "none"])
+def test_blocks_are_nested_prefixes(graph: Graph, halo: str) -> None:
+    targets = graph.split("train")
+    plan = build_plan(graph.edge_index, graph.num_nodes, targets, 3, num_layers=3, halo=halo,
+                      partitioner="metis")
+    assert torch.equal(torch.sort(plan.targets).values, targets)
+    for mb in plan.micro_batches:
+        assert mb.nodes.unique().numel() == mb.nodes.numel() == mb.sizes[0]
+        assert all(a >= b for a, b in zip(mb.sizes, mb.sizes[1:]))
+        for layer, edges in enumerate(mb.edges):
+            if edges.numel():
+                assert int(edges[0].max()) < mb.sizes[layer]
+                assert int(edges[1].max()) < mb.sizes[layer + 1]
+
+
+def test_exact_block_has_every_in_edge(graph: Graph) -> None:
+    plan = build_plan(graph.edge_index, graph.num_nodes, graph.split("train"), 4, num_layers=2)
+    in_degree = torch.bincount(graph.edge_index[1], minlength=graph.num_nodes)
+    for mb in plan.micro_batches:
+        for layer, edges in enumerate(mb.edges):
+            computed = mb.nodes[:mb.sizes[layer + 1]]
+            got = torch.bincount(edges[1], minlength=mb.sizes[layer + 1])
+            assert torch.equal(got, in_degree[computed])
+
+
+def test_edge_weights_travel_with_their_edges(graph: Graph) -> None:
+    weight = torch.arange(graph.num_edges, dtype=torch.float)
+    plan = build_plan(graph.edge_index, graph.num_nodes, graph.split("train"), 3, num_layers=2,
+                      edge_weight=weight)
+    for mb in plan.micro_batches:
+        for edges, w in zip(mb.edges, mb.weights):
+            src, dst = mb.nodes[edges[0]], mb.nodes[edges[1]]
+            assert torch.equal(graph.edge_index[:, w.long()], torch.stack([src, dst]))
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="halo"):
+        path_plan([0, 1], layers=1, halo="fancy")
+    with pytest.raises(ValueError, match="number of targets=2"):
+        path_plan([0, 1], layers=1, chunks=3)

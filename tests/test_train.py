@@ -1,0 +1,111 @@
+"""End-to-end runs: the result record, training-level transparency, the Hydra entry point."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipegnn import run
+from pipegnn.results import STATUSES
+
+from conftest import ROOT, make_cfg
+
+
+def test_record_has_every_field(tmp_path: Path) -> None:
+    record = run(make_cfg("chunks=2", "engine.checkpoint=always"), output_dir=tmp_path,
+                 choices={"model": "gat"})
+    assert record["status"] == "completed", record["error"]
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "completed"
+    assert record["config"]["chunks"] == 2 and record["choices"] == {"model": "gat"}
+    for key in ("python", "torch", "torch_geometric", "dgl", "torchgpipe", "git_sha", "host", "cpu",
+                "gpus"):
+        assert key in record["env"]
+    assert record["env"]["torch"].startswith("2.")
+    assert [e["epoch"] for e in record["epochs"]] == [0, 1, 2]
+    for epoch in record["epochs"]:
+        assert set(epoch) >= {"train_loss", "train_acc", "val_acc", "test_acc", "epoch_time_s"}
+        assert 0.0 <= epoch["val_acc"] <= 1.0 and epoch["epoch_time_s"] > 0
+    final = record["final"]
+    assert final["best_val_acc"] == max(e["val_acc"] for e in record["epochs"])
+    assert final["test_acc"] == record["epochs"][-1]["test_acc"]
+    timing = record["timing"]
+    assert timing["epoch_time_median_s"] == statistics.median(
+        e["epoch_time_s"] for e in record["epochs"][1:])
+    assert timing["total_s"] >= timing["setup_s"] + timing["microbatch_build_s"]
+    assert record["memory"]["peak_rss_bytes"] > 50e6 and record["memory"]["peak_device_bytes"] == {}
+    mb = record["microbatch"]
+    assert (mb["chunks"], mb["halo"], mb["partition"]) == (2, "exact", "metis")
+    assert sum(mb["targets_per_chunk"]) == 30 and mb["replication"] >= 1.0
+    for key in ("inflation", "cut_edge_fraction", "padding_fraction"):
+        assert key in mb
+
+
+def _losses(*overrides: str) -> list[float]:
+    record = run(make_cfg("model.dropout=0", "train.epochs=4", *overrides))
+    assert record["status"] == "completed", record["error"]
+    return [e["train_loss"] for e in record["epochs"]]
+
+
+@pytest.mark.parametrize("model", ["gat", "gcn"])
+def test_training_is_transparent(model: str) -> None:
+    """Same seed, dropout 0: full-batch, single-engine micro-batches and GPipe micro-batches train
+    the same model (per-epoch losses agree)."""
+    full = _losses(f"model={model}", "engine=single", "chunks=1", "microbatch.halo=none")
+    single = _losses(f"model={model}", "engine=single", "chunks=4")
+    gpipe = _losses(f"model={model}", "engine=gpipe", "chunks=4")
+    assert full == pytest.approx(single, rel=1e-5)
+    assert full == pytest.approx(gpipe, rel=1e-5)
+    naive = _losses(f"model={model}", "engine=gpipe", "chunks=4", "microbatch.halo=none")
+    assert naive[1:] != pytest.approx(full[1:], rel=1e-3)
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PIPEGNN_CACHE": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, str(ROOT / "experiments" / "train.py"), *args],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_sweep_writes_one_record_per_job(tmp_path: Path) -> None:
+    from conftest import TINY_SYNTHETIC
+
+    sweep = tmp_path / "sweep"
+    proc = _cli(tmp_path, "-m", *TINY_SYNTHETIC, "train.epochs=2", "chunks=1,2",
+                "microbatch.halo=none,exact", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/result.json"))]
+    assert len(records) == 4
+    assert {(r["config"]["chunks"], r["config"]["microbatch"]["halo"]) for r in records} == \
+        {(1, "none"), (1, "exact"), (2, "none"), (2, "exact")}
+    assert all(r["status"] == "completed" and r["choices"]["engine"] == "gpipe" for r in records)
+    assert "epoch   1  loss" in (sweep / "0" / "train.log").read_text()
+
+
+def test_cli_invalid_run_exits_nonzero_with_record(tmp_path: Path) -> None:
+    proc = _cli(tmp_path, "chunks=0", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode != 0
+    assert "chunks must be an integer >= 1, got 0" in proc.stderr
+    record = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert record["status"] == "invalid" and record["status"] in STATUSES
+
+
+PUBLISHED = {"gcn": 0.815, "gat": 0.830}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["gcn", "gat"])
+def test_cora_accuracy_matches_published(data_root: Path, tmp_path: Path, model: str) -> None:
+    """Exact mode through GPipe with 8 chunks reaches the papers' Cora accuracy (mean of 3 seeds)."""
+    accs = []
+    for seed in range(3):
+        cfg = make_cfg("dataset=cora", f"model={model}", "engine=gpipe", "chunks=8",
+                       "microbatch.partition=metis", "train.epochs=200", f"train.seed={seed}",
+                       f"data.root={data_root}", f"data.cache={tmp_path}")
+        record = run(cfg)
+        assert record["status"] == "completed", record["error"]
+        accs.append(record["final"]["test_acc_at_best_val"])
+    assert abs(statistics.mean(accs) - PUBLISHED[model]) <= 0.02, accs
