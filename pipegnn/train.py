@@ -84,7 +84,7 @@ def _train(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.device]:
 
     with timed() as build:
         edge_index, edge_weight = backend.computation_graph(cfg["model"]["name"], graph.edge_index,
-                                                            graph.num_nodes)
+                                                            graph.num_nodes, graph.x.dtype)
         plans = [build_plan(edge_index, graph.num_nodes, targets, int(cfg["chunks"]),
                             num_layers=model.num_layers, halo=mb_cfg["halo"],
                             partitioner=mb_cfg["partition"], edge_weight=edge_weight,

@@ -60,8 +60,9 @@ class Stage(nn.Module):
         self.conv = backend.conv(kind, spec)
         self.activation = _ACTIVATIONS[spec.activation] if spec.activation else None
         self.edges, self.weights, self.nodes = TensorList(), TensorList(), TensorList()
-        self.rows: list[int] = []  # output rows of each micro-batch at this layer
+        self.shapes: list[tuple[int, int]] = []  # (input rows, output rows) of each micro-batch
         self.register_buffer("features", None, persistent=False)
+        self._structures: dict[int, Any] = {}  # framework structure per micro-batch, on this device
 
     def add_features(self, x: Tensor) -> None:
         """Keep the node features on this (first) stage."""
@@ -70,16 +71,26 @@ class Stage(nn.Module):
     def add_micro_batch(self, mb: Any) -> None:
         self.edges.append(mb.edges[self.layer])
         self.weights.append(mb.weights[self.layer])
-        self.rows.append(mb.sizes[self.layer + 1])
+        self.shapes.append((mb.sizes[self.layer], mb.sizes[self.layer + 1]))
         if self.features is not None:
             self.nodes.append(mb.nodes)
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Stage":
+        self._structures.clear()  # buffers are moving: rebuild structures on the new device
+        return super()._apply(fn, *args, **kwargs)
+
+    def structure(self, m: int) -> Any:
+        """The framework's structure of micro-batch ``m`` for this layer, built once on this device."""
+        if m not in self._structures:
+            self._structures[m] = self.backend.structure(self.edges[m], self.weights[m], *self.shapes[m])
+        return self._structures[m]
 
     def forward(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
         ids = inputs[-1]
         m = int(ids[0])  # host read of the micro-batch id (a sync on CUDA) selects this layer's block
         h = self.features[self.nodes[m]] if self.features is not None else inputs[0]
         h = F.dropout(h, self.spec.dropout, self.training)
-        h = self.backend.apply(self.conv, h, self.edges[m], self.weights[m])[:self.rows[m]]
+        h = self.backend.apply(self.conv, h, self.structure(m))[:self.shapes[m][1]]
         if self.activation is not None:
             h = self.activation(h)
         return h, ids

@@ -1,0 +1,41 @@
+"""Datasets: Planetoid through PyG's loader and embedded synthetic graphs, behind one ``load_graph``."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from pipegnn.data.graph import Graph
+from pipegnn.data.planetoid import PLANETOID_NAMES, load_planetoid
+from pipegnn.data.synthetic import SyntheticSpec, make_synthetic
+from pipegnn.errors import ConfigError
+
+__all__ = ["DATASETS", "Graph", "SyntheticSpec", "load_graph", "make_synthetic"]
+
+#: Dataset names ``dataset.name`` accepts.
+DATASETS = (*PLANETOID_NAMES, "synthetic")
+
+
+def load_graph(dataset: Mapping[str, Any], root: str | Path | None, cache: str | Path) -> Graph:
+    """Load the graph that a ``dataset`` config group describes.
+
+    Args:
+        dataset: the ``dataset`` config (``name`` plus, for synthetic graphs, SyntheticSpec fields).
+        root: read-only folder with raw files in PyG's layout (``<Name>/raw/...``), or None.
+        cache: writable folder where loaders keep their processed files.
+
+    Raises:
+        ConfigError: unknown dataset name or synthetic parameter.
+        DatasetUnavailable: files missing and not downloadable.
+    """
+    name = dataset["name"]
+    if name in PLANETOID_NAMES:
+        return load_planetoid(name, root, cache)
+    if name == "synthetic":
+        params = {k: v for k, v in dataset.items() if k not in ("name", "preset")}
+        try:
+            spec = SyntheticSpec(**params)
+        except TypeError as e:
+            raise ConfigError(f"dataset=synthetic: {e}; valid parameters: "
+                              f"{sorted(SyntheticSpec.__dataclass_fields__)}") from e
+        return make_synthetic(spec, name=str(dataset.get("preset", "synthetic")))
+    raise ConfigError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
