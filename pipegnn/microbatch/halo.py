@@ -1,8 +1,10 @@
 """Per-micro-batch computation structure: which nodes each layer computes and the edges it needs.
 
-A micro-batch for an L-layer GNN is described by nested node sets N_0 ⊇ N_1 ⊇ ... ⊇ N_L: layer l reads
-the rows of N_(l-1) and writes the rows of N_l, using edges whose target lies in N_l. Nodes are numbered
-locally so that each N_l is a prefix of N_(l-1) (targets first), which lets a layer's output be a slice.
+A micro-batch for an L-layer GNN is described by nested node sets N_0 ⊇ N_1 ⊇ ... ⊇ N_L: layer l
+receives the rows of N_(l-1) and writes the rows of N_l, using edges whose target lies in N_l. Nodes are
+numbered locally so that each N_l is a prefix of N_(l-1) (targets first), which lets a layer's output be
+a slice. A layer may read more source rows than it receives (``sources[l] > sizes[l]``, historical
+mode): the extra rows are the halo, read from that layer's cache of embeddings of earlier steps.
 
 Written by hand because the library samplers that build such blocks (PyG's NeighborLoader with
 ``num_neighbors=[-1]*L``) need pyg-lib or torch-sparse, which have no wheels here; this is a vectorised
@@ -15,9 +17,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["HALOS", "InCSR", "MicroBatch", "exact_block", "naive_block"]
+__all__ = ["HALOS", "InCSR", "MicroBatch", "exact_block", "historical_block", "naive_block"]
 
-HALOS = ("none", "exact")
+HALOS = ("none", "exact", "historical")
 
 
 @dataclass
@@ -26,15 +28,22 @@ class MicroBatch:
 
     Attributes:
         nodes: global ids of N_0 in local order (targets first, then each layer's new halo).
-        sizes: ``[|N_0|, |N_1|, ..., |N_L|]``; ``|N_L|`` is the number of targets.
+        sizes: ``[|N_0|, |N_1|, ..., |N_L|]``, the rows each layer receives and (last) the targets.
         edges: per layer l = 1..L, local ``[2, E_l]`` (source, target) edges, targets ``< sizes[l]``.
         weights: per layer, edge weights ``[E_l]`` aligned with ``edges`` (None when unweighted).
+        sources: per layer, the source rows it reads (``nodes[:sources[l]]``); rows beyond the
+            ``sizes[l]`` it receives come from the layer's history cache. None means ``sizes[:-1]``.
     """
 
     nodes: Tensor
     sizes: list[int]
     edges: list[Tensor]
     weights: list[Tensor | None]
+    sources: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.sources is None:
+            self.sources = list(self.sizes[:-1])
 
     @property
     def targets(self) -> Tensor:
@@ -102,6 +111,27 @@ def exact_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch:
     blocks = [csr._block(pos, sizes[layer + 1]) for layer, pos in enumerate(positions)]
     local[all_nodes] = -1
     return MicroBatch(all_nodes, sizes, [b[0] for b in blocks], [b[1] for b in blocks])
+
+
+def historical_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch:
+    """Targets plus their 1-hop in-neighbours; deeper layers read the neighbours from history caches.
+
+    Layer 1 reads the halo's features (exact); layer l > 1 receives fresh rows of the targets only and
+    reads the halo's layer-(l-1) embeddings from the cache (as in GNNAutoScale).
+    """
+    local = csr._local
+    t = targets.numel()
+    local[targets] = torch.arange(t)
+    pos = csr.in_edges(targets)
+    src = csr.src[pos]
+    halo = torch.unique(src[local[src] < 0])
+    local[halo] = torch.arange(t, t + halo.numel())
+    all_nodes = torch.cat([targets, halo])
+    edges, weights = csr._block(pos, t)
+    local[all_nodes] = -1
+    n = all_nodes.numel()
+    return MicroBatch(all_nodes, [n] + [t] * num_layers, [edges] * num_layers, [weights] * num_layers,
+                      sources=[n] * num_layers)
 
 
 def naive_block(csr: InCSR, targets: Tensor, others: Tensor, num_layers: int) -> MicroBatch:

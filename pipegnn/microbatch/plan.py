@@ -1,12 +1,13 @@
 """Micro-batch plans: k micro-batches built once from a partition, plus the statistics that explain them."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import Tensor
 
-from pipegnn.microbatch.halo import HALOS, InCSR, MicroBatch, exact_block, naive_block
+from pipegnn.microbatch.halo import (HALOS, InCSR, MicroBatch, exact_block, historical_block,
+                                     naive_block)
 from pipegnn.microbatch.partition import partition
 
 __all__ = ["MicroBatchPlan", "PlanStats", "build_plan"]
@@ -18,13 +19,14 @@ class PlanStats:
 
     Attributes:
         chunks: number of micro-batches k.
-        nodes_per_chunk: ``|N_0|`` (input rows) of each micro-batch.
+        nodes_per_chunk: input rows ``|N_0|`` of each micro-batch.
         targets_per_chunk: number of targets of each micro-batch.
-        replication: sum over micro-batches of input nodes / distinct input nodes (1 = no node is
-            computed twice); ``replication_per_layer[l]`` is the same for the rows layer l reads.
+        replication: rows read by the first layer, summed over micro-batches, over the distinct nodes
+            among them (1 = no node is read twice); ``replication_per_layer[l]`` is the same for layer l.
         inflation: compute-weighted work (rows read + edges used, summed over layers) relative to the
             same halo mode with one micro-batch.
         cut_edge_fraction: fraction of edges (self-loops excluded) joining different parts.
+        target_balance, node_balance: max / mean targets and input rows per micro-batch (1 = even).
         padding_fraction: share of padding rows a static-shape layout (every micro-batch padded to the
             largest) would carry: ``1 - sum(nodes) / (k * max(nodes))``.
     """
@@ -36,10 +38,12 @@ class PlanStats:
     replication_per_layer: list[float]
     inflation: float
     cut_edge_fraction: float
+    target_balance: float
+    node_balance: float
     padding_fraction: float
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 @dataclass
@@ -68,7 +72,7 @@ class MicroBatchPlan:
 
 def build_plan(edge_index: Tensor, num_nodes: int, targets: Tensor, chunks: int, *, num_layers: int,
                halo: str = "exact", partitioner: str = "metis", edge_weight: Tensor | None = None,
-               seed: int = 0) -> MicroBatchPlan:
+               seed: int = 0, csr: InCSR | None = None) -> MicroBatchPlan:
     """Split ``targets`` into ``chunks`` micro-batches.
 
     Args:
@@ -78,10 +82,12 @@ def build_plan(edge_index: Tensor, num_nodes: int, targets: Tensor, chunks: int,
         targets: node ids whose outputs are needed.
         chunks: number of micro-batches k.
         num_layers: number of message-passing layers L.
-        halo: ``exact`` (L-hop halo: outputs equal the full graph's) or ``none`` (induced subgraph of
-            each part: edges between parts are lost, as in the poster).
-        partitioner: ``sequential``, ``random`` or ``metis``.
+        halo: ``exact`` (L-hop halo: outputs equal the full graph's), ``historical`` (1-hop halo, deeper
+            layers read cached embeddings) or ``none`` (induced subgraph of each part: edges between
+            parts are lost, as in the poster).
+        partitioner: see :data:`pipegnn.microbatch.PARTITIONERS`.
         seed: partitioner seed.
+        csr: the graph's :class:`InCSR` if already built (plans over the same graph can share it).
 
     Raises:
         ValueError: unknown halo or partitioner, or chunks outside ``[1, len(targets)]``.
@@ -90,7 +96,7 @@ def build_plan(edge_index: Tensor, num_nodes: int, targets: Tensor, chunks: int,
         raise ValueError(f"unknown halo mode {halo!r}; valid: {', '.join(HALOS)}")
     targets = torch.unique(targets)
     part = partition(edge_index, num_nodes, targets, chunks, partitioner, seed)
-    csr = InCSR(edge_index, num_nodes, edge_weight)
+    csr = csr or InCSR(edge_index, num_nodes, edge_weight)
     batches = _blocks(csr, part, targets, chunks, halo, num_layers)
     reference = _blocks(csr, torch.zeros_like(part), targets, 1, halo, num_layers)
     stats = _stats(batches, reference, part, edge_index)
@@ -103,6 +109,8 @@ def _blocks(csr: InCSR, part: Tensor, targets: Tensor, chunks: int, halo: str,
     target_part = part[targets]
     if halo == "exact":
         return [exact_block(csr, targets[target_part == p], num_layers) for p in range(chunks)]
+    if halo == "historical":
+        return [historical_block(csr, targets[target_part == p], num_layers) for p in range(chunks)]
     is_target = torch.zeros(part.numel(), dtype=torch.bool)
     is_target[targets] = True
     order = torch.argsort(part, stable=True)
@@ -116,28 +124,31 @@ def _blocks(csr: InCSR, part: Tensor, targets: Tensor, chunks: int, halo: str,
 
 
 def _work(batches: list[MicroBatch]) -> int:
-    return sum(mb.sizes[l] + mb.edges[l].size(1) for mb in batches for l in range(mb.num_layers))
+    return sum(src + e.size(1) for mb in batches for src, e in zip(mb.sources, mb.edges))
 
 
 def _stats(batches: list[MicroBatch], reference: list[MicroBatch], part: Tensor,
            edge_index: Tensor) -> PlanStats:
     k, num_layers = len(batches), batches[0].num_layers
     replication = []
-    for layer in range(num_layers + 1):
-        rows = sum(mb.sizes[layer] for mb in batches)
-        distinct = torch.unique(torch.cat([mb.nodes[:mb.sizes[layer]] for mb in batches])).numel()
+    for layer in range(num_layers):
+        rows = sum(mb.sources[layer] for mb in batches)
+        distinct = torch.unique(torch.cat([mb.nodes[:mb.sources[layer]] for mb in batches])).numel()
         replication.append(rows / max(distinct, 1))
     src, dst = edge_index
     proper = src != dst
     cut = (part[src[proper]] != part[dst[proper]]).float().mean().item() if proper.any() else 0.0
     nodes = [mb.sizes[0] for mb in batches]
+    targets = [mb.sizes[-1] for mb in batches]
     return PlanStats(
         chunks=k,
         nodes_per_chunk=nodes,
-        targets_per_chunk=[mb.sizes[-1] for mb in batches],
+        targets_per_chunk=targets,
         replication=replication[0],
-        replication_per_layer=replication[:num_layers],
+        replication_per_layer=replication,
         inflation=_work(batches) / max(_work(reference), 1),
         cut_edge_fraction=float(cut),
+        target_balance=max(targets) * k / max(sum(targets), 1),
+        node_balance=max(nodes) * k / max(sum(nodes), 1),
         padding_fraction=1.0 - sum(nodes) / (k * max(nodes)),
     )

@@ -29,8 +29,9 @@ def layer_specs(model: Mapping[str, Any], in_dim: int, num_classes: int) -> list
     raise ConfigError(f"unknown model {name!r}; valid: {', '.join(MODELS)}")
 
 
-def build_model(model: Mapping[str, Any], backend: Any, features: Tensor,
-                num_classes: int) -> StagedGNN:
-    """A StagedGNN for the ``model`` config, built with ``backend``'s layers."""
+def build_model(model: Mapping[str, Any], backend: Any, features: Tensor, num_classes: int,
+                history: bool = False) -> StagedGNN:
+    """A StagedGNN for the ``model`` config, built with ``backend``'s layers (with history caches
+    for historical micro-batching when ``history``)."""
     specs = layer_specs(model, features.size(1), num_classes)
-    return StagedGNN(specs, backend, model["name"], features)
+    return StagedGNN(specs, backend, model["name"], features, history)

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pipegnn.microbatch.halo import MicroBatch
+from pipegnn.microbatch.history import History
 from pipegnn.microbatch.plan import MicroBatchPlan
 from pipegnn.models.spec import LayerSpec
 
@@ -60,20 +62,30 @@ class Stage(nn.Module):
         self.conv = backend.conv(kind, spec)
         self.activation = _ACTIVATIONS[spec.activation] if spec.activation else None
         self.edges, self.weights, self.nodes = TensorList(), TensorList(), TensorList()
-        self.shapes: list[tuple[int, int]] = []  # (input rows, output rows) of each micro-batch
+        self.received, self.pulled = TensorList(), TensorList()  # global ids, historical mode only
+        self.shapes: list[tuple[int, int]] = []  # (source rows read, output rows) of each micro-batch
         self.register_buffer("features", None, persistent=False)
+        self.history: History | None = None
         self._structures: dict[int, Any] = {}  # framework structure per micro-batch, on this device
 
     def add_features(self, x: Tensor) -> None:
         """Keep the node features on this (first) stage."""
         self.features = x
 
-    def add_micro_batch(self, mb: Any) -> None:
-        self.edges.append(mb.edges[self.layer])
-        self.weights.append(mb.weights[self.layer])
-        self.shapes.append((mb.sizes[self.layer], mb.sizes[self.layer + 1]))
+    def add_history(self, num_nodes: int) -> None:
+        """Keep a cache of this layer's input embeddings for halo rows (historical mode)."""
+        self.history = History(num_nodes, self.spec.in_dim)
+
+    def add_micro_batch(self, mb: MicroBatch) -> None:
+        layer = self.layer
+        self.edges.append(mb.edges[layer])
+        self.weights.append(mb.weights[layer])
+        self.shapes.append((mb.sources[layer], mb.sizes[layer + 1]))
         if self.features is not None:
             self.nodes.append(mb.nodes)
+        if self.history is not None:
+            self.received.append(mb.nodes[:mb.sizes[layer]])
+            self.pulled.append(mb.nodes[mb.sizes[layer]:mb.sources[layer]])
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Stage":
         self._structures.clear()  # buffers are moving: rebuild structures on the new device
@@ -89,6 +101,10 @@ class Stage(nn.Module):
         ids = inputs[-1]
         m = int(ids[0])  # host read of the micro-batch id (a sync on CUDA) selects this layer's block
         h = self.features[self.nodes[m]] if self.features is not None else inputs[0]
+        if self.history is not None:
+            self.history.push(self.received[m], h)
+            if self.pulled[m].numel():
+                h = torch.cat([h, self.history.pull(self.pulled[m], m)])
         h = F.dropout(h, self.spec.dropout, self.training)
         h = self.backend.apply(self.conv, h, self.structure(m))[:self.shapes[m][1]]
         if self.activation is not None:
@@ -104,13 +120,31 @@ class StagedGNN(nn.Sequential):
         backend: framework adapter.
         kind: model kind (``gat`` or ``gcn``).
         features: node features ``[N, F]`` (kept on the first stage).
+        history: give layers 2..L a history cache (for ``historical`` plans).
     """
 
-    def __init__(self, specs: list[LayerSpec], backend: Any, kind: str, features: Tensor):
+    def __init__(self, specs: list[LayerSpec], backend: Any, kind: str, features: Tensor,
+                 history: bool = False):
         super().__init__(*[Stage(i, s, backend, kind) for i, s in enumerate(specs)])
         self[0].add_features(features)
+        if history:
+            for stage in list(self)[1:]:
+                stage.add_history(features.size(0))
         self.kind = kind
         self.num_micro_batches = 0
+
+    def histories(self) -> list[History]:
+        return [s.history for s in self if s.history is not None]
+
+    def tick(self) -> None:
+        """Mark the start of a training step (ages of historical embeddings count steps)."""
+        for h in self.histories():
+            h.tick()
+
+    def staleness(self) -> float | None:
+        """Mean age (steps) of the historical rows read in the current step, None without history."""
+        histories = self.histories()
+        return sum(h.staleness() for h in histories) / len(histories) if histories else None
 
     @property
     def num_layers(self) -> int:

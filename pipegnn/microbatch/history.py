@@ -1,0 +1,57 @@
+"""Historical embeddings: a per-layer cache of node embeddings from earlier steps (GNNAutoScale-style).
+
+Each stage whose layer reads halo rows owns one cache of its *input* embeddings on its own device. Every
+forward pass pushes the rows it receives (fresh values) and pulls the halo rows it needs (possibly stale).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["History"]
+
+
+class History(nn.Module):
+    """Cache of ``[num_nodes, dim]`` embeddings with the step at which each row was last written.
+
+    Args:
+        num_nodes: number of graph nodes.
+        dim: embedding width (the layer's input features).
+    """
+
+    def __init__(self, num_nodes: int, dim: int):
+        super().__init__()
+        self.register_buffer("rows", torch.zeros(num_nodes, dim), persistent=False)
+        self.register_buffer("written", torch.full((num_nodes,), -1, dtype=torch.long), persistent=False)
+        self.step = 0
+        self._ages: dict[int, tuple[float, int]] = {}  # micro-batch -> (sum of ages, rows) this step
+
+    def tick(self) -> None:
+        """Start a new training step (ages are counted in steps)."""
+        self.step += 1
+        self._ages.clear()
+
+    @torch.no_grad()
+    def push(self, nodes: Tensor, h: Tensor) -> None:
+        """Store fresh embeddings ``h`` of ``nodes``."""
+        self.rows[nodes] = h.detach().to(self.rows.dtype)
+        self.written[nodes] = self.step
+
+    def pull(self, nodes: Tensor, micro_batch: int) -> Tensor:
+        """Cached embeddings of ``nodes``; their ages are recorded once per micro-batch and step.
+
+        Raises:
+            RuntimeError: some rows were never written (the cache must be filled first).
+        """
+        written = self.written[nodes]
+        if bool((written < 0).any()):
+            raise RuntimeError("history cache read before it was filled: run a refresh pass first")
+        if micro_batch not in self._ages:  # a checkpoint recomputation reads again: count once
+            self._ages[micro_batch] = (float((self.step - written).sum()), nodes.numel())
+        return self.rows[nodes]
+
+    def staleness(self) -> float:
+        """Mean age in steps of the rows pulled during the current step (0 when none)."""
+        total = sum(a for a, _ in self._ages.values())
+        count = sum(n for _, n in self._ages.values())
+        return total / count if count else 0.0
