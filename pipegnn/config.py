@@ -10,7 +10,7 @@ from pipegnn.backends import FRAMEWORKS
 from pipegnn.data import DATASETS, Graph
 from pipegnn.engines import CHECKPOINT_MODES, ENGINES, parse_device
 from pipegnn.errors import ConfigError
-from pipegnn.microbatch import HALOS, PARTITIONERS
+from pipegnn.microbatch import HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import MODELS
 
 __all__ = ["EVAL_SPLITS", "check_config", "check_targets", "eval_targets"]
@@ -42,6 +42,7 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     _choice(cfg["engine"]["name"], ENGINES, "engine.name")
     _choice(cfg["microbatch"]["halo"], HALOS, "microbatch.halo")
     _choice(cfg["microbatch"]["partition"], PARTITIONERS, "microbatch.partition")
+    _choice(cfg["microbatch"]["targets"], TARGETS, "microbatch.targets")
     _positive_int(cfg["chunks"], "chunks")
     layers = _positive_int(cfg["model"]["layers"], "model.layers")
     _positive_int(cfg["model"]["hidden"], "model.hidden")
@@ -78,8 +79,11 @@ def _device(name: Any, key: str) -> None:
         raise ConfigError(f"{key}: {e}") from e
 
 
-def eval_targets(graph: Graph) -> Tensor:
-    """Node ids evaluated each epoch: the union of the train, val and test splits."""
+def eval_targets(graph: Graph, halo: str = "exact") -> Tensor:
+    """Node ids evaluated each epoch: the union of the train, val and test splits, or every node in
+    historical mode (its layer-wise evaluation also refreshes every cached row)."""
+    if halo == "historical":
+        return graph.split("all")
     mask = graph.train_mask | graph.val_mask | graph.test_mask
     return torch.nonzero(mask).view(-1)
 
@@ -91,8 +95,10 @@ def check_targets(cfg: Mapping[str, Any], graph: Graph) -> None:
         ConfigError: chunks exceeds the number of training or evaluation targets.
     """
     chunks = int(cfg["chunks"])
-    for name, count in (("training", int(graph.train_mask.sum())),
-                        ("evaluation", int(eval_targets(graph).numel()))):
+    mb = cfg["microbatch"]
+    for name, count in (("training", graph.split(mb["targets"]).numel()),
+                        ("evaluation", eval_targets(graph, mb["halo"]).numel())):
         if chunks > count:
             raise ConfigError(f"chunks={chunks} is larger than the number of {name} targets ({count}) "
-                              f"of dataset {graph.name!r}; use chunks <= {count}")
+                              f"of dataset {graph.name!r} with microbatch.targets={mb['targets']}, "
+                              f"halo={mb['halo']}; use chunks <= {count}")

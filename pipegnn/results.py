@@ -1,13 +1,26 @@
-"""Result records: one ``result.json`` per run, written atomically."""
+"""Result records: one ``result.json`` per run, written atomically, and their aggregation.
+
+Aggregate a sweep in a notebook with ``load("multirun/...")`` (one row per run, columns in
+:data:`COLUMNS` plus ``cfg.<dotted key>`` for every config leaf), or from the shell with
+``python -m pipegnn.results multirun/... [--where chunks=8] [--csv runs.csv]``.
+"""
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
+import math
 import os
+import re
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["RECORD_NAME", "STATUSES", "load_record", "write_record"]
+import pandas as pd
+
+__all__ = ["COLUMNS", "RECORD_NAME", "STATUSES", "TABLE_COLUMNS", "find_records", "flatten",
+           "format_table", "load", "load_record", "main", "select", "summary", "write_record"]
 
 RECORD_NAME = "result.json"
 STATUSES = ("completed", "failed", "invalid", "oom")
@@ -36,3 +49,296 @@ def load_record(path: str | Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / RECORD_NAME
     return json.loads(path.read_text())
+
+
+#: Columns of :func:`flatten` / :func:`load`, in order, with their meaning. Missing values are NaN
+#: (numbers) or None (text); every config leaf follows as ``cfg.<dotted key>`` (lists joined by ',').
+COLUMNS: dict[str, str] = {
+    "path": "the result.json file",
+    "status": "completed | failed | invalid | oom (| unreadable: the file is not valid JSON)",
+    "error": "first line of the error message (None when completed)",
+    **{g: f"Hydra choice of the group (else config {g}.name)" for g in ("dataset", "model", "framework",
+                                                                      "engine")},
+    "chunks": "config chunks (micro-batches per step)",
+    "halo": "config microbatch.halo", "partition": "config microbatch.partition",
+    "targets": "config microbatch.targets, else 'train' (older records)", "seed": "config train.seed",
+    "epochs": "epochs completed (len of the record's epochs; requested: cfg.train.epochs)",
+    "test_acc": "final test accuracy (last epoch)",
+    "val_acc": "final validation accuracy (last epoch)",
+    "best_val_acc": "best validation accuracy over epochs",
+    "test_acc_at_best_val": "test accuracy at the first epoch with the best validation accuracy",
+    "epoch_time_median_s": "median training-step time after the warm-up epoch",
+    "eval_time_median_s": "median evaluation time after the warm-up epoch",
+    "setup_s": "graph loading and model building", "microbatch_build_s": "building the micro-batch plans",
+    "total_s": "whole run",
+    "peak_rss_mb": "peak resident memory (VmHWM), MiB",
+    "peak_device_mb": "peak CUDA memory, MiB, max over devices (NaN on CPU)",
+    "replication": "training plan: rows read over distinct rows",
+    "inflation": "training plan: work relative to one micro-batch",
+    "cut_edge_fraction": "training plan: edges joining different parts",
+    "padding_fraction": "training plan: padding a static-shape layout would need",
+    "node_balance": "training plan: max / mean input rows per micro-batch",
+    "num_nodes": "graph nodes", "num_edges": "graph edges",
+    "devices": "engine.devices joined by ',' (or engine.device)",
+    "git_sha": "source commit of the run (-dirty when modified)",
+}
+_TEXT = {"path", "status", "error", "dataset", "model", "framework", "engine", "halo", "partition",
+         "targets", "devices", "git_sha"}
+#: Columns of the command line's table unless ``--columns`` is given.
+TABLE_COLUMNS = ("dataset", "model", "framework", "engine", "chunks", "halo", "partition", "status",
+                 "test_acc", "epoch_time_median_s", "peak_rss_mb", "inflation")
+_MIB = 2 ** 20
+
+
+def find_records(path: str | Path) -> list[Path]:
+    """Every ``result.json`` below ``path`` (recursively, in natural order: job 2 before job 10);
+    ``path`` itself when it is a file. Temporary ``.result.*.json`` files are never matched.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file or directory: {path}")
+    if path.is_file():
+        return [path]
+    natural = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]  # noqa: E731
+    return sorted((p for p in path.rglob(RECORD_NAME) if p.is_file()), key=natural)
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _get(d: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(d, Mapping) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def _number(value: Any) -> Any:
+    """``value`` if it is a number, else NaN."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def _leaf(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        if all(v is None or isinstance(v, (str, int, float, bool)) for v in value):
+            return ",".join(str(v) for v in value)
+        return json.dumps(value, default=str)
+    return value
+
+
+def _leaves(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, Mapping):
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = _leaf(value)
+    return out
+
+
+def flatten(record: Mapping[str, Any], path: str | Path | None = None) -> dict[str, Any]:
+    """One flat row of a record: the :data:`COLUMNS` (NaN or None when the record lacks them, as
+    failed and invalid runs do), then ``cfg.<dotted key>`` for every config leaf."""
+    cfg, choices, final, timing, mb, memory, dataset = (_dict(record.get(k)) for k in (
+        "config", "choices", "final", "timing", "microbatch", "memory", "dataset"))
+    engine = _dict(cfg.get("engine"))
+    devices = engine.get("devices")
+    device_peaks = [b for b in _dict(memory.get("peak_device_bytes")).values() if not math.isnan(_number(b))]
+    rss = _number(memory.get("peak_rss_bytes"))
+    error = record.get("error")
+    targets = _get(cfg, "microbatch", "targets") or mb.get("targets")
+    row: dict[str, Any] = {
+        "path": None if path is None else str(path),
+        "status": record.get("status"),
+        "error": str(error).strip().split("\n", 1)[0] if error else None,
+        **{g: choices.get(g) or _get(cfg, g, "name") for g in ("dataset", "model", "framework", "engine")},
+        "chunks": cfg.get("chunks", mb.get("chunks")),
+        "halo": _get(cfg, "microbatch", "halo") or mb.get("halo"),
+        "partition": _get(cfg, "microbatch", "partition") or mb.get("partition"),
+        "targets": "train" if targets is None else _leaf(targets),
+        "seed": _get(cfg, "train", "seed"),
+        "epochs": len(record.get("epochs") or []),
+        **{k: _number(final.get(k)) for k in ("test_acc", "val_acc", "best_val_acc", "test_acc_at_best_val")},
+        **{k: _number(timing.get(k)) for k in ("epoch_time_median_s", "eval_time_median_s", "setup_s",
+                                                "microbatch_build_s", "total_s")},
+        "peak_rss_mb": rss / _MIB,
+        "peak_device_mb": max(device_peaks) / _MIB if device_peaks else math.nan,
+        **{k: _number(mb.get(k)) for k in ("replication", "inflation", "cut_edge_fraction",
+                                            "padding_fraction", "node_balance")},
+        "num_nodes": _number(dataset.get("num_nodes")),
+        "num_edges": _number(dataset.get("num_edges")),
+        "devices": _leaf(devices) if devices is not None else engine.get("device"),
+        "git_sha": _get(record, "env", "git_sha"),
+    }
+    for key, value in row.items():
+        if value is None and key not in _TEXT:
+            row[key] = math.nan
+    row.update(_leaves(cfg, "cfg."))
+    return row
+
+
+def _column(df: pd.DataFrame, key: str) -> str:
+    """``key``, or ``cfg.key`` when only that is a column (so ``model.hidden`` works)."""
+    for name in (key, f"cfg.{key}"):
+        if name in df.columns:
+            return name
+    raise KeyError(f"no column {key!r} (nor cfg.{key}); columns: {', '.join(df.columns)}")
+
+
+def select(df: pd.DataFrame, where: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Rows of ``df`` whose column equals each value of ``where`` (a list or tuple accepts any of its
+    values; None matches missing). Keys may drop the ``cfg.`` prefix.
+
+    Raises:
+        KeyError: a key names no column.
+    """
+    mask = pd.Series(True, index=df.index)
+    for key, accepted in (where or {}).items():
+        col = df[_column(df, key)]
+        match = pd.Series(False, index=df.index)
+        for value in accepted if isinstance(accepted, (list, tuple, set, frozenset)) else [accepted]:
+            missing = value is None or (isinstance(value, float) and math.isnan(value))
+            match |= col.isna() if missing else (col == value).fillna(False).astype(bool)
+        mask &= match
+    return df[mask].reset_index(drop=True)
+
+
+def load(path: str | Path | Iterable[str | Path],
+         where: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """One row per ``result.json`` under ``path`` (a directory, a record, or a list of them), flattened
+    by :func:`flatten` and filtered by ``where`` (see :func:`select`). A file that is not valid JSON
+    becomes a row with status ``unreadable``. No record: an empty frame with the :data:`COLUMNS`."""
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    rows, seen = [], set()
+    for root in paths:
+        for file in find_records(root):
+            if file.resolve() in seen:
+                continue
+            seen.add(file.resolve())
+            try:
+                record = load_record(file)
+                if not isinstance(record, dict):
+                    raise ValueError(f"not a JSON object but {type(record).__name__}")
+            except (OSError, ValueError) as e:
+                record = {"status": "unreadable", "error": f"{type(e).__name__}: {e}"}
+            rows.append(flatten(record, path=file))
+    cfg_columns = sorted({k for row in rows for k in row if k not in COLUMNS})
+    return select(pd.DataFrame(rows, columns=[*COLUMNS, *cfg_columns]), where)
+
+
+def _parse_value(text: str) -> Any:
+    """``8`` -> 8, ``0.5`` -> 0.5, ``true`` -> True, ``none``/``null`` -> None, else the text."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    if re.fullmatch(r"[+-]?\d+", low):
+        return int(low)
+    if re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?", low):
+        return float(low)
+    return text
+
+
+def _fmt(value: Any, integral: bool) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        if integral or abs(value) >= 1000:
+            return f"{value:.0f}"
+        return f"{value:.4g}" if abs(value) >= 1 else f"{value:.3g}"
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def format_table(df: pd.DataFrame, columns: Sequence[str] = TABLE_COLUMNS) -> str:
+    """``df[columns]`` as an aligned text table: numbers right-aligned, 3-4 significant digits."""
+    cols, right = [], []
+    for name in (_column(df, c) for c in columns):
+        col = df[name]
+        numeric = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+        integral = numeric and all(float(v).is_integer() for v in col.dropna())
+        right.append(numeric)
+        cols.append([_fmt(v, integral) for v in col.tolist()])
+    widths = [max([len(c), *(len(v) for v in col)]) for c, col in zip(columns, cols)]
+    lines = ["  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(columns, widths, right))]
+    for i in range(len(df)):
+        lines.append("  ".join(col[i].rjust(w) if r else col[i].ljust(w)
+                               for col, w, r in zip(cols, widths, right)))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def summary(df: pd.DataFrame) -> str:
+    """``N runs: X completed, Y failed, ...`` (statuses other than completed only when present)."""
+    counts = df["status"].fillna("unknown").value_counts().to_dict()
+    order = ["completed", *(s for s in STATUSES if s != "completed"), *sorted(set(counts) - set(STATUSES))]
+    parts = [f"{counts.get(s, 0)} {s}" for s in order if s == "completed" or counts.get(s)]
+    return f"{len(df)} run{'' if len(df) == 1 else 's'}: {', '.join(parts)}"
+
+
+def _arrow_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """Object columns mixing value types (e.g. int and str) as text, which Parquet can store."""
+    out = df.copy()
+    for name in out.columns[out.dtypes == object]:
+        present = out[name].dropna()
+        if len({type(v) for v in present}) > 1:
+            out[name] = out[name].map(lambda v: v if v is None or v != v else str(v))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit code (0 all completed, 1 some not, 2 no record or misuse)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m pipegnn.results",
+        description="Aggregate result.json records (one row per run) into a table, CSV or Parquet.")
+    parser.add_argument("paths", nargs="*", type=Path, help="sweep or results directories")
+    parser.add_argument("--csv", type=Path, help="write every column of the listed runs here")
+    parser.add_argument("--parquet", type=Path, help="same as Parquet (needs pyarrow)")
+    parser.add_argument("--where", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                        help="keep runs whose column equals VALUE (repeat a key to accept several "
+                             "values; the cfg. prefix is optional: model.hidden=64)")
+    parser.add_argument("--columns", help="table columns, comma-separated (default: "
+                                          f"{', '.join(TABLE_COLUMNS)})")
+    args = parser.parse_args(argv)
+    args.paths += [Path(w) for w in args.where if "=" not in w]  # directories given after --where
+    if not args.paths:
+        parser.error("give at least one directory")
+    where: dict[str, list[Any]] = {}
+    for item in (w for w in args.where if "=" in w):
+        key, _, value = item.partition("=")
+        where.setdefault(key.strip(), []).append(_parse_value(value))
+    if args.parquet and importlib.util.find_spec("pyarrow") is None:
+        parser.error("--parquet needs pyarrow, which is not installed (pip install -r requirements.txt)")
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else TABLE_COLUMNS
+    try:
+        everything = load(args.paths)
+        if everything.empty:
+            print(f"error: no {RECORD_NAME} found under {', '.join(map(str, args.paths))}", file=sys.stderr)
+            return 2
+        df = select(everything, where)
+        table = format_table(df, columns)
+    except (FileNotFoundError, KeyError) as e:
+        print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return 2
+    if df.empty:
+        print(f"error: none of the {len(everything)} runs matches --where {' '.join(args.where)}",
+              file=sys.stderr)
+        return 2
+    print(table)
+    print(summary(df), flush=True)
+    for row in df[df["status"] != "completed"].itertuples():
+        print(f"{row.status}: {row.path}: {row.error}", file=sys.stderr)
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    if args.parquet:
+        _arrow_safe(df).to_parquet(args.parquet, index=False)
+    return 0 if (df["status"] == "completed").all() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

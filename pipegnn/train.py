@@ -16,10 +16,10 @@ from torch import Tensor
 from pipegnn.backends import get_backend
 from pipegnn.config import check_config, check_targets, eval_targets
 from pipegnn.data import Graph, load_graph
-from pipegnn.engines import Engine, build_engine
+from pipegnn.engines import IGNORE, Engine, build_engine
 from pipegnn.errors import ConfigError
 from pipegnn.measure import env_info, peak_device_bytes, peak_rss_bytes, reset_peaks, timed
-from pipegnn.microbatch import MicroBatchPlan, build_plan
+from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.models import build_model
 from pipegnn.results import write_record
 
@@ -76,31 +76,39 @@ def _train(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.device]:
         graph = load_graph(cfg["dataset"], cfg["data"]["root"], cfg["data"]["cache"])
         check_targets(cfg, graph)
         backend = get_backend(cfg["framework"]["name"])
-        model = build_model(cfg["model"], backend, graph.x, graph.num_classes)
+        model = build_model(cfg["model"], backend, graph.x, graph.num_classes,
+                            history=mb_cfg["halo"] == "historical")
     record["dataset"] = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                          "num_features": graph.num_features, "num_classes": graph.num_classes}
     record["model"] = {"parameters": sum(p.numel() for p in model.parameters())}
     log.info("%s; %s with %d parameters", graph, cfg["model"]["name"], record["model"]["parameters"])
 
+    halo = mb_cfg["halo"]
     with timed() as build:
         edge_index, edge_weight = backend.computation_graph(cfg["model"]["name"], graph.edge_index,
                                                             graph.num_nodes, graph.x.dtype)
-        plans = [build_plan(edge_index, graph.num_nodes, targets, int(cfg["chunks"]),
-                            num_layers=model.num_layers, halo=mb_cfg["halo"],
-                            partitioner=mb_cfg["partition"], edge_weight=edge_weight,
-                            seed=int(mb_cfg["seed"]))
-                 for targets in (graph.split("train"), eval_targets(graph))]
-    train_plan, eval_plan = plans
-    record["microbatch"] = _plan_summary(train_plan, eval_plan)
-    log.info("micro-batches: %d x halo=%s partition=%s, replication %.2f, inflation %.2f, "
-             "cut edges %.1f%%", train_plan.chunks, train_plan.halo, train_plan.partition,
-             train_plan.stats.replication, train_plan.stats.inflation,
-             100 * train_plan.stats.cut_edge_fraction)
+        built = [cached_plan(mb_cfg["cache"], edge_index, graph.num_nodes, targets, int(cfg["chunks"]),
+                             num_layers=model.num_layers, halo=halo, partitioner=mb_cfg["partition"],
+                             edge_weight=edge_weight, seed=int(mb_cfg["seed"]))
+                 for targets in (graph.split(mb_cfg["targets"]), eval_targets(graph, halo))]
+    (train_plan, train_cached), (eval_plan, eval_cached) = built
+    record["microbatch"] = {**_plan_summary(train_plan, eval_plan), "targets": mb_cfg["targets"],
+                            "cached": train_cached, "eval_cached": eval_cached}
+    log.info("micro-batches: %d x halo=%s partition=%s targets=%s, replication %.2f, inflation %.2f, "
+             "cut edges %.1f%% (%s in %.2fs)", train_plan.chunks, halo, train_plan.partition,
+             mb_cfg["targets"], train_plan.stats.replication, train_plan.stats.inflation,
+             100 * train_plan.stats.cut_edge_fraction, "cached" if train_cached else "built",
+             build.seconds)
 
     train_ids, eval_ids = model.attach(train_plan), model.attach(eval_plan)
     engine = build_engine(cfg["engine"], model, int(cfg["chunks"]))
     reset_peaks(engine.devices)
     record["timing"].update(setup_s=setup.seconds, microbatch_build_s=build.seconds)
+    if halo == "historical":
+        model.eval()
+        with timed(engine.devices) as fill:
+            model.refresh(eval_ids)
+        record["timing"]["history_fill_s"] = fill.seconds
     _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record)
     return engine.devices
 
@@ -112,24 +120,33 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
     optimizer = torch.optim.Adam(model.parameters(), lr=float(train_cfg["lr"]),
                                  weight_decay=float(train_cfg["weight_decay"]))
     out = engine.output_device
-    train_labels = graph.y[train_plan.targets].to(out)
+    # Targets outside the training split are computed (targets=all) but not in the loss.
+    train_labels = torch.where(graph.train_mask[train_plan.targets], graph.y[train_plan.targets],
+                               IGNORE).to(out)
+    num_labelled = int(graph.train_mask[train_plan.targets].sum())
+    historical = train_plan.halo == "historical"
     eval_labels = graph.y[eval_plan.targets].to(out)
     masks = {s: getattr(graph, f"{s}_mask")[eval_plan.targets].to(out) for s in ("train", "val", "test")}
     epochs = record["epochs"]
     for epoch in range(int(train_cfg["epochs"])):
         model.train()
         optimizer.zero_grad(set_to_none=True)
+        model.tick()
         with timed(engine.devices) as step:
-            loss = engine.train_step(train_ids, train_labels, train_plan.targets.numel())
+            loss = engine.train_step(train_ids, train_labels, num_labelled)
             optimizer.step()
+        staleness = model.staleness()
         if not math.isfinite(loss):
             raise FloatingPointError(f"training loss is {loss} at epoch {epoch}")
         model.eval()
         with timed(engine.devices) as evaluation:
-            correct = engine.predict(eval_ids).argmax(1) == eval_labels
+            # Historical mode evaluates layer-wise, which also refreshes every cached row.
+            logits = model.refresh(eval_ids) if historical else engine.predict(eval_ids)
+            correct = logits.to(out).argmax(1) == eval_labels
         acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
         epochs.append({"epoch": epoch, "train_loss": loss, **acc, "epoch_time_s": step.seconds,
-                       "eval_time_s": evaluation.seconds})
+                       "eval_time_s": evaluation.seconds,
+                       **({"staleness": staleness} if staleness is not None else {})})
         log.info("epoch %3d  loss %.4f  train %.3f  val %.3f  test %.3f  epoch %.3fs  eval %.3fs",
                  epoch, loss, acc["train_acc"], acc["val_acc"], acc["test_acc"], step.seconds,
                  evaluation.seconds)

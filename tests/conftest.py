@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from pipegnn.data import Graph
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+# Dataset copies and cached plans of the test session go to a fresh folder, never the user's cache.
+os.environ["PIPEGNN_CACHE"] = tempfile.mkdtemp(prefix="pipegnn-test-cache-")
 
 
 def shared_datasets() -> Path | None:

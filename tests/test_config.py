@@ -63,8 +63,9 @@ def test_unknown_dataset_group_fails_at_composition() -> None:
     (["engine.devices=[cpu,tpu]"], "engine.devices[1]"),
     (["engine=single", "engine.device=cuda:0"], "CUDA is not available"),
     (["dataset.name=imagenet"], "dataset.name='imagenet' is not valid"),
-    (["microbatch.halo=fancy"], "microbatch.halo='fancy' is not valid; valid: none, exact"),
-    (["microbatch.partition=kmeans"], "valid: sequential, random, metis"),
+    (["microbatch.halo=fancy"], "microbatch.halo='fancy' is not valid; valid: none, exact, historical"),
+    (["microbatch.targets=some"], "microbatch.targets='some' is not valid; valid: train, all"),
+    (["microbatch.partition=kmeans"], "valid: sequential, random, bfs, metis"),
 ])
 def test_invalid_input_is_recorded_before_training(tmp_path: Path, overrides: list[str],
                                                     message: str) -> None:

@@ -1,5 +1,7 @@
 """Transparency: micro-batched exact mode computes what full-graph training computes (dropout 0).
 
+For each framework adapter (PyG, DGL) the reference is that framework's plain full-graph layers.
+
 Run in float64 so that the comparison is tight (1e-9 relative): in float32, summing the same gradient
 in a different order (per micro-batch, then across micro-batches) leaves differences of up to ~1e-4
 relative in parameters whose gradient is a sum with heavy cancellation (e.g. attention vectors).
@@ -7,18 +9,24 @@ relative in parameters whose gradient is a sum with heavy cancellation (e.g. att
 from __future__ import annotations
 
 import copy
+import os
 
-import pytest
-import torch
-import torch.nn.functional as F
-from torch_geometric.nn import GATConv, GCNConv
+os.environ.setdefault("DGLBACKEND", "pytorch")  # before importing dgl: no backend warning
 
-from pipegnn.backends import get_backend
-from pipegnn.data import Graph
-from pipegnn.data.planetoid import load_planetoid
-from pipegnn.engines import GPipeEngine, SingleEngine
-from pipegnn.microbatch import build_plan
-from pipegnn.models import StagedGNN, build_model
+import dgl  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from dgl.nn.pytorch import GATConv as DglGATConv, GraphConv  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
+from torch_geometric.nn import GATConv, GCNConv  # noqa: E402
+
+from pipegnn.backends import FRAMEWORKS, get_backend  # noqa: E402
+from pipegnn.data import Graph  # noqa: E402
+from pipegnn.data.planetoid import load_planetoid  # noqa: E402
+from pipegnn.engines import GPipeEngine, SingleEngine  # noqa: E402
+from pipegnn.microbatch import build_plan  # noqa: E402
+from pipegnn.models import Stage, StagedGNN, build_model  # noqa: E402
 
 CPU = torch.device("cpu")
 MODELS = {
@@ -27,29 +35,60 @@ MODELS = {
 }
 
 
-def reference(model: StagedGNN, graph: Graph, targets: torch.Tensor) -> tuple[torch.Tensor, list]:
-    """Outputs of ``targets`` and parameter gradients of plain full-graph PyG layers (their own
-    self-loop and normalisation handling) carrying the staged model's weights."""
+def pyg_layer(stage: Stage, kind: str) -> nn.Module:
+    """A plain PyG layer (its own self-loop and normalisation handling) with ``stage``'s weights."""
+    s = stage.spec
+    conv = (GATConv(s.in_dim, s.out_dim, heads=s.heads, concat=s.concat) if kind == "gat"
+            else GCNConv(s.in_dim, s.out_dim))
+    conv.load_state_dict(stage.conv.state_dict())
+    return conv
+
+
+def dgl_layer(stage: Stage, kind: str) -> nn.Module:
+    """A plain DGL layer (``norm='both'`` for GCN) with ``stage``'s weights, in float64."""
+    s = stage.spec
+    if kind == "gat":
+        conv, state = DglGATConv(s.in_dim, s.out_dim, num_heads=s.heads), stage.conv.gat.state_dict()
+    else:
+        conv, state = GraphConv(s.in_dim, s.out_dim, norm="both"), stage.conv.state_dict()
+    conv = conv.to(torch.float64)  # DGL makes GATConv's attention vectors and bias float32
+    conv.load_state_dict(state)
+    return conv
+
+
+def full_graph_forward(framework: str, convs: list[nn.Module], model: StagedGNN, graph: Graph) -> Tensor:
+    """All nodes' outputs of ``convs`` on the full graph, self-loops handled as each framework's
+    users do (PyG layers add them; DGL users replace them with one per node)."""
     h = graph.x
-    params = []
-    for stage in model:
-        s = stage.spec
-        conv = (GATConv(s.in_dim, s.out_dim, heads=s.heads, concat=s.concat) if model.kind == "gat"
-                else GCNConv(s.in_dim, s.out_dim))
-        conv.load_state_dict(stage.conv.state_dict())
-        params += list(conv.parameters())
-        h = conv(h, graph.edge_index)
+    if framework == "dgl":
+        g = dgl.graph((graph.edge_index[0], graph.edge_index[1]), num_nodes=graph.num_nodes)
+        g = dgl.add_self_loop(dgl.remove_self_loop(g))
+    for stage, conv in zip(model, convs):
+        if framework == "pyg":
+            h = conv(h, graph.edge_index)
+        else:
+            h = conv(g, h)
+            if model.kind == "gat":
+                h = h.flatten(1) if stage.spec.concat else h.mean(1)
         h = stage.activation(h) if stage.activation else h
-    out = h[targets]
+    return h
+
+
+def reference(framework: str, model: StagedGNN, graph: Graph, targets: Tensor) -> tuple[Tensor, list]:
+    """Outputs of ``targets`` and parameter gradients of plain full-graph layers of ``framework``
+    carrying the staged model's weights."""
+    layer = pyg_layer if framework == "pyg" else dgl_layer
+    convs = [layer(stage, model.kind) for stage in model]
+    out = full_graph_forward(framework, convs, model, graph)[targets]
     F.cross_entropy(out, graph.y[targets], reduction="sum").div(targets.numel()).backward()
-    return out.detach(), [p.grad for p in params]
+    return out.detach(), [p.grad for conv in convs for p in conv.parameters()]
 
 
-def micro_batched(model: StagedGNN, graph: Graph, targets: torch.Tensor, chunks: int, partitioner: str,
-                  engine: str, halo: str = "exact") -> tuple[torch.Tensor, list]:
+def micro_batched(framework: str, model: StagedGNN, graph: Graph, targets: Tensor, chunks: int,
+                  partitioner: str, engine: str, halo: str = "exact") -> tuple[Tensor, list]:
     """Outputs (in ``targets`` order) and gradients of the staged model run by ``engine``."""
     model = copy.deepcopy(model)
-    backend = get_backend("pyg")
+    backend = get_backend(framework)
     edge_index, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes,
                                                    graph.x.dtype)
     plan = build_plan(edge_index, graph.num_nodes, targets, chunks, num_layers=model.num_layers,
@@ -70,13 +109,23 @@ def _float64():
     torch.set_default_dtype(torch.float32)
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread: on a busy CPU, DGL's OpenMP kernels wait ~10 ms per call for their threads
+    (the tiny graphs here need none); results do not depend on it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def graph(graph: Graph) -> Graph:
     graph.x = graph.x.double()
     return graph
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+def assert_close(actual: Tensor, expected: Tensor) -> None:
     """Equal to 1e-9 relative to the tensor's scale."""
     assert actual.dtype == expected.dtype == torch.float64
     torch.testing.assert_close(actual, expected, rtol=1e-9, atol=1e-9 * expected.abs().max().item())
@@ -86,12 +135,13 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 @pytest.mark.parametrize("partitioner", ["sequential", "metis"])
 @pytest.mark.parametrize("chunks", [1, 2, 3, 8])
 @pytest.mark.parametrize("kind", ["gat", "gcn"])
-def test_exact_equals_full_graph(graph: Graph, kind: str, chunks: int, partitioner: str,
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_exact_equals_full_graph(graph: Graph, framework: str, kind: str, chunks: int, partitioner: str,
                                  engine: str) -> None:
-    model = build_model(MODELS[kind], get_backend("pyg"), graph.x, graph.num_classes)
+    model = build_model(MODELS[kind], get_backend(framework), graph.x, graph.num_classes)
     targets = graph.split("train")
-    expected, expected_grads = reference(copy.deepcopy(model), graph, targets)
-    out, grads = micro_batched(model, graph, targets, chunks, partitioner, engine)
+    expected, expected_grads = reference(framework, copy.deepcopy(model), graph, targets)
+    out, grads = micro_batched(framework, model, graph, targets, chunks, partitioner, engine)
     assert_close(out, expected)
     assert len(grads) == len(expected_grads)
     for g, e in zip(grads, expected_grads):
@@ -99,27 +149,30 @@ def test_exact_equals_full_graph(graph: Graph, kind: str, chunks: int, partition
 
 
 @pytest.mark.parametrize("kind", ["gat", "gcn"])
-def test_naive_mode_loses_cut_edges(graph: Graph, kind: str) -> None:
-    model = build_model(MODELS[kind], get_backend("pyg"), graph.x, graph.num_classes)
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_naive_mode_loses_cut_edges(graph: Graph, framework: str, kind: str) -> None:
+    model = build_model(MODELS[kind], get_backend(framework), graph.x, graph.num_classes)
     targets = graph.split("all")
-    expected, _ = reference(copy.deepcopy(model), graph, targets)
-    same, _ = micro_batched(model, graph, targets, 1, "sequential", "single", halo="none")
+    expected, _ = reference(framework, copy.deepcopy(model), graph, targets)
+    same, _ = micro_batched(framework, model, graph, targets, 1, "sequential", "single", halo="none")
     assert_close(same, expected)  # one chunk: the naive mode is the full graph
-    lossy, _ = micro_batched(model, graph, targets, 4, "sequential", "single", halo="none")
+    lossy, _ = micro_batched(framework, model, graph, targets, 4, "sequential", "single", halo="none")
     wrong = (lossy - expected).abs().amax(1) > 1e-4
     assert wrong.float().mean() > 0.3  # most nodes have an in-neighbour in another chunk
 
 
 @pytest.mark.parametrize("engine", ["single", "gpipe"])
 @pytest.mark.parametrize("kind", ["gat", "gcn"])
-def test_exact_on_cora(data_root, cache_dir, kind: str, engine: str) -> None:
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_exact_on_cora(data_root, cache_dir, framework: str, kind: str, engine: str) -> None:
     graph = load_planetoid("cora", data_root, cache_dir)
     graph.x = graph.x.double()
     cfg = dict(MODELS[kind], hidden=8)
-    model = build_model(cfg, get_backend("pyg"), graph.x, graph.num_classes)
+    model = build_model(cfg, get_backend(framework), graph.x, graph.num_classes)
     targets = graph.split("train")
-    expected, expected_grads = reference(copy.deepcopy(model), graph, targets)
-    out, grads = micro_batched(model, graph, targets, 8, "metis", engine)
+    expected, expected_grads = reference(framework, copy.deepcopy(model), graph, targets)
+    out, grads = micro_batched(framework, model, graph, targets, 8, "metis", engine)
     assert_close(out, expected)
+    assert len(grads) == len(expected_grads)
     for g, e in zip(grads, expected_grads):
         assert_close(g, e)

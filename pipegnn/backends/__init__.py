@@ -1,7 +1,8 @@
 """Framework adapters: everything framework-specific lives in one adapter per framework.
 
 An adapter provides four static methods (see :class:`Backend`); staging, engines and the trainer call
-only these and never branch on the framework.
+only these and never branch on the framework. The DGL adapter is imported only when asked for, so
+PyG-only runs do not pay DGL's import time.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pipegnn.models.spec import LayerSpec
 
 __all__ = ["FRAMEWORKS", "Backend", "get_backend"]
 
-FRAMEWORKS = ("pyg",)
+FRAMEWORKS = ("pyg", "dgl")
 
 
 class Backend(Protocol):
@@ -50,4 +51,8 @@ def get_backend(name: str) -> Backend:
     """
     if name == "pyg":
         return PygBackend
+    if name == "dgl":
+        from pipegnn.backends.dgl import DglBackend
+
+        return DglBackend
     raise ConfigError(f"unknown framework {name!r}; valid: {', '.join(FRAMEWORKS)}")

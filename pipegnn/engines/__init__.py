@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pipegnn.engines.base import Engine, parse_device
+from pipegnn.engines.base import IGNORE, Engine, parse_device
 from pipegnn.engines.gpipe import CHECKPOINT_MODES, GPipeEngine, even_balance
 from pipegnn.engines.single import SingleEngine
 from pipegnn.models.base import StagedGNN
 
-__all__ = ["CHECKPOINT_MODES", "ENGINES", "Engine", "GPipeEngine", "SingleEngine", "build_engine",
+__all__ = ["CHECKPOINT_MODES", "ENGINES", "IGNORE", "Engine", "GPipeEngine", "SingleEngine", "build_engine",
            "even_balance", "parse_device"]
 
 ENGINES = ("single", "gpipe")

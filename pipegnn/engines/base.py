@@ -7,7 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["Engine", "parse_device"]
+__all__ = ["IGNORE", "Engine", "parse_device"]
+
+#: Label of targets that are computed but not part of the loss.
+IGNORE = -1
 
 
 def parse_device(name: str) -> torch.device:
@@ -60,18 +63,24 @@ class Engine:
     def train_step(self, ids: Tensor, labels: Tensor, num_targets: int) -> float:
         """Forward and backward over all micro-batches; gradients accumulate in the parameters.
 
-        The loss is the sum of per-target cross-entropies divided by the global number of targets
+        The loss is the sum of per-target cross-entropies divided by the global number of loss targets
         ``num_targets``, so the accumulated gradient equals the full-batch mean-loss gradient.
 
+        Args:
+            ids: micro-batch ids.
+            labels: one label per target in micro-batch order; ``IGNORE`` (-1) for targets that are
+                computed but not in the loss (e.g. ``microbatch.targets=all``).
+            num_targets: number of labelled targets over all micro-batches.
+
         Returns:
-            The mean training loss over all targets.
+            The mean training loss over the labelled targets.
         """
         total = torch.zeros((), device=self.output_device)
         offset = 0
         for logits in self.outputs(ids):
             y = labels[offset:offset + logits.size(0)]
             offset += logits.size(0)
-            loss = F.cross_entropy(logits, y, reduction="sum") / num_targets
+            loss = F.cross_entropy(logits, y, reduction="sum", ignore_index=IGNORE) / num_targets
             loss.backward()
             total += loss.detach()
         return float(total)

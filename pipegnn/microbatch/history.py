@@ -12,7 +12,7 @@ __all__ = ["History"]
 
 
 class History(nn.Module):
-    """Cache of ``[num_nodes, dim]`` embeddings with the step at which each row was last written.
+    """Cache of ``[num_nodes, dim]`` embeddings with the training step at which each row was written.
 
     Args:
         num_nodes: number of graph nodes.
@@ -37,16 +37,21 @@ class History(nn.Module):
         self.rows[nodes] = h.detach().to(self.rows.dtype)
         self.written[nodes] = self.step
 
-    def pull(self, nodes: Tensor, micro_batch: int) -> Tensor:
-        """Cached embeddings of ``nodes``; their ages are recorded once per micro-batch and step.
+    def pull(self, nodes: Tensor, micro_batch: int | None = None) -> Tensor:
+        """Cached embeddings of ``nodes``.
+
+        Args:
+            nodes: global node ids.
+            micro_batch: when given (training), the rows' ages are counted once per micro-batch and
+                step toward :meth:`staleness` (a checkpoint recomputation reads again: counted once).
 
         Raises:
-            RuntimeError: some rows were never written (the cache must be filled first).
+            RuntimeError: some rows were never written (fill the cache with a refresh pass first).
         """
         written = self.written[nodes]
         if bool((written < 0).any()):
             raise RuntimeError("history cache read before it was filled: run a refresh pass first")
-        if micro_batch not in self._ages:  # a checkpoint recomputation reads again: count once
+        if micro_batch is not None and micro_batch not in self._ages:
             self._ages[micro_batch] = (float((self.step - written).sum()), nodes.numel())
         return self.rows[nodes]
 

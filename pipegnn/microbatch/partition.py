@@ -1,20 +1,23 @@
 """Partitioners: assign every node to one of k parts so that each part holds a share of the targets.
 
 ``sequential`` is GPipe's contiguous order (node ids cut into k ranges), ``random`` the same over a
-random permutation, ``metis`` a min-cut partition from pymetis. All three balance the number of
+random permutation, ``bfs`` the same over a breadth-first (reverse Cuthill-McKee, from scipy) order that
+keeps neighbours close (a cheap locality-aware order), ``metis`` a min-cut partition from pymetis. All three balance the number of
 *targets* per part (targets drive the work of a micro-batch); the other nodes follow.
 """
 from __future__ import annotations
 
 import numpy as np
 import pymetis
+import scipy.sparse
 import torch
+from scipy.sparse.csgraph import reverse_cuthill_mckee
 from torch import Tensor
 from torch_geometric.utils import remove_self_loops, to_undirected
 
 __all__ = ["PARTITIONERS", "partition"]
 
-PARTITIONERS = ("sequential", "random", "metis")
+PARTITIONERS = ("sequential", "random", "bfs", "metis")
 
 
 def partition(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, method: str,
@@ -41,6 +44,8 @@ def partition(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, metho
         position[torch.randperm(num_nodes, generator=torch.Generator().manual_seed(seed))] = \
             torch.arange(num_nodes)
         return _contiguous(position, targets, k)
+    if method == "bfs":
+        return _contiguous(_bfs_position(edge_index, num_nodes), targets, k)
     if method == "metis":
         return _metis(edge_index, num_nodes, targets, k, seed)
     raise ValueError(f"unknown partitioner {method!r}; valid: {', '.join(PARTITIONERS)}")
@@ -51,6 +56,17 @@ def _contiguous(position: Tensor, targets: Tensor, k: int) -> Tensor:
     target_pos = torch.sort(position[targets]).values
     first = torch.div(torch.arange(1, k) * target_pos.numel(), k, rounding_mode="floor")
     return torch.searchsorted(target_pos[first], position, right=True)
+
+
+def _bfs_position(edge_index: Tensor, num_nodes: int) -> Tensor:
+    """Position of every node in the reverse Cuthill-McKee order of the undirected graph."""
+    row, col = to_undirected(edge_index, num_nodes=num_nodes).numpy()
+    adjacency = scipy.sparse.csr_matrix((np.ones(row.size, dtype=np.int8), (row, col)),
+                                        shape=(num_nodes, num_nodes))
+    order = torch.from_numpy(reverse_cuthill_mckee(adjacency, symmetric_mode=True).astype(np.int64))
+    position = torch.empty(num_nodes, dtype=torch.long)
+    position[order] = torch.arange(num_nodes)
+    return position
 
 
 def _metis(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, seed: int) -> Tensor:

@@ -87,6 +87,11 @@ class Stage(nn.Module):
             self.received.append(mb.nodes[:mb.sizes[layer]])
             self.pulled.append(mb.nodes[mb.sizes[layer]:mb.sources[layer]])
 
+    @property
+    def conv_device(self) -> torch.device:
+        """The device this stage's parameters are on."""
+        return next(self.conv.parameters()).device
+
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Stage":
         self._structures.clear()  # buffers are moving: rebuild structures on the new device
         return super()._apply(fn, *args, **kwargs)
@@ -104,7 +109,7 @@ class Stage(nn.Module):
         if self.history is not None:
             self.history.push(self.received[m], h)
             if self.pulled[m].numel():
-                h = torch.cat([h, self.history.pull(self.pulled[m], m)])
+                h = torch.cat([h, self.history.pull(self.pulled[m], m if self.training else None)])
         h = F.dropout(h, self.spec.dropout, self.training)
         h = self.backend.apply(self.conv, h, self.structure(m))[:self.shapes[m][1]]
         if self.activation is not None:
@@ -149,6 +154,30 @@ class StagedGNN(nn.Sequential):
     @property
     def num_layers(self) -> int:
         return len(self)
+
+    @torch.no_grad()
+    def refresh(self, ids: Tensor) -> Tensor:
+        """Layer-wise inference over the micro-batches ``ids``, filling every history cache.
+
+        Each layer runs over all micro-batches before the next one starts, and every cache first
+        receives all the fresh rows of its layer's input, so with a plan whose targets cover the graph
+        the halo rows read are current: the outputs equal full-graph outputs (GNNAutoScale's layer-wise
+        inference). Stages run on the devices they were placed on.
+
+        Returns:
+            Logits of the targets of ``ids``'s micro-batches, concatenated in micro-batch order.
+        """
+        hs: list[Tensor | None] = [None] * ids.numel()
+        for stage in self:
+            device = stage.conv_device
+            moved = [None if h is None else h.to(device) for h in hs]
+            if stage.history is not None:
+                for m, h in zip(ids.tolist(), moved):
+                    stage.history.push(stage.received[m], h)
+            mb_ids = ids.to(device, torch.float32)
+            hs = [stage((mb_ids[i:i + 1],) if h is None else (h, mb_ids[i:i + 1]))[0]
+                  for i, h in enumerate(moved)]
+        return torch.cat(hs)
 
     def attach(self, plan: MicroBatchPlan) -> Tensor:
         """Give every stage its blocks of ``plan``; returns the ids that select them (call before

@@ -1,0 +1,93 @@
+"""DGL adapter: DGL's own GATConv/GraphConv over micro-batch blocks (``dgl.create_block``).
+
+A micro-batch layer's local numbering (the rows it computes are a prefix of the rows it reads) is
+DGL's block convention (dst nodes are a prefix of src nodes), so a block is built directly from the
+local edges.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DGLBACKEND", "pytorch")  # before importing dgl: no backend warning
+
+import dgl  # noqa: E402
+import torch  # noqa: E402
+from dgl.nn.pytorch import EdgeWeightNorm, GATConv, GraphConv  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
+
+from pipegnn.models.spec import LayerSpec  # noqa: E402
+
+__all__ = ["DglBackend", "HeadReducedGATConv"]
+
+WEIGHT = "w"  # edata key of a block's edge weights
+
+
+class HeadReducedGATConv(nn.Module):
+    """DGL's GATConv with its heads concatenated (``[N, heads*out]``) or averaged (``[N, out]``).
+
+    Args:
+        spec: the layer; ``spec.dropout`` is the attention dropout (the Stage drops input features).
+    """
+
+    def __init__(self, spec: LayerSpec):
+        super().__init__()
+        self.gat = GATConv(spec.in_dim, spec.out_dim, num_heads=spec.heads, feat_drop=0.0,
+                           attn_drop=spec.dropout, allow_zero_in_degree=True)
+        self.concat = spec.concat
+
+    def forward(self, graph: dgl.DGLGraph, feat: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        out = self.gat(graph, feat, edge_weight=edge_weight)  # [N, heads, out]
+        return out.flatten(1) if self.concat else out.mean(1)
+
+
+class DglBackend:
+    """Builds DGL convolutions and runs them on DGL blocks of a micro-batch's local edges."""
+
+    name = "dgl"
+
+    @staticmethod
+    def computation_graph(kind: str, edge_index: Tensor, num_nodes: int,
+                          dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor | None]:
+        """Edges (and weights) the model's layers read, computed once on the full graph.
+
+        Both models: existing self-loops replaced by one self-loop per node. GCN also gets DGL's
+        symmetric normalisation (``EdgeWeightNorm(norm='both')``: ``1/sqrt(out_deg(src) * in_deg(dst))``)
+        with *full-graph* degrees, so a micro-batch never renormalises with its subgraph's degrees.
+        """
+        g = dgl.graph((edge_index[0], edge_index[1]), num_nodes=num_nodes)
+        g = dgl.add_self_loop(dgl.remove_self_loop(g))
+        edges = torch.stack(g.edges())
+        if kind != "gcn":
+            return edges, None
+        ones = torch.ones(g.num_edges(), dtype=dtype, device=edges.device)
+        return edges, EdgeWeightNorm(norm="both")(g, ones)
+
+    @staticmethod
+    def conv(kind: str, spec: LayerSpec) -> nn.Module:
+        """A DGL convolution for one layer (normalisation comes from the computation graph).
+
+        Cast to the default dtype: DGL creates some parameters (GATConv's attention vectors and bias)
+        as float32 whatever the default dtype is.
+        """
+        if kind == "gcn":
+            conv = GraphConv(spec.in_dim, spec.out_dim, norm="none", weight=True, bias=True,
+                             allow_zero_in_degree=True)
+        else:
+            conv = HeadReducedGATConv(spec)
+        return conv.to(torch.get_default_dtype())
+
+    @staticmethod
+    def structure(edge_index: Tensor, edge_weight: Tensor | None, num_src: int,
+                  num_dst: int) -> dgl.DGLGraph:
+        """A DGL block on ``edge_index``'s device, with the edge weights (if any) as edata."""
+        block = dgl.create_block((edge_index[0], edge_index[1]), num_src_nodes=num_src,
+                                 num_dst_nodes=num_dst, device=edge_index.device)
+        if edge_weight is not None:
+            block.edata[WEIGHT] = edge_weight
+        return block
+
+    @staticmethod
+    def apply(conv: nn.Module, h: Tensor, block: dgl.DGLGraph) -> Tensor:
+        """Run ``conv`` over one block; returns exactly the block's ``num_dst`` rows."""
+        weight = block.edata[WEIGHT] if WEIGHT in block.edata else None
+        return conv(block, h, edge_weight=weight)

@@ -1,0 +1,145 @@
+"""Framework adapters: PyG and DGL layers compute the same function on the same block; DGL trains."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor
+from torch_geometric.utils import to_undirected
+
+from pipegnn import run
+from pipegnn.backends import FRAMEWORKS, Backend, get_backend
+from pipegnn.errors import ConfigError
+from pipegnn.microbatch.halo import InCSR, MicroBatch, exact_block
+from pipegnn.models import LayerSpec
+
+from conftest import make_cfg, random_graph
+
+PYG, DGL = get_backend("pyg"), get_backend("dgl")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread: on a busy CPU, DGL's OpenMP kernels wait ~10 ms per call for their threads
+    (the tiny graphs here need none); results do not depend on it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def _float64():
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+def first_layer_block(kind: str) -> tuple[MicroBatch, Tensor]:
+    """Layer 1 of a 2-layer exact micro-batch of the random graph (it reads a halo beyond its targets),
+    and float64 input rows for it."""
+    graph = random_graph()
+    edge_index, weight = PYG.computation_graph(kind, graph.edge_index, graph.num_nodes, torch.float64)
+    mb = exact_block(InCSR(edge_index, graph.num_nodes, weight), torch.arange(0, 50, 3), num_layers=2)
+    assert mb.sizes[0] > mb.sizes[1]  # the block's sources extend beyond its targets
+    return mb, graph.x[mb.nodes].double()
+
+
+def outputs(backend: Backend, conv: torch.nn.Module, mb: MicroBatch, h: Tensor) -> Tensor:
+    """``conv``'s output rows of the block's targets, run by ``backend``."""
+    block = backend.structure(mb.edges[0], mb.weights[0], mb.sizes[0], mb.sizes[1])
+    return backend.apply(conv, h, block)[:mb.sizes[1]]
+
+
+@pytest.mark.usefixtures("_float64")
+def test_gcn_layer_is_the_same_in_pyg_and_dgl() -> None:
+    mb, h = first_layer_block("gcn")
+    spec = LayerSpec(h.size(1), 4)
+    pyg, dgl = PYG.conv("gcn", spec), DGL.conv("gcn", spec)
+    with torch.no_grad():
+        pyg.bias.normal_()  # non-zero, so the bias mapping is checked too
+        dgl.weight.copy_(pyg.lin.weight.T)  # DGL's weight is [in, out], PyG's lin.weight [out, in]
+        dgl.bias.copy_(pyg.bias)
+    expected = outputs(PYG, pyg, mb, h)
+    assert expected.shape == (mb.sizes[1], 4) and expected.dtype == torch.float64
+    torch.testing.assert_close(outputs(DGL, dgl, mb, h), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.usefixtures("_float64")
+@pytest.mark.parametrize("concat", [True, False])
+def test_gat_layer_is_the_same_in_pyg_and_dgl(concat: bool) -> None:
+    mb, h = first_layer_block("gat")
+    spec = LayerSpec(h.size(1), 4, heads=3, concat=concat)
+    pyg, dgl = PYG.conv("gat", spec), DGL.conv("gat", spec)
+    with torch.no_grad():
+        pyg.bias.normal_()
+        dgl.gat.fc.weight.copy_(pyg.lin.weight)  # both [heads*out, in]
+        dgl.gat.attn_l.copy_(pyg.att_src)  # both [1, heads, out]
+        dgl.gat.attn_r.copy_(pyg.att_dst)
+        # DGL adds its [heads*out] bias before reducing the heads, PyG after (its bias is [out]
+        # when averaging): the same bias on every head averages to PyG's.
+        dgl.gat.bias.copy_(pyg.bias if concat else pyg.bias.repeat(spec.heads))
+    expected = outputs(PYG, pyg, mb, h)
+    assert expected.shape == (mb.sizes[1], spec.out_features)
+    torch.testing.assert_close(outputs(DGL, dgl, mb, h), expected, rtol=1e-12, atol=1e-12)
+
+
+def sorted_edges(edge_index: Tensor, weight: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """Edges (and weights) in (target, source) order."""
+    order = torch.argsort(edge_index[1] * (int(edge_index.max()) + 1) + edge_index[0])
+    return edge_index[:, order], None if weight is None else weight[order]
+
+
+def test_computation_graphs_agree_on_undirected_graphs() -> None:
+    """Both give one self-loop per node; GCN weights agree when in- and out-degrees coincide, but DGL
+    normalises by the source's out-degree (PyG by its in-degree), so they differ on directed graphs."""
+    graph = random_graph()
+    undirected = to_undirected(graph.edge_index, num_nodes=graph.num_nodes)
+    for kind in ("gat", "gcn"):
+        pyg = sorted_edges(*PYG.computation_graph(kind, undirected, graph.num_nodes))
+        dgl = sorted_edges(*DGL.computation_graph(kind, undirected, graph.num_nodes))
+        assert torch.equal(pyg[0], dgl[0])
+        assert (pyg[0][0] == pyg[0][1]).sum() == graph.num_nodes
+        if kind == "gcn":
+            assert dgl[1].dtype == torch.float32
+            torch.testing.assert_close(dgl[1], pyg[1])
+        else:
+            assert pyg[1] is None and dgl[1] is None
+    pyg = sorted_edges(*PYG.computation_graph("gcn", graph.edge_index, graph.num_nodes))
+    dgl = sorted_edges(*DGL.computation_graph("gcn", graph.edge_index, graph.num_nodes))
+    assert torch.equal(pyg[0], dgl[0]) and not torch.allclose(pyg[1], dgl[1])
+
+
+def test_unknown_framework_is_named() -> None:
+    assert FRAMEWORKS == ("pyg", "dgl")
+    with pytest.raises(ConfigError, match=r"'jax'.*valid: pyg, dgl"):
+        get_backend("jax")
+
+
+def _losses(*overrides: str) -> list[float]:
+    record = run(make_cfg("framework=dgl", "model.dropout=0", "train.epochs=4", *overrides))
+    assert record["status"] == "completed", record["error"]
+    assert record["config"]["framework"]["name"] == "dgl"
+    return [e["train_loss"] for e in record["epochs"]]
+
+
+@pytest.mark.parametrize("model", ["gat", "gcn"])
+def test_dgl_training_is_transparent(model: str) -> None:
+    """DGL runs complete; with dropout 0, full-batch, single-engine and GPipe micro-batches train the
+    same model (per-epoch losses agree) and the model learns."""
+    full = _losses(f"model={model}", "engine=single", "chunks=1", "microbatch.halo=none")
+    single = _losses(f"model={model}", "engine=single", "chunks=4")
+    gpipe = _losses(f"model={model}", "engine=gpipe", "chunks=4")
+    assert full == pytest.approx(single, rel=1e-5)
+    assert full == pytest.approx(gpipe, rel=1e-5)
+    assert full[-1] < full[0]
+
+
+@pytest.mark.parametrize("model", ["gat", "gcn"])
+def test_dgl_historical_halo_runs(model: str) -> None:
+    """Historical blocks read more source rows than they receive (the cached halo); DGL blocks take them."""
+    record = run(make_cfg("framework=dgl", f"model={model}", "microbatch.halo=historical", "chunks=3",
+                          "engine=gpipe"))
+    assert record["status"] == "completed", record["error"]
+    assert all(math.isfinite(e["train_loss"]) for e in record["epochs"])

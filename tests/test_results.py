@@ -1,0 +1,282 @@
+"""Aggregating result records: find_records, flatten, load/select, CSV/Parquet and the command line."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipegnn import run
+from pipegnn.results import (COLUMNS, find_records, flatten, format_table, load, select, summary,
+                             write_record)
+
+from conftest import ROOT, make_cfg
+
+CONFIG = {"chunks": 8, "microbatch": {"halo": "exact", "partition": "metis", "seed": 0},
+          "train": {"epochs": 3, "lr": 0.005, "weight_decay": 0.0005, "seed": 1},
+          "data": {"root": None, "cache": ".cache"},
+          "dataset": {"name": "cora"}, "model": {"name": "gat", "hidden": 8, "layers": 2},
+          "framework": {"name": "pyg"},
+          "engine": {"name": "gpipe", "devices": ["cuda:0", "cuda:1"], "balance": [1, 1],
+                     "checkpoint": "except_last"}}
+COMPLETED = {
+    "status": "completed", "error": None, "config": CONFIG,
+    "choices": {"dataset": "cora", "model": "gat", "framework": "pyg", "engine": "gpipe",
+                "hydra/launcher": "basic"},
+    "env": {"git_sha": "abc123"}, "dataset": {"name": "cora", "num_nodes": 2708, "num_edges": 10556},
+    "epochs": [{"epoch": i, "test_acc": 0.8} for i in range(3)],
+    "final": {"train_acc": 1.0, "val_acc": 0.79, "test_acc": 0.815, "best_val_acc": 0.8,
+              "test_acc_at_best_val": 0.82, "best_epoch": 1},
+    "timing": {"setup_s": 1.5, "microbatch_build_s": 0.25, "epoch_time_median_s": 0.0125,
+               "eval_time_median_s": 0.004, "total_s": 9.0},
+    "memory": {"peak_rss_bytes": 300 * 2 ** 20,
+               "peak_device_bytes": {"cuda:0": 64 * 2 ** 20, "cuda:1": 96 * 2 ** 20}},
+    "microbatch": {"chunks": 8, "halo": "exact", "partition": "metis", "replication": 1.5,
+                   "inflation": 2.25, "cut_edge_fraction": 0.1, "padding_fraction": 0.05,
+                   "node_balance": 1.2, "eval": {"replication": 9.0}},
+}
+
+
+def _failed() -> dict:
+    cfg = copy.deepcopy(CONFIG)
+    cfg.update(chunks=4, engine={"name": "single", "device": "cpu"})
+    cfg["model"]["hidden"] = 16
+    return {"status": "failed", "error": "RuntimeError: boom\nsecond line", "config": cfg,
+            "traceback": "Traceback (most recent call last):\n  ...", "choices": {}, "env": {},
+            "epochs": [{"epoch": 0}], "final": {}, "timing": {"total_s": 2.0},
+            "memory": {"peak_rss_bytes": 2 ** 20, "peak_device_bytes": {}}, "microbatch": {}}
+
+
+def _invalid() -> dict:
+    cfg = copy.deepcopy(CONFIG)
+    cfg["chunks"] = 0
+    return {"status": "invalid", "error": "chunks must be an integer >= 1, got 0", "config": cfg,
+            "choices": {"engine": "gpipe"}, "env": {}, "epochs": [], "final": {}, "timing": {"total_s": 0.5},
+            "memory": {"peak_rss_bytes": None, "peak_device_bytes": {}}, "microbatch": {}}
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    """A multirun directory: 0 completed, 1 failed, 2 invalid, plus a leftover temp file."""
+    root = tmp_path / "multirun" / "2024-01-01" / "12-00-00"
+    for job, record in enumerate((COMPLETED, _failed(), _invalid())):
+        write_record(root / str(job), record)
+    (root / "0" / ".result.tmp123.json").write_text("{half")
+    return root
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """One record of a real (tiny) run."""
+    tmp = tmp_path_factory.mktemp("real")
+    out = tmp / "run"
+    # ++ sets the cache root (dataset copies, cached plans) whether or not the config has the key
+    record = run(make_cfg("train.epochs=2", "chunks=2", f"++cache_root={tmp / 'cache'}"), output_dir=out)
+    assert record["status"] == "completed", record["error"]
+    return out, record
+
+
+def test_find_records_recursive_natural_order_without_temp_files(tmp_path: Path) -> None:
+    for job in (10, 2, 0):
+        write_record(tmp_path / "s" / str(job), {"status": "completed"})
+    (tmp_path / "s" / "2" / ".result.abc.json").write_text("{}")
+    (tmp_path / "s" / "notes.json").write_text("{}")
+    assert find_records(tmp_path) == [tmp_path / "s" / j / "result.json" for j in ("0", "2", "10")]
+    assert find_records(tmp_path / "s" / "2" / "result.json") == [tmp_path / "s" / "2" / "result.json"]
+    with pytest.raises(FileNotFoundError):
+        find_records(tmp_path / "nope")
+
+
+def test_flatten_hand_made_record() -> None:
+    row = flatten(COMPLETED, path="x/result.json")
+    assert list(row)[:len(COLUMNS)] == list(COLUMNS)
+    assert row["path"] == "x/result.json" and row["status"] == "completed" and row["error"] is None
+    assert (row["dataset"], row["model"], row["framework"], row["engine"]) == ("cora", "gat", "pyg", "gpipe")
+    assert (row["chunks"], row["halo"], row["partition"], row["targets"], row["seed"], row["epochs"]) == \
+        (8, "exact", "metis", "train", 1, 3)
+    assert (row["test_acc"], row["val_acc"], row["best_val_acc"], row["test_acc_at_best_val"]) == \
+        (0.815, 0.79, 0.8, 0.82)
+    assert (row["epoch_time_median_s"], row["eval_time_median_s"], row["setup_s"],
+            row["microbatch_build_s"], row["total_s"]) == (0.0125, 0.004, 1.5, 0.25, 9.0)
+    assert row["peak_rss_mb"] == 300.0 and row["peak_device_mb"] == 96.0
+    assert (row["replication"], row["inflation"], row["cut_edge_fraction"], row["padding_fraction"],
+            row["node_balance"]) == (1.5, 2.25, 0.1, 0.05, 1.2)
+    assert (row["num_nodes"], row["num_edges"], row["devices"], row["git_sha"]) == \
+        (2708, 10556, "cuda:0,cuda:1", "abc123")
+    assert row["cfg.model.hidden"] == 8 and row["cfg.train.lr"] == 0.005 and row["cfg.data.root"] is None
+    assert row["cfg.engine.balance"] == "1,1" and row["cfg.engine.devices"] == "cuda:0,cuda:1"
+    assert not any(k.startswith("cfg.") and isinstance(v, dict) for k, v in row.items())
+
+
+def test_flatten_missing_fields_and_fallbacks() -> None:
+    row = flatten(_failed())
+    assert row["error"] == "RuntimeError: boom"
+    assert (row["dataset"], row["engine"], row["devices"]) == ("cora", "single", "cpu")  # from config
+    assert row["epochs"] == 1 and row["total_s"] == 2.0 and row["peak_rss_mb"] == 1.0
+    for key in ("test_acc", "best_val_acc", "epoch_time_median_s", "setup_s", "peak_device_mb",
+                "inflation", "num_nodes"):
+        assert math.isnan(row[key]), key
+    assert row["git_sha"] is None
+    cfg = copy.deepcopy(CONFIG)
+    cfg["microbatch"]["targets"] = "val"
+    assert flatten({"config": cfg})["targets"] == "val"
+    assert flatten({"microbatch": {"targets": "all"}})["targets"] == "all"  # from the plan summary
+    empty = flatten({})  # a record with nothing at all still flattens
+    assert empty["status"] is None and empty["epochs"] == 0 and math.isnan(empty["chunks"])
+    assert math.isnan(flatten(_invalid())["peak_rss_mb"])
+
+
+def test_load_one_row_per_record(sweep: Path) -> None:
+    df = load(sweep)
+    assert list(df["status"]) == ["completed", "failed", "invalid"]
+    assert list(df.columns[:len(COLUMNS)]) == list(COLUMNS)
+    assert list(df["path"]) == [str(sweep / j / "result.json") for j in ("0", "1", "2")]
+    assert list(df["chunks"]) == [8, 4, 0] and list(df["cfg.model.hidden"]) == [8, 16, 8]
+    assert df.loc[0, "test_acc"] == 0.815 and df.loc[[1, 2], "test_acc"].isna().all()
+    assert df.loc[1, "error"] == "RuntimeError: boom" and pd.isna(df.loc[0, "error"])
+    assert list(df["engine"]) == ["gpipe", "single", "gpipe"]
+    # several roots, the same root twice counted once
+    assert len(load([sweep / "0", sweep, sweep / "2"])) == 3
+
+
+def test_load_where(sweep: Path) -> None:
+    assert list(load(sweep, where={"chunks": 8})["status"]) == ["completed"]
+    assert list(load(sweep, where={"status": ["failed", "invalid"]})["chunks"]) == [4, 0]
+    assert list(load(sweep, where={"model.hidden": 8, "halo": "exact"})["chunks"]) == [8, 0]
+    assert list(load(sweep, where={"test_acc": None})["status"]) == ["failed", "invalid"]
+    assert load(sweep, where={"chunks": 3}).empty
+    with pytest.raises(KeyError, match="no column 'colour'"):
+        load(sweep, where={"colour": "red"})
+    assert list(select(load(sweep), {"engine": "single"})["chunks"]) == [4]
+
+
+def test_unreadable_record_and_empty_dir(tmp_path: Path) -> None:
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / "result.json").write_text("{not json")
+    df = load(tmp_path)
+    assert list(df["status"]) == ["unreadable"] and df.loc[0, "error"].startswith("JSONDecodeError")
+    (tmp_path / "empty").mkdir()
+    empty = load(tmp_path / "empty")
+    assert empty.empty and list(empty.columns) == list(COLUMNS)
+
+
+def test_csv_round_trip(sweep: Path, tmp_path: Path) -> None:
+    df = load(sweep)
+    df.to_csv(tmp_path / "runs.csv", index=False)
+    back = pd.read_csv(tmp_path / "runs.csv")
+    assert list(back.columns) == list(df.columns)
+    pd.testing.assert_series_equal(back["test_acc"], df["test_acc"])
+    assert list(back["status"]) == list(df["status"]) and list(back["chunks"]) == [8, 4, 0]
+
+
+def test_flatten_real_record(real: tuple[Path, dict]) -> None:
+    out, record = real
+    df = load(out)
+    assert len(df) == 1
+    row = df.iloc[0]
+    cfg, final, mb = record["config"], record["final"], record["microbatch"]
+    assert row["status"] == "completed" and pd.isna(row["error"])
+    assert row["path"] == str(out / "result.json")
+    assert (row["dataset"], row["model"], row["framework"], row["engine"]) == \
+        (cfg["dataset"]["name"], cfg["model"]["name"], cfg["framework"]["name"], cfg["engine"]["name"])
+    assert row["chunks"] == cfg["chunks"] == 2 and row["epochs"] == 2 == len(record["epochs"])
+    mb_cfg = cfg["microbatch"]
+    assert (row["halo"], row["partition"], row["targets"]) == \
+        (mb_cfg["halo"], mb_cfg["partition"], mb_cfg.get("targets", "train"))
+    for key in ("test_acc", "val_acc", "best_val_acc", "test_acc_at_best_val"):
+        assert row[key] == final[key], key
+    for key in ("epoch_time_median_s", "eval_time_median_s", "setup_s", "microbatch_build_s", "total_s"):
+        assert row[key] == record["timing"][key], key
+    assert row["peak_rss_mb"] == record["memory"]["peak_rss_bytes"] / 2 ** 20
+    assert math.isnan(row["peak_device_mb"])  # CPU: no device peaks
+    for key in ("replication", "inflation", "cut_edge_fraction", "padding_fraction", "node_balance"):
+        assert row[key] == mb[key], key
+    assert (row["num_nodes"], row["num_edges"]) == \
+        (record["dataset"]["num_nodes"], record["dataset"]["num_edges"])
+    assert row["devices"] == ",".join(cfg["engine"]["devices"]) and row["git_sha"] == record["env"]["git_sha"]
+    assert row["cfg.model.hidden"] == cfg["model"]["hidden"] and row["cfg.train.seed"] == cfg["train"]["seed"]
+    assert row["cfg.dataset.num_nodes"] == 400
+
+
+def test_table_and_summary(sweep: Path) -> None:
+    df = load(sweep)
+    lines = format_table(df).splitlines()
+    assert lines[0].split() == ["dataset", "model", "framework", "engine", "chunks", "halo", "partition",
+                                "status", "test_acc", "epoch_time_median_s", "peak_rss_mb", "inflation"]
+    assert lines[1].split() == ["cora", "gat", "pyg", "gpipe", "8", "exact", "metis", "completed", "0.815",
+                                "0.0125", "300", "2.25"]
+    assert lines[2].split()[7:] == ["failed", "-", "-", "1", "-"]
+    assert len({len(line) for line in lines[:2]}) == 1  # aligned
+    assert summary(df) == "3 runs: 1 completed, 1 failed, 1 invalid"
+    assert summary(df[:1]) == "1 run: 1 completed"
+
+
+def _cli(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipegnn.results", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli(sweep: Path, tmp_path: Path) -> None:
+    proc = _cli(sweep.parent.parent, "--csv", tmp_path / "all.csv")
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:2] == ["dataset", "model"] and len(lines) == 5
+    assert lines[1].split()[-5:] == ["completed", "0.815", "0.0125", "300", "2.25"]
+    assert lines[-1] == "3 runs: 1 completed, 1 failed, 1 invalid"
+    assert f"failed: {sweep / '1' / 'result.json'}: RuntimeError: boom" in proc.stderr
+    assert list(pd.read_csv(tmp_path / "all.csv")["status"]) == ["completed", "failed", "invalid"]
+
+    parquet = importlib.util.find_spec("pyarrow") is not None
+    extra = ["--parquet", tmp_path / "one.parquet"] if parquet else []
+    proc = _cli(sweep, "--where", "chunks=8", "halo=exact", "--columns", "status,chunks,model.hidden",
+                *extra)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["status     chunks  model.hidden", "completed       8             8",
+                                        "1 run: 1 completed"]
+    if parquet:
+        back = pd.read_parquet(tmp_path / "one.parquet")
+        expected = load(sweep, where={"chunks": 8})
+        assert list(back.columns) == list(expected.columns)
+        assert back.loc[0, "test_acc"] == 0.815 and back.loc[0, "cfg.engine.balance"] == "1,1"
+        assert back.loc[0, "peak_device_mb"] == 96.0
+
+    (tmp_path / "empty").mkdir()
+    proc = _cli(tmp_path / "empty")
+    assert proc.returncode == 2 and "no result.json found under" in proc.stderr and proc.stdout == ""
+
+
+def test_parquet_round_trip_with_mixed_records(sweep: Path, tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    from pipegnn.results import _arrow_safe
+
+    write_record(sweep / "3", {**COMPLETED, "config": {**CONFIG, "chunks": "eight"}})  # int and str mixed
+    df = load(sweep)
+    _arrow_safe(df).to_parquet(tmp_path / "runs.parquet", index=False)
+    back = pd.read_parquet(tmp_path / "runs.parquet")
+    assert list(back["status"]) == ["completed", "failed", "invalid", "completed"]
+    assert list(back["chunks"]) == ["8", "4", "0", "eight"]
+    pd.testing.assert_series_equal(back["test_acc"], df["test_acc"])
+
+
+def test_main_in_process(sweep: Path, capsys: pytest.CaptureFixture) -> None:
+    from pipegnn.results import _parse_value, main
+
+    assert [_parse_value(v) for v in ("8", "-2", "0.5", "1e-3", "True", "none", "exact", "1,1", "nan")] == \
+        [8, -2, 0.5, 0.001, True, None, "exact", "1,1", "nan"]
+    # directories may follow --where; repeating a key accepts any of its values
+    assert main(["--where", "chunks=8", "chunks=4", str(sweep), "--columns", "chunks,status"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["chunks  status", "     8  completed", "     4  failed", "2 runs: 1 completed, 1 failed"]
+    assert main([str(sweep), "--where", "train.epochs=3", "engine=single", "--columns", "chunks"]) == 1
+    assert capsys.readouterr().out.splitlines()[1:] == ["     4", "1 run: 0 completed, 1 failed"]
+    assert main([str(sweep), "--where", "chunks=3"]) == 2
+    assert "none of the 3 runs matches --where chunks=3" in capsys.readouterr().err
+    assert main([str(sweep), "--columns", "chunks,colour"]) == 2
+    assert "no column 'colour'" in capsys.readouterr().err
+    assert main([str(sweep / "missing")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
