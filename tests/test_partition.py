@@ -50,3 +50,23 @@ def test_bad_arguments(graph) -> None:
         partition(graph.edge_index, graph.num_nodes, targets, 2, "fancy")
     with pytest.raises(ValueError, match="got 0"):
         partition(graph.edge_index, graph.num_nodes, targets, 0, "metis")
+
+
+def test_bfs_keeps_neighbours_together() -> None:
+    """On a 30x30 grid with shuffled node ids, the breadth-first order cuts few edges, a random order
+    most of them."""
+    side = 30
+    n = side * side
+    ids = torch.arange(n).view(side, side)
+    pairs = torch.cat([torch.stack([ids[:, :-1].reshape(-1), ids[:, 1:].reshape(-1)]),
+                       torch.stack([ids[:-1].reshape(-1), ids[1:].reshape(-1)])], 1)
+    shuffle = torch.randperm(n, generator=torch.Generator().manual_seed(7))
+    edge_index = shuffle[torch.cat([pairs, pairs.flip(0)], 1)]
+    src, dst = edge_index
+
+    def cut(method: str) -> float:
+        part = partition(edge_index, n, torch.arange(n), 4, method)
+        assert torch.equal(torch.bincount(part), torch.full((4,), n // 4))
+        return (part[src] != part[dst]).float().mean().item()
+
+    assert cut("bfs") < 0.1 < 0.5 < cut("random")

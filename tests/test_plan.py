@@ -95,3 +95,46 @@ def test_bad_arguments() -> None:
         path_plan([0, 1], layers=1, halo="fancy")
     with pytest.raises(ValueError, match="number of targets=2"):
         path_plan([0, 1], layers=1, chunks=3)
+
+
+def test_historical_two_layer_stats() -> None:
+    plan = path_plan([0, 1, 2, 3, 4, 5], layers=2, halo="historical")
+    first, second = plan.micro_batches
+    # {0,1,2} reads halo node 3 at both layers: layer 1 from features, layer 2 from the cache.
+    assert first.sizes == [4, 3, 3] and first.sources == [4, 4]
+    assert first.nodes.tolist() == [0, 1, 2, 3] and second.nodes.tolist() == [3, 4, 5, 2]
+    assert [e.size(1) for e in first.edges] == [5, 5]
+    s = plan.stats
+    assert s.replication_per_layer == pytest.approx([8 / 6, 8 / 6])
+    assert s.inflation == pytest.approx(2 * 2 * (4 + 5) / (2 * (6 + 10)))
+
+
+def test_balance_statistics() -> None:
+    plan = path_plan([0, 1, 2, 3, 4], layers=1)
+    # targets {0,1} and {2,3,4}; inputs 3 and 5 rows.
+    assert plan.stats.target_balance == pytest.approx(3 / 2.5)
+    assert plan.stats.node_balance == pytest.approx(5 / 4)
+
+
+def test_stats_command_matches_build_plan(data_root, capsys, tmp_path) -> None:
+    from pipegnn.microbatch.stats import main
+
+    assert main(["dataset=cora", f"data.root={data_root}", f"data.cache={tmp_path}", "chunks=2,8",
+                 "microbatch.targets=all", "microbatch.halo=exact,historical",
+                 "--csv", str(tmp_path / "t.csv")]) == 0
+    import pandas as pd
+
+    from pipegnn.data.planetoid import load_planetoid
+    from pipegnn.backends import get_backend
+
+    table = pd.read_csv(tmp_path / "t.csv")
+    assert len(table) == 4 * 2 * 2  # partitioners x chunks x halos
+    row = table[(table.partition == "metis") & (table.chunks == 8) & (table.halo == "exact")].iloc[0]
+    graph = load_planetoid("cora", data_root, tmp_path)
+    edges, _ = get_backend("pyg").computation_graph("gat", graph.edge_index, graph.num_nodes)
+    expected = build_plan(edges, graph.num_nodes, graph.split("all"), 8, num_layers=2,
+                          partitioner="metis").stats
+    assert row.inflation == pytest.approx(expected.inflation)
+    assert row.replication == pytest.approx(expected.replication)
+    assert "metis" in capsys.readouterr().out
+    assert main(["dataset=cora", f"data.root={data_root}", "microbatch.partition=kmeans"]) == 2

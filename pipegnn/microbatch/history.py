@@ -17,11 +17,12 @@ class History(nn.Module):
     Args:
         num_nodes: number of graph nodes.
         dim: embedding width (the layer's input features).
+        dtype: dtype of the embeddings (the model's).
     """
 
-    def __init__(self, num_nodes: int, dim: int):
+    def __init__(self, num_nodes: int, dim: int, dtype: torch.dtype = torch.float32):
         super().__init__()
-        self.register_buffer("rows", torch.zeros(num_nodes, dim), persistent=False)
+        self.register_buffer("rows", torch.zeros(num_nodes, dim, dtype=dtype), persistent=False)
         self.register_buffer("written", torch.full((num_nodes,), -1, dtype=torch.long), persistent=False)
         self.step = 0
         self._ages: dict[int, tuple[float, int]] = {}  # micro-batch -> (sum of ages, rows) this step

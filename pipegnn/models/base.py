@@ -72,9 +72,9 @@ class Stage(nn.Module):
         """Keep the node features on this (first) stage."""
         self.features = x
 
-    def add_history(self, num_nodes: int) -> None:
+    def add_history(self, num_nodes: int, dtype: torch.dtype) -> None:
         """Keep a cache of this layer's input embeddings for halo rows (historical mode)."""
-        self.history = History(num_nodes, self.spec.in_dim)
+        self.history = History(num_nodes, self.spec.in_dim, dtype)
 
     def add_micro_batch(self, mb: MicroBatch) -> None:
         layer = self.layer
@@ -134,7 +134,7 @@ class StagedGNN(nn.Sequential):
         self[0].add_features(features)
         if history:
             for stage in list(self)[1:]:
-                stage.add_history(features.size(0))
+                stage.add_history(features.size(0), features.dtype)
         self.kind = kind
         self.num_micro_batches = 0
 

@@ -1,0 +1,123 @@
+"""Historical halo mode: layer-wise refresh equals the full graph; with a filled cache and frozen
+parameters micro-batches equal the full graph; ages of cached rows are counted in steps."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from pipegnn import run
+from pipegnn.backends import get_backend
+from pipegnn.data import Graph
+from pipegnn.engines import GPipeEngine, SingleEngine
+from pipegnn.microbatch import History, build_plan
+from pipegnn.models import StagedGNN, build_model
+
+from conftest import make_cfg
+from test_exactness import MODELS, reference
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def float64():
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+def historical_model(framework: str, kind: str, graph: Graph, chunks: int, engine: str,
+                     targets: torch.Tensor) -> tuple[StagedGNN, object, torch.Tensor, torch.Tensor, list]:
+    """A model with history caches, an all-node plan (for refresh) and a plan over ``targets``."""
+    graph.x = graph.x.double()
+    backend = get_backend(framework)
+    model = build_model(MODELS[kind], backend, graph.x, graph.num_classes, history=True)
+    edge_index, weight = backend.computation_graph(kind, graph.edge_index, graph.num_nodes, torch.float64)
+    plans = [build_plan(edge_index, graph.num_nodes, t, chunks, num_layers=model.num_layers,
+                        halo="historical", partitioner="metis", edge_weight=weight)
+             for t in (graph.split("all"), targets)]
+    expected, _ = reference(framework, copy.deepcopy(model), graph, graph.split("all"))
+    all_ids, target_ids = (model.attach(p) for p in plans)
+    runner = (SingleEngine(model, CPU) if engine == "single"
+              else GPipeEngine(model, [CPU, CPU], [1, model.num_layers - 1], chunks, "except_last"))
+    return model, runner, all_ids, target_ids, [plans, expected]
+
+
+@pytest.mark.usefixtures("float64")
+@pytest.mark.parametrize("engine", ["single", "gpipe"])
+@pytest.mark.parametrize("chunks", [1, 3])
+@pytest.mark.parametrize("kind", ["gat", "gcn"])
+@pytest.mark.parametrize("framework", ["pyg", "dgl"])
+def test_filled_cache_gives_full_graph_outputs(graph: Graph, framework: str, kind: str, chunks: int,
+                                               engine: str) -> None:
+    targets = graph.split("train")
+    model, runner, all_ids, target_ids, (plans, expected) = historical_model(
+        framework, kind, graph, chunks, engine, targets)
+    model.eval()
+    refreshed = model.refresh(all_ids)  # layer-wise: exact, and fills every cache row
+    torch.testing.assert_close(refreshed[torch.argsort(plans[0].targets)], expected, rtol=1e-9, atol=1e-9)
+    out = runner.predict(target_ids)  # 1-hop halos, deeper layers read the filled caches
+    torch.testing.assert_close(out, expected[plans[1].targets], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.usefixtures("float64")
+def test_without_refresh_the_cache_is_stale(graph: Graph) -> None:
+    """Changing the parameters after the refresh makes the cached rows stale: outputs differ."""
+    targets = graph.split("train")
+    model, runner, all_ids, target_ids, (plans, _) = historical_model("pyg", "gcn", graph, 3, "single",
+                                                                     targets)
+    model.eval()
+    model.refresh(all_ids)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+    stale = runner.predict(target_ids)
+    fresh = model.refresh(all_ids)[torch.argsort(plans[0].targets)][plans[1].targets]
+    assert not torch.allclose(stale, fresh, rtol=1e-3)
+
+
+@pytest.mark.usefixtures("float64")
+def test_staleness_counts_steps_since_refresh(graph: Graph) -> None:
+    """One micro-batch over the training nodes: its halo rows are refreshed only by the layer-wise
+    pass, so their age is the number of steps since that pass."""
+    targets = graph.split("train")
+    model, runner, all_ids, target_ids, (plans, _) = historical_model("pyg", "gat", graph, 1, "single",
+                                                                     targets)
+    assert plans[1].micro_batches[0].sources[1] > plans[1].micro_batches[0].sizes[1]  # has halo rows
+    labels = graph.y[plans[1].targets]
+    model.eval()
+    model.refresh(all_ids)
+    model.train()
+    ages = []
+    for _ in range(2):
+        model.tick()
+        runner.train_step(target_ids, labels, targets.numel())
+        ages.append(model.staleness())
+    model.eval()
+    model.refresh(all_ids)
+    model.train()
+    model.tick()
+    runner.train_step(target_ids, labels, targets.numel())
+    ages.append(model.staleness())
+    assert ages == [1.0, 2.0, 1.0]
+
+
+@pytest.mark.usefixtures("float64")
+def test_history_rejects_unfilled_rows() -> None:
+    h = History(5, 2, torch.float64)
+    h.push(torch.tensor([0, 1]), torch.ones(2, 2))
+    torch.testing.assert_close(h.pull(torch.tensor([1, 0])), torch.ones(2, 2))
+    with pytest.raises(RuntimeError, match="before it was filled"):
+        h.pull(torch.tensor([1, 4]))
+
+
+def test_historical_training_run_records_staleness() -> None:
+    record = run(make_cfg("microbatch.halo=historical", "chunks=4", "train.epochs=3"))
+    assert record["status"] == "completed", record["error"]
+    assert [e["staleness"] for e in record["epochs"]] == pytest.approx([1.0, 1.0, 1.0], abs=0.5)
+    assert all(0.0 < e["staleness"] <= 1.0 for e in record["epochs"])
+    assert record["timing"]["history_fill_s"] > 0
+    assert record["microbatch"]["halo"] == "historical"
+    assert record["microbatch"]["eval"]["targets_per_chunk"] and \
+        sum(record["microbatch"]["eval"]["targets_per_chunk"]) == 400  # evaluation covers every node
