@@ -16,6 +16,8 @@ $(STAMP): requirements.txt pyproject.toml
 	# torch alone and pinned first: an unpinned torch would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -r requirements.txt
+	# ogb without its `outdated` dependency (a PyPI version check in a thread at import); see requirements.txt.
+	$(PY) -m pip install --quiet --no-deps ogb==1.3.6
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 

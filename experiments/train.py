@@ -1,21 +1,56 @@
-"""Train one configuration (or a sweep with -m); each job writes result.json into its output dir."""
+"""Train one configuration (or a sweep with -m); each job writes result.json into its output dir.
+
+A job never raises for a failing run: ``pipegnn.run`` records the failure (status invalid, failed or
+oom, with the error and traceback) and the job returns, so a sweep goes on. At the end of a sweep the
+``FailureSummary`` callback (conf/config.yaml) names the jobs that did not complete and the command
+exits with 1; a single run (no -m) that did not complete raises, so it exits with 1 too.
+"""
 from __future__ import annotations
+
+import logging
+import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from pipegnn import RunFailed, run
+from pipegnn import RunFailed, schema, sweep
+
+# The typed schemas behind the YAML groups must be in the ConfigStore before Hydra composes.
+schema.register()
+
+log = logging.getLogger("pipegnn.job")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> dict:
+    from pipegnn import run  # torch and the frameworks: only once a job runs (not for --help, --cfg)
+
     hc = HydraConfig.get()
-    record = run(cfg, output_dir=hc.runtime.output_dir, choices=hc.runtime.choices)
+    out = hc.runtime.output_dir
+    multirun = hc.mode == RunMode.MULTIRUN
+    job = f"job {hc.job.num} " if multirun else ""
+    if cfg.resume:
+        record, reason = sweep.completed_record(out, cfg)
+        if record is not None:
+            log.info("%sskipped: completed (record in %s)", job, out)
+            return record
+        log.info("%sresume: running (%s)", job, reason)
+    # A progress bar over epochs on an interactive terminal, for jobs run in this process.
+    bar = sys.stderr.isatty() and "BasicLauncher" in str(hc.launcher.get("_target_", ""))
+    with sweep.EpochProgress(int(cfg.train.epochs), enabled=bar,
+                             desc=f"job {hc.job.num}" if multirun else "epochs"):
+        record = run(cfg, output_dir=out, choices=hc.runtime.choices)
     if record["status"] != "completed":
-        raise RunFailed(f"{record['status']}: {record['error']} (record in {hc.runtime.output_dir})")
+        message = f"{record['status']}: {record['error']} (record in {out})"
+        if not multirun:
+            raise RunFailed(message)
+        # In a sweep the job returns; the FailureSummary callback reports it and sets the exit code.
+        log.error("%s[%s] %s", job, " ".join(hc.overrides.task), message)
     return record
 
 
 if __name__ == "__main__":
     main()
+    sys.exit(sweep.exit_code())

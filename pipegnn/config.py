@@ -6,14 +6,15 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from pipegnn.backends import FRAMEWORKS
+from pipegnn.backends import FRAMEWORKS, check_aggregation
 from pipegnn.data import DATASETS, Graph
-from pipegnn.engines import CHECKPOINT_MODES, ENGINES, parse_device
+from pipegnn.engines import (CHECKPOINT_MODES, DIST_BACKENDS, ENGINES, LAUNCHERS, SCHEDULES, START_METHODS,
+                             even_balance, parse_device)
 from pipegnn.errors import ConfigError
 from pipegnn.microbatch import HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import MODELS
 
-__all__ = ["EVAL_SPLITS", "check_config", "check_targets", "eval_targets"]
+__all__ = ["EVAL_SPLITS", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
 
 #: Splits whose nodes are the evaluation targets (train accuracy is measured in the same pass).
 EVAL_SPLITS = ("train", "val", "test")
@@ -39,6 +40,9 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     _choice(cfg["dataset"]["name"], DATASETS, "dataset.name")
     _choice(cfg["model"]["name"], MODELS, "model.name")
     _choice(cfg["framework"]["name"], FRAMEWORKS, "framework.name")
+    check_aggregation(cfg["framework"]["name"], cfg["model"]["name"],
+                      cfg["model"].get("aggregation") or "messages")
+    memory_limit_bytes(cfg)
     _choice(cfg["engine"]["name"], ENGINES, "engine.name")
     _choice(cfg["microbatch"]["halo"], HALOS, "microbatch.halo")
     _choice(cfg["microbatch"]["partition"], PARTITIONERS, "microbatch.partition")
@@ -59,6 +63,9 @@ def check_config(cfg: Mapping[str, Any]) -> None:
         raise ConfigError("engine.devices is empty; give one device per pipeline stage, e.g. [cpu, cpu]")
     for i, d in enumerate(devices):
         _device(d, f"engine.devices[{i}]")
+    if engine["name"] == "pipelining":
+        _check_pipelining(cfg, devices, layers)
+        return
     _choice(engine["checkpoint"], CHECKPOINT_MODES, "engine.checkpoint")
     balance = engine["balance"]
     if balance is None:
@@ -70,6 +77,75 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     if len(balance) != len(devices) or sum(balance) != layers or min(balance) < 1:
         raise ConfigError(f"engine.balance={balance} does not match the model: it needs one positive "
                           f"entry per device ({len(devices)} devices) summing to model.layers={layers}")
+
+
+def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: int) -> None:
+    """engine=pipelining: one process per entry of engine.devices, each with one stage (or
+    engine.virtual_stages stages with schedule=interleaved1f1b)."""
+    engine, chunks, ranks = cfg["engine"], int(cfg["chunks"]), len(devices)
+    _choice(engine["schedule"], tuple(SCHEDULES), "engine.schedule")
+    _choice(engine["launcher"], LAUNCHERS, "engine.launcher")
+    _choice(engine["backend"], DIST_BACKENDS, "engine.backend")
+    _choice(engine["start_method"], START_METHODS, "engine.start_method")
+    timeout = engine["timeout_s"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ConfigError(f"engine.timeout_s must be a number of seconds > 0, got {timeout!r}")
+    kinds = {str(d).split(":")[0] for d in devices}
+    if len(kinds) > 1:
+        raise ConfigError(f"engine.devices={devices} mixes CPU and CUDA; the processes of one pipeline "
+                          "must all use cpu or all cuda:N")
+    if engine["backend"] == "nccl" and kinds != {"cuda"}:
+        raise ConfigError(f"engine.backend=nccl needs CUDA devices, got engine.devices={devices}; use "
+                          "backend=gloo (or auto) on CPU")
+    if cfg["microbatch"]["halo"] == "historical":
+        raise ConfigError("microbatch.halo=historical is not supported with engine=pipelining: its "
+                          "layer-wise refresh and evaluation need every layer in one process; use "
+                          "engine=gpipe or engine=single, or halo=exact|none")
+    interleaved = engine["schedule"] == "interleaved1f1b"
+    per_rank = _positive_int(engine["virtual_stages"], "engine.virtual_stages") if interleaved else 1
+    if interleaved and per_rank < 2:
+        raise ConfigError(f"schedule=interleaved1f1b needs engine.virtual_stages >= 2 stages per "
+                          f"process, got {per_rank}; use schedule=1f1b for one stage per process")
+    balance = engine["balance"]
+    if balance is None:
+        balance = even_balance(layers, ranks)
+    else:
+        balance = list(balance)
+        if len(balance) != ranks or sum(balance) != layers or min(balance) < 1:
+            raise ConfigError(f"engine.balance={balance} does not match the model: it needs one positive "
+                              f"entry per process ({ranks} devices) summing to model.layers={layers}")
+    if min(balance) < per_rank:
+        if interleaved:
+            raise ConfigError(f"schedule=interleaved1f1b puts engine.virtual_stages={per_rank} stages on "
+                              f"each of the {ranks} processes, which needs >= {per_rank} layers per "
+                              f"process, but the layers per process are {balance} (model.layers={layers}); "
+                              f"use model.layers >= {per_rank * ranks} or schedule=gpipe|1f1b")
+        raise ConfigError(f"engine.devices has {ranks} devices but the model has only {layers} layers; "
+                          f"use at most {layers} devices")
+    if engine["schedule"] == "1f1b" and chunks < ranks:
+        raise ConfigError(f"schedule=1f1b needs chunks >= the number of processes ({ranks}), got "
+                          f"chunks={chunks}; use more chunks or schedule=gpipe")
+    if interleaved:
+        rounds = max(1, chunks // ranks)
+        if chunks % rounds:
+            raise ConfigError(f"schedule=interleaved1f1b needs chunks to be a multiple of "
+                              f"max(1, chunks // processes) = {rounds}, got chunks={chunks} with {ranks} "
+                              "processes")
+
+
+def memory_limit_bytes(cfg: Mapping[str, Any]) -> int | None:
+    """``train.memory_limit_gb`` (GiB, null = no cap) in bytes.
+
+    Raises:
+        ConfigError: not a number > 0.
+    """
+    value = cfg["train"].get("memory_limit_gb")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"train.memory_limit_gb must be a number of GiB > 0 (or null for no cap), "
+                          f"got {value!r}")
+    return int(value * 2**30)
 
 
 def _device(name: Any, key: str) -> None:

@@ -74,6 +74,9 @@ TINY_SYNTHETIC = ["dataset.num_nodes=400", "dataset.num_features=16", "dataset.n
 def make_cfg(*overrides: str) -> DictConfig:
     """The real config composed with Hydra, shrunk to 3 epochs and (unless another dataset is chosen)
     a tiny synthetic graph."""
+    from pipegnn.schema import register
+
+    register()  # the typed schemas behind the YAML groups (experiments/train.py does the same)
     other = any(o.startswith("dataset=") and o != "dataset=synthetic" for o in overrides)
     tiny = [] if other else TINY_SYNTHETIC
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

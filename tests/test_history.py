@@ -121,3 +121,24 @@ def test_historical_training_run_records_staleness() -> None:
     assert record["microbatch"]["halo"] == "historical"
     assert record["microbatch"]["eval"]["targets_per_chunk"] and \
         sum(record["microbatch"]["eval"]["targets_per_chunk"]) == 400  # evaluation covers every node
+
+
+@pytest.mark.slow
+def test_cora_gat_historical_accuracy_near_exact(data_root, tmp_path) -> None:
+    """Historical halos (GPipe, 8 chunks, METIS) reach exact mode's Cora test accuracy within 2
+    points (mean of 3 seeds)."""
+    import statistics
+
+    def accuracy(halo: str) -> float:
+        accs = []
+        for seed in range(3):
+            cfg = make_cfg("dataset=cora", "model=gat", "chunks=8", f"microbatch.halo={halo}",
+                           "train.epochs=200", f"train.seed={seed}", f"data.root={data_root}",
+                           f"data.cache={tmp_path}")
+            record = run(cfg)
+            assert record["status"] == "completed", record["error"]
+            accs.append(record["final"]["test_acc_at_best_val"])
+        return statistics.mean(accs)
+
+    exact, historical = accuracy("exact"), accuracy("historical")
+    assert abs(historical - exact) <= 0.02, (exact, historical)

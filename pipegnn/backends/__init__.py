@@ -1,8 +1,21 @@
 """Framework adapters: everything framework-specific lives in one adapter per framework.
 
-An adapter provides four static methods (see :class:`Backend`); staging, engines and the trainer call
-only these and never branch on the framework. The DGL adapter is imported only when asked for, so
-PyG-only runs do not pay DGL's import time.
+An adapter provides four methods (see :class:`Backend`); staging, engines and the trainer call only
+these and never branch on the framework. The DGL adapter is imported only when asked for, so PyG-only
+runs do not pay DGL's import time.
+
+Aggregation (``model.aggregation``): an adapter is made for one choice (``get_backend(name,
+aggregation)``, or ``backend.with_aggregation(...)``), and its ``structure`` builds each micro-batch
+block in the form that choice needs, once per device:
+
+- ``messages``: the framework's message-passing path. PyG gathers one message row per edge
+  (``[E, F]``, ``[E, heads, F]`` for GAT) and scatters them onto the targets.
+- ``sparse``: no per-edge message tensor. PyG GCN gets the block as a ``torch.sparse`` CSR adjacency
+  ``[num_dst, num_src]`` holding the edge weights and aggregates with a sparse-dense matmul
+  (``GCNConv.message_and_aggregate``). PyG GAT has no such path (attention needs per-edge values).
+- DGL: GraphConv and GATConv always run DGL's fused kernels (g-SpMM / g-SDDMM: no ``[E, F]`` message
+  tensor; GAT keeps only its ``[E, heads]`` attention scores), whichever value is chosen; DGL has no
+  per-edge-message path for its built-in layers, so both values run the same code.
 """
 from __future__ import annotations
 
@@ -15,44 +28,72 @@ from pipegnn.backends.pyg import PygBackend
 from pipegnn.errors import ConfigError
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["FRAMEWORKS", "Backend", "get_backend"]
+__all__ = ["AGGREGATIONS", "FRAMEWORKS", "Backend", "aggregations", "check_aggregation", "get_backend"]
 
 FRAMEWORKS = ("pyg", "dgl")
+AGGREGATIONS = ("messages", "sparse")
+#: Aggregations each framework offers per model kind (kinds not listed: all of AGGREGATIONS).
+_AVAILABLE: dict[str, dict[str, tuple[str, ...]]] = {
+    "pyg": {"gcn": ("messages", "sparse"), "gat": ("messages",)},
+    "dgl": {"gcn": AGGREGATIONS, "gat": AGGREGATIONS},  # the same fused kernels either way
+}
+_WHY = {("pyg", "gat"): "PyG's GATConv needs per-edge attention values, it has no sparse-matmul path"}
+
+
+def aggregations(framework: str, kind: str) -> tuple[str, ...]:
+    """The ``model.aggregation`` values available for model ``kind`` in ``framework``."""
+    return _AVAILABLE.get(framework, {}).get(kind, AGGREGATIONS)
+
+
+def check_aggregation(framework: str, kind: str, aggregation: str) -> None:
+    """Raise ConfigError unless ``aggregation`` is available for ``kind`` in ``framework``."""
+    if aggregation not in AGGREGATIONS:
+        raise ConfigError(f"model.aggregation={aggregation!r} is not valid; valid: {', '.join(AGGREGATIONS)}")
+    available = aggregations(framework, kind)
+    if aggregation not in available:
+        why = _WHY.get((framework, kind))
+        raise ConfigError(f"model.aggregation={aggregation!r} is not available for model={kind} with "
+                          f"framework={framework}{f' ({why})' if why else ''}; available: "
+                          f"{', '.join(available)}")
 
 
 class Backend(Protocol):
-    """What a framework adapter provides."""
+    """What a framework adapter provides (an adapter object is made for one aggregation choice)."""
 
     name: str
+    aggregation: str
+
+    def with_aggregation(self, aggregation: str) -> "Backend":
+        """The same framework's adapter for another ``model.aggregation`` choice."""
 
     @staticmethod
     def computation_graph(kind: str, edge_index: Tensor, num_nodes: int,
                           dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor | None]:
         """Full-graph edges (self-loops, normalisation weights of ``dtype``) that model ``kind`` reads."""
 
-    @staticmethod
-    def conv(kind: str, spec: LayerSpec) -> nn.Module:
-        """The framework's own layer for one LayerSpec."""
+    def conv(self, kind: str, spec: LayerSpec) -> nn.Module:
+        """The framework's own layer for one LayerSpec (ConfigError if the aggregation is not
+        available for ``kind``)."""
 
-    @staticmethod
-    def structure(edge_index: Tensor, edge_weight: Tensor | None, num_src: int, num_dst: int) -> Any:
-        """A micro-batch block in the framework's form, built once per device from local edges."""
+    def structure(self, edge_index: Tensor, edge_weight: Tensor | None, num_src: int, num_dst: int) -> Any:
+        """A micro-batch block in the framework's form for this aggregation, built once per device from
+        local edges."""
 
     @staticmethod
     def apply(conv: nn.Module, h: Tensor, block: Any) -> Tensor:
         """Run ``conv`` on a block; returns at least the first ``num_dst`` rows."""
 
 
-def get_backend(name: str) -> Backend:
-    """The adapter of framework ``name``.
+def get_backend(name: str, aggregation: str = "messages") -> Backend:
+    """The adapter of framework ``name`` for ``aggregation`` (``messages`` or ``sparse``).
 
     Raises:
-        ConfigError: unknown framework.
+        ConfigError: unknown framework or aggregation.
     """
     if name == "pyg":
-        return PygBackend
+        return PygBackend(aggregation)
     if name == "dgl":
         from pipegnn.backends.dgl import DglBackend
 
-        return DglBackend
+        return DglBackend(aggregation)
     raise ConfigError(f"unknown framework {name!r}; valid: {', '.join(FRAMEWORKS)}")

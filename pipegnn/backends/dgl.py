@@ -3,6 +3,11 @@
 A micro-batch layer's local numbering (the rows it computes are a prefix of the rows it reads) is
 DGL's block convention (dst nodes are a prefix of src nodes), so a block is built directly from the
 local edges.
+
+Aggregation: DGL's GraphConv and GATConv aggregate with DGL's fused kernels (g-SpMM for the weighted
+sum, g-SDDMM for GAT's attention scores), so no ``[E, F]`` message tensor is ever materialised; GAT keeps
+only its per-edge attention scores ``[E, heads]``. DGL offers no per-edge-message path for these
+layers, so ``model.aggregation=messages`` and ``sparse`` run the same code (and give the same numbers).
 """
 from __future__ import annotations
 
@@ -41,9 +46,28 @@ class HeadReducedGATConv(nn.Module):
 
 
 class DglBackend:
-    """Builds DGL convolutions and runs them on DGL blocks of a micro-batch's local edges."""
+    """Builds DGL convolutions and runs them on DGL blocks of a micro-batch's local edges.
+
+    Args:
+        aggregation: ``messages`` or ``sparse``; both run DGL's fused kernels (see the module doc).
+    """
 
     name = "dgl"
+
+    def __init__(self, aggregation: str = "messages"):
+        from pipegnn.backends import AGGREGATIONS
+        from pipegnn.errors import ConfigError
+
+        if aggregation not in AGGREGATIONS:
+            raise ConfigError(f"model.aggregation={aggregation!r} is not valid; valid: "
+                              f"{', '.join(AGGREGATIONS)}")
+        self.aggregation = aggregation
+
+    def __repr__(self) -> str:
+        return f"DglBackend(aggregation={self.aggregation!r})"
+
+    def with_aggregation(self, aggregation: str) -> "DglBackend":
+        return self if aggregation == self.aggregation else DglBackend(aggregation)
 
     @staticmethod
     def computation_graph(kind: str, edge_index: Tensor, num_nodes: int,
@@ -62,13 +86,15 @@ class DglBackend:
         ones = torch.ones(g.num_edges(), dtype=dtype, device=edges.device)
         return edges, EdgeWeightNorm(norm="both")(g, ones)
 
-    @staticmethod
-    def conv(kind: str, spec: LayerSpec) -> nn.Module:
+    def conv(self, kind: str, spec: LayerSpec) -> nn.Module:
         """A DGL convolution for one layer (normalisation comes from the computation graph).
 
         Cast to the default dtype: DGL creates some parameters (GATConv's attention vectors and bias)
         as float32 whatever the default dtype is.
         """
+        from pipegnn.backends import check_aggregation
+
+        check_aggregation(self.name, kind, self.aggregation)
         if kind == "gcn":
             conv = GraphConv(spec.in_dim, spec.out_dim, norm="none", weight=True, bias=True,
                              allow_zero_in_degree=True)

@@ -1,5 +1,12 @@
-"""PyTorch Geometric adapter: PyG's own GATConv/GCNConv over micro-batch blocks."""
+"""PyTorch Geometric adapter: PyG's own GATConv/GCNConv over micro-batch blocks.
+
+``aggregation="messages"`` passes a block's local ``edge_index`` (PyG gathers one message per edge and
+scatters them); ``aggregation="sparse"`` (GCN only) passes a ``torch.sparse`` CSR adjacency instead, and
+GCNConv then aggregates with a sparse-dense matmul (``message_and_aggregate``) without per-edge messages.
+"""
 from __future__ import annotations
+
+import warnings
 
 import torch
 from torch import Tensor, nn
@@ -9,13 +16,50 @@ from torch_geometric.utils import add_self_loops, remove_self_loops
 
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["PygBackend"]
+__all__ = ["PygBackend", "sparse_adjacency"]
+
+
+
+def sparse_adjacency(edge_index: Tensor, edge_weight: Tensor | None, num_src: int, num_dst: int) -> Tensor:
+    """The transposed adjacency ``[num_dst, num_src]`` of local edges as a CSR tensor whose values are
+    the edge weights (ones without weights): row ``d`` holds the in-edges of target ``d``."""
+    src, dst = edge_index
+    if edge_weight is None:
+        edge_weight = torch.ones(src.numel(), dtype=torch.get_default_dtype(), device=src.device)
+    order = torch.argsort(dst, stable=True)
+    counts = torch.bincount(dst, minlength=num_dst)
+    crow = torch.zeros(num_dst + 1, dtype=torch.int64, device=src.device)
+    torch.cumsum(counts, 0, out=crow[1:])
+    with warnings.catch_warnings():  # "CSR support is in beta": the matmul PyG uses is long supported
+        warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
+        return torch.sparse_csr_tensor(crow, src[order], edge_weight[order], (num_dst, num_src),
+                                       check_invariants=False)
 
 
 class PygBackend:
-    """Builds PyG convolutions and runs them on a block's local ``edge_index`` (and weights)."""
+    """Builds PyG convolutions and runs them on a block's local ``edge_index`` (and weights), or on its
+    sparse adjacency with ``aggregation="sparse"``.
+
+    Args:
+        aggregation: ``messages`` (default) or ``sparse`` (GCN only).
+    """
 
     name = "pyg"
+
+    def __init__(self, aggregation: str = "messages"):
+        from pipegnn.backends import AGGREGATIONS
+        from pipegnn.errors import ConfigError
+
+        if aggregation not in AGGREGATIONS:
+            raise ConfigError(f"model.aggregation={aggregation!r} is not valid; valid: "
+                              f"{', '.join(AGGREGATIONS)}")
+        self.aggregation = aggregation
+
+    def __repr__(self) -> str:
+        return f"PygBackend(aggregation={self.aggregation!r})"
+
+    def with_aggregation(self, aggregation: str) -> "PygBackend":
+        return self if aggregation == self.aggregation else PygBackend(aggregation)
 
     @staticmethod
     def computation_graph(kind: str, edge_index: Tensor, num_nodes: int,
@@ -30,23 +74,34 @@ class PygBackend:
         edge_index, _ = remove_self_loops(edge_index)
         return add_self_loops(edge_index, num_nodes=num_nodes)[0], None
 
-    @staticmethod
-    def conv(kind: str, spec: LayerSpec) -> nn.Module:
-        """A PyG convolution for one layer; self-loops and normalisation come from the computation graph."""
+    def conv(self, kind: str, spec: LayerSpec) -> nn.Module:
+        """A PyG convolution for one layer; self-loops and normalisation come from the computation graph.
+
+        Raises:
+            ConfigError: ``sparse`` aggregation for GAT (no fused path in PyG).
+        """
+        from pipegnn.backends import check_aggregation
+
+        check_aggregation(self.name, kind, self.aggregation)
         if kind == "gcn":
             return GCNConv(spec.in_dim, spec.out_dim, normalize=False, add_self_loops=False)
         return GATConv(spec.in_dim, spec.out_dim, heads=spec.heads, concat=spec.concat,
                        dropout=spec.dropout, add_self_loops=False)
 
-    @staticmethod
-    def structure(edge_index: Tensor, edge_weight: Tensor | None, num_src: int,
-                  num_dst: int) -> tuple[Tensor, Tensor | None]:
-        """A block as PyG layers take it: the local ``edge_index`` and its weights, unchanged."""
+    def structure(self, edge_index: Tensor, edge_weight: Tensor | None, num_src: int,
+                  num_dst: int) -> tuple[Tensor, Tensor | None] | Tensor:
+        """A block as PyG layers take it: the local ``edge_index`` and its weights, unchanged
+        (``messages``), or the CSR adjacency ``[num_dst, num_src]`` of :func:`sparse_adjacency`
+        (``sparse``)."""
+        if self.aggregation == "sparse":
+            return sparse_adjacency(edge_index, edge_weight, num_src, num_dst)
         return edge_index, edge_weight
 
     @staticmethod
-    def apply(conv: nn.Module, h: Tensor, block: tuple[Tensor, Tensor | None]) -> Tensor:
+    def apply(conv: nn.Module, h: Tensor, block: tuple[Tensor, Tensor | None] | Tensor) -> Tensor:
         """Run ``conv`` over one block; returns at least the block's target rows (callers slice)."""
+        if isinstance(block, Tensor):  # sparse adjacency: weights are its values
+            return conv(h, block)
         edge_index, edge_weight = block
         if edge_weight is None:
             return conv(h, edge_index)

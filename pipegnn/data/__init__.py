@@ -1,35 +1,44 @@
-"""Datasets: Planetoid through PyG's loader and embedded synthetic graphs, behind one ``load_graph``."""
+"""Datasets behind one ``load_graph``: Planetoid through PyG's loader, PubMed's topology with random
+features, OGB (arxiv, products) and Reddit through their own loaders, and embedded synthetic graphs."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping
 
 from pipegnn.data.graph import Graph
-from pipegnn.data.planetoid import PLANETOID_NAMES, load_planetoid
+from pipegnn.data.planetoid import PLANETOID_NAMES, load_planetoid, load_pubmed_topology
 from pipegnn.data.synthetic import SyntheticSpec, make_synthetic
 from pipegnn.errors import ConfigError
 
 __all__ = ["DATASETS", "Graph", "SyntheticSpec", "load_graph", "make_synthetic"]
 
+#: Large real graphs (pipegnn.data.large, imported on use: ogb pulls in scikit-learn).
+LARGE_NAMES = ("ogbn-arxiv", "ogbn-products", "reddit")
 #: Dataset names ``dataset.name`` accepts.
-DATASETS = (*PLANETOID_NAMES, "synthetic")
+DATASETS = (*PLANETOID_NAMES, "pubmed_topology", *LARGE_NAMES, "synthetic")
 
 
 def load_graph(dataset: Mapping[str, Any], root: str | Path | None, cache: str | Path) -> Graph:
     """Load the graph that a ``dataset`` config group describes.
 
     Args:
-        dataset: the ``dataset`` config (``name`` plus, for synthetic graphs, SyntheticSpec fields).
-        root: read-only folder with raw files in PyG's layout (``<Name>/raw/...``), or None.
+        dataset: the ``dataset`` config (``name`` plus, for synthetic graphs, SyntheticSpec fields; for
+            pubmed_topology an optional feature ``seed``).
+        root: read-only folder with raw files in each loader's layout (``<Name>/raw/...``), or None.
         cache: writable folder where loaders keep their processed files.
 
     Raises:
-        ConfigError: unknown dataset name or synthetic parameter.
+        ConfigError: unknown dataset name or synthetic parameter, or an invalid synthetic spec.
         DatasetUnavailable: files missing and not downloadable.
     """
     name = dataset["name"]
     if name in PLANETOID_NAMES:
         return load_planetoid(name, root, cache)
+    if name == "pubmed_topology":
+        return load_pubmed_topology(root, cache, seed=int(dataset.get("seed", 0)))
+    if name in LARGE_NAMES:
+        from pipegnn.data.large import load_large
+        return load_large(name, root, cache)
     if name == "synthetic":
         params = {k: v for k, v in dataset.items() if k not in ("name", "preset")}
         try:

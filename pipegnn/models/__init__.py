@@ -32,6 +32,9 @@ def layer_specs(model: Mapping[str, Any], in_dim: int, num_classes: int) -> list
 def build_model(model: Mapping[str, Any], backend: Any, features: Tensor, num_classes: int,
                 history: bool = False) -> StagedGNN:
     """A StagedGNN for the ``model`` config, built with ``backend``'s layers (with history caches
-    for historical micro-batching when ``history``)."""
+    for historical micro-batching when ``history``). ``model.aggregation``, when given, selects the
+    adapter's aggregation (``backend.with_aggregation``)."""
     specs = layer_specs(model, features.size(1), num_classes)
+    if model.get("aggregation") is not None:
+        backend = backend.with_aggregation(model["aggregation"])
     return StagedGNN(specs, backend, model["name"], features, history)

@@ -1,0 +1,306 @@
+"""Peak memory of micro-batched training: what full-batch training cannot fit, and sparse aggregation.
+
+Every case runs in its own subprocess (``python benchmarks/memory.py --child ...``) calling
+``pipegnn.run``, so each peak resident set size (Linux VmHWM) is that case's alone. Besides the record's
+``memory.peak_rss_bytes`` (the whole run, reset at its start), the child splits the peak into
+*setup* (graph generation, partition, plan build, model) and *train* (the epochs: training steps and
+evaluation), and notes the resident memory before the run (``base``: Python, torch, PyG, ...) and when
+training starts (``held``: features, graph, plans, model; measured after glibc's ``malloc_trim`` hands
+the setup's freed heap back to the OS, which the child does at that point). Every child runs under
+``train.memory_limit_gb`` (``--safety-gb`` unless the part sets its own cap), so a case that outgrows it
+is an ``oom`` row instead of a visit from the OOM killer.
+
+    python benchmarks/memory.py --part a                       # chunks=16 vs 1, GAT, 300K nodes
+    python benchmarks/memory.py --part b --cap-gb 3            # largest graph under a 3 GiB cap
+    python benchmarks/memory.py --part c                       # sparse vs messages aggregation (GCN)
+    python benchmarks/memory.py --part a --nodes 100000 --epochs 1   # smaller, quicker
+
+Parts:
+    a   peak(chunks=16) / peak(chunks=1) for a 2-layer GAT with targets=all, exact halo, METIS, engines
+        single and gpipe, on a synthetic graph (--nodes 300000, avg degree 10, 128 features).
+    b   doubling search on num_nodes (from --start-nodes) for the largest synthetic graph (avg degree
+        10, 128 features, 2-layer GAT, targets=all) that trains under --cap-gb, full batch vs
+        chunks=--chunks (exact, METIS, --engine; its search starts at full batch's largest size);
+        then one bisection step between the last fit and the first failure.
+    c   peak memory of GCN full batch with aggregation messages vs sparse (PyG) and DGL (both values,
+        which run the same fused kernels), on a dense-ish synthetic graph (--c-nodes, --c-degree), for
+        hidden sizes --c-hidden.
+
+Tables print side by side with ratios; CSVs go to results/benchmarks/memory_<part>.csv.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+OUT = ROOT / "results" / "benchmarks"
+MiB = 2 ** 20
+GAT_GRAPH = ["dataset.avg_degree=10", "dataset.num_features=128"]
+EXACT = ["microbatch.halo=exact", "microbatch.partition=metis", "microbatch.targets=all"]
+FULL = ["chunks=1", "microbatch.halo=none", "microbatch.targets=all"]
+# 2-layer GAT with its default 8 heads x 8 hidden; dropout stays on (it does not change the shapes).
+GAT = ["model=gat", "model.layers=2"]
+EXTRA: list[str] = []  # --overrides given on the command line, applied last to every case
+
+
+# ----------------------------------------------------------------------------------------------- child
+def _status_kb(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{key} not found: this benchmark needs Linux /proc")
+
+
+def _trim() -> None:
+    """glibc's malloc_trim(0): give freed heap memory back to the OS (no-op elsewhere)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one case in this process: compose the overrides, set the extra keys, run, measure."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import pipegnn.train as train
+    from pipegnn import run
+    from pipegnn.measure import peak_rss_bytes, reset_peaks
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = OmegaConf.to_container(compose("config", overrides=spec["overrides"]), resolve=True)
+    for dotted, value in spec.get("set", {}).items():  # keys the typed schema may not know yet
+        group, key = dotted.split(".")
+        cfg[group][key] = value
+    marks: dict[str, int] = {}
+    fit = train._fit
+
+    def measured_fit(*args: Any, **kwargs: Any) -> None:
+        marks["setup_peak"] = peak_rss_bytes()
+        _trim()  # return the setup's freed heap to the OS, so that `held` is what training starts with
+        marks["held"] = _status_kb("VmRSS")
+        reset_peaks()
+        fit(*args, **kwargs)
+        marks["train_peak"] = peak_rss_bytes()
+
+    train._fit = measured_fit
+    base = _status_kb("VmRSS")
+    start = time.perf_counter()
+    record = run(cfg)
+    seconds = time.perf_counter() - start
+    peak = max(marks.get("setup_peak", 0), record["memory"]["peak_rss_bytes"] or 0)
+    mb = record.get("microbatch") or {}
+    return {"status": record["status"], "error": (record["error"] or "")[:300],
+            "peak_mb": peak / MiB, "setup_mb": marks.get("setup_peak", peak) / MiB,
+            "train_mb": marks["train_peak"] / MiB if "train_peak" in marks else None,
+            "held_mb": marks["held"] / MiB if "held" in marks else None, "base_mb": base / MiB,
+            "edges": (record.get("dataset") or {}).get("num_edges"),
+            "inflation": mb.get("inflation"), "replication": mb.get("replication"),
+            "epoch_s": record["timing"].get("epoch_time_median_s"), "total_s": seconds}
+
+
+# ---------------------------------------------------------------------------------------------- parent
+def case(overrides: list[str], sets: dict[str, Any], safety_gb: float, timeout: float) -> dict[str, Any]:
+    """One case in a fresh subprocess (OMP_NUM_THREADS=1); a child killed or timed out is a row too."""
+    sets = {"train.memory_limit_gb": safety_gb, **sets}
+    with tempfile.TemporaryDirectory(prefix="pipegnn-mem-") as tmp:
+        out = Path(tmp) / "case.json"
+        spec = {"overrides": ["microbatch.cache=null", *overrides, *EXTRA], "set": sets}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+        cmd = [sys.executable, __file__, "--child", json.dumps(spec), "--child-out", str(out)]
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"status": "timeout", "error": f"over {timeout:.0f}s", "total_s": timeout}
+        if proc.returncode != 0 or not out.is_file():
+            tail = (proc.stderr or "").strip().splitlines()[-3:]
+            return {"status": f"died({proc.returncode})", "error": " | ".join(tail)[:300],
+                    "total_s": time.perf_counter() - start}
+        return json.loads(out.read_text())
+
+
+def _show(title: str, rows: list[dict[str, Any]], columns: list[str], csv: Path) -> None:
+    import pandas as pd
+
+    table = pd.DataFrame(rows)
+    table = table[[c for c in columns if c in table.columns]]
+    print(f"\n{title}" + (f" [overrides: {' '.join(EXTRA)}]" if EXTRA else ""))
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}" if abs(v) < 10 else f"{v:.0f}"))
+    csv.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(csv, index=False)
+    print(f"-> {csv.relative_to(ROOT) if csv.is_relative_to(ROOT) else csv}")
+
+
+def _log(label: str, row: dict[str, Any]) -> None:
+    peak = row.get("peak_mb")
+    print(f"  {label}: {row['status']}" + (f", peak {peak:.0f} MiB" if peak else "")
+          + f", {row.get('total_s', 0):.0f}s" + (f" ({row['error'][:160]})" if row.get("error") else ""),
+          file=sys.stderr, flush=True)
+
+
+def _graph(nodes: int, args: argparse.Namespace) -> list[str]:
+    """Synthetic graph of ``nodes`` nodes (avg degree 10, 128 features; with --community-size, one
+    community per that many nodes, so locality does not change with the size)."""
+    size = [f"dataset.num_communities={max(1, nodes // args.community_size)}"] if args.community_size else []
+    return [f"dataset.num_nodes={nodes}", *GAT_GRAPH, *size]
+
+
+def part_a(args: argparse.Namespace) -> None:
+    graph = [*_graph(args.nodes, args), f"train.epochs={args.epochs}"]
+    rows = []
+    for engine in args.engines:
+        base = None
+        for chunks in (1, args.chunks):
+            label = f"{engine} k={chunks}"
+            row = case([*graph, *GAT, *EXACT, f"engine={engine}", f"chunks={chunks}"], {}, args.safety_gb,
+                       args.timeout)
+            _log(label, row)
+            row = {"case": label, "engine": engine, "chunks": chunks, **row}
+            if chunks == 1:
+                base = row
+            ok = base and base.get("peak_mb") and row.get("peak_mb") and row["status"] == "completed"
+            for key in ("peak", "train"):
+                row[f"{key}_ratio"] = (row[f"{key}_mb"] / base[f"{key}_mb"]
+                                       if ok and row.get(f"{key}_mb") and base.get(f"{key}_mb") else None)
+            # Above the interpreter's own resident memory (Python + torch + PyG).
+            row["ratio_above_base"] = ((row["peak_mb"] - row["base_mb"]) / (base["peak_mb"] - base["base_mb"])
+                                       if ok else None)
+            rows.append(row)
+    _show(f"a. peak RSS, chunks={args.chunks} vs 1: 2-layer GAT, {args.nodes} nodes, avg degree 10, 128 "
+          f"features, targets=all, exact, METIS, {args.epochs} epoch(s) (MiB; ratio = / k=1 of the engine)",
+          rows, ["case", "status", "peak_mb", "peak_ratio", "ratio_above_base", "setup_mb", "train_mb",
+                 "train_ratio", "held_mb", "base_mb", "inflation", "replication", "epoch_s", "total_s",
+                 "error"], OUT / f"memory_a{args.tag}.csv")
+
+
+def _fits(nodes: int, chunks: int, args: argparse.Namespace, rows: list[dict[str, Any]]) -> bool:
+    mode = [*FULL, "engine=single"] if chunks == 1 else [*EXACT, f"engine={args.engine}", f"chunks={chunks}"]
+    row = case([*_graph(nodes, args), *GAT, *mode, f"train.epochs={args.epochs}"],
+               {"train.memory_limit_gb": args.cap_gb}, args.cap_gb, args.timeout)
+    label = "full batch" if chunks == 1 else f"{args.engine} k={chunks}"
+    _log(f"{label} n={nodes}", row)
+    rows.append({"mode": label, "nodes": nodes, **row})
+    return row["status"] == "completed"
+
+
+def _largest(chunks: int, args: argparse.Namespace, rows: list[dict[str, Any]],
+             start: int) -> tuple[int, int | None]:
+    """Doubling search from ``start`` nodes, then one bisection step: (largest fit, smallest failure)."""
+    nodes, fit, fail = start, None, None
+    while nodes <= args.max_nodes:
+        if _fits(nodes, chunks, args, rows):
+            fit, nodes = nodes, nodes * 2
+        else:
+            fail = nodes
+            break
+    if fit is None:
+        raise SystemExit(f"chunks={chunks}: even {start} nodes do not fit under "
+                         f"{args.cap_gb} GiB; lower --start-nodes")
+    if fail is not None and args.bisect:
+        middle = (fit + fail) // 2
+        if _fits(middle, chunks, args, rows):
+            fit = middle
+        else:
+            fail = middle
+    return fit, fail
+
+
+def part_b(args: argparse.Namespace) -> None:
+    rows: list[dict[str, Any]] = []
+    full, full_fail = _largest(1, args, rows, args.start_nodes)
+    # Micro-batches fit at least what full batch fits: start the doubling there.
+    micro, micro_fail = _largest(args.chunks, args, rows, full)
+    _show(f"b. doubling search under train.memory_limit_gb={args.cap_gb} (RLIMIT_AS): 2-layer GAT, avg "
+          f"degree 10, 128 features, targets=all, {args.epochs} epoch(s)", rows,
+          ["mode", "nodes", "status", "peak_mb", "setup_mb", "train_mb", "held_mb", "edges", "inflation",
+           "epoch_s", "total_s", "error"], OUT / f"memory_b{args.tag}.csv")
+    summary = [{"mode": "full batch", "largest_nodes": full, "first_failure": full_fail},
+               {"mode": f"{args.engine} k={args.chunks}", "largest_nodes": micro, "first_failure": micro_fail,
+                "x_full_batch": micro / full}]
+    _show("b. largest graph that trains under the cap (first_failure: the smallest size that did not; "
+          "None = --max-nodes reached)", summary,
+          ["mode", "largest_nodes", "first_failure", "x_full_batch"], OUT / f"memory_b_summary{args.tag}.csv")
+
+
+def part_c(args: argparse.Namespace) -> None:
+    graph = [f"dataset.num_nodes={args.c_nodes}", f"dataset.avg_degree={args.c_degree}",
+             "dataset.num_features=128", f"train.epochs={args.epochs}", "model=gcn", "engine=single", *FULL]
+    rows = []
+    for hidden in args.c_hidden:
+        base = None
+        for framework, aggregation in (("pyg", "messages"), ("pyg", "sparse"), ("dgl", "messages"),
+                                       ("dgl", "sparse")):
+            label = f"{framework} {aggregation} hidden={hidden}"
+            row = case([*graph, f"framework={framework}", f"model.hidden={hidden}"],
+                       {"model.aggregation": aggregation}, args.safety_gb, args.timeout)
+            _log(label, row)
+            row = {"case": label, "framework": framework, "aggregation": aggregation, "hidden": hidden, **row}
+            base = base or row
+            ok = row["status"] == "completed" and base["status"] == "completed"
+            row["peak_ratio"] = row["peak_mb"] / base["peak_mb"] if ok else None
+            row["train_ratio"] = row["train_mb"] / base["train_mb"] if ok else None
+            row["train_above_held"] = row["train_mb"] - row["held_mb"] if ok else None
+            rows.append(row)
+    _show(f"c. GCN full batch, {args.c_nodes} nodes, avg degree {args.c_degree}, 128 features, "
+          f"{args.epochs} epoch(s): aggregation messages vs sparse (MiB; ratios = / pyg messages of the "
+          "same hidden size; train_above_held = training peak above what is resident when it starts)",
+          rows, ["case", "status", "peak_mb", "peak_ratio", "train_mb", "train_ratio", "train_above_held",
+                 "held_mb", "base_mb", "edges", "epoch_s", "total_s", "error"],
+          OUT / f"memory_c{args.tag}.csv")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=["a", "b", "c", "all"], default="all")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs per case (1-3)")
+    parser.add_argument("--safety-gb", type=float, default=7.0,
+                        help="train.memory_limit_gb of every case without its own cap (GiB)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per case")
+    parser.add_argument("--nodes", type=int, default=300_000, help="part a: graph size")
+    parser.add_argument("--chunks", type=int, default=None, help="micro-batches (a: 16, b: 32)")
+    parser.add_argument("--engines", nargs="+", default=["single", "gpipe"], help="part a: engines")
+    parser.add_argument("--engine", default="single", help="part b: engine of the micro-batched runs")
+    parser.add_argument("--cap-gb", type=float, default=3.0, help="part b: train.memory_limit_gb (GiB)")
+    parser.add_argument("--start-nodes", type=int, default=25_000, help="part b: first size")
+    parser.add_argument("--max-nodes", type=int, default=3_200_000, help="part b: stop doubling here")
+    parser.add_argument("--community-size", type=int, default=None,
+                        help="parts a, b: nodes per community (default: the dataset's 30 communities)")
+    parser.add_argument("--no-bisect", dest="bisect", action="store_false", help="part b: doubling only")
+    parser.add_argument("--c-nodes", type=int, default=20_000, help="part c: graph size")
+    parser.add_argument("--c-degree", type=float, default=200.0, help="part c: average degree")
+    parser.add_argument("--c-hidden", type=int, nargs="+", default=[16, 64], help="part c: GCN hidden")
+    parser.add_argument("overrides", nargs="*", help="extra config overrides for every case, e.g. "
+                        "dataset.num_communities=150 dataset.homophily=0.95 microbatch.halo=historical")
+    parser.add_argument("--tag", default="", help="suffix of the CSV names (memory_<part><tag>.csv)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        args.child_out.write_text(json.dumps(child(json.loads(args.child))))
+        return 0
+    EXTRA.extend(args.overrides)
+    if args.overrides:
+        print(f"extra overrides for every case: {' '.join(args.overrides)}")
+    parts = ["a", "b", "c"] if args.part == "all" else [args.part]
+    for part in parts:
+        part_args = argparse.Namespace(**vars(args))
+        part_args.chunks = args.chunks or {"a": 16, "b": 32}.get(part)
+        {"a": part_a, "b": part_b, "c": part_c}[part](part_args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Epoch time, accuracy and memory of micro-batched training relative to plain full-batch training.
+
+Every case is a set of config overrides run in this process with ``pipegnn.run``; the table prints each
+case's median epoch time as a ratio to the first case (the baseline) of the suite, side by side.
+
+    python benchmarks/overhead.py --suite core --dataset cora --epochs 200
+    python benchmarks/overhead.py --suite halo --dataset pubmed_topology --epochs 20 --csv out.csv
+
+Suites:
+    core     full batch vs GPipe k=8 exact (METIS) vs GPipe k=8 naive, plus single-engine k=8 exact
+    halo     none / exact / historical at k=8 (METIS, GPipe)
+    chunks   GPipe exact METIS at k = 1, 2, 4, 8, 16, 32
+    engines  framework pyg / dgl x engine single / gpipe / pipelining (2 stages) x k = 1, 4, 8 (exact)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+from hydra import compose, initialize_config_dir
+
+from pipegnn import run
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+FULL = ["engine=single", "chunks=1", "microbatch.halo=none"]
+SUITES = {
+    "core": {"full batch (single, k=1)": FULL,
+             "gpipe k=8 exact metis": ["engine=gpipe", "chunks=8", "microbatch.halo=exact"],
+             "single k=8 exact metis": ["engine=single", "chunks=8", "microbatch.halo=exact"],
+             "gpipe k=8 naive metis": ["engine=gpipe", "chunks=8", "microbatch.halo=none"],
+             "gpipe k=8 naive sequential": ["engine=gpipe", "chunks=8", "microbatch.halo=none",
+                                            "microbatch.partition=sequential"]},
+    "halo": {"full batch (single, k=1)": FULL,
+             **{f"gpipe k=8 {h}": ["engine=gpipe", "chunks=8", f"microbatch.halo={h}"]
+                for h in ("none", "exact", "historical")}},
+    "chunks": {"full batch (single, k=1)": FULL,
+               **{f"gpipe k={k} exact": ["engine=gpipe", f"chunks={k}"] for k in (1, 2, 4, 8, 16, 32)}},
+    "engines": {"full batch (single, k=1)": FULL,
+                **{f"{fw} {engine} k={k}": [f"framework={fw}", f"engine={engine}", f"chunks={k}"]
+                   for fw in ("pyg", "dgl") for engine in ("single", "gpipe", "pipelining")
+                   for k in (1, 4, 8)}},
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", choices=sorted(SUITES), default="core")
+    parser.add_argument("--dataset", default="synthetic")
+    parser.add_argument("--epochs", type=int, default=50)
+    parser.add_argument("--csv", type=Path, help="write the table as CSV")
+    parser.add_argument("overrides", nargs="*", help="extra config overrides for every case")
+    args = parser.parse_args(argv)
+    rows = []
+    for name, case in SUITES[args.suite].items():
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("config", overrides=[f"dataset={args.dataset}", f"train.epochs={args.epochs}",
+                                               *case, *args.overrides])
+        record = run(cfg)
+        if record["status"] != "completed":
+            print(f"{name}: {record['status']}: {record['error']}", file=sys.stderr)
+            return 1
+        mb = record["microbatch"]
+        rows.append({"case": name, "epoch_s": record["timing"]["epoch_time_median_s"],
+                     "eval_s": record["timing"]["eval_time_median_s"],
+                     "test_acc": record["final"]["test_acc_at_best_val"],
+                     "inflation": mb["inflation"], "replication": mb["replication"],
+                     "peak_rss_mb": record["memory"]["peak_rss_bytes"] / 2 ** 20,
+                     "build_s": record["timing"]["microbatch_build_s"]})
+    table = pd.DataFrame(rows)
+    table.insert(2, "ratio", table.epoch_s / table.epoch_s.iloc[0])
+    print(f"\n{args.suite} suite on {args.dataset}, {args.epochs} epochs "
+          f"(ratio = median epoch time / first row's)")
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    if args.csv:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.csv, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

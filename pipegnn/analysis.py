@@ -1,0 +1,410 @@
+"""Tables and figures from result records, for notebooks and papers.
+
+Everything takes the DataFrame of :func:`pipegnn.results.load` (one row per run). Only completed runs
+enter a statistic or a figure; aggregates are over repeated runs of the same setting (seeds):
+mean, sample standard deviation (ddof=1, NaN for one run) and count.
+
+Figures are drawn on the Agg canvas (no display, no pyplot state), one panel per dataset / model /
+graph size and per setting that varies but is not on the figure's axes (the panel title names it), so
+that runs of different settings are never averaged together. Each figure function returns the
+:class:`~matplotlib.figure.Figure`, writes a PNG when given a path, and raises :class:`NoData` when
+the frame holds nothing to draw; :func:`draw` turns that into a printed "skipped" line for notebooks.
+
+Two columns are derived from ``engine`` and ``devices``: ``setup`` (e.g. ``gpipe 2×cpu``,
+``single cuda``) and ``device_type`` (``cpu``, ``cuda``); both may be used in ``by``, ``within`` and
+``where``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
+
+from pipegnn.results import select
+
+__all__ = ["DPI", "NoData", "PANEL_SIZE", "WITHIN", "device_type", "draw", "plot_accuracy_vs_chunks",
+           "plot_epoch_time_vs_chunks", "plot_inflation_by_partitioner", "plot_memory_vs_chunks",
+           "plot_scaling", "relative", "setup_label", "summarize", "with_setup"]
+
+#: Resolution of saved PNGs; a figure of r x c panels is (c * 4.8 * DPI) x (r * 3.6 * DPI) pixels.
+DPI = 100
+#: Size of one panel in inches (width, height).
+PANEL_SIZE = (4.8, 3.6)
+#: Columns a baseline row must share with a row in :func:`relative` (the comparable group).
+WITHIN = ("dataset", "model", "num_nodes", "framework", "device_type")
+#: Columns that define a run's setting (besides the seed).
+_SETTINGS = ("dataset", "model", "num_nodes", "framework", "setup", "engine", "devices", "chunks",
+             "halo", "partition", "targets", "cfg.model.layers")
+#: Settings that get their own panels when they vary and are not on a figure's axes.
+_FACETS = ("framework", "setup", "halo", "partition", "targets", "cfg.model.layers")
+_NAMES = {"setup": "devices", "cfg.model.layers": "layers"}
+_HALO = {"none": "naive (no halo)", "exact": "exact halo", "historical": "historical halo"}
+_CHUNKS_LABEL = "micro-batches per step (chunks)"
+_METRIC_LABELS = {
+    "epoch_time_median_s": "median epoch time (s)",
+    "eval_time_median_s": "median evaluation time (s)",
+    "test_acc": "test accuracy (%)", "val_acc": "validation accuracy (%)",
+    "best_val_acc": "best validation accuracy (%)",
+    "test_acc_at_best_val": "test accuracy at best validation (%)",
+    "peak_rss_mb": "peak resident memory (MiB)", "peak_device_mb": "peak device memory (MiB)",
+    "peak_memory_mb": "peak memory (MiB)",
+    "inflation": "work inflation (× one micro-batch)",
+    "replication": "replication (rows computed / distinct rows)",
+    "cut_edge_fraction": "cut-edge fraction",
+}
+
+
+class NoData(ValueError):
+    """The frame holds no completed run with what a figure needs."""
+
+
+# --------------------------------------------------------------------------------------------- columns
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+
+
+def _devices(devices: Any) -> list[str]:
+    return [] if _missing(devices) else [d.strip() for d in str(devices).split(",") if d.strip()]
+
+
+def device_type(devices: Any) -> str | None:
+    """``cpu`` / ``cuda`` (``cpu+cuda`` when mixed) of a ``devices`` value such as ``cuda:0,cuda:1``."""
+    types = sorted({d.split(":")[0] for d in _devices(devices)})
+    return "+".join(types) if types else None
+
+
+def setup_label(engine: Any, devices: Any) -> str:
+    """``gpipe 2×cpu``, ``single cuda``, ``pipelining 4×cuda``: the engine and its devices."""
+    parts, kind = _devices(devices), device_type(devices)
+    engine = "?" if _missing(engine) else str(engine)
+    if kind is None:
+        return engine
+    return f"{engine} {len(parts)}×{kind}" if len(parts) > 1 else f"{engine} {kind}"
+
+
+def with_setup(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``df`` with the derived ``setup`` and ``device_type`` columns."""
+    out = df.copy()
+    engine = out["engine"] if "engine" in out else pd.Series(None, index=out.index, dtype=object)
+    devices = out["devices"] if "devices" in out else pd.Series(None, index=out.index, dtype=object)
+    out["setup"] = [setup_label(e, d) for e, d in zip(engine, devices)]
+    out["device_type"] = [device_type(d) for d in devices]
+    return out
+
+
+def _col(df: pd.DataFrame, key: str) -> str:
+    for name in (key, f"cfg.{key}"):
+        if name in df.columns:
+            return name
+    raise KeyError(f"no column {key!r} (nor cfg.{key})")
+
+
+def _completed(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "completed"]
+
+
+def _key(values: Sequence[Any]) -> tuple:
+    """Group key values with every kind of missing value as None (so keys compare equal)."""
+    return tuple(None if _missing(v) else v for v in values)
+
+
+def _list(keys: str | Sequence[str]) -> list[str]:
+    return [keys] if isinstance(keys, str) else list(keys)
+
+
+# ---------------------------------------------------------------------------------------------- tables
+
+def summarize(df: pd.DataFrame, by: str | Sequence[str], metrics: str | Sequence[str]) -> pd.DataFrame:
+    """Mean, std (ddof=1) and count of each metric over the completed runs of each group of ``by``.
+
+    Returns one row per group (sorted, missing keys kept as a group) with the ``by`` columns, ``runs``
+    (completed runs in the group), then ``<metric>_mean``, ``<metric>_std``, ``<metric>_count`` (runs
+    with a value). Rows not completed are left out and counted in ``attrs["dropped"]`` (total) and
+    ``attrs["dropped_by_status"]`` ({status: count}).
+    """
+    data = with_setup(df)
+    by = [_col(data, k) for k in _list(by)]
+    metrics = [_col(data, m) for m in _list(metrics)]
+    done = _completed(data)
+    statuses = data.loc[data["status"] != "completed", "status"].fillna("unknown").value_counts()
+    if done.empty:
+        out = pd.DataFrame(columns=[*by, "runs", *(f"{m}_{s}" for m in metrics
+                                                   for s in ("mean", "std", "count"))])
+    else:
+        values = done[metrics].apply(pd.to_numeric, errors="coerce")
+        groups = values.groupby([done[k] for k in by], dropna=False, sort=True)
+        out = groups.agg(["mean", "std", "count"])
+        out.columns = [f"{m}_{s}" for m, s in out.columns]
+        out.insert(0, "runs", groups.size())
+        out = out.reset_index()
+    out.attrs["dropped"] = int(statuses.sum())
+    out.attrs["dropped_by_status"] = {str(k): int(v) for k, v in statuses.items()}
+    return out
+
+
+def relative(df: pd.DataFrame, metric: str, baseline: Mapping[str, Any],
+             within: Sequence[str] = WITHIN) -> pd.Series:
+    """Each row's ``metric`` divided by its baseline's: e.g. epoch-time overhead against full batch
+    with ``baseline={"chunks": 1, "halo": "none", "engine": "single"}``.
+
+    A row's baseline is the mean ``metric`` of the completed runs that match ``baseline`` (as
+    :func:`pipegnn.results.select` matches) and share the row's ``within`` columns (by default
+    dataset, model, graph size, framework and device type), over seeds. Returns a Series aligned with
+    ``df`` named ``<metric>_relative``: NaN for rows not completed or without a baseline.
+
+    Raises:
+        KeyError: a column is missing.
+        ValueError: in some group the baseline matches runs of more than one setting (e.g. both the
+            gpipe and the single engine); the message names the columns to add to ``baseline``.
+    """
+    data = with_setup(df).reset_index(drop=True)
+    within = [_col(data, k) for k in within]
+    value = _col(data, metric)
+    base = _completed(select(data, baseline))
+    settings = [c for c in _SETTINGS if c in base and c not in within and c != "setup"]
+    means: dict[tuple, float] = {}
+    for key, group in base.groupby(within, dropna=False):
+        key = _key(key if isinstance(key, tuple) else (key,))
+        varying = [c for c in settings if group[c].nunique(dropna=False) > 1]
+        if varying:
+            raise ValueError(f"baseline {dict(baseline)} matches runs of several settings in group "
+                             f"{dict(zip(within, key))}: {', '.join(varying)} vary; add them to baseline")
+        means[key] = float(pd.to_numeric(group[value], errors="coerce").mean())
+    reference = [means.get(_key(row), math.nan) for row in zip(*(data[k] for k in within))]
+    ratio = (pd.to_numeric(data[value], errors="coerce").to_numpy(dtype=float)
+             / np.array(reference, dtype=float))
+    ratio[(data["status"] != "completed").to_numpy()] = np.nan
+    return pd.Series(ratio, index=df.index, name=f"{metric}_relative")
+
+
+# --------------------------------------------------------------------------------------------- figures
+
+def _label(key: str, value: Any, bare: Sequence[str] = ("framework", "setup", "partition")) -> str:
+    """A setting's value as shown in a legend (``bare`` keys without their name) or a title."""
+    if key == "halo" and value in _HALO:
+        return _HALO[value]
+    if _missing(value):
+        value = "-"
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value) if key in bare else f"{_NAMES.get(key, key)}={value}"
+
+
+def _panel_title(keys: Sequence[str], values: Sequence[Any]) -> str:
+    """``dataset (N nodes) / model``, then the panel's other settings on a second line."""
+    named = dict(zip(keys, values))
+    dataset, model, nodes = (named.pop(k, None) for k in ("dataset", "model", "num_nodes"))
+    size = "" if _missing(nodes) else f" ({int(nodes)} nodes)"
+    rest = ", ".join(_label(k, v, bare=("framework", "setup")) for k, v in named.items())
+    return f"{dataset}{size} / {model}" + (f"\n{rest}" if rest else "")
+
+
+def _prepare(df: pd.DataFrame, where: Mapping[str, Any] | None, needed: Sequence[str],
+             what: str) -> pd.DataFrame:
+    data = _completed(with_setup(select(df, where) if where else df))
+    for column in needed:
+        if column not in data:
+            raise NoData(f"{what}: the results have no column {column!r}")
+        data = data[pd.to_numeric(data[column], errors="coerce").notna()]
+    if data.empty:
+        scope = f" matching {dict(where)}" if where else ""
+        raise NoData(f"{what}: no completed run{scope} with {', '.join(needed)}")
+    return data
+
+
+def _facets(data: pd.DataFrame, used: Sequence[str]) -> list[str]:
+    """Setting columns not on the figure's axes that take more than one value."""
+    return [c for c in _FACETS if c in data and c not in used and data[c].nunique(dropna=False) > 1]
+
+
+def _figure(panels: int, rows_per_panel: int = 1, max_cols: int = 3) -> tuple[Figure, list[list[Axes]]]:
+    cols = min(panels, max_cols)
+    grid_rows = math.ceil(panels / cols) * rows_per_panel
+    fig = Figure(figsize=(PANEL_SIZE[0] * cols, PANEL_SIZE[1] * grid_rows), dpi=DPI,
+                 layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = []
+    for p in range(panels):
+        r0, c = (p // cols) * rows_per_panel, p % cols
+        axes.append([fig.add_subplot(grid_rows, cols, (r0 + i) * cols + c + 1)
+                     for i in range(rows_per_panel)])
+    return fig, axes
+
+
+def _line_labels(data: pd.DataFrame, lines: Sequence[str]) -> tuple[pd.Series, dict[str, str]]:
+    """Each row's legend label (its values of ``lines``) and a colour per label, fixed across panels
+    (halo modes in the order naive, exact, historical; other values sorted)."""
+    def rank(row: tuple) -> tuple:
+        return tuple((list(_HALO).index(v) if k == "halo" and v in _HALO else len(_HALO), str(v))
+                     for k, v in zip(lines, row))
+    rows = list(zip(*(data[k] for k in lines)))
+    labels = pd.Series([", ".join(_label(k, v) for k, v in zip(lines, row)) for row in rows],
+                       index=data.index, dtype=object)
+    order = dict.fromkeys(label for _, label in sorted(zip(map(rank, rows), labels), key=lambda t: t[0]))
+    return labels, {label: f"C{i % 10}" for i, label in enumerate(order)}
+
+
+def _lines(ax: Axes, data: pd.DataFrame, x: str, y: str, labels: pd.Series, colors: Mapping[str, str],
+           scale: float = 1.0) -> None:
+    """One line per label (in the order of ``colors``): the mean of ``y`` over the runs at each ``x``,
+    with +- one standard deviation as error bars where there are several runs."""
+    for label, color in colors.items():
+        group = data[labels.reindex(data.index) == label]
+        if group.empty:
+            continue
+        stats = (pd.to_numeric(group[y], errors="coerce") * scale).groupby(
+            pd.to_numeric(group[x], errors="coerce")).agg(["mean", "std"]).sort_index()
+        ax.plot(stats.index, stats["mean"], marker="o", color=color, label=label)
+        std = stats["std"].to_numpy(dtype=float)
+        if np.isfinite(std).any():
+            ax.errorbar(stats.index, stats["mean"], yerr=np.nan_to_num(std), fmt="none", ecolor=color,
+                        capsize=0, elinewidth=1.5)
+
+
+def _log2_x(ax: Axes, values: Sequence[float]) -> None:
+    ax.set_xscale("log", base=2)
+    ticks = sorted({float(v) for v in values})
+    ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _finish(fig: Figure, title: str, path: str | Path | None) -> Figure:
+    fig.suptitle(title)
+    if path is not None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png", dpi=DPI)
+    return fig
+
+
+def _vs_chunks(df: pd.DataFrame, path: str | Path | None, where: Mapping[str, Any] | None, *, y: str,
+               lines: Sequence[str], pool: Sequence[str], title: str,
+               ylabel: str | Callable[[pd.DataFrame], str], scale: float = 1.0, legend: str) -> Figure:
+    data = _prepare(df, where, ["chunks", y], title)
+    keys = ["dataset", "model", "num_nodes", *_facets(data, [*lines, *pool])]
+    keys = [k for k in keys if k in data]
+    panels = list(data.groupby(keys, dropna=False, sort=True))
+    labels, colors = _line_labels(data, lines)
+    fig, axes = _figure(len(panels))
+    for (key, panel), (ax,) in zip(panels, axes):
+        _lines(ax, panel, "chunks", y, labels, colors, scale)
+        _log2_x(ax, panel["chunks"])
+        ax.set(xlabel=_CHUNKS_LABEL, ylabel=ylabel(panel) if callable(ylabel) else ylabel,
+               title=_panel_title(keys, key))
+        ax.grid(alpha=0.3)
+        ax.legend(title=legend, fontsize="small", title_fontsize="small")
+    return _finish(fig, title, path)
+
+
+def plot_epoch_time_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,
+                              where: Mapping[str, Any] | None = None) -> Figure:
+    """The poster's figure: median epoch time against chunks (log2 axis), one line per framework x
+    device setup (mean +- std over seeds); panels per dataset/model and per other varying setting
+    (e.g. halo mode)."""
+    return _vs_chunks(df, path, where, y="epoch_time_median_s", lines=["framework", "setup"], pool=[],
+                      title="Epoch time vs micro-batches", ylabel=_METRIC_LABELS["epoch_time_median_s"],
+                      legend="framework, devices")
+
+
+def plot_accuracy_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,
+                            metric: str = "test_acc", where: Mapping[str, Any] | None = None) -> Figure:
+    """Accuracy (%) against chunks, one line per halo mode (naive, exact, historical) with error bars
+    over seeds: the poster's accuracy loss under naive chunking and its fix."""
+    return _vs_chunks(df, path, where, y=metric, lines=["halo"], pool=[], scale=100.0,
+                      title="Accuracy vs micro-batches", legend="halo mode",
+                      ylabel=_METRIC_LABELS.get(metric, f"{metric} (%)"))
+
+
+def _with_memory(data: pd.DataFrame) -> pd.DataFrame:
+    """``data`` with ``peak_memory_mb``: the run's peak device memory when it recorded one (CUDA), else
+    its peak resident memory."""
+    device = pd.to_numeric(data["peak_device_mb"], errors="coerce") if "peak_device_mb" in data else None
+    rss = pd.to_numeric(data["peak_rss_mb"], errors="coerce") if "peak_rss_mb" in data else np.nan
+    return data.assign(peak_memory_mb=rss if device is None else device.fillna(rss))
+
+
+def _memory_label(panel: pd.DataFrame) -> str:
+    if "peak_device_mb" not in panel:
+        return _METRIC_LABELS["peak_rss_mb"]
+    device = pd.to_numeric(panel["peak_device_mb"], errors="coerce").notna()
+    key = "peak_device_mb" if device.all() else "peak_rss_mb" if not device.any() else "peak_memory_mb"
+    return _METRIC_LABELS[key]
+
+
+def plot_memory_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,
+                          where: Mapping[str, Any] | None = None) -> Figure:
+    """Peak memory (MiB) against chunks, one line per halo mode: a run's device memory when it
+    recorded any (CUDA), else the process's peak resident memory (the axis label says which)."""
+    return _vs_chunks(_with_memory(df), path, where, y="peak_memory_mb", lines=["halo"], pool=[],
+                      title="Peak memory vs micro-batches", ylabel=_memory_label, legend="halo mode")
+
+
+def plot_inflation_by_partitioner(df: pd.DataFrame, path: str | Path | None = None, *,
+                                  metric: str = "inflation",
+                                  where: Mapping[str, Any] | None = None) -> Figure:
+    """A plan statistic (``inflation``, ``replication`` or ``cut_edge_fraction``) against chunks, one
+    line per partitioner, panels per halo mode. Plans do not depend on the framework or devices, so
+    runs differing only in those are pooled."""
+    return _vs_chunks(df, path, where, y=metric, lines=["partition"], pool=["framework", "setup"],
+                      title=f"{metric.replace('_', ' ').capitalize()} by partitioner",
+                      ylabel=_METRIC_LABELS.get(metric, metric), legend="partitioner")
+
+
+def plot_scaling(df: pd.DataFrame, path: str | Path | None = None, *,
+                 where: Mapping[str, Any] | None = None) -> Figure:
+    """Epoch time (top) and peak memory (bottom) against graph nodes (log2 axis), one line per chunks
+    value (``full batch`` for 1, micro-batched otherwise). Only groups with at least two graph sizes
+    are drawn.
+
+    Raises:
+        NoData: no dataset/model group has runs of two or more graph sizes.
+    """
+    title = "Scaling with graph size"
+    data = _with_memory(_prepare(df, where, ["num_nodes", "chunks", "epoch_time_median_s"], title))
+    # The halo mode of a full-batch run (chunks=1) is immaterial: it labels micro-batched lines only.
+    micro = data["chunks"] != 1
+    with_halo = "halo" in data and data.loc[micro, "halo"].nunique(dropna=False) > 1
+    halos = data["halo"] if "halo" in data else [None] * len(data)
+    data = data.assign(batching=["full batch" if c == 1 else f"{int(c)} micro-batches"
+                                 + (f", {_label('halo', h)}" if with_halo else "")
+                                 for c, h in zip(data["chunks"], halos)])
+    keys = [k for k in ("dataset", "model", *_facets(data, ["chunks", "halo"])) if k in data]
+    panels = [(key, panel) for key, panel in data.groupby(keys, dropna=False, sort=True)
+              if panel["num_nodes"].nunique() > 1]
+    if not panels:
+        raise NoData(f"{title}: no dataset/model has runs of more than one graph size (num_nodes)")
+    fig, axes = _figure(len(panels), rows_per_panel=2)
+    order = data.sort_values(["chunks", "batching"])["batching"].drop_duplicates()
+    colors = {label: f"C{i % 10}" for i, label in enumerate(order)}
+    for (key, panel), (top, bottom) in zip(panels, axes):
+        for ax, y, label in ((top, "epoch_time_median_s", _METRIC_LABELS["epoch_time_median_s"]),
+                             (bottom, "peak_memory_mb", _memory_label(panel))):
+            _lines(ax, panel, "num_nodes", y, panel["batching"], colors)
+            _log2_x(ax, panel["num_nodes"])
+            ax.set(xlabel="graph nodes", ylabel=label)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize="small")
+        top.set_title(_panel_title(keys, key))
+    for ax in fig.axes:  # node counts are large: keep the tick labels readable
+        ax.tick_params(axis="x", labelrotation=30)
+    return _finish(fig, title, path)
+
+
+def draw(plot: Callable[..., Figure], df: pd.DataFrame, path: str | Path, **kwargs: Any) -> Figure | None:
+    """``plot(df, path, **kwargs)``, printing ``wrote <path>``; when the results hold no data for the
+    figure, prints ``skipped <file>: <reason>`` and returns None instead of raising."""
+    try:
+        fig = plot(df, path, **kwargs)
+    except NoData as e:
+        print(f"skipped {Path(path).name}: {e}")
+        return None
+    print(f"wrote {path}")
+    return fig

@@ -1,0 +1,302 @@
+"""torch.distributed.pipelining over the staged model: one process per pipeline rank.
+
+Each process (rank r of W, device ``engine.devices[r]``) builds the same graph, model and plans, keeps
+only its own stage(s) and runs them through a torch schedule; activations and gradients travel point
+to point (gloo on CPU, nccl on CUDA). ``train_step`` returns the loss and ``predict`` the logits on
+*every* rank (broadcast from the last rank), so the trainer's epoch loop is the same for all engines.
+
+Taken from torch as is: ``PipelineStage`` (send/receive of activations and gradients), the schedules
+(``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``; evaluation runs a schedule without a
+loss, which is forward-only), the split of the id tensor into micro-batches (``tensor_split`` along
+dim 0) and the per-micro-batch loss. Hand-written here because torch has no equivalent:
+
+- static shapes for micro-batches of different sizes: torch fixes every inter-stage tensor's shape
+  once, so each stage pads its output rows to the largest micro-batch of the call and the next stage
+  slices the real rows back out; labels are padded with ``IGNORE``;
+- the exact loss (sum of cross-entropies / global labelled count, ``scale_grads=False``: torch would
+  otherwise divide the gradients by the number of micro-batches);
+- the layers of each stage from ``balance`` (and ``virtual_stages`` for interleaving), a check that
+  all ranks built the same plans and initial weights, the broadcasts, the process group from
+  torchrun's environment (``process_group``) and the per-rank peak memory (``gather_memory``).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from contextlib import contextmanager
+from datetime import timedelta
+from itertools import accumulate
+from typing import Any, Iterator, Mapping
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                          ScheduleInterleaved1F1B)
+
+from pipegnn.engines.base import IGNORE, Engine, parse_device
+from pipegnn.engines.gpipe import even_balance
+from pipegnn.errors import ConfigError
+from pipegnn.measure import peak_device_bytes, peak_rss_bytes
+from pipegnn.models.base import Stage, StagedGNN
+
+__all__ = ["DIST_BACKENDS", "LAUNCHERS", "SCHEDULES", "START_METHODS", "PipeliningEngine", "dist_backend",
+           "gather_memory", "is_secondary_rank", "process_group", "stage_layers"]
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved1f1b": ScheduleInterleaved1F1B}
+LAUNCHERS = ("spawn", "external")
+DIST_BACKENDS = ("auto", "gloo", "nccl")
+START_METHODS = ("forkserver", "spawn")
+
+
+def stage_layers(num_layers: int, num_ranks: int, balance: list[int] | None = None,
+                 per_rank: int = 1) -> list[range]:
+    """Layers of every pipeline stage, in stage order; stage s runs on rank ``s % num_ranks``.
+
+    ``balance`` gives the layers of each rank (null: as even as possible); with ``per_rank`` > 1
+    (interleaving) a rank's layers are split as evenly as possible over its ``per_rank`` stages.
+    """
+    balance = list(balance or even_balance(num_layers, num_ranks))
+    counts = [even_balance(balance[s % num_ranks], per_rank)[s // num_ranks]
+              for s in range(num_ranks * per_rank)]
+    return [range(a, a + c) for a, c in zip(accumulate([0, *counts]), counts)]
+
+
+def dist_backend(engine: Mapping[str, Any]) -> str:
+    """The process-group backend: ``engine.backend``, or for ``auto`` nccl on CUDA and gloo on CPU."""
+    backend = engine.get("backend", "auto")
+    if backend == "auto":
+        return "nccl" if str(engine["devices"][0]).startswith("cuda") else "gloo"
+    return backend
+
+
+def is_secondary_rank(cfg: Mapping[str, Any]) -> bool:
+    """True in a process of an externally launched pipeline other than rank 0 (which writes no record)."""
+    engine = cfg.get("engine") or {}
+    return (engine.get("name") == "pipelining" and engine.get("launcher") == "external"
+            and int(os.environ.get("RANK", "0")) != 0)
+
+
+@contextmanager
+def process_group(engine: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
+    """Join the process group described by torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT) for the duration of the block; yields ``(rank, world_size)``. Log records of this
+    process are prefixed with its rank, and ranks other than 0 log warnings and errors only.
+
+    Raises:
+        ConfigError: the environment is missing or its world size is not ``len(engine.devices)``.
+    """
+    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise ConfigError(f"engine.launcher=external needs torchrun's environment ({', '.join(missing)} "
+                          "not set): start it with `torchrun --nproc-per-node N experiments/train.py "
+                          "engine=pipelining engine.launcher=external ...`, or use engine.launcher=spawn")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    devices = list(engine["devices"])
+    if world != len(devices):
+        raise ConfigError(f"torchrun started {world} process(es) but engine.devices={devices} has "
+                          f"{len(devices)} entries; one process per entry: make --nnodes x "
+                          f"--nproc-per-node equal {len(devices)}, or change engine.devices")
+    device = parse_device(devices[rank])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(dist_backend(engine), rank=rank, world_size=world,
+                            timeout=timedelta(seconds=float(engine["timeout_s"])),
+                            device_id=device if device.type == "cuda" else None)
+    factory = logging.getLogRecordFactory()
+
+    def prefixed(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        record.msg = f"[rank {rank}] {record.msg}"
+        return record
+
+    logging.setLogRecordFactory(prefixed)
+    package = logging.getLogger("pipegnn")
+    level = package.level
+    if rank != 0:
+        package.setLevel(logging.WARNING)
+    try:
+        yield rank, world
+    finally:
+        logging.setLogRecordFactory(factory)
+        package.setLevel(level)
+        dist.destroy_process_group()
+
+
+def gather_memory(devices: list[torch.device]) -> dict[str, Any]:
+    """Peak memory of every rank (a collective: call on all ranks): the largest peak RSS, the peak of
+    each rank, and the peak of each rank's CUDA device."""
+    mine = (peak_rss_bytes(), peak_device_bytes(devices))
+    ranks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, mine)
+    rss = [r[0] for r in ranks]
+    return {"peak_rss_bytes": max((r for r in rss if r is not None), default=None),
+            "peak_rss_bytes_per_rank": rss,
+            "peak_device_bytes": {f"rank{i}:{d}": b for i, r in enumerate(ranks) for d, b in r[1].items()}}
+
+
+class _PipeStage(nn.Module):
+    """Consecutive layers of the staged model as one pipeline stage with static shapes.
+
+    Receives ``(ids,)`` (first stage) or ``(h padded, ids)``, slices the real rows of micro-batch
+    ``ids[0]`` out of ``h``, runs its layers and pads the output rows to ``pad[m]``; the last stage
+    returns only the padded logits (what the loss and the merged output take).
+    """
+
+    def __init__(self, layers: list[Stage], rows_in: list[int] | None, pad: list[int], last: bool):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.rows_in, self.pad, self.last = rows_in, pad, last
+
+    def forward(self, *inputs: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        ids = inputs[-1]
+        m = int(ids[0])
+        x: tuple[Tensor, ...] = (ids,) if self.rows_in is None else (inputs[0][:self.rows_in[m]], ids)
+        for layer in self.layers:
+            x = layer(x)
+        h = F.pad(x[0], (0, 0, 0, self.pad[m] - x[0].size(0)))
+        return h if self.last else (h, ids)
+
+
+class PipeliningEngine(Engine):
+    """This rank's part of a torch.distributed.pipelining pipeline (call inside ``process_group``).
+
+    Args:
+        model: the whole staged model with its plans attached (identical on every rank); the stages
+            of other ranks are removed from it, so ``model.parameters()`` are this rank's.
+        device: this rank's device.
+        chunks: micro-batches per call.
+        schedule: ``gpipe``, ``1f1b`` or ``interleaved1f1b``.
+        balance: layers per rank (None: as even as possible).
+        virtual_stages: stages per rank with ``interleaved1f1b`` (1 otherwise).
+    """
+
+    def __init__(self, model: StagedGNN, device: torch.device, chunks: int, schedule: str = "gpipe",
+                 balance: list[int] | None = None, virtual_stages: int = 1):
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.devices = [device]
+        self.chunks, self.schedule_name = chunks, schedule
+        per_rank = virtual_stages if schedule == "interleaved1f1b" else 1
+        self.layers = stage_layers(model.num_layers, self.world, balance, per_rank)
+        self.num_stages = len(self.layers)
+        self.local = [s for s in range(self.num_stages) if s % self.world == self.rank]
+        self.last_rank = (self.num_stages - 1) % self.world
+        _check_same_everywhere(model)
+        # Real output rows of every layer per micro-batch id, and the padded rows of the current call.
+        self.rows = [[shape[1] for shape in stage.shapes] for stage in model]
+        self.pad = [[0] * len(r) for r in self.rows]
+        self.width = [stage.spec.out_features for stage in model]
+        self.dtype = model[0].features.dtype
+        stages = list(model)
+        self.modules = {s: _PipeStage(stages[self.layers[s].start:self.layers[s].stop],
+                                      None if s == 0 else self.rows[self.layers[s].start - 1],
+                                      self.pad[self.layers[s].stop - 1], s == self.num_stages - 1).to(device)
+                        for s in self.local}
+        own = {layer for s in self.local for layer in self.layers[s]}
+        for i in reversed(range(len(model))):
+            if i not in own:
+                del model[i]
+        self._schedules: dict[tuple, Any] = {}
+        self._num_targets = 1
+
+    @property
+    def has_first(self) -> bool:
+        return 0 in self.local
+
+    @property
+    def has_last(self) -> bool:
+        return self.num_stages - 1 in self.local
+
+    def _loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        return F.cross_entropy(logits, labels, reduction="sum", ignore_index=IGNORE) / self._num_targets
+
+    def _schedule(self, ids: list[int], train: bool) -> Any:
+        """The schedule of the micro-batches ``ids``, built on first use (same order on every rank)."""
+        key = (tuple(ids), train)
+        if key not in self._schedules:
+            for rows, pad in zip(self.rows, self.pad):
+                largest = max(rows[m] for m in ids)
+                for m in ids:
+                    pad[m] = largest
+            self._schedules[key] = self._build_schedule(ids[0], train)
+        return self._schedules[key]
+
+    def _build_schedule(self, m: int, train: bool) -> Any:
+        device = self.devices[0]
+        ids = torch.zeros(1, dtype=torch.long, device="meta")
+
+        def activation(layer: int) -> Tensor:
+            return torch.empty(self.pad[layer][m], self.width[layer], dtype=self.dtype, device="meta",
+                               requires_grad=train)
+
+        stages = []
+        for s in self.local:
+            first, last = self.layers[s].start, self.layers[s].stop - 1
+            inputs = (ids,) if s == 0 else (activation(first - 1), ids)
+            outputs = activation(last) if s == self.num_stages - 1 else (activation(last), ids)
+            stages.append(PipelineStage(self.modules[s], s, self.num_stages, device, input_args=inputs,
+                                        output_args=outputs))
+        kind = SCHEDULES[self.schedule_name] if train else (
+            ScheduleInterleaved1F1B if len(stages) > 1 else ScheduleGPipe)
+        loss = self._loss if train else None
+        if len(stages) > 1:
+            return kind(stages, self.chunks, loss_fn=loss, scale_grads=False)
+        return kind(stages[0], self.chunks, loss_fn=loss, scale_grads=False)
+
+    def _args(self, ids: Tensor) -> tuple[Tensor, ...]:
+        return (ids.to(self.devices[0], torch.long),) if self.has_first else ()
+
+    def train_step(self, ids: Tensor, labels: Tensor, num_targets: int) -> float:
+        if ids.numel() != self.chunks:
+            raise ValueError(f"pipelining engine runs {self.chunks} micro-batches per call, got {ids.numel()}")
+        order = ids.tolist()
+        schedule = self._schedule(order, train=True)
+        self._num_targets = num_targets
+        total = torch.zeros((), device=self.devices[0])
+        if self.has_last:
+            sizes = [self.rows[-1][m] for m in order]  # labels of each micro-batch, padded with IGNORE
+            target = torch.full((len(order), self.pad[-1][order[0]]), IGNORE, dtype=labels.dtype,
+                                device=labels.device)
+            for i, (n, start) in enumerate(zip(sizes, accumulate([0, *sizes]))):
+                target[i, :n] = labels[start:start + n]
+            losses: list[Tensor] = []
+            schedule.step(*self._args(ids), target=target.view(-1), losses=losses, return_outputs=False)
+            total = torch.stack(losses).sum().detach().to(total.dtype)
+        else:
+            schedule.step(*self._args(ids), return_outputs=False)
+        dist.broadcast(total, src=self.last_rank)
+        return float(total)
+
+    @torch.no_grad()
+    def predict(self, ids: Tensor) -> Tensor:
+        order = ids.tolist()
+        schedule = self._schedule(order, train=False)
+        rows = [self.rows[-1][m] for m in order]
+        out = schedule.step(*self._args(ids))
+        if self.has_last:
+            padded = out.view(len(order), self.pad[-1][order[0]], -1)
+            logits = torch.cat([padded[i, :n] for i, n in enumerate(rows)])
+        else:
+            logits = torch.empty(sum(rows), self.width[-1], dtype=self.dtype, device=self.devices[0])
+        dist.broadcast(logits, src=self.last_rank)
+        return logits
+
+
+def _check_same_everywhere(model: StagedGNN) -> None:
+    """Every rank must have built the same micro-batches and initial weights (same seeds, same library
+    versions); compare digests across ranks and fail clearly otherwise."""
+    digest = hashlib.sha1()
+    for stage in model:
+        digest.update(repr(stage.shapes).encode())
+        for i in range(len(stage.edges)):
+            digest.update(stage.edges[i].cpu().numpy().tobytes())
+        for p in stage.parameters():
+            digest.update(p.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    digests: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(digests, digest.hexdigest())
+    if len(set(digests)) > 1:
+        raise RuntimeError(f"pipeline ranks built different micro-batch plans or initial weights "
+                           f"(digests {digests}); every rank needs the same config, seed and library "
+                           "versions")

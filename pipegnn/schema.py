@@ -1,0 +1,193 @@
+"""Typed schemas behind the YAML config groups, registered in Hydra's ConfigStore.
+
+The YAML files under ``conf/`` stay the source of every default; these dataclasses only give the keys
+and their types (fields are ``MISSING``, filled from the YAML; ``None`` only for an optional key a
+YAML may leave out), so that composition itself rejects a misspelt key
+(``model.hiden=8``) or a value of the wrong type (``chunks=abc``) with Hydra's error.
+
+Checks that involve several fields or the valid choices (halo names, balance vs layers, ...) stay in
+:mod:`pipegnn.config`, which records them as ``invalid`` runs with one clear message.
+
+Call :func:`register` before composing (``experiments/train.py`` does at import, the tests' ``make_cfg``
+does too); without it everything composes as before, untyped. The schemas are stored under
+``schema/<group>/<option>`` and ``conf/config.yaml`` pulls each one in *before* the option's YAML
+(``optional schema/model@model: ${model}``), so the YAML's values fill the schema (Hydra's merge order
+for "structured config schema for YAML files", without touching the option files). An option without
+a schema (e.g. a newly added dataset preset) composes untyped; Hydra's struct mode
+still rejects misspelt keys there, only the types go unchecked.
+
+Registered (ConfigStore group: names):
+
+- ``schema``: ``config``, the primary config (chunks, microbatch, train, data, cache_root, resume)
+- ``schema/dataset``: ``cora``, ``citeseer``, ``pubmed`` (``name`` only), ``synthetic``
+- ``schema/model``: ``gat``, ``gcn``
+- ``schema/framework``: ``pyg``, ``dgl``
+- ``schema/engine``: ``single``, ``gpipe``, ``pipelining``
+
+The ``devices`` presets set ``engine.*`` (package ``_global_``), so the engine's schema types them too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from omegaconf import MISSING
+
+__all__ = ["Config", "DataConfig", "GATConfig", "GCNConfig", "GPipeEngineConfig", "FrameworkConfig",
+           "MicrobatchConfig", "PipeliningEngineConfig", "PlanetoidConfig", "SingleEngineConfig",
+           "SCHEMAS", "SyntheticConfig", "TrainConfig", "register"]
+
+# Postponed annotations (from __future__) are resolved by OmegaConf through typing.get_type_hints, so
+# the typing names above must stay importable from this module.
+
+
+@dataclass
+class PlanetoidConfig:
+    """``dataset=cora|citeseer|pubmed``."""
+
+    name: str = MISSING
+
+
+@dataclass
+class SyntheticConfig:
+    """``dataset=synthetic``: the fields of :class:`pipegnn.data.synthetic.SyntheticSpec`."""
+
+    name: str = MISSING
+    preset: Optional[str] = MISSING
+    num_nodes: int = MISSING
+    avg_degree: Optional[float] = MISSING
+    # Alternative to avg_degree (directed edges / (n * (n - 1))); None when the YAML does not set it.
+    density: Optional[float] = None
+    num_features: int = MISSING
+    num_classes: int = MISSING
+    num_communities: int = MISSING
+    homophily: float = MISSING
+    power_law: Optional[float] = MISSING
+    words_per_node: int = MISSING
+    signal: float = MISSING
+    train_per_class: int = MISSING
+    num_val: int = MISSING
+    num_test: int = MISSING
+    seed: int = MISSING
+
+
+@dataclass
+class GATConfig:
+    name: str = MISSING
+    layers: int = MISSING
+    hidden: int = MISSING
+    heads: int = MISSING
+    out_heads: int = MISSING
+    dropout: float = MISSING
+    lr: float = MISSING
+    weight_decay: float = MISSING
+
+
+@dataclass
+class GCNConfig:
+    name: str = MISSING
+    layers: int = MISSING
+    hidden: int = MISSING
+    dropout: float = MISSING
+    lr: float = MISSING
+    weight_decay: float = MISSING
+
+
+@dataclass
+class FrameworkConfig:
+    name: str = MISSING
+
+
+@dataclass
+class SingleEngineConfig:
+    name: str = MISSING
+    device: str = MISSING
+
+
+@dataclass
+class GPipeEngineConfig:
+    name: str = MISSING
+    devices: List[str] = MISSING
+    balance: Optional[List[int]] = MISSING
+    checkpoint: str = MISSING
+
+
+@dataclass
+class PipeliningEngineConfig:
+    """``engine=pipelining`` (torch.distributed.pipelining), see conf/engine/pipelining.yaml."""
+
+    name: str = MISSING
+    devices: List[str] = MISSING
+    balance: Optional[List[int]] = MISSING
+    schedule: str = MISSING
+    virtual_stages: int = MISSING
+    launcher: str = MISSING
+    start_method: str = MISSING
+    backend: str = MISSING
+    timeout_s: float = MISSING
+
+
+@dataclass
+class MicrobatchConfig:
+    halo: str = MISSING
+    partition: str = MISSING
+    targets: str = MISSING
+    seed: int = MISSING
+    cache: Optional[str] = MISSING
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = MISSING
+    lr: float = MISSING
+    weight_decay: float = MISSING
+    seed: int = MISSING
+
+
+@dataclass
+class DataConfig:
+    root: Optional[str] = MISSING
+    cache: str = MISSING
+
+
+@dataclass
+class Config:
+    """The primary config (``conf/config.yaml``). The group nodes are ``Any`` here because each group
+    option brings its own schema (a GAT has heads, a GCN has not)."""
+
+    dataset: Any = MISSING
+    model: Any = MISSING
+    framework: Any = MISSING
+    engine: Any = MISSING
+    chunks: int = MISSING
+    microbatch: MicrobatchConfig = field(default_factory=MicrobatchConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    cache_root: str = MISSING
+    data: DataConfig = field(default_factory=DataConfig)
+    resume: bool = MISSING
+
+
+#: (ConfigStore group, name, schema). The primary config's defaults list pulls ``schema/<group>`` in
+#: with the group's choice as the name (``optional schema/model@model: ${model}``), after the option's
+#: YAML, so the YAML's values stay and the node takes the schema's types and keys. An option without a
+#: schema here (a new preset) composes untyped, exactly as before.
+SCHEMAS: list[tuple[str, str, type]] = [
+    ("schema", "config", Config),
+    *(("schema/dataset", name, PlanetoidConfig) for name in ("cora", "citeseer", "pubmed")),
+    ("schema/dataset", "synthetic", SyntheticConfig),
+    ("schema/model", "gat", GATConfig),
+    ("schema/model", "gcn", GCNConfig),
+    *(("schema/framework", name, FrameworkConfig) for name in ("pyg", "dgl")),
+    ("schema/engine", "single", SingleEngineConfig),
+    ("schema/engine", "gpipe", GPipeEngineConfig),
+    ("schema/engine", "pipelining", PipeliningEngineConfig),
+]
+
+
+def register() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent; call before composing)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    for group, name, node in SCHEMAS:
+        cs.store(group=group, name=name, node=node)

@@ -1,0 +1,282 @@
+"""Sweeps that never lose a result: resume checks, the end-of-sweep failure summary, a progress bar.
+
+- :func:`completed_record`: with ``resume=true`` a job whose output directory already holds a
+  ``completed`` record of the same configuration is skipped (``experiments/train.py``).
+- :class:`FailureSummary`: a Hydra callback (registered in ``conf/config.yaml``) that, once every job of
+  a sweep has returned, reads the jobs' records from the sweep directory, so it works with any launcher
+  (the basic one runs jobs in this process, joblib and SLURM in others), names every job that did not
+  complete (number, overrides, status, error) on stderr and in ``<sweep dir>/sweep.log``, and sets
+  :func:`exit_code`, which ``experiments/train.py`` exits with.
+- :class:`EpochProgress`: a tqdm bar over epochs, fed by the trainer's per-epoch log lines.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from pipegnn.results import RECORD_NAME, find_records, load_record
+
+__all__ = ["VOLATILE_KEYS", "EpochProgress", "FailureSummary", "Job", "comparable_config",
+           "completed_record", "exit_code", "sweep_jobs"]
+
+log = logging.getLogger(__name__)
+
+#: Top-level config keys that do not change what a run computes, ignored when resuming.
+VOLATILE_KEYS = ("resume",)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON would give it back (lists for tuples, str for odd objects)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def comparable_config(config: Mapping[str, Any] | DictConfig,
+                      output_dir: str | Path | None = None) -> dict[str, Any]:
+    """The resolved config without :data:`VOLATILE_KEYS`; string values that contain the job's
+    output directory (a path embedding Hydra's timestamp) have it replaced by ``<output_dir>``."""
+    if isinstance(config, DictConfig):
+        config = OmegaConf.to_container(config, resolve=True)
+    plain = {k: v for k, v in _plain(dict(config)).items() if k not in VOLATILE_KEYS}
+    if output_dir is None:
+        return plain
+    out = str(Path(output_dir).resolve())
+
+    def strip(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        return v.replace(out, "<output_dir>") if isinstance(v, str) else v
+
+    return strip(plain)
+
+
+def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(set(a) | set(b), key=str)
+        return [d for k in keys for d in _differences(a.get(k), b.get(k), f"{prefix}{k}.")]
+    return [] if a == b else [f"{prefix[:-1]}: {a!r} -> {b!r}"]
+
+
+def completed_record(output_dir: str | Path, config: Mapping[str, Any] | DictConfig
+                     ) -> tuple[dict[str, Any] | None, str]:
+    """The record to keep when resuming: ``output_dir/result.json`` if it is ``completed`` and was
+    made with the same config (see :func:`comparable_config`), else None; with the reason either way
+    (logged by the caller)."""
+    path = Path(output_dir) / RECORD_NAME
+    if not path.is_file():
+        return None, "no previous record"
+    try:
+        record = load_record(path)
+    except (OSError, ValueError) as e:
+        return None, f"previous record unreadable ({type(e).__name__}: {e})"
+    status = record.get("status") if isinstance(record, dict) else None
+    if status != "completed":
+        return None, f"previous record is {status}"
+    old = comparable_config(record.get("config") or {}, output_dir)
+    new = comparable_config(config, output_dir)
+    if old != new:
+        diff = _differences(old, new)
+        more = f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""
+        return None, f"config changed since the completed record: {'; '.join(diff[:3])}{more}"
+    return record, "completed"
+
+
+@dataclass
+class Job:
+    """One job of a sweep as found on disk."""
+
+    directory: Path
+    num: int | None
+    overrides: str
+    status: str          # completed | failed | invalid | oom | missing (no record) | unreadable
+    error: str | None
+    fresh: bool          # its record was written by this sweep (False: kept by resume)
+
+
+def _job_info(directory: Path) -> tuple[int | None, str]:
+    num = None
+    overrides = directory.name
+    hydra_dir = directory / ".hydra"
+    try:
+        overrides = " ".join(OmegaConf.to_container(OmegaConf.load(hydra_dir / "overrides.yaml")))
+    except Exception:  # noqa: BLE001 - .hydra files are optional (hydra.output_subdir=null)
+        pass
+    try:
+        num = int(OmegaConf.load(hydra_dir / "hydra.yaml").hydra.job.num)
+    except Exception:  # noqa: BLE001
+        if directory.name.isdigit():
+            num = int(directory.name)
+    return num, overrides
+
+
+def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
+    """The jobs under ``sweep_dir`` (directories holding a record or Hydra's ``.hydra/overrides.yaml``)
+    started at or after ``since`` (a file modification time; None: every job), in job order.
+
+    A job's start is the time Hydra wrote its ``.hydra/overrides.yaml``, which it does for every job it
+    runs, even one that resume then skips; jobs left over from an earlier, larger sweep in the same
+    directory are older and left out."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        return []
+    dirs = {p.parent for p in find_records(sweep_dir)}
+    dirs |= {p.parent.parent for p in sweep_dir.rglob(".hydra/overrides.yaml")}
+    jobs = []
+    for directory in dirs:
+        record_path = directory / RECORD_NAME
+        stamp_file = directory / ".hydra" / "overrides.yaml"
+        stamp = (stamp_file if stamp_file.is_file() else record_path).stat().st_mtime
+        if since is not None and stamp < since:
+            continue
+        num, overrides = _job_info(directory)
+        status, error, fresh = "missing", "no result.json (the job died before writing it)", False
+        if record_path.is_file():
+            fresh = since is None or record_path.stat().st_mtime >= since
+            try:
+                record = load_record(record_path)
+                status, error = record.get("status"), record.get("error")
+            except (OSError, ValueError, AttributeError) as e:
+                status, error = "unreadable", f"{type(e).__name__}: {e}"
+        first_line = str(error).strip().split("\n", 1)[0] if error else None
+        jobs.append(Job(directory, num, overrides, str(status), first_line, fresh))
+    natural = lambda j: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(j.directory))]  # noqa: E731
+    return sorted(jobs, key=lambda j: (j.num if j.num is not None else sys.maxsize, natural(j)))
+
+
+_failed: list[Job] = []
+
+
+def exit_code() -> int:
+    """1 when the last sweep of this process had a job that did not complete, else 0."""
+    return 1 if _failed else 0
+
+
+class FailureSummary(Callback):
+    """After a sweep: name each job that did not complete and make :func:`exit_code` non-zero.
+
+    Runs in the process that launched the sweep, after every job returned (with failures captured in
+    the records, the jobs return normally and Hydra calls ``on_multirun_end``). It reads the records
+    from the sweep directory rather than job return values, so jobs run by joblib or SLURM count too.
+    """
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _failed.clear()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        marker = sweep_dir / "multirun.yaml"  # written by the sweeper just before the first job
+        since = marker.stat().st_mtime if marker.is_file() else None
+        jobs = sweep_jobs(sweep_dir, since)
+        failed = [j for j in jobs if j.status != "completed"]
+        _failed[:] = failed
+        kept = sum(1 for j in jobs if j.status == "completed" and not j.fresh)
+        counts: dict[str, int] = {}
+        for j in jobs:
+            counts[j.status] = counts.get(j.status, 0) + 1
+        parts = [f"{counts.pop('completed', 0)} completed" + (f" ({kept} skipped by resume)" if kept else "")]
+        parts += [f"{n} {s}" for s, n in sorted(counts.items())]
+        lines = [f"sweep {sweep_dir}: {len(jobs)} job{'s' * (len(jobs) != 1)}: {', '.join(parts)}"]
+        for j in failed:
+            lines.append(f"  job {j.num if j.num is not None else '?'} [{j.overrides}] {j.status}: {j.error}")
+        if failed:
+            lines.append(f"  records in {sweep_dir}/<job>/{RECORD_NAME}; re-run the same command with "
+                         f"hydra.sweep.dir={sweep_dir} resume=true to redo only these jobs")
+        self._report(sweep_dir, lines, failed=bool(failed))
+
+    @staticmethod
+    def _report(sweep_dir: Path, lines: list[str], failed: bool) -> None:
+        # Hydra's root logger still writes to the last job's log file at this point: report through
+        # a logger of our own, to stderr and <sweep dir>/sweep.log.
+        logger = logging.getLogger("pipegnn.sweep.summary")
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        fmt = logging.Formatter("[%(asctime)s][pipegnn.sweep][%(levelname)s] - %(message)s")
+        handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+        try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            handlers.append(logging.FileHandler(sweep_dir / "sweep.log"))
+        except OSError:
+            pass
+        for h in handlers:
+            h.setFormatter(fmt)
+            logger.addHandler(h)
+        try:
+            logger.log(logging.ERROR if failed else logging.INFO, "\n".join(lines))
+        finally:
+            for h in handlers:
+                logger.removeHandler(h)
+                h.close()
+
+
+class EpochProgress(logging.Handler):
+    """A tqdm bar over a run's epochs, advanced by the trainer's per-epoch log records
+    (``pipegnn.train``'s ``epoch N  loss ...`` lines), which keep going to the job's log file.
+
+    Use as a context manager; it does nothing unless ``enabled`` (``experiments/train.py`` enables it
+    when stderr is a terminal). While active, the per-epoch lines are kept off the console handlers
+    that write to a terminal (the bar shows loss and validation accuracy instead).
+    """
+
+    LOGGER = "pipegnn.train"
+
+    def __init__(self, total: int, enabled: bool, desc: str | None = None) -> None:
+        super().__init__(level=logging.INFO)
+        self.total, self.enabled, self.desc = total, enabled, desc
+        self.bar = None
+        self._muted: list[logging.Handler] = []
+
+    @staticmethod
+    def _is_epoch(record: logging.LogRecord) -> bool:
+        return record.name == EpochProgress.LOGGER and str(record.msg).startswith("epoch ")
+
+    def _mute(self, record: logging.LogRecord) -> bool:
+        return not self._is_epoch(record)
+
+    def __enter__(self) -> "EpochProgress":
+        if not self.enabled:
+            return self
+        logging.getLogger(self.LOGGER).addHandler(self)
+        for h in logging.getLogger().handlers:
+            stream = getattr(h, "stream", None)
+            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler) \
+                    and getattr(stream, "isatty", lambda: False)():
+                h.addFilter(self._mute)
+                self._muted.append(h)
+        return self
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.enabled or not self._is_epoch(record):
+            return
+        try:
+            if self.bar is None:  # drawn from the first epoch on, below the setup lines
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=self.total, desc=self.desc or "epochs", unit="epoch",
+                                file=sys.stderr, dynamic_ncols=True, leave=True)
+            epoch, loss, _train, val = record.args[:4]  # type: ignore[index,misc]
+            self.bar.set_postfix(loss=f"{loss:.4f}", val=f"{val:.3f}", refresh=False)
+            self.bar.update(int(epoch) + 1 - self.bar.n)
+            if self.bar.n >= self.total:  # finish the line before the run's closing log line
+                self.bar.close()
+        except Exception:  # noqa: BLE001 - a progress bar must never break a run
+            pass
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.enabled:
+            return
+        logging.getLogger(self.LOGGER).removeHandler(self)
+        for h in self._muted:
+            h.removeFilter(self._mute)
+        self._muted.clear()
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

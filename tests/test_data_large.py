@@ -1,0 +1,240 @@
+"""Large datasets through their real loaders (tiny raw files in each loader's own format), PubMed's
+topology from the shared raw files, and the synthetic presets and density option."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+import torch
+from omegaconf import OmegaConf
+from torch_geometric.datasets import Reddit
+from torch_geometric.utils import is_undirected
+
+from pipegnn.data import DATASETS, LARGE_NAMES, SyntheticSpec, load_graph, make_synthetic
+from pipegnn.data import large
+from pipegnn.data.planetoid import PUBMED_TOPOLOGY_FILES, load_pubmed_topology
+from pipegnn.errors import ConfigError, DatasetUnavailable
+
+from conftest import CONF, ROOT, TINY_SYNTHETIC, make_cfg
+
+# --- OGB: the CSV files ogb's read_csv_graph_raw and get_idx_split read -------------------------------
+
+# A tiny citation graph: 8 nodes, 9 directed edges (one reciprocal pair 0->1, 1->0), 40 classes.
+ARXIV_EDGES = np.array([[0, 1, 1, 2, 3, 4, 5, 6, 7], [1, 0, 2, 3, 4, 5, 6, 7, 0]])
+ARXIV_LABELS = np.array([3, 0, 39, 7, 7, 12, 0, 5])
+SPLIT = {"train": [0, 1, 2, 3], "valid": [4, 5], "test": [6, 7]}
+
+
+def _csv(path: Path, rows: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(path, header=False, index=False, compression="gzip")
+
+
+def write_ogb(folder: Path, edges: np.ndarray, labels: np.ndarray, features: int, split: str,
+              node_year: bool) -> None:
+    """Raw files as in ogb's zip: raw/*.csv.gz (one graph) and split/<split>/{train,valid,test}.csv.gz."""
+    n = labels.size
+    raw = folder / "raw"
+    _csv(raw / "edge.csv.gz", edges.T)
+    _csv(raw / "node-feat.csv.gz", np.random.default_rng(0).random((n, features)).astype(np.float32))
+    _csv(raw / "node-label.csv.gz", labels.reshape(-1, 1))
+    _csv(raw / "num-node-list.csv.gz", np.array([[n]]))
+    _csv(raw / "num-edge-list.csv.gz", np.array([[edges.shape[1]]]))
+    if node_year:
+        _csv(raw / "node_year.csv.gz", np.arange(2000, 2000 + n).reshape(-1, 1))
+    for part, ids in SPLIT.items():
+        _csv(folder / "split" / split / f"{part}.csv.gz", np.array(ids).reshape(-1, 1))
+
+
+# ogb's own process() makes a tensor from a read-only pandas array.
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_ogbn_arxiv_through_ogb(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    write_ogb(root / "ogbn_arxiv", ARXIV_EDGES, ARXIV_LABELS, 128, "time", node_year=True)
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    g = load_graph({"name": "ogbn-arxiv"}, root, tmp_path / "cache")
+    assert (g.name, g.num_nodes, g.num_features, g.num_classes) == ("ogbn-arxiv", 8, 128, 40)
+    assert g.num_edges == 16  # 9 citations made undirected; the reciprocal pair 0<->1 counted once
+    assert is_undirected(g.edge_index) and g.x.dtype == torch.float32
+    assert torch.equal(g.y, torch.from_numpy(ARXIV_LABELS))
+    for mask, part in zip((g.train_mask, g.val_mask, g.test_mask), ("train", "valid", "test")):
+        assert mask.nonzero().view(-1).tolist() == SPLIT[part]
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before  # source untouched
+    cached = tmp_path / "cache" / "ogbn_arxiv"
+    assert (cached / "processed" / "geometric_data_processed.pt").is_file()
+    assert (cached / "RELEASE_v1.txt").is_file()  # no interactive "has been updated" prompt
+    again = load_graph({"name": "ogbn-arxiv"}, None, tmp_path / "cache")  # processed copy reused
+    assert torch.equal(again.edge_index, g.edge_index) and torch.equal(again.x, g.x)
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_ogbn_products_through_ogb_from_zip_folder(tmp_path: Path) -> None:
+    # Products lists each undirected edge once; ogb adds the inverse edges (add_inverse_edge).
+    edges = np.array([[0, 0, 1, 2, 3, 5, 6], [1, 2, 3, 4, 5, 6, 7]])
+    labels = np.array([0, 46, 2, 2, 9, 1, 1, 0])
+    write_ogb(tmp_path / "root" / "products", edges, labels, 100, "sales_ranking", node_year=False)
+    g = load_graph({"name": "ogbn-products"}, tmp_path / "root", tmp_path / "cache")
+    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (8, 14, 100, 47)
+    assert is_undirected(g.edge_index)
+    assert torch.equal(g.y, torch.from_numpy(labels))
+    assert [int(m.sum()) for m in (g.train_mask, g.val_mask, g.test_mask)] == [4, 2, 2]
+
+
+def test_ogb_missing_files_offline_give_one_clear_error(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(large.OGB_URLS, "ogbn-arxiv", "http://127.0.0.1:9/arxiv.zip")
+    with pytest.raises(DatasetUnavailable) as info:
+        load_graph({"name": "ogbn-arxiv"}, tmp_path / "empty", tmp_path / "cache")
+    message = str(info.value)
+    assert all(f in message for f in ("raw/edge.csv.gz", "raw/node-feat.csv.gz", "raw/node_year.csv.gz",
+                                      "split/time/train.csv.gz"))
+    assert "http://127.0.0.1:9/arxiv.zip" in message and "<data.root>/ogbn_arxiv/" in message
+
+
+# --- Reddit: the two .npz files PyG's Reddit.process reads ---------------------------------------------
+
+def test_reddit_through_pyg(tmp_path: Path) -> None:
+    n = 10
+    raw = tmp_path / "root" / "Reddit" / "raw"
+    raw.mkdir(parents=True)
+    types = np.array([1, 1, 1, 1, 2, 2, 3, 3, 3, 1])  # 1 train, 2 val, 3 test
+    labels = np.array([0, 40, 3, 3, 7, 0, 1, 2, 2, 5])
+    np.savez(raw / "reddit_data.npz", feature=np.random.default_rng(0).random((n, 602)),
+             label=labels, node_types=types)
+    row = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0])
+    col = np.array([1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 1])  # the last entry duplicates 0->1
+    sp.save_npz(raw / "reddit_graph.npz", sp.coo_matrix((np.ones(row.size), (row, col)), shape=(n, n)))
+    g = load_graph({"name": "reddit"}, tmp_path / "root", tmp_path / "cache")
+    assert (g.name, g.num_nodes, g.num_edges, g.num_features, g.num_classes) == ("reddit", 10, 10, 602, 41)
+    assert torch.equal(g.y, torch.from_numpy(labels))
+    assert g.train_mask.nonzero().view(-1).tolist() == [0, 1, 2, 3, 9]
+    assert g.val_mask.nonzero().view(-1).tolist() == [4, 5]
+    assert g.test_mask.nonzero().view(-1).tolist() == [6, 7, 8]
+    assert (tmp_path / "cache" / "Reddit" / "processed" / "data.pt").is_file()
+
+
+def test_reddit_missing_files_offline_give_one_clear_error(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(Reddit, "url", "http://127.0.0.1:9/reddit.zip")
+    with pytest.raises(DatasetUnavailable) as info:
+        load_graph({"name": "reddit"}, tmp_path / "empty", tmp_path / "cache")
+    message = str(info.value)
+    assert "reddit_data.npz" in message and "reddit_graph.npz" in message
+    assert "http://127.0.0.1:9/reddit.zip" in message and "<data.root>/Reddit/raw/" in message
+
+
+# --- PubMed topology from the shared raw files ---------------------------------------------------------
+
+def _pubmed_root() -> Path | None:
+    for candidate in (os.environ.get("PIPEGNN_DATA"), ROOT.parent / "shared" / "datasets"):
+        for sub in ("PubMed-partial", "PubMed"):
+            if candidate and all((Path(candidate) / sub / "raw" / f).is_file()
+                                 for f in PUBMED_TOPOLOGY_FILES):
+                return Path(candidate)
+    return None
+
+
+@pytest.fixture
+def pubmed_root() -> Path:
+    root = _pubmed_root()
+    if root is None:
+        pytest.skip("raw PubMed graph/label/split files not found: set $PIPEGNN_DATA or place "
+                    "../shared/datasets with PubMed-partial/raw or PubMed/raw")
+    return root
+
+
+def test_pubmed_topology(pubmed_root: Path, tmp_path: Path, caplog) -> None:
+    g = load_graph({"name": "pubmed_topology", "seed": 0}, pubmed_root, tmp_path)
+    # 88,648 directed edges as PyG reports for PubMed: coalesced, without the raw files' 3 self-loops.
+    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (19717, 88648, 500, 3)
+    assert [int(m.sum()) for m in (g.train_mask, g.val_mask, g.test_mask)] == [60, 500, 1000]
+    assert g.train_mask[:60].all() and g.val_mask[60:560].all() and g.test_mask[18717:].all()
+    assert is_undirected(g.edge_index) and bool((g.edge_index[0] != g.edge_index[1]).all())
+    assert torch.bincount(g.y).tolist() == [4103, 7739, 7875]  # PubMed's class sizes
+    torch.testing.assert_close(g.x.sum(1), torch.ones(g.num_nodes))
+    assert "RANDOM features" in caplog.text and "never for accuracy" in caplog.text
+    same = load_pubmed_topology(pubmed_root, tmp_path, seed=0)
+    other = load_pubmed_topology(pubmed_root, tmp_path, seed=1)
+    assert torch.equal(same.x, g.x) and not torch.equal(other.x, g.x)
+    assert torch.equal(other.edge_index, g.edge_index) and torch.equal(other.y, g.y)
+
+
+def test_pubmed_topology_missing_files(tmp_path: Path) -> None:
+    with pytest.raises(DatasetUnavailable) as info:
+        load_graph({"name": "pubmed_topology"}, tmp_path / "empty", tmp_path / "cache")
+    message = str(info.value)
+    assert all(f in message for f in PUBMED_TOPOLOGY_FILES) and "<data.root>/PubMed/raw/" in message
+
+
+# --- Synthetic: density, validation, presets -----------------------------------------------------------
+
+def test_synthetic_density_sets_the_edge_count() -> None:
+    spec = SyntheticSpec(num_nodes=2000, density=0.004, num_features=8, num_val=100, num_test=100)
+    g = make_synthetic(spec)
+    assert g.num_edges == 2 * round(0.004 * 2000 * 1999 / 2)  # exact, duplicates are re-drawn
+    assert is_undirected(g.edge_index) and bool((g.edge_index[0] != g.edge_index[1]).all())
+    # Dense enough that duplicates exceed the 5% margin of the first draw: still exact.
+    dense = make_synthetic(SyntheticSpec(num_nodes=300, density=0.3, num_features=8, num_val=20,
+                                         num_test=20))
+    assert dense.num_edges == 2 * round(0.3 * 300 * 299 / 2)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"avg_degree": 10, "density": 0.001}, "set exactly one of them"),
+    ({"density": 1.5}, "dataset.density must be null or in (0, 1]"),
+    ({"avg_degree": 0}, "dataset.avg_degree must be null or in (0, num_nodes - 1"),
+    ({"avg_degree": "high"}, "dataset.avg_degree must be null or in"),
+    ({"num_nodes": 10.5}, "dataset.num_nodes must be an integer >= 2"),
+    ({"homophily": 2}, "dataset.homophily must be in [0, 1]"),
+    ({"num_nodes": 100}, "split sizes"),
+])
+def test_synthetic_spec_errors(params: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")
+                       .replace("[", r"\[").replace("]", r"\]")):
+        load_graph({"name": "synthetic", **params}, None, ".")
+
+
+PRESETS = ["synthetic_pubmed", "synthetic_nodes", "synthetic_density", "synthetic_hidden",
+           "synthetic_large"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_synthetic_presets_compose(preset: str) -> None:
+    cfg = make_cfg(f"dataset={preset}")
+    assert (cfg.dataset.name, cfg.dataset.preset) == ("synthetic", preset)
+    assert (cfg.dataset.avg_degree is None) != (cfg.dataset.get("density") is None)
+    SyntheticSpec(**{k: v for k, v in cfg.dataset.items() if k not in ("name", "preset")})  # valid
+    if preset in ("synthetic_nodes", "synthetic_density", "synthetic_hidden"):
+        assert (cfg.dataset.num_nodes, cfg.dataset.density) == (32000, 0.0008)
+
+
+def test_synthetic_pubmed_preset_is_the_default_graph() -> None:
+    preset = make_cfg("dataset=synthetic_pubmed").dataset
+    assert preset == OmegaConf.load(CONF / "dataset" / "synthetic.yaml")
+    assert make_cfg("dataset=synthetic_pubmed", *TINY_SYNTHETIC).dataset == make_cfg().dataset
+    assert (preset.num_nodes, preset.avg_degree, preset.num_features) == (19717, 4.5, 500)
+    gat = make_cfg("dataset=synthetic_pubmed", "model=gat")
+    assert (gat.model.out_heads, gat.train.lr, gat.train.weight_decay) == (8, 0.01, 0.001)
+
+
+def test_sweep_overrides_of_presets() -> None:
+    cfg = make_cfg("dataset=synthetic_nodes", "dataset.num_nodes=8000")
+    assert (cfg.dataset.num_nodes, cfg.dataset.density) == (8000, 0.0008)
+    cfg = make_cfg("dataset=synthetic_density", "dataset.density=0.0016")
+    spec = SyntheticSpec(**{k: v for k, v in cfg.dataset.items() if k not in ("name", "preset")})
+    assert spec.num_undirected_edges == round(0.0016 * 32000 * 31999 / 2)
+    assert make_cfg("dataset=synthetic_hidden", "model.hidden=64").model.hidden == 64
+    cfg = make_cfg("dataset=synthetic", "dataset.avg_degree=null", "dataset.density=0.01")
+    graph = load_graph(OmegaConf.to_container(cfg.dataset), None, ".")
+    assert graph.num_edges == 2 * round(0.01 * 400 * 399 / 2)  # the tiny 400-node test graph
+
+
+@pytest.mark.parametrize("dataset", ["ogbn-arxiv", "ogbn-products", "reddit", "pubmed_topology"])
+def test_real_dataset_configs(dataset: str) -> None:
+    cfg = make_cfg(f"dataset={dataset}", "model=gat")
+    assert cfg.dataset.name == dataset and dataset in DATASETS
+    assert set(LARGE_NAMES) == {*large.OGB_DATASETS, "reddit"}
+    # PubMed's topology gets the GAT paper's PubMed settings, as dataset=pubmed does.
+    assert cfg.model.out_heads == (8 if dataset == "pubmed_topology" else 1)

@@ -1,0 +1,161 @@
+"""Memory: sparse aggregation equals the message path and the full graph; unavailable aggregations and bad
+caps are clear config errors; a run over its memory cap is an ``oom`` record and the cap is lifted after."""
+from __future__ import annotations
+
+import copy
+import re
+import resource
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from pipegnn import run
+from pipegnn.backends import get_backend
+from pipegnn.data import Graph
+from pipegnn.models import build_model
+
+from conftest import make_cfg
+from test_exactness import MODELS, assert_close, micro_batched, reference
+
+
+@pytest.fixture
+def _float64():
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def cfg(*overrides: str, **extra: Any) -> dict[str, Any]:
+    """A tiny run config as a plain dict, with ``extra`` keys set by dotted path (``model__aggregation``)."""
+    container = OmegaConf.to_container(make_cfg("microbatch.cache=null", *overrides), resolve=True)
+    for key, value in extra.items():
+        group, name = key.split("__")
+        container[group][name] = value
+    return container
+
+
+@pytest.mark.usefixtures("_float64")
+@pytest.mark.parametrize("engine", ["single", "gpipe"])
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_sparse_gcn_equals_messages_and_full_graph(graph: Graph, chunks: int, engine: str) -> None:
+    graph.x = graph.x.double()
+    targets = graph.split("train")
+    model = build_model(MODELS["gcn"], get_backend("pyg"), graph.x, graph.num_classes)
+    sparse = build_model(dict(MODELS["gcn"], aggregation="sparse"), get_backend("pyg"), graph.x,
+                         graph.num_classes)
+    sparse.load_state_dict(model.state_dict())
+    assert [s.backend.aggregation for s in sparse] == ["sparse"] * sparse.num_layers
+    expected, expected_grads = reference("pyg", copy.deepcopy(model), graph, targets)
+    messages, messages_grads = micro_batched("pyg", model, graph, targets, chunks, "metis", engine)
+    out, grads = micro_batched("pyg", sparse, graph, targets, chunks, "metis", engine)
+    assert_close(messages, expected)
+    assert_close(out, expected)
+    assert_close(out, messages)
+    assert len(grads) == len(expected_grads) == len(messages_grads)
+    for g, e, m in zip(grads, expected_grads, messages_grads):
+        assert_close(g, e)
+        assert_close(g, m)
+
+
+def test_sparse_structure_is_a_csr_adjacency() -> None:
+    backend = get_backend("pyg", "sparse")
+    edge_index = torch.tensor([[0, 3, 1, 2, 4], [1, 0, 0, 2, 1]])  # (src, dst), dst < 3
+    weight = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+    adj = backend.structure(edge_index, weight, 5, 3)
+    assert adj.layout == torch.sparse_csr and adj.shape == (3, 5)
+    dense = torch.zeros(3, 5)
+    dense[edge_index[1], edge_index[0]] = weight
+    assert torch.equal(adj.to_dense(), dense)
+    assert get_backend("pyg").structure(edge_index, weight, 5, 3)[0] is edge_index  # messages: unchanged
+
+
+@pytest.mark.parametrize("model", ["gat", "gcn"])
+def test_dgl_aggregations_run_the_same_kernels(model: str) -> None:
+    """DGL has only its fused kernels: messages and sparse give the same losses."""
+    losses = {}
+    for aggregation in ("messages", "sparse"):
+        record = run(cfg("framework=dgl", f"model={model}", "model.dropout=0", "engine=single",
+                         "chunks=2", model__aggregation=aggregation))
+        assert record["status"] == "completed", record["error"]
+        losses[aggregation] = [e["train_loss"] for e in record["epochs"]]
+    assert losses["messages"] == losses["sparse"]
+
+
+def test_pyg_sparse_gcn_trains_like_messages() -> None:
+    losses = {}
+    for aggregation in ("messages", "sparse"):
+        record = run(cfg("model=gcn", "model.dropout=0", "engine=gpipe", "chunks=4",
+                         model__aggregation=aggregation))
+        assert record["status"] == "completed", record["error"]
+        assert record["config"]["model"]["aggregation"] == aggregation
+        losses[aggregation] = [e["train_loss"] for e in record["epochs"]]
+    assert losses["sparse"] == pytest.approx(losses["messages"], rel=1e-5)
+
+
+@pytest.mark.parametrize("framework, model, aggregation, match", [
+    ("pyg", "gat", "sparse", r"model.aggregation='sparse' is not available for model=gat with "
+                             r"framework=pyg .*attention.*; available: messages"),
+    ("pyg", "gcn", "fused", r"model.aggregation='fused' is not valid; valid: messages, sparse"),
+    ("dgl", "gat", "dense", r"model.aggregation='dense' is not valid; valid: messages, sparse"),
+])
+def test_unavailable_aggregation_is_invalid(framework: str, model: str, aggregation: str,
+                                            match: str) -> None:
+    record = run(cfg(f"framework={framework}", f"model={model}", model__aggregation=aggregation))
+    assert record["status"] == "invalid"
+    assert re.search(match, record["error"]), record["error"]
+    assert record["epochs"] == []
+
+
+@pytest.mark.parametrize("value", [0, -1.5, "lots", True])
+def test_bad_memory_limit_is_invalid(value: Any) -> None:
+    record = run(cfg(train__memory_limit_gb=value))
+    assert record["status"] == "invalid"
+    assert "train.memory_limit_gb must be a number of GiB > 0" in record["error"]
+
+
+def _address_space() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmSize")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_cap_below_the_process_is_invalid() -> None:
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    record = run(cfg(train__memory_limit_gb=_address_space() / 2**30 / 2))
+    assert record["status"] == "invalid"
+    assert "below this process's address space" in record["error"]
+    assert resource.getrlimit(resource.RLIMIT_AS) == limits
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_over_the_cap_is_an_oom_record_and_the_cap_is_lifted(tmp_path: Path) -> None:
+    """A graph whose features alone (100K x 512 float32 = 205 MB) exceed the room left under the cap:
+    the run fails inside torch, is recorded as ``oom``, the process lives on, and the next run in the
+    same process is not capped."""
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    room = 160 * 2**20
+    big = cfg("engine=single", "chunks=1", "microbatch.halo=none", "dataset.num_nodes=100000",
+              "dataset.num_features=512", "dataset.avg_degree=4", "train.epochs=1",
+              train__memory_limit_gb=(_address_space() + room) / 2**30)
+    record = run(big, output_dir=tmp_path)
+    assert record["status"] == "oom", (record["status"], record["error"])
+    assert "can't allocate memory" in record["error"] or "MemoryError" in record["error"]
+    assert (tmp_path / "result.json").is_file()
+    assert resource.getrlimit(resource.RLIMIT_AS) == limits
+    # The limit is restored: the same process allocates beyond the old cap, then trains normally.
+    assert int(torch.empty(2 * room, dtype=torch.uint8).fill_(1)[-1]) == 1
+    after = run(cfg("engine=single", "chunks=2"))
+    assert after["status"] == "completed", after["error"]

@@ -1,0 +1,163 @@
+"""engine=pipelining: torch.distributed.pipelining with one process per stage (gloo on CPU).
+
+Processes are expensive here (each imports torch and PyG), so the runs are few and tiny; workers fork
+from a forkserver that is started once per test session (engine.start_method's default).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipegnn import run
+from pipegnn.engines import stage_layers
+
+from conftest import ROOT, TINY_SYNTHETIC, make_cfg
+
+
+def _run(*overrides: str) -> dict:
+    return run(make_cfg("model.dropout=0", *overrides))
+
+
+def _losses(*overrides: str) -> list[float]:
+    record = _run(*overrides)
+    assert record["status"] == "completed", (record["error"], record.get("traceback"))
+    return [e["train_loss"] for e in record["epochs"]]
+
+
+def test_stage_layers() -> None:
+    """Layers per stage in stage order; stage s runs on rank s % ranks."""
+    assert stage_layers(2, 2) == [range(0, 1), range(1, 2)]
+    assert stage_layers(5, 2) == [range(0, 3), range(3, 5)]
+    assert stage_layers(5, 2, [1, 4]) == [range(0, 1), range(1, 5)]
+    # interleaved: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3
+    assert stage_layers(4, 2, per_rank=2) == [range(0, 1), range(1, 2), range(2, 3), range(3, 4)]
+    assert stage_layers(6, 2, [4, 2], per_rank=2) == [range(0, 2), range(2, 3), range(3, 5), range(5, 6)]
+
+
+@pytest.mark.parametrize("model, chunks", [("gat", 1), ("gat", 4), ("gcn", 1), ("gcn", 4)])
+def test_training_is_transparent(model: str, chunks: int) -> None:
+    """Dropout 0, same seed: single, gpipe and a 2-process pipeline (gloo, GPipe schedule) train the same
+    model: per-epoch losses agree, and so do the accuracies (logits broadcast to every rank)."""
+    common = (f"model={model}", f"chunks={chunks}")
+    single = _run(*common, "engine=single")
+    gpipe = _losses(*common, "engine=gpipe")
+    piped = _run(*common, "engine=pipelining")
+    assert piped["status"] == "completed", (piped["error"], piped.get("traceback"))
+    losses = [e["train_loss"] for e in single["epochs"]]
+    assert len(losses) == 3 and losses[0] != losses[-1]
+    assert gpipe == pytest.approx(losses, rel=1e-4)
+    assert [e["train_loss"] for e in piped["epochs"]] == pytest.approx(losses, rel=1e-4)
+    for key in ("train_acc", "val_acc", "test_acc"):
+        assert [e[key] for e in piped["epochs"]] == [e[key] for e in single["epochs"]]
+    # the parent's record holds rank 0's training record and every rank's memory
+    assert piped["microbatch"]["chunks"] == chunks and piped["dataset"]["num_nodes"] == 400
+    assert piped["model"]["parameters"] == single["model"]["parameters"]
+    memory = piped["memory"]
+    assert len(memory["peak_rss_bytes_per_rank"]) == 2 and all(m > 50e6 for m in memory["peak_rss_bytes_per_rank"])
+    assert memory["peak_rss_bytes"] == max(memory["peak_rss_bytes_per_rank"])
+    assert piped["workers"]["world_size"] == 2
+    assert piped["timing"]["epoch_time_median_s"] > 0
+
+
+def test_other_schedules_are_transparent() -> None:
+    """1F1B (2 processes, 1 stage each) and interleaved 1F1B (2 processes x 2 stages, 4-layer GCN)."""
+    single = _losses("chunks=4", "engine=single")
+    assert _losses("chunks=4", "engine=pipelining", "engine.schedule=1f1b") == pytest.approx(single, rel=1e-4)
+    deep = ("model=gcn", "model.layers=4", "chunks=4")
+    assert _losses(*deep, "engine=pipelining", "engine.schedule=interleaved1f1b") == \
+        pytest.approx(_losses(*deep, "engine=single"), rel=1e-4)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["engine.schedule=zigzag"], "engine.schedule='zigzag' is not valid; valid: gpipe, 1f1b, interleaved1f1b"),
+    (["engine.launcher=ssh"], "engine.launcher='ssh' is not valid; valid: spawn, external"),
+    (["engine.balance=[2,1]"], "engine.balance=[2, 1] does not match the model"),
+    (["engine.devices=[cpu,cpu,cpu]"], "has 3 devices but the model has only 2 layers"),
+    (["engine.schedule=interleaved1f1b"], "needs >= 2 layers per process, but the layers per process are [1, 1]"),
+    (["engine.schedule=interleaved1f1b", "model.layers=4", "engine.virtual_stages=1"],
+     "needs engine.virtual_stages >= 2"),
+    (["engine.schedule=1f1b", "chunks=1"], "schedule=1f1b needs chunks >= the number of processes (2)"),
+    (["engine.backend=nccl"], "engine.backend=nccl needs CUDA devices"),
+    (["microbatch.halo=historical"], "microbatch.halo=historical is not supported with engine=pipelining"),
+    (["engine.timeout_s=0"], "engine.timeout_s must be a number of seconds > 0"),
+])
+def test_invalid_engine_config(tmp_path: Path, overrides: list[str], message: str) -> None:
+    record = run(make_cfg("engine=pipelining", *overrides), output_dir=tmp_path)
+    assert record["status"] == "invalid", record["error"]
+    assert message in record["error"]
+    assert "workers" not in record and "launch_s" not in record["timing"]  # no process was started
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "invalid"
+
+
+def test_external_launcher_needs_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    record = run(make_cfg("engine=pipelining", "engine.launcher=external"))
+    assert record["status"] == "invalid" and "needs torchrun's environment" in record["error"]
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29999")
+    record = run(make_cfg("engine=pipelining", "engine.launcher=external"))
+    assert record["status"] == "invalid"
+    assert "torchrun started 3 process(es) but engine.devices=['cpu', 'cpu'] has 2 entries" in record["error"]
+
+
+def test_failing_worker_fails_the_run(tmp_path: Path) -> None:
+    """A worker's exception (here: the plan cache is not a folder) becomes a failed record with the
+    worker's message and traceback, promptly."""
+    (tmp_path / "file").write_text("")
+    record = run(make_cfg("engine=pipelining", f"microbatch.cache={tmp_path / 'file' / 'plans'}"),
+                 output_dir=tmp_path)
+    assert record["status"] == "failed"
+    assert record["error"].startswith("WorkerFailed: pipeline worker rank")
+    assert "NotADirectoryError" in record["error"]
+    assert "cached_plan" in record["traceback"]  # the worker's traceback, not the parent's
+    assert record["timing"]["total_s"] < 60
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
+
+
+def test_worker_invalid_config_is_invalid() -> None:
+    """chunks above the number of targets is found in the workers (it needs the graph): invalid."""
+    record = run(make_cfg("engine=pipelining", "chunks=31"))
+    assert record["status"] == "invalid"
+    assert "chunks=31 is larger than the number of training targets (30)" in record["error"]
+
+
+def test_timeout_terminates_workers() -> None:
+    record = run(make_cfg("engine=pipelining", "engine.timeout_s=4", "train.epochs=1000000"))
+    assert record["status"] == "failed"
+    assert "did not finish within engine.timeout_s=4s" in record["error"], record["error"]
+    assert record["timing"]["total_s"] < 4 + 40  # (+ the forkserver's start when this test runs first)
+
+
+def test_external_launcher_under_torchrun(tmp_path: Path) -> None:
+    """torchrun starts both ranks; only rank 0 writes result.json."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    out = tmp_path / "run"
+    env = {**os.environ, "PIPEGNN_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2",
+                           str(ROOT / "experiments" / "train.py"), *TINY_SYNTHETIC, "train.epochs=2",
+                           "engine=pipelining", "engine.launcher=external", f"hydra.run.dir={out}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = list(tmp_path.rglob("result.json"))
+    assert records == [out / "result.json"]
+    record = json.loads(records[0].read_text())
+    assert record["status"] == "completed"
+    assert [e["epoch"] for e in record["epochs"]] == [0, 1]
+    assert record["config"]["engine"]["launcher"] == "external"
+    assert len(record["memory"]["peak_rss_bytes_per_rank"]) == 2
+    assert "[rank 0] epoch   1  loss" in (out / "train.log").read_text()
+
+
+@pytest.mark.slow
+def test_spawn_start_method() -> None:
+    """Fresh interpreters (engine.start_method=spawn) instead of the forkserver."""
+    assert _losses("engine=pipelining", "engine.start_method=spawn") == \
+        pytest.approx(_losses("engine=single"), rel=1e-4)
