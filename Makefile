@@ -6,7 +6,7 @@ STAMP := $(VENV)/.pipegnn-installed
 # Raw Planetoid files (Cora, CiteSeer) are read from here when present; never written to.
 export PIPEGNN_DATA ?= $(abspath ../shared/datasets)
 
-.PHONY: setup run test test-all clean
+.PHONY: setup run test test-all bench clean
 
 setup: $(STAMP)
 
@@ -24,11 +24,33 @@ $(STAMP): requirements.txt pyproject.toml
 run: setup
 	$(PY) experiments/train.py $(ARGS)
 
+# One OpenMP thread per test process unless set: the pipelining tests start several processes, and
+# oversubscribed OpenMP threads slow torch and DGL kernels many-fold on a small machine.
 test: setup
-	$(PY) -m pytest -m "not slow" $(ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -m "not slow" $(ARGS)
 
 test-all: setup
-	$(PY) -m pytest $(ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest $(ARGS)
+
+# The benchmark tables behind the README's figures (results/benchmarks/*.csv and *.txt), one thread
+# per process so that ratios are not distorted by oversubscription. Takes about half an hour on 2 cores.
+BENCH := results/benchmarks
+bench: setup
+	mkdir -p $(BENCH)
+	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; set -e; \
+	for d in cora synthetic pubmed_topology; do \
+	  $(PY) benchmarks/overhead.py --suite core --dataset $$d --epochs 50 --csv $(BENCH)/core_$$d.csv | tee $(BENCH)/core_$$d.txt; \
+	  $(PY) benchmarks/overhead.py --suite halo --dataset $$d --epochs 50 --csv $(BENCH)/halo_$$d.csv | tee $(BENCH)/halo_$$d.txt; \
+	done; \
+	$(PY) benchmarks/overhead.py --suite chunks --dataset pubmed_topology --epochs 30 --csv $(BENCH)/chunks_pubmed_topology.csv | tee $(BENCH)/chunks_pubmed_topology.txt; \
+	$(PY) benchmarks/overhead.py --suite engines --dataset synthetic --epochs 20 --csv $(BENCH)/engines_synthetic.csv | tee $(BENCH)/engines_synthetic.txt; \
+	for d in cora pubmed_topology; do \
+	  $(PY) -m pipegnn.microbatch.stats dataset=$$d chunks=2,4,8,16,32 model.layers=2,3 microbatch.targets=all --csv $(BENCH)/partitions_$$d.csv | tee $(BENCH)/partitions_$$d.txt; \
+	done; \
+	$(PY) benchmarks/plan_memory.py --nodes 2000000 --avg-degree 10 --chunks 8 | tee $(BENCH)/plan_memory.txt; \
+	$(PY) benchmarks/memory.py --part a | tee $(BENCH)/memory_a.txt; \
+	$(PY) benchmarks/memory.py --part b --cap-gb 3 | tee $(BENCH)/memory_b.txt; \
+	$(PY) benchmarks/memory.py --part c | tee $(BENCH)/memory_c.txt
 
 clean:
-	rm -rf $(VENV) .cache outputs multirun .pytest_cache
+	rm -rf $(VENV) .cache outputs multirun .pytest_cache figures

@@ -79,6 +79,7 @@ class GATConfig:
     heads: int = MISSING
     out_heads: int = MISSING
     dropout: float = MISSING
+    aggregation: str = MISSING
     lr: float = MISSING
     weight_decay: float = MISSING
 
@@ -89,6 +90,7 @@ class GCNConfig:
     layers: int = MISSING
     hidden: int = MISSING
     dropout: float = MISSING
+    aggregation: str = MISSING
     lr: float = MISSING
     weight_decay: float = MISSING
 
@@ -142,6 +144,7 @@ class TrainConfig:
     lr: float = MISSING
     weight_decay: float = MISSING
     seed: int = MISSING
+    memory_limit_gb: Optional[float] = MISSING
 
 
 @dataclass

@@ -32,6 +32,24 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread: on a busy CPU, OpenMP kernels (DGL's especially) wait for their threads far
+    longer than the tiny graphs here take; results do not depend on it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def float64():
+    """float64 as the default dtype, for comparisons at 1e-9 (see test_exactness.py)."""
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
 @pytest.fixture
 def data_root() -> Path:
     root = shared_datasets()

@@ -19,23 +19,6 @@ from conftest import make_cfg, random_graph
 PYG, DGL = get_backend("pyg"), get_backend("dgl")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on a busy CPU, DGL's OpenMP kernels wait ~10 ms per call for their threads
-    (the tiny graphs here need none); results do not depend on it."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture
-def _float64():
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(torch.float32)
-
-
 def first_layer_block(kind: str) -> tuple[MicroBatch, Tensor]:
     """Layer 1 of a 2-layer exact micro-batch of the random graph (it reads a halo beyond its targets),
     and float64 input rows for it."""
@@ -52,7 +35,7 @@ def outputs(backend: Backend, conv: torch.nn.Module, mb: MicroBatch, h: Tensor) 
     return backend.apply(conv, h, block)[:mb.sizes[1]]
 
 
-@pytest.mark.usefixtures("_float64")
+@pytest.mark.usefixtures("float64")
 def test_gcn_layer_is_the_same_in_pyg_and_dgl() -> None:
     mb, h = first_layer_block("gcn")
     spec = LayerSpec(h.size(1), 4)
@@ -66,7 +49,7 @@ def test_gcn_layer_is_the_same_in_pyg_and_dgl() -> None:
     torch.testing.assert_close(outputs(DGL, dgl, mb, h), expected, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.usefixtures("_float64")
+@pytest.mark.usefixtures("float64")
 @pytest.mark.parametrize("concat", [True, False])
 def test_gat_layer_is_the_same_in_pyg_and_dgl(concat: bool) -> None:
     mb, h = first_layer_block("gat")

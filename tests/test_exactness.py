@@ -29,6 +29,7 @@ from pipegnn.microbatch import build_plan  # noqa: E402
 from pipegnn.models import Stage, StagedGNN, build_model  # noqa: E402
 
 CPU = torch.device("cpu")
+pytestmark = pytest.mark.usefixtures("float64")
 MODELS = {
     "gat": dict(name="gat", hidden=4, heads=3, out_heads=2, layers=2, dropout=0.0),
     "gcn": dict(name="gcn", hidden=8, layers=3, dropout=0.0),
@@ -100,23 +101,6 @@ def micro_batched(framework: str, model: StagedGNN, graph: Graph, targets: Tenso
     run.train_step(ids, graph.y[plan.targets], targets.numel())
     order = torch.argsort(plan.targets)  # plan order -> ascending node id (targets are sorted)
     return out[order], [p.grad for p in model.parameters()]
-
-
-@pytest.fixture(autouse=True)
-def _float64():
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(torch.float32)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on a busy CPU, DGL's OpenMP kernels wait ~10 ms per call for their threads
-    (the tiny graphs here need none); results do not depend on it."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -20,13 +20,6 @@ from test_exactness import MODELS, reference
 CPU = torch.device("cpu")
 
 
-@pytest.fixture
-def float64():
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(torch.float32)
-
-
 def historical_model(framework: str, kind: str, graph: Graph, chunks: int, engine: str,
                      targets: torch.Tensor) -> tuple[StagedGNN, object, torch.Tensor, torch.Tensor, list]:
     """A model with history caches, an all-node plan (for refresh) and a plan over ``targets``."""

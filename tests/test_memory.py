@@ -21,21 +21,6 @@ from conftest import make_cfg
 from test_exactness import MODELS, assert_close, micro_batched, reference
 
 
-@pytest.fixture
-def _float64():
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(torch.float32)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def cfg(*overrides: str, **extra: Any) -> dict[str, Any]:
     """A tiny run config as a plain dict, with ``extra`` keys set by dotted path (``model__aggregation``)."""
     container = OmegaConf.to_container(make_cfg("microbatch.cache=null", *overrides), resolve=True)
@@ -45,7 +30,7 @@ def cfg(*overrides: str, **extra: Any) -> dict[str, Any]:
     return container
 
 
-@pytest.mark.usefixtures("_float64")
+@pytest.mark.usefixtures("float64")
 @pytest.mark.parametrize("engine", ["single", "gpipe"])
 @pytest.mark.parametrize("chunks", [1, 4])
 def test_sparse_gcn_equals_messages_and_full_graph(graph: Graph, chunks: int, engine: str) -> None:

@@ -24,14 +24,14 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from pipegnn.backends.base import AGGREGATIONS, Adapter
 from pipegnn.backends.pyg import PygBackend
 from pipegnn.errors import ConfigError
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["AGGREGATIONS", "FRAMEWORKS", "Backend", "aggregations", "check_aggregation", "get_backend"]
+__all__ = ["AGGREGATIONS", "FRAMEWORKS", "Adapter", "Backend", "aggregations", "check_aggregation", "get_backend"]
 
 FRAMEWORKS = ("pyg", "dgl")
-AGGREGATIONS = ("messages", "sparse")
 #: Aggregations each framework offers per model kind (kinds not listed: all of AGGREGATIONS).
 _AVAILABLE: dict[str, dict[str, tuple[str, ...]]] = {
     "pyg": {"gcn": ("messages", "sparse"), "gat": ("messages",)},

@@ -20,6 +20,7 @@ import torch  # noqa: E402
 from dgl.nn.pytorch import EdgeWeightNorm, GATConv, GraphConv  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
+from pipegnn.backends.base import Adapter
 from pipegnn.models.spec import LayerSpec  # noqa: E402
 
 __all__ = ["DglBackend", "HeadReducedGATConv"]
@@ -45,7 +46,7 @@ class HeadReducedGATConv(nn.Module):
         return out.flatten(1) if self.concat else out.mean(1)
 
 
-class DglBackend:
+class DglBackend(Adapter):
     """Builds DGL convolutions and runs them on DGL blocks of a micro-batch's local edges.
 
     Args:
@@ -53,21 +54,6 @@ class DglBackend:
     """
 
     name = "dgl"
-
-    def __init__(self, aggregation: str = "messages"):
-        from pipegnn.backends import AGGREGATIONS
-        from pipegnn.errors import ConfigError
-
-        if aggregation not in AGGREGATIONS:
-            raise ConfigError(f"model.aggregation={aggregation!r} is not valid; valid: "
-                              f"{', '.join(AGGREGATIONS)}")
-        self.aggregation = aggregation
-
-    def __repr__(self) -> str:
-        return f"DglBackend(aggregation={self.aggregation!r})"
-
-    def with_aggregation(self, aggregation: str) -> "DglBackend":
-        return self if aggregation == self.aggregation else DglBackend(aggregation)
 
     @staticmethod
     def computation_graph(kind: str, edge_index: Tensor, num_nodes: int,

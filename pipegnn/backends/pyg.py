@@ -12,31 +12,24 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
-from torch_geometric.utils import add_self_loops, remove_self_loops
+from torch_geometric.utils import add_self_loops, remove_self_loops, to_torch_csr_tensor
 
+from pipegnn.backends.base import Adapter
 from pipegnn.models.spec import LayerSpec
 
 __all__ = ["PygBackend", "sparse_adjacency"]
 
 
-
 def sparse_adjacency(edge_index: Tensor, edge_weight: Tensor | None, num_src: int, num_dst: int) -> Tensor:
     """The transposed adjacency ``[num_dst, num_src]`` of local edges as a CSR tensor whose values are
     the edge weights (ones without weights): row ``d`` holds the in-edges of target ``d``."""
-    src, dst = edge_index
-    if edge_weight is None:
-        edge_weight = torch.ones(src.numel(), dtype=torch.get_default_dtype(), device=src.device)
-    order = torch.argsort(dst, stable=True)
-    counts = torch.bincount(dst, minlength=num_dst)
-    crow = torch.zeros(num_dst + 1, dtype=torch.int64, device=src.device)
-    torch.cumsum(counts, 0, out=crow[1:])
-    with warnings.catch_warnings():  # "CSR support is in beta": the matmul PyG uses is long supported
-        warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
-        return torch.sparse_csr_tensor(crow, src[order], edge_weight[order], (num_dst, num_src),
-                                       check_invariants=False)
+    with warnings.catch_warnings():  # torch's notes on CSR tensors being beta and unchecked
+        warnings.filterwarnings("ignore", "Sparse (CSR tensor support is in beta|invariant checks)",
+                                UserWarning)
+        return to_torch_csr_tensor(edge_index.flip(0), edge_weight, size=(num_dst, num_src))
 
 
-class PygBackend:
+class PygBackend(Adapter):
     """Builds PyG convolutions and runs them on a block's local ``edge_index`` (and weights), or on its
     sparse adjacency with ``aggregation="sparse"``.
 
@@ -45,21 +38,6 @@ class PygBackend:
     """
 
     name = "pyg"
-
-    def __init__(self, aggregation: str = "messages"):
-        from pipegnn.backends import AGGREGATIONS
-        from pipegnn.errors import ConfigError
-
-        if aggregation not in AGGREGATIONS:
-            raise ConfigError(f"model.aggregation={aggregation!r} is not valid; valid: "
-                              f"{', '.join(AGGREGATIONS)}")
-        self.aggregation = aggregation
-
-    def __repr__(self) -> str:
-        return f"PygBackend(aggregation={self.aggregation!r})"
-
-    def with_aggregation(self, aggregation: str) -> "PygBackend":
-        return self if aggregation == self.aggregation else PygBackend(aggregation)
 
     @staticmethod
     def computation_graph(kind: str, edge_index: Tensor, num_nodes: int,
