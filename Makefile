@@ -48,6 +48,7 @@ bench: setup
 	  $(PY) -m pipegnn.microbatch.stats dataset=$$d chunks=2,4,8,16,32 model.layers=2,3 microbatch.targets=all --csv $(BENCH)/partitions_$$d.csv | tee $(BENCH)/partitions_$$d.txt; \
 	done; \
 	$(PY) benchmarks/plan_memory.py --nodes 2000000 --avg-degree 10 --chunks 8 | tee $(BENCH)/plan_memory.txt; \
+	$(PY) benchmarks/plan_memory.py --nodes 2000000 --avg-degree 10 --chunks 8 --partition metis | tee $(BENCH)/plan_memory_metis.txt; \
 	$(PY) benchmarks/memory.py --part a | tee $(BENCH)/memory_a.txt; \
 	$(PY) benchmarks/memory.py --part b --cap-gb 3 | tee $(BENCH)/memory_b.txt; \
 	$(PY) benchmarks/memory.py --part c | tee $(BENCH)/memory_c.txt

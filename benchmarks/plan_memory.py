@@ -44,7 +44,6 @@ def main(argv: list[str] | None = None) -> int:
     graph = make_synthetic(SyntheticSpec(num_nodes=args.nodes, avg_degree=args.avg_degree,
                                          num_features=8, num_communities=max(30, args.nodes // 2000)))
     edges, weight = get_backend("pyg").computation_graph(args.model, graph.edge_index, graph.num_nodes)
-    graph.x = graph.x[:0]  # features are not needed
     print(f"{graph.num_nodes} nodes, {edges.size(1)} edges in the computation graph "
           f"(generated in {time.perf_counter() - start:.1f}s)")
     edge_list = edges.numel() * edges.element_size()

@@ -138,3 +138,18 @@ def test_stats_command_matches_build_plan(data_root, capsys, tmp_path) -> None:
     assert row.replication == pytest.approx(expected.replication)
     assert "metis" in capsys.readouterr().out
     assert main(["dataset=cora", f"data.root={data_root}", "microbatch.partition=kmeans"]) == 2
+
+
+@pytest.mark.parametrize("halo", ["none", "exact", "historical"])
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_single_chunk_work_is_counted_without_blocks(graph: Graph, halo: str, layers: int) -> None:
+    """Inflation's denominator, counted with node masks, equals the work of the one-chunk plan."""
+    from pipegnn.microbatch.halo import InCSR
+    from pipegnn.microbatch.plan import _single_chunk_work, _work
+
+    targets = graph.split("train")
+    csr = InCSR(graph.edge_index, graph.num_nodes)
+    one = build_plan(graph.edge_index, graph.num_nodes, targets, 1, num_layers=layers, halo=halo,
+                     partitioner="sequential")
+    assert one.stats.inflation == pytest.approx(1.0)
+    assert _single_chunk_work(csr, targets, halo, layers) == _work(one.micro_batches)

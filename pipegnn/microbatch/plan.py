@@ -98,8 +98,7 @@ def build_plan(edge_index: Tensor, num_nodes: int, targets: Tensor, chunks: int,
     part = partition(edge_index, num_nodes, targets, chunks, partitioner, seed)
     csr = csr or InCSR(edge_index, num_nodes, edge_weight)
     batches = _blocks(csr, part, targets, chunks, halo, num_layers)
-    reference = _blocks(csr, torch.zeros_like(part), targets, 1, halo, num_layers)
-    stats = _stats(batches, reference, part, edge_index)
+    stats = _stats(batches, _single_chunk_work(csr, targets, halo, num_layers), part, edge_index)
     return MicroBatchPlan(batches, torch.cat([mb.targets for mb in batches]), part, halo, partitioner,
                           stats)
 
@@ -127,7 +126,24 @@ def _work(batches: list[MicroBatch]) -> int:
     return sum(src + e.size(1) for mb in batches for src, e in zip(mb.sources, mb.edges))
 
 
-def _stats(batches: list[MicroBatch], reference: list[MicroBatch], part: Tensor,
+def _single_chunk_work(csr: InCSR, targets: Tensor, halo: str, num_layers: int) -> int:
+    """:func:`_work` of the same halo mode with one micro-batch, counted with node masks instead of
+    building its blocks (which would hold the whole graph's edges once more per layer)."""
+    in_degree = csr.rowptr[1:] - csr.rowptr[:-1]
+    computed = torch.zeros(csr.num_nodes, dtype=torch.bool)
+    computed[targets] = True
+    if halo == "none":  # the induced subgraph of all nodes: every edge, the last layer's into targets
+        return (num_layers * csr.num_nodes + (num_layers - 1) * csr.src.numel()
+                + int(in_degree[targets].sum()))
+    work = 0
+    for _ in range(num_layers if halo == "exact" else 1):  # from the last layer down
+        edges = int(in_degree[computed].sum())
+        computed[csr.src[computed[csr.dst]]] = True  # the rows this layer reads
+        work += int(computed.sum()) + edges
+    return work * (num_layers if halo == "historical" else 1)
+
+
+def _stats(batches: list[MicroBatch], reference_work: int, part: Tensor,
            edge_index: Tensor) -> PlanStats:
     k, num_layers = len(batches), batches[0].num_layers
     replication = []
@@ -146,7 +162,7 @@ def _stats(batches: list[MicroBatch], reference: list[MicroBatch], part: Tensor,
         targets_per_chunk=targets,
         replication=replication[0],
         replication_per_layer=replication,
-        inflation=_work(batches) / max(_work(reference), 1),
+        inflation=_work(batches) / max(reference_work, 1),
         cut_edge_fraction=float(cut),
         target_balance=max(targets) * k / max(sum(targets), 1),
         node_balance=max(nodes) * k / max(sum(nodes), 1),
