@@ -27,7 +27,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from pipegnn.results import select
+from pipegnn.results import column, select
 
 __all__ = ["DPI", "NoData", "PANEL_SIZE", "WITHIN", "device_type", "draw", "plot_accuracy_vs_chunks",
            "plot_epoch_time_vs_chunks", "plot_inflation_by_partitioner", "plot_memory_vs_chunks",
@@ -100,13 +100,6 @@ def with_setup(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _col(df: pd.DataFrame, key: str) -> str:
-    for name in (key, f"cfg.{key}"):
-        if name in df.columns:
-            return name
-    raise KeyError(f"no column {key!r} (nor cfg.{key})")
-
-
 def _completed(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == "completed"]
 
@@ -131,8 +124,8 @@ def summarize(df: pd.DataFrame, by: str | Sequence[str], metrics: str | Sequence
     ``attrs["dropped_by_status"]`` ({status: count}).
     """
     data = with_setup(df)
-    by = [_col(data, k) for k in _list(by)]
-    metrics = [_col(data, m) for m in _list(metrics)]
+    by = [column(data, k) for k in _list(by)]
+    metrics = [column(data, m) for m in _list(metrics)]
     done = _completed(data)
     statuses = data.loc[data["status"] != "completed", "status"].fillna("unknown").value_counts()
     if done.empty:
@@ -166,8 +159,8 @@ def relative(df: pd.DataFrame, metric: str, baseline: Mapping[str, Any],
             gpipe and the single engine); the message names the columns to add to ``baseline``.
     """
     data = with_setup(df).reset_index(drop=True)
-    within = [_col(data, k) for k in within]
-    value = _col(data, metric)
+    within = [column(data, k) for k in within]
+    value = column(data, metric)
     base = _completed(select(data, baseline))
     settings = [c for c in _SETTINGS if c in base and c not in within and c != "setup"]
     means: dict[tuple, float] = {}
@@ -210,10 +203,10 @@ def _panel_title(keys: Sequence[str], values: Sequence[Any]) -> str:
 def _prepare(df: pd.DataFrame, where: Mapping[str, Any] | None, needed: Sequence[str],
              what: str) -> pd.DataFrame:
     data = _completed(with_setup(select(df, where) if where else df))
-    for column in needed:
-        if column not in data:
-            raise NoData(f"{what}: the results have no column {column!r}")
-        data = data[pd.to_numeric(data[column], errors="coerce").notna()]
+    for name in needed:
+        if name not in data:
+            raise NoData(f"{what}: the results have no column {name!r}")
+        data = data[pd.to_numeric(data[name], errors="coerce").notna()]
     if data.empty:
         scope = f" matching {dict(where)}" if where else ""
         raise NoData(f"{what}: no completed run{scope} with {', '.join(needed)}")

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-__all__ = ["COLUMNS", "RECORD_NAME", "STATUSES", "TABLE_COLUMNS", "find_records", "flatten",
+__all__ = ["COLUMNS", "RECORD_NAME", "STATUSES", "TABLE_COLUMNS", "column", "find_records", "flatten",
            "format_table", "load", "load_record", "main", "select", "summary", "write_record"]
 
 RECORD_NAME = "result.json"
@@ -182,7 +182,7 @@ def flatten(record: Mapping[str, Any], path: str | Path | None = None) -> dict[s
     return row
 
 
-def _column(df: pd.DataFrame, key: str) -> str:
+def column(df: pd.DataFrame, key: str) -> str:
     """``key``, or ``cfg.key`` when only that is a column (so ``model.hidden`` works)."""
     for name in (key, f"cfg.{key}"):
         if name in df.columns:
@@ -199,7 +199,7 @@ def select(df: pd.DataFrame, where: Mapping[str, Any] | None = None) -> pd.DataF
     """
     mask = pd.Series(True, index=df.index)
     for key, accepted in (where or {}).items():
-        col = df[_column(df, key)]
+        col = df[column(df, key)]
         match = pd.Series(False, index=df.index)
         for value in accepted if isinstance(accepted, (list, tuple, set, frozenset)) else [accepted]:
             missing = value is None or (isinstance(value, float) and math.isnan(value))
@@ -259,7 +259,7 @@ def _fmt(value: Any, integral: bool) -> str:
 def format_table(df: pd.DataFrame, columns: Sequence[str] = TABLE_COLUMNS) -> str:
     """``df[columns]`` as an aligned text table: numbers right-aligned, 3-4 significant digits."""
     cols, right = [], []
-    for name in (_column(df, c) for c in columns):
+    for name in (column(df, c) for c in columns):
         col = df[name]
         numeric = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
         integral = numeric and all(float(v).is_integer() for v in col.dropna())
