@@ -33,7 +33,7 @@ test-all: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest $(ARGS)
 
 # The benchmark tables behind the README's figures (results/benchmarks/*.csv and *.txt), one thread
-# per process so that ratios are not distorted by oversubscription. Takes about half an hour on 2 cores.
+# per process so that ratios are not distorted by oversubscription. Takes about an hour on 2 cores.
 BENCH := results/benchmarks
 bench: setup
 	mkdir -p $(BENCH)
@@ -41,6 +41,9 @@ bench: setup
 	for d in cora synthetic pubmed_topology; do \
 	  $(PY) benchmarks/overhead.py --suite core --dataset $$d --epochs 50 --csv $(BENCH)/core_$$d.csv | tee $(BENCH)/core_$$d.txt; \
 	  $(PY) benchmarks/overhead.py --suite halo --dataset $$d --epochs 50 --csv $(BENCH)/halo_$$d.csv | tee $(BENCH)/halo_$$d.txt; \
+	done; \
+	for d in cora synthetic; do \
+	  $(PY) benchmarks/overhead.py --suite accuracy --dataset $$d --epochs 200 --seeds 3 --csv $(BENCH)/accuracy_$$d.csv | tee $(BENCH)/accuracy_$$d.txt; \
 	done; \
 	$(PY) benchmarks/overhead.py --suite chunks --dataset pubmed_topology --epochs 30 --csv $(BENCH)/chunks_pubmed_topology.csv | tee $(BENCH)/chunks_pubmed_topology.txt; \
 	$(PY) benchmarks/overhead.py --suite engines --dataset synthetic --epochs 20 --csv $(BENCH)/engines_synthetic.csv | tee $(BENCH)/engines_synthetic.txt; \
