@@ -6,7 +6,7 @@ STAMP := $(VENV)/.pipegnn-installed
 # Raw Planetoid files (Cora, CiteSeer) are read from here when present; never written to.
 export PIPEGNN_DATA ?= $(abspath ../shared/datasets)
 
-.PHONY: setup run test test-all bench clean
+.PHONY: setup run test test-all bench reference clean
 
 setup: $(STAMP)
 
@@ -55,6 +55,17 @@ bench: setup
 	$(PY) benchmarks/memory.py --part a | tee $(BENCH)/memory_a.txt; \
 	$(PY) benchmarks/memory.py --part b --cap-gb 3 | tee $(BENCH)/memory_b.txt; \
 	$(PY) benchmarks/memory.py --part c | tee $(BENCH)/memory_c.txt
+
+# The reference results (results/reference/, see results/README.md): each preset's sweep into
+# multirun/reference/<preset> (resume=true: a rerun redoes only failed or changed jobs), then its records,
+# tables and figures copied out by experiments/report.py. One preset: make reference PRESETS=scaling.
+PRESETS ?= poster_offline halo_modes scaling ablation_nodes ablation_density ablation_hidden
+reference: setup
+	export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; status=0; \
+	for p in $(PRESETS); do \
+	  $(PY) experiments/train.py -m experiment=$$p hydra.sweep.dir=multirun/reference/$$p resume=true || status=1; \
+	done; \
+	$(PY) experiments/report.py multirun/reference results/reference --only $(PRESETS) && exit $$status
 
 clean:
 	rm -rf $(VENV) .cache outputs multirun .pytest_cache figures

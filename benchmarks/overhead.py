@@ -12,6 +12,9 @@ Suites:
     chunks   GPipe exact METIS at k = 1, 2, 4, 8, 16, 32
     engines  framework pyg / dgl x engine single / gpipe / pipelining (2 stages) x k = 1, 4, 8 (exact)
     accuracy full batch vs GPipe k=8 exact (METIS) vs GPipe k=8 naive contiguous chunks (the poster's)
+    goals    the overhead goals side by side: exact GPipe k=8 and k=32 (METIS) over full batch, GPipe over
+             the single engine on the same micro-batches (torchgpipe's default checkpointing and none),
+             DGL over PyG; a second table prints each goal's ratio and whether it is met
 
 With ``--seeds N`` every case runs with seeds 0..N-1 and the table shows means (test accuracy: at the
 best validation epoch), plus each seed's accuracy.
@@ -49,7 +52,36 @@ SUITES = {
                 **{f"{fw} {engine} k={k}": [f"framework={fw}", f"engine={engine}", f"chunks={k}"]
                    for fw in ("pyg", "dgl") for engine in ("single", "gpipe", "pipelining")
                    for k in (1, 4, 8)}},
+    "goals": {"pyg full batch (single, k=1)": FULL,
+              "pyg gpipe k=8 exact metis": ["engine=gpipe", "chunks=8", "microbatch.halo=exact"],
+              "pyg gpipe k=32 exact metis": ["engine=gpipe", "chunks=32", "microbatch.halo=exact"],
+              "pyg single k=8 exact metis": ["engine=single", "chunks=8", "microbatch.halo=exact"],
+              "pyg gpipe k=8 exact metis, no checkpointing": ["engine=gpipe", "chunks=8",
+                                                              "microbatch.halo=exact",
+                                                              "engine.checkpoint=never"],
+              "dgl full batch (single, k=1)": ["framework=dgl", *FULL],
+              "dgl gpipe k=8 exact metis": ["framework=dgl", "engine=gpipe", "chunks=8",
+                                            "microbatch.halo=exact"]},
 }
+#: Per suite: (comparison, case, reference case, goal or None): the ratio of the two cases' epoch times.
+GOALS = {"goals": [
+    ("exact k=8 / full batch", "pyg gpipe k=8 exact metis", "pyg full batch (single, k=1)", 1.0),
+    ("exact k=32 / full batch", "pyg gpipe k=32 exact metis", "pyg full batch (single, k=1)", 1.5),
+    ("gpipe / single, same micro-batches", "pyg gpipe k=8 exact metis", "pyg single k=8 exact metis", 1.10),
+    ("gpipe without checkpointing / single", "pyg gpipe k=8 exact metis, no checkpointing",
+     "pyg single k=8 exact metis", 1.10),
+    ("dgl / pyg, full batch", "dgl full batch (single, k=1)", "pyg full batch (single, k=1)", None),
+    ("dgl / pyg, gpipe k=8 exact", "dgl gpipe k=8 exact metis", "pyg gpipe k=8 exact metis", None)]}
+
+
+def goal_table(table: pd.DataFrame, goals: list[tuple]) -> pd.DataFrame:
+    """Each goal's epoch-time ratio (case / reference case), the goal and whether it is met."""
+    epoch = table.set_index("case")["epoch_s"]
+    rows = [{"comparison": name, "ratio": epoch[case] / epoch[ref],
+             "goal": "-" if goal is None else f"<= {goal:.2f}",
+             "met": "-" if goal is None else "yes" if epoch[case] / epoch[ref] <= goal else "no"}
+            for name, case, ref, goal in goals]
+    return pd.DataFrame(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,12 +117,19 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
     table = pd.DataFrame(rows)
     table.insert(2, "ratio", table.epoch_s / table.epoch_s.iloc[0])
-    print(f"\n{args.suite} suite on {args.dataset}, {args.epochs} epochs, {args.seeds} seed(s) "
+    extra = f" ({' '.join(args.overrides)})" if args.overrides else ""
+    print(f"\n{args.suite} suite on {args.dataset}{extra}, {args.epochs} epochs, {args.seeds} seed(s) "
           f"(ratio = median epoch time / first row's)")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    if args.suite in GOALS:
+        goals = goal_table(table, GOALS[args.suite])
+        print(f"\ngoals on {args.dataset}{extra}")
+        print(goals.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.csv, index=False)
+        if args.suite in GOALS:
+            goals.to_csv(args.csv.with_name(f"{args.csv.stem}_goals.csv"), index=False)
     return 0
 
 

@@ -41,10 +41,17 @@ PANEL_SIZE = (4.8, 3.6)
 WITHIN = ("dataset", "model", "num_nodes", "framework", "device_type")
 #: Columns that define a run's setting (besides the seed).
 _SETTINGS = ("dataset", "model", "num_nodes", "framework", "setup", "engine", "devices", "chunks",
-             "halo", "partition", "targets", "cfg.model.layers")
+             "halo", "partition", "targets", "cfg.model.layers", "cfg.model.hidden", "cfg.dataset.density",
+             "cfg.dataset.avg_degree")
+#: Graph-shape settings of synthetic datasets (missing for the others).
+_SHAPE = ("cfg.dataset.density", "cfg.dataset.avg_degree")
 #: Settings that get their own panels when they vary and are not on a figure's axes.
-_FACETS = ("framework", "setup", "halo", "partition", "targets", "cfg.model.layers")
-_NAMES = {"setup": "devices", "cfg.model.layers": "layers"}
+_FACETS = ("framework", "setup", "halo", "partition", "targets", "cfg.model.layers", "cfg.model.hidden",
+           *_SHAPE)
+_NAMES = {"setup": "devices", "cfg.model.layers": "layers", "cfg.model.hidden": "hidden",
+          "cfg.dataset.density": "density", "cfg.dataset.avg_degree": "avg degree"}
+#: Axis labels of the x values plot_scaling accepts by name.
+_SCALING_X = {"num_nodes": "graph nodes", "num_edges": "graph edges", "cfg.model.hidden": "hidden size"}
 _HALO = {"none": "naive (no halo)", "exact": "exact halo", "historical": "historical halo"}
 _CHUNKS_LABEL = "micro-batches per step (chunks)"
 _METRIC_LABELS = {
@@ -193,7 +200,8 @@ def _label(key: str, value: Any, bare: Sequence[str] = ("framework", "setup", "p
 
 def _panel_title(keys: Sequence[str], values: Sequence[Any]) -> str:
     """``dataset (N nodes) / model``, then the panel's other settings on a second line."""
-    named = dict(zip(keys, values))
+    # a setting a dataset does not have (a Planetoid graph's density) is left out of its title
+    named = {k: v for k, v in zip(keys, values) if not (k.startswith("cfg.") and _missing(v))}
     dataset, model, nodes = (named.pop(k, None) for k in ("dataset", "model", "num_nodes"))
     size = "" if _missing(nodes) else f" ({int(nodes)} nodes)"
     rest = ", ".join(_label(k, v, bare=("framework", "setup")) for k, v in named.items())
@@ -351,17 +359,23 @@ def plot_inflation_by_partitioner(df: pd.DataFrame, path: str | Path | None = No
                       ylabel=_METRIC_LABELS.get(metric, metric), legend="partitioner")
 
 
-def plot_scaling(df: pd.DataFrame, path: str | Path | None = None, *,
+def plot_scaling(df: pd.DataFrame, path: str | Path | None = None, *, x: str = "num_nodes",
                  where: Mapping[str, Any] | None = None) -> Figure:
-    """Epoch time (top) and peak memory (bottom) against graph nodes (log2 axis), one line per chunks
-    value (``full batch`` for 1, micro-batched otherwise). Only groups with at least two graph sizes
-    are drawn.
+    """Epoch time (top) and peak memory (bottom) against ``x`` (log2 axis): graph nodes by default,
+    ``num_edges`` (a density sweep at a fixed node count) or ``model.hidden``; one line per chunks
+    value (``full batch`` for 1, micro-batched otherwise). Only panels with at least two values of
+    ``x`` are drawn.
 
     Raises:
-        NoData: no dataset/model group has runs of two or more graph sizes.
+        NoData: no panel has runs of two or more values of ``x``.
     """
-    title = "Scaling with graph size"
-    data = _with_memory(_prepare(df, where, ["num_nodes", "chunks", "epoch_time_median_s"], title))
+    try:
+        x = column(df, x)
+    except KeyError:
+        pass  # _prepare names the missing column
+    what = _SCALING_X.get(x, x)
+    title = "Scaling with graph size" if x == "num_nodes" else f"Scaling with {what}"
+    data = _with_memory(_prepare(df, where, [x, "chunks", "epoch_time_median_s"], title))
     # The halo mode of a full-batch run (chunks=1) is immaterial: it labels micro-batched lines only.
     micro = data["chunks"] != 1
     with_halo = "halo" in data and data.loc[micro, "halo"].nunique(dropna=False) > 1
@@ -369,24 +383,27 @@ def plot_scaling(df: pd.DataFrame, path: str | Path | None = None, *,
     data = data.assign(batching=["full batch" if c == 1 else f"{int(c)} micro-batches"
                                  + (f", {_label('halo', h)}" if with_halo else "")
                                  for c, h in zip(data["chunks"], halos)])
-    keys = [k for k in ("dataset", "model", *_facets(data, ["chunks", "halo"])) if k in data]
+    # density and average degree follow the edge count at a fixed node count: not panels then
+    on_axis = ["chunks", "halo", x, *(_SHAPE if x == "num_edges" else ())]
+    keys = ["dataset", "model", *([] if x == "num_nodes" else ["num_nodes"]), *_facets(data, on_axis)]
+    keys = [k for k in keys if k in data]
     panels = [(key, panel) for key, panel in data.groupby(keys, dropna=False, sort=True)
-              if panel["num_nodes"].nunique() > 1]
+              if panel[x].nunique() > 1]
     if not panels:
-        raise NoData(f"{title}: no dataset/model has runs of more than one graph size (num_nodes)")
+        raise NoData(f"{title}: no dataset/model has runs of more than one value of {x}")
     fig, axes = _figure(len(panels), rows_per_panel=2)
     order = data.sort_values(["chunks", "batching"])["batching"].drop_duplicates()
     colors = {label: f"C{i % 10}" for i, label in enumerate(order)}
     for (key, panel), (top, bottom) in zip(panels, axes):
         for ax, y, label in ((top, "epoch_time_median_s", _METRIC_LABELS["epoch_time_median_s"]),
                              (bottom, "peak_memory_mb", _memory_label(panel))):
-            _lines(ax, panel, "num_nodes", y, panel["batching"], colors)
-            _log2_x(ax, panel["num_nodes"])
-            ax.set(xlabel="graph nodes", ylabel=label)
+            _lines(ax, panel, x, y, panel["batching"], colors)
+            _log2_x(ax, panel[x])
+            ax.set(xlabel=what, ylabel=label)
             ax.grid(alpha=0.3)
             ax.legend(fontsize="small")
         top.set_title(_panel_title(keys, key))
-    for ax in fig.axes:  # node counts are large: keep the tick labels readable
+    for ax in fig.axes:  # node and edge counts are large: keep the tick labels readable
         ax.tick_params(axis="x", labelrotation=30)
     return _finish(fig, title, path)
 

@@ -244,9 +244,53 @@ def test_plot_scaling_time_and_memory_vs_nodes(tmp_path: Path) -> None:
     _png(tmp_path / "s.png", 2, 2)
 
 
+def test_plot_scaling_against_edges_or_hidden_size() -> None:
+    def shaped(density: float, hidden: int, model: str, chunks: int) -> dict[str, Any]:
+        r = record(dataset="synthetic", num_nodes=32000, model=model, hidden=hidden, chunks=chunks,
+                   epoch_time_median_s=density * 1e4 * hidden / 8 * chunks, rss_mb=100.0)
+        r["config"]["dataset"]["density"] = density
+        r["dataset"]["num_edges"] = round(density * 32000 * 31999)
+        return r
+    records = [shaped(d, 8, m, c) for d in (0.0002, 0.0004, 0.0008) for m in ("gcn", "gat") for c in (1, 8)]
+    fig = plot_scaling(frame(*records), x="num_edges")
+    assert fig.get_suptitle() == "Scaling with graph edges" and len(fig.axes) == 4
+    time_ax = fig.axes[0]
+    assert time_ax.get_title() == "synthetic (32000 nodes) / gat"  # density is on the axis, not a panel
+    assert time_ax.get_xlabel() == "graph edges"
+    assert list(time_ax.lines[0].get_xdata()) == [204794, 409587, 819174]
+    np.testing.assert_allclose(time_ax.lines[1].get_ydata(), [16.0, 32.0, 64.0])
+    records = [shaped(0.0008, h, "gat", c) for h in (8, 16, 32) for c in (1, 8)]
+    records.append(shaped(0.0002, 8, "gat", 1))  # another graph: its own panel, one value: not drawn
+    fig = plot_scaling(frame(*records), x="model.hidden")
+    assert fig.get_suptitle() == "Scaling with hidden size" and len(fig.axes) == 2
+    assert fig.axes[0].get_title() == "synthetic (32000 nodes) / gat\ndensity=0.0008"
+    assert list(fig.axes[0].lines[0].get_xdata()) == [8, 16, 32]
+    with pytest.raises(NoData, match="model.hidden"):
+        plot_scaling(frame(record(chunks=1, epoch_time_median_s=1.0)).drop(columns="cfg.model.hidden"),
+                     x="model.hidden")
+
+
+def test_hidden_size_and_density_split_panels_and_are_left_out_where_missing() -> None:
+    synthetic = []
+    for hidden in (8, 16):
+        for chunks in (1, 2):
+            r = record(dataset="synthetic", num_nodes=32000, hidden=hidden, chunks=chunks,
+                       epoch_time_median_s=0.1 * hidden)
+            r["config"]["dataset"]["density"] = 0.0008
+            synthetic.append(r)
+    cora = [record(chunks=c, epoch_time_median_s=0.5) for c in (1, 2)]
+    fig = plot_epoch_time_vs_chunks(frame(*synthetic, *cora))
+    assert [ax.get_title() for ax in fig.axes] == ["cora (2708 nodes) / gat\nhidden=8",
+                                                   "synthetic (32000 nodes) / gat\nhidden=8, density=0.0008",
+                                                   "synthetic (32000 nodes) / gat\nhidden=16, density=0.0008"]
+    assert list(fig.axes[2].lines[0].get_ydata()) == [1.6, 1.6]
+    with pytest.raises(ValueError, match="cfg.model.hidden"):  # a baseline over two hidden sizes
+        relative(frame(*synthetic), "epoch_time_median_s", {"chunks": 1})
+
+
 def test_no_data_raises_and_draw_skips(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     one_size = frame(record(chunks=1, epoch_time_median_s=1.0), record(chunks=8, epoch_time_median_s=2.0))
-    with pytest.raises(NoData, match="more than one graph size"):
+    with pytest.raises(NoData, match="more than one value of num_nodes"):
         plot_scaling(one_size)
     assert draw(plot_scaling, one_size, tmp_path / "scaling.png") is None
     assert not (tmp_path / "scaling.png").exists()

@@ -254,8 +254,14 @@ PRESETS = {
     "scaling": {"dataset.num_nodes": ["8192", "16384", "32768", "65536", "131072"], "chunks": ["1", "8"],
                 "model": ["gcn", "gat"]},
     "smoke": {"chunks": ["1", "2"], "microbatch.halo": ["none", "exact"]},
+    **{f"ablation_{axis}": {key: values, "framework": ["pyg", "dgl"], "model": ["gcn", "gat"],
+                            "chunks": ["1", "8"]}
+       for axis, key, values in (("nodes", "dataset.num_nodes", ["8000", "16000", "32000"]),
+                                 ("density", "dataset.density", ["0.0002", "0.0004", "0.0008"]),
+                                 ("hidden", "model.hidden", ["16", "32", "64"]))},
 }
-NUM_JOBS = {"poster_pubmed": 72, "poster_offline": 48, "halo_modes": 36, "scaling": 20, "smoke": 4}
+NUM_JOBS = {"poster_pubmed": 72, "poster_offline": 48, "halo_modes": 36, "scaling": 20, "smoke": 4,
+            "ablation_nodes": 24, "ablation_density": 24, "ablation_hidden": 24}
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -307,6 +313,17 @@ def test_halo_modes_scaling_and_smoke_settings() -> None:
     assert (scaling.model.name, scaling.chunks) == ("gcn", 8)
     smoke = _compose("experiment=smoke")
     assert (smoke.dataset.num_nodes, smoke.train.epochs, list(smoke.engine.devices)) == (400, 3, ["cpu", "cpu"])
+
+
+@pytest.mark.parametrize("axis", ["nodes", "density", "hidden"])
+def test_ablation_settings(axis: str) -> None:
+    job = _compose(f"experiment=ablation_{axis}", "model=gat", "model.hidden=64", "chunks=8")
+    assert (job.dataset.preset, job.dataset.num_nodes, job.dataset.density) == (f"synthetic_{axis}", 32000, 0.0008)
+    assert job.dataset.avg_degree is None and (job.model.name, job.model.hidden) == ("gat", 64)
+    assert (job.engine.name, job.microbatch.halo, job.microbatch.partition, job.microbatch.targets) == \
+        ("single", "exact", "metis", "all")
+    assert job.train.epochs == 5
+    check_config(OmegaConf.to_container(job, resolve=True))
 
 
 # --- devices ---------------------------------------------------------------------------------------------
@@ -390,11 +407,17 @@ def test_schemas_type_each_group_and_allow_documented_nulls() -> None:
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_first_job_runs(tmp_path: Path, name: str) -> None:
     """Each preset's first job (first value of every axis) through the CLI, 1 epoch on the tiny
-    synthetic graph in place of the preset's dataset."""
-    first = _jobs(dict(_compose(f"experiment={name}", hydra=True).hydra.sweeper.params))[0]
-    job = [o for o in first if not o.startswith(("dataset=", "dataset."))]
+    synthetic graph in place of the preset's dataset (a synthetic preset keeps its own settings, such
+    as a density, and its axis value unless the tiny graph sets that key)."""
+    cfg = _compose(f"experiment={name}", hydra=True)
+    first = _jobs(dict(cfg.hydra.sweeper.params))[0]
+    tiny = {o.split("=")[0] for o in TINY_SYNTHETIC}
+    synthetic = cfg.dataset.name == "synthetic"
+    job = [o for o in first if not o.startswith(("dataset=", "dataset."))
+           or (synthetic and o.startswith("dataset.") and o.split("=")[0] not in tiny)]
+    dataset = [] if synthetic else ["dataset=synthetic"]
     sweep = tmp_path / "sweep"
-    proc = _cli(tmp_path, "-m", f"experiment={name}", *job, "dataset=synthetic", *TINY_SYNTHETIC,
+    proc = _cli(tmp_path, "-m", f"experiment={name}", *job, *dataset, *TINY_SYNTHETIC,
                 "train.epochs=1", f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(p.read_text()) for p in sweep.glob("*/result.json")]

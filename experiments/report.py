@@ -1,0 +1,95 @@
+"""Reference results from finished sweeps: their records, aggregate tables and figures.
+
+    python experiments/report.py multirun/reference results/reference
+
+``sweeps`` holds one sweep folder per preset (``multirun/reference/poster_offline`` ...; see `make
+reference`). For each, under ``out/<preset>/``:
+
+- ``records/<job>/result.json``: every record of the sweep, copied as written (resolved config, seeds,
+  versions, git sha, per-epoch history) - the source of every number below;
+- ``runs.csv``: one row per run (the main columns of :func:`pipegnn.results.load`);
+- ``summary.csv``: mean, std and count over seeds per setting of the varying keys, with ``overhead``:
+  epoch time over the full-batch run (chunks=1) of the same dataset, model, size, framework, devices,
+  halo and partition (NaN where the sweep has no chunks=1 run);
+- ``*.png``: the figures of :mod:`pipegnn.analysis` the sweep has data for (the others are skipped).
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from pipegnn import analysis, results
+
+#: Per-run columns of runs.csv.
+RUN_COLUMNS = ("dataset", "model", "num_nodes", "num_edges", "framework", "engine", "devices", "chunks",
+               "halo", "partition", "targets", "seed", "status", "error", "epochs", "test_acc",
+               "test_acc_at_best_val", "best_val_acc", "epoch_time_median_s", "eval_time_median_s",
+               "microbatch_build_s", "peak_rss_mb", "peak_device_mb", "inflation", "replication",
+               "cut_edge_fraction", "git_sha")
+#: Settings a summary groups by when they vary in the sweep (dataset and model always).
+SETTINGS = ("dataset", "model", "num_nodes", "framework", "setup", "halo", "partition", "targets",
+            "cfg.model.hidden", "chunks")
+METRICS = ("test_acc", "test_acc_at_best_val", "epoch_time_median_s", "overhead", "peak_rss_mb",
+           "inflation", "replication", "cut_edge_fraction")
+#: File name: (figure function, its keyword arguments).
+FIGURES = {"epoch_time_vs_chunks.png": (analysis.plot_epoch_time_vs_chunks, {}),
+           "accuracy_vs_chunks.png": (analysis.plot_accuracy_vs_chunks, {}),
+           "memory_vs_chunks.png": (analysis.plot_memory_vs_chunks, {}),
+           "inflation_by_partitioner.png": (analysis.plot_inflation_by_partitioner, {}),
+           "scaling.png": (analysis.plot_scaling, {}),
+           "scaling_edges.png": (analysis.plot_scaling, {"x": "num_edges"}),
+           "scaling_hidden.png": (analysis.plot_scaling, {"x": "model.hidden"})}
+
+
+def copy_records(sweep: Path, dest: Path) -> int:
+    """Copy every result.json below ``sweep`` to the same relative place below ``dest`` (emptied)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    files = results.find_records(sweep)
+    for file in files:
+        target = dest / file.relative_to(sweep)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, target)
+    return len(files)
+
+
+def summary_table(df):
+    """Mean/std/count over seeds of :data:`METRICS` per setting of the keys that vary."""
+    data = analysis.with_setup(df)
+    data["overhead"] = analysis.relative(
+        data, "epoch_time_median_s", {"chunks": 1},
+        within=("dataset", "model", "num_nodes", "framework", "setup", "halo", "partition"))
+    by = [k for k in SETTINGS if k in ("dataset", "model", "chunks")
+          or data[results.column(data, k)].nunique(dropna=False) > 1]
+    table = analysis.summarize(data, by, [m for m in METRICS if data[m].notna().any()])
+    return table.dropna(axis="columns", how="all")
+
+
+def report(sweep: Path, out: Path) -> None:
+    records = copy_records(sweep, out / "records")
+    df = results.load(out / "records")
+    print(f"{sweep.name}: {records} records copied to {out / 'records'}; {results.summary(df)}")
+    df[[results.column(df, c) for c in RUN_COLUMNS]].to_csv(out / "runs.csv", index=False)
+    summary_table(df).to_csv(out / "summary.csv", index=False, float_format="%.6g")
+    for name, (plot, kwargs) in FIGURES.items():
+        analysis.draw(plot, df, out / name, **kwargs)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sweeps", type=Path, help="folder holding one sweep folder per preset")
+    parser.add_argument("out", type=Path, help="where the reference results go (e.g. results/reference)")
+    parser.add_argument("--only", nargs="+", metavar="PRESET", help="only these sweep folders")
+    args = parser.parse_args(argv)
+    sweeps = sorted(p for p in args.sweeps.iterdir() if p.is_dir() and (not args.only or p.name in args.only))
+    if not sweeps:
+        parser.error(f"no sweep folder in {args.sweeps}" + (f" named {', '.join(args.only)}" if args.only else ""))
+    for sweep in sweeps:
+        report(sweep, args.out / sweep.name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""benchmarks/overhead.py: the goals table compares the right cases."""
+from __future__ import annotations
+
+import importlib.util
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT
+
+
+def _overhead():
+    spec = importlib.util.spec_from_file_location("overhead", ROOT / "benchmarks" / "overhead.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_goal_table_ratios_and_verdicts() -> None:
+    overhead = _overhead()
+    cases = list(overhead.SUITES["goals"])
+    epoch = dict(zip(cases, [0.4, 0.3, 0.8, 0.25, 0.27, 0.6, 0.45]))
+    goals = overhead.goal_table(pd.DataFrame({"case": cases, "epoch_s": list(epoch.values())}),
+                                overhead.GOALS["goals"])
+    assert goals["comparison"].tolist() == [g[0] for g in overhead.GOALS["goals"]]
+    assert goals["ratio"].tolist() == pytest.approx([0.75, 2.0, 1.2, 1.08, 1.5, 1.5])
+    assert goals["goal"].tolist() == ["<= 1.00", "<= 1.50", "<= 1.10", "<= 1.10", "-", "-"]
+    assert goals["met"].tolist() == ["yes", "no", "no", "yes", "-", "-"]
+    for _, case, reference, _ in overhead.GOALS["goals"]:  # every compared case runs in the suite
+        assert case in overhead.SUITES["goals"] and reference in overhead.SUITES["goals"]

@@ -1,0 +1,67 @@
+"""experiments/report.py: records copied, per-run and summary tables, figures per sweep folder."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipegnn.results import load
+
+from conftest import ROOT
+
+RECORDS = ROOT / "tests" / "data" / "records"
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("report", ROOT / "experiments" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_report_copies_records_and_writes_tables_and_figures(tmp_path: Path) -> None:
+    report = _report()
+    sweeps = tmp_path / "multirun"
+    shutil.copytree(RECORDS, sweeps)
+    (sweeps / "halo" / "exact-c1-s0" / "train.log").write_text("not a record")
+    out = tmp_path / "reference"
+    stale = out / "halo" / "records" / "old" / "result.json"  # a record of an earlier report goes
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    assert report.main([str(sweeps), str(out), "--only", "halo", "invalid"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["halo", "invalid"]
+    copied = sorted(p.relative_to(out / "halo" / "records") for p in (out / "halo" / "records").rglob("*")
+                    if p.is_file())
+    assert copied == sorted(p.relative_to(RECORDS / "halo") for p in (RECORDS / "halo").rglob("result.json"))
+
+    runs = pd.read_csv(out / "halo" / "runs.csv")
+    source = load(RECORDS / "halo")
+    assert len(runs) == 18 and list(runs.columns) == list(report.RUN_COLUMNS)
+    assert sorted(runs["epoch_time_median_s"]) == pytest.approx(sorted(source["epoch_time_median_s"]))
+
+    summary = pd.read_csv(out / "halo" / "summary.csv")
+    assert list(summary[["halo", "chunks"]].itertuples(index=False, name=None)) == \
+        [(h, c) for h in ("exact", "historical", "none") for c in (1, 2, 4)]
+    assert (summary["runs"] == 2).all()
+    row = summary[(summary.halo == "exact") & (summary.chunks == 4)].iloc[0]
+    runs_of = source[(source.halo == "exact") & (source.chunks == 4)]
+    assert row["test_acc_mean"] == pytest.approx(runs_of["test_acc"].mean(), rel=1e-5)
+    full = source[(source.halo == "exact") & (source.chunks == 1)]["epoch_time_median_s"].mean()
+    assert row["overhead_mean"] == pytest.approx(runs_of["epoch_time_median_s"].mean() / full, rel=1e-5)
+    assert {"epoch_time_vs_chunks.png", "accuracy_vs_chunks.png", "memory_vs_chunks.png",
+            "inflation_by_partitioner.png"} <= {p.name for p in (out / "halo").glob("*.png")}
+    assert not (out / "halo" / "scaling.png").exists()  # one graph size only
+
+    # a sweep whose only run was invalid: its record and tables, no figure
+    assert not list((out / "invalid").glob("*.png"))
+    assert pd.read_csv(out / "invalid" / "runs.csv")["status"].tolist() == ["invalid"]
+
+
+def test_report_names_a_missing_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _report().main([str(RECORDS), str(tmp_path), "--only", "poster_offline"])
+    err = capsys.readouterr().err
+    assert f"no sweep folder in {RECORDS} named poster_offline" in err
