@@ -157,6 +157,11 @@ def _graph(nodes: int, args: argparse.Namespace) -> list[str]:
     return [f"dataset.num_nodes={nodes}", *GAT_GRAPH, *size]
 
 
+def _communities(args: argparse.Namespace) -> str:
+    return (f"one community per {args.community_size} nodes" if args.community_size
+            else "the dataset's communities")
+
+
 def part_a(args: argparse.Namespace) -> None:
     graph = [*_graph(args.nodes, args), f"train.epochs={args.epochs}"]
     rows = []
@@ -179,7 +184,7 @@ def part_a(args: argparse.Namespace) -> None:
                                        if ok else None)
             rows.append(row)
     _show(f"a. peak RSS, chunks={args.chunks} vs 1: 2-layer GAT, {args.nodes} nodes, avg degree 10, 128 "
-          f"features, targets=all, exact, METIS, {args.epochs} epoch(s) (MiB; ratio = / k=1 of the engine)",
+          f"features, {_communities(args)}, targets=all, exact, METIS, {args.epochs} epoch(s) (MiB; ratio = / k=1 of the engine)",
           rows, ["case", "status", "peak_mb", "peak_ratio", "ratio_above_base", "setup_mb", "train_mb",
                  "train_ratio", "held_mb", "base_mb", "inflation", "replication", "epoch_s", "total_s",
                  "error"], OUT / f"memory_a{args.tag}.csv")
@@ -223,7 +228,7 @@ def part_b(args: argparse.Namespace) -> None:
     # Micro-batches fit at least what full batch fits: start the doubling there.
     micro, micro_fail = _largest(args.chunks, args, rows, full)
     _show(f"b. doubling search under train.memory_limit_gb={args.cap_gb} (RLIMIT_AS): 2-layer GAT, avg "
-          f"degree 10, 128 features, targets=all, {args.epochs} epoch(s)", rows,
+          f"degree 10, 128 features, {_communities(args)}, targets=all, {args.epochs} epoch(s)", rows,
           ["mode", "nodes", "status", "peak_mb", "setup_mb", "train_mb", "held_mb", "edges", "inflation",
            "epoch_s", "total_s", "error"], OUT / f"memory_b{args.tag}.csv")
     summary = [{"mode": "full batch", "largest_nodes": full, "first_failure": full_fail},

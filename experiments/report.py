@@ -35,7 +35,7 @@ METRICS = ("test_acc", "test_acc_at_best_val", "epoch_time_median_s", "overhead"
            "inflation", "replication", "cut_edge_fraction")
 #: File name: (figure function, its keyword arguments).
 FIGURES = {"epoch_time_vs_chunks.png": (analysis.plot_epoch_time_vs_chunks, {}),
-           "accuracy_vs_chunks.png": (analysis.plot_accuracy_vs_chunks, {}),
+           "accuracy_vs_chunks.png": (analysis.plot_accuracy_vs_chunks, {"metric": "test_acc_at_best_val"}),
            "memory_vs_chunks.png": (analysis.plot_memory_vs_chunks, {}),
            "inflation_by_partitioner.png": (analysis.plot_inflation_by_partitioner, {}),
            "scaling.png": (analysis.plot_scaling, {}),

@@ -31,7 +31,8 @@ FIGURES = {
                       "accuracy_vs_chunks.png": analysis.plot_accuracy_vs_chunks}, []),
     "memory_and_halo.ipynb": ({"memory_vs_chunks.png": analysis.plot_memory_vs_chunks,
                                "inflation_by_partitioner.png": analysis.plot_inflation_by_partitioner},
-                              ["scaling.png"]),  # the test records have one graph size
+                              # the test records have one graph size, edge count and hidden size
+                              ["scaling.png", "scaling_edges.png", "scaling_hidden.png"]),
 }
 
 
