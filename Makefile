@@ -33,7 +33,7 @@ test-all: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest $(ARGS)
 
 # The benchmark tables behind the README's figures (results/benchmarks/*.csv and *.txt), one thread
-# per process so that ratios are not distorted by oversubscription. Takes about an hour on 2 cores.
+# per process so that ratios are not distorted by oversubscription. Takes about 1.5 hours on 2 cores.
 BENCH := results/benchmarks
 bench: setup
 	mkdir -p $(BENCH)
@@ -47,12 +47,17 @@ bench: setup
 	done; \
 	$(PY) benchmarks/overhead.py --suite chunks --dataset pubmed_topology --epochs 30 --csv $(BENCH)/chunks_pubmed_topology.csv | tee $(BENCH)/chunks_pubmed_topology.txt; \
 	$(PY) benchmarks/overhead.py --suite engines --dataset synthetic --epochs 20 --csv $(BENCH)/engines_synthetic.csv | tee $(BENCH)/engines_synthetic.txt; \
+	for d in synthetic pubmed_topology; do for t in train all; do \
+	  $(PY) benchmarks/overhead.py --suite goals --dataset $$d --epochs 30 --csv $(BENCH)/goals_$${d}_$$t.csv microbatch.targets=$$t | tee $(BENCH)/goals_$${d}_$$t.txt; \
+	done; done; \
 	for d in cora pubmed_topology; do \
 	  $(PY) -m pipegnn.microbatch.stats dataset=$$d chunks=2,4,8,16,32 model.layers=2,3 microbatch.targets=all --csv $(BENCH)/partitions_$$d.csv | tee $(BENCH)/partitions_$$d.txt; \
 	done; \
 	$(PY) benchmarks/plan_memory.py --nodes 2000000 --avg-degree 10 --chunks 8 | tee $(BENCH)/plan_memory.txt; \
 	$(PY) benchmarks/plan_memory.py --nodes 2000000 --avg-degree 10 --chunks 8 --partition metis | tee $(BENCH)/plan_memory_metis.txt; \
 	$(PY) benchmarks/memory.py --part a | tee $(BENCH)/memory_a.txt; \
+	$(PY) benchmarks/memory.py --part a --community-size 2000 --tag _local dataset.homophily=0.95 | tee $(BENCH)/memory_a_local.txt; \
+	$(PY) benchmarks/memory.py --part a --tag _dgl framework=dgl | tee $(BENCH)/memory_a_dgl.txt; \
 	$(PY) benchmarks/memory.py --part b --cap-gb 3 | tee $(BENCH)/memory_b.txt; \
 	$(PY) benchmarks/memory.py --part c | tee $(BENCH)/memory_c.txt
 

@@ -222,8 +222,10 @@ def _prepare(df: pd.DataFrame, where: Mapping[str, Any] | None, needed: Sequence
 
 
 def _facets(data: pd.DataFrame, used: Sequence[str]) -> list[str]:
-    """Setting columns not on the figure's axes that take more than one value."""
-    return [c for c in _FACETS if c in data and c not in used and data[c].nunique(dropna=False) > 1]
+    """Setting columns not on the figure's axes that take more than one value (for config keys, more
+    than one present value: a key some datasets lack, such as a density, is no reason for panels)."""
+    return [c for c in _FACETS if c in data and c not in used
+            and data[c].nunique(dropna=c.startswith("cfg.")) > 1]
 
 
 def _figure(panels: int, rows_per_panel: int = 1, max_cols: int = 3) -> tuple[Figure, list[list[Axes]]]:
