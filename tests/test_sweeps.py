@@ -310,6 +310,7 @@ def test_halo_modes_scaling_and_smoke_settings() -> None:
     assert (scaling.dataset.name, scaling.dataset.num_nodes, scaling.dataset.avg_degree) == \
         ("synthetic", 131072, 4.5)
     assert scaling.dataset.density is None and scaling.train.epochs == 20
+    assert (scaling.microbatch.targets, scaling.microbatch.halo) == ("all", "exact")
     assert (scaling.model.name, scaling.chunks) == ("gcn", 8)
     smoke = _compose("experiment=smoke")
     assert (smoke.dataset.num_nodes, smoke.train.epochs, list(smoke.engine.devices)) == (400, 3, ["cpu", "cpu"])
