@@ -9,8 +9,9 @@ reference`). For each, under ``out/<preset>/``:
   versions, git sha, per-epoch history) - the source of every number below;
 - ``runs.csv``: one row per run (the main columns of :func:`pipegnn.results.load`);
 - ``summary.csv``: mean, std and count over seeds per setting of the varying keys, with ``overhead``:
-  epoch time over the full-batch run (chunks=1) of the same dataset, model, size, framework, devices,
-  halo and partition (NaN where the sweep has no chunks=1 run);
+  epoch time over the full-batch run (chunks=1) of the same dataset, model (and hidden size), graph
+  (nodes, edges, density), framework, devices, halo and partition (NaN where the sweep has no chunks=1
+  run);
 - ``*.png``: the figures of :mod:`pipegnn.analysis` the sweep has data for (the others are skipped).
 """
 from __future__ import annotations
@@ -29,8 +30,8 @@ RUN_COLUMNS = ("dataset", "model", "num_nodes", "num_edges", "framework", "engin
                "microbatch_build_s", "peak_rss_mb", "peak_device_mb", "inflation", "replication",
                "cut_edge_fraction", "git_sha")
 #: Settings a summary groups by when they vary in the sweep (dataset and model always).
-SETTINGS = ("dataset", "model", "num_nodes", "framework", "setup", "halo", "partition", "targets",
-            "cfg.model.hidden", "chunks")
+SETTINGS = ("dataset", "model", "num_nodes", "num_edges", "cfg.dataset.density", "cfg.dataset.avg_degree",
+            "framework", "setup", "halo", "partition", "targets", "cfg.model.hidden", "chunks")
 METRICS = ("test_acc", "test_acc_at_best_val", "epoch_time_median_s", "overhead", "peak_rss_mb",
            "inflation", "replication", "cut_edge_fraction")
 #: File name: (figure function, its keyword arguments).
@@ -58,11 +59,12 @@ def copy_records(sweep: Path, dest: Path) -> int:
 def summary_table(df):
     """Mean/std/count over seeds of :data:`METRICS` per setting of the keys that vary."""
     data = analysis.with_setup(df)
+    shape = [k for k in ("cfg.model.hidden", "cfg.dataset.density", "cfg.dataset.avg_degree") if k in data]
     data["overhead"] = analysis.relative(
         data, "epoch_time_median_s", {"chunks": 1},
-        within=("dataset", "model", "num_nodes", "framework", "setup", "halo", "partition"))
+        within=("dataset", "model", "num_nodes", "num_edges", "framework", "setup", "halo", "partition", *shape))
     by = [k for k in SETTINGS if k in ("dataset", "model", "chunks")
-          or data[results.column(data, k)].nunique(dropna=False) > 1]
+          or (k in data and data[k].nunique(dropna=False) > 1)]
     table = analysis.summarize(data, by, [m for m in METRICS if data[m].notna().any()])
     return table.dropna(axis="columns", how="all")
 
