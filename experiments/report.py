@@ -12,7 +12,8 @@ reference`). For each, under ``out/<preset>/``:
   epoch time over the full-batch run (chunks=1) of the same dataset, model (and hidden size), graph
   (nodes, edges, density), framework, devices, halo and partition (NaN where the sweep has no chunks=1
   run);
-- ``*.png``: the figures of :mod:`pipegnn.analysis` the sweep has data for (the others are skipped).
+- ``*.png``: the figures of :mod:`pipegnn.analysis` the sweep has data for (the others are skipped;
+  :data:`PRESET_FIGURES` narrows them for presets where only some mean something).
 """
 from __future__ import annotations
 
@@ -42,6 +43,11 @@ FIGURES = {"epoch_time_vs_chunks.png": (analysis.plot_epoch_time_vs_chunks, {}),
            "scaling.png": (analysis.plot_scaling, {}),
            "scaling_edges.png": (analysis.plot_scaling, {"x": "num_edges"}),
            "scaling_hidden.png": (analysis.plot_scaling, {"x": "model.hidden"})}
+
+#: The figures that mean something for a preset (others: every figure it has data for). The ablations
+#: run 5 epochs, so their accuracy is no result; the scaling presets have only chunks 1 and 8.
+PRESET_FIGURES = {"scaling": ["scaling.png"], "ablation_nodes": ["scaling.png"],
+                  "ablation_density": ["scaling_edges.png"], "ablation_hidden": ["scaling_hidden.png"]}
 
 
 def copy_records(sweep: Path, dest: Path) -> int:
@@ -75,7 +81,10 @@ def report(sweep: Path, out: Path) -> None:
     print(f"{sweep.name}: {records} records copied to {out / 'records'}; {results.summary(df)}")
     df[[results.column(df, c) for c in RUN_COLUMNS]].to_csv(out / "runs.csv", index=False)
     summary_table(df).to_csv(out / "summary.csv", index=False, float_format="%.6g")
-    for name, (plot, kwargs) in FIGURES.items():
+    for stale in out.glob("*.png"):
+        stale.unlink()
+    for name in PRESET_FIGURES.get(sweep.name, FIGURES):
+        plot, kwargs = FIGURES[name]
         analysis.draw(plot, df, out / name, **kwargs)
 
 

@@ -31,6 +31,7 @@ def test_report_copies_records_and_writes_tables_and_figures(tmp_path: Path) -> 
     stale = out / "halo" / "records" / "old" / "result.json"  # a record of an earlier report goes
     stale.parent.mkdir(parents=True)
     stale.write_text("{}")
+    (out / "halo" / "old_figure.png").write_bytes(b"not a figure of this report")
     assert report.main([str(sweeps), str(out), "--only", "halo", "invalid"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["halo", "invalid"]
     copied = sorted(p.relative_to(out / "halo" / "records") for p in (out / "halo" / "records").rglob("*")
@@ -54,6 +55,12 @@ def test_report_copies_records_and_writes_tables_and_figures(tmp_path: Path) -> 
     assert {"epoch_time_vs_chunks.png", "accuracy_vs_chunks.png", "memory_vs_chunks.png",
             "inflation_by_partitioner.png"} <= {p.name for p in (out / "halo").glob("*.png")}
     assert not (out / "halo" / "scaling.png").exists()  # one graph size only
+    assert not (out / "halo" / "old_figure.png").exists()
+
+    # a preset with its own figure list draws only those (here: none, the records have one size)
+    shutil.copytree(RECORDS / "partition", sweeps / "scaling")
+    assert report.main([str(sweeps), str(out), "--only", "scaling"]) == 0
+    assert (out / "scaling" / "summary.csv").is_file() and not list((out / "scaling").glob("*.png"))
 
     # a sweep whose only run was invalid: its record and tables, no figure
     assert not list((out / "invalid").glob("*.png"))
