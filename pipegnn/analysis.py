@@ -17,6 +17,7 @@ Two columns are derived from ``engine`` and ``devices``: ``setup`` (e.g. ``gpipe
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -205,7 +206,8 @@ def _panel_title(keys: Sequence[str], values: Sequence[Any]) -> str:
     dataset, model, nodes = (named.pop(k, None) for k in ("dataset", "model", "num_nodes"))
     size = "" if _missing(nodes) else f" ({int(nodes)} nodes)"
     rest = ", ".join(_label(k, v, bare=("framework", "setup")) for k, v in named.items())
-    return f"{dataset}{size} / {model}" + (f"\n{rest}" if rest else "")
+    # long lists of settings wrap at a panel's width instead of running into the next panel
+    return f"{dataset}{size} / {model}" + (f"\n{textwrap.fill(rest, 48)}" if rest else "")
 
 
 def _prepare(df: pd.DataFrame, where: Mapping[str, Any] | None, needed: Sequence[str],

@@ -72,3 +72,21 @@ def test_report_names_a_missing_sweep(tmp_path: Path, capsys: pytest.CaptureFixt
         _report().main([str(RECORDS), str(tmp_path), "--only", "poster_offline"])
     err = capsys.readouterr().err
     assert f"no sweep folder in {RECORDS} named poster_offline" in err
+
+
+@pytest.mark.parametrize("preset", sorted(p.name for p in (ROOT / "results" / "reference").iterdir() if p.is_dir()))
+def test_committed_reference_tables_come_from_the_committed_records(preset: str) -> None:
+    """results/reference/<preset>/summary.csv and runs.csv are what the report derives from the records
+    committed beside them (so every number in results/README.md traces back to a record)."""
+    report = _report()
+    folder = ROOT / "results" / "reference" / preset
+    df = load(folder / "records")
+    assert len(df) > 0 and (df["status"] == "completed").all()
+    expected = report.summary_table(df)
+    committed = pd.read_csv(folder / "summary.csv")
+    assert list(committed.columns) == list(expected.columns)
+    pd.testing.assert_frame_equal(committed, expected.reset_index(drop=True), check_dtype=False, rtol=1e-5)
+    runs = pd.read_csv(folder / "runs.csv")
+    assert len(runs) == len(df) and sorted(runs["epoch_time_median_s"]) == pytest.approx(
+        sorted(df["epoch_time_median_s"]), rel=1e-9)
+    assert runs["git_sha"].str.fullmatch(r"[0-9a-f]{40}").all()  # clean checkouts only
