@@ -9,9 +9,9 @@ reference`). For each, under ``out/<preset>/``:
   versions, git sha, per-epoch history) - the source of every number below;
 - ``runs.csv``: one row per run (the main columns of :func:`pipegnn.results.load`);
 - ``summary.csv``: mean, std and count over seeds per setting of the varying keys, with ``overhead``:
-  epoch time over the full-batch run (chunks=1) of the same dataset, model (and hidden size), graph
-  (nodes, edges, density), framework, devices, halo and partition (NaN where the sweep has no chunks=1
-  run);
+  epoch time over the chunks=1 run of the same dataset, model (and hidden size), graph (nodes, edges,
+  density), framework, devices, halo and partition (NaN where the sweep has no chunks=1 run; with
+  targets=all or halo none that run is full-graph training);
 - ``*.png``: the figures of :mod:`pipegnn.analysis` the sweep has data for (the others are skipped;
   :data:`PRESET_FIGURES` narrows them for presets where only some mean something).
 """
@@ -21,6 +21,8 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
+
+import pandas as pd
 
 from pipegnn import analysis, results
 
@@ -62,7 +64,7 @@ def copy_records(sweep: Path, dest: Path) -> int:
     return len(files)
 
 
-def summary_table(df):
+def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     """Mean/std/count over seeds of :data:`METRICS` per setting of the keys that vary."""
     data = analysis.with_setup(df)
     shape = [k for k in ("cfg.model.hidden", "cfg.dataset.density", "cfg.dataset.avg_degree") if k in data]
