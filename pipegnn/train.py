@@ -1,6 +1,7 @@
 """One run: load the graph, build the plans and the staged model, train, evaluate, record."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import statistics
@@ -169,11 +170,23 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.devic
     with timed() as build:
         edge_index, edge_weight = backend.computation_graph(cfg["model"]["name"], graph.edge_index,
                                                             graph.num_nodes, graph.x.dtype)
-        built = [cached_plan(mb_cfg["cache"], edge_index, graph.num_nodes, targets, int(cfg["chunks"]),
-                             num_layers=model.num_layers, halo=halo, partitioner=mb_cfg["partition"],
-                             edge_weight=edge_weight, seed=int(mb_cfg["seed"]))
-                 for targets in (graph.split(mb_cfg["targets"]), eval_targets(graph, halo))]
-    (train_plan, train_cached), (eval_plan, eval_cached) = built
+        def plan(targets: Tensor, part: Tensor | None = None) -> tuple[MicroBatchPlan, bool]:
+            return cached_plan(mb_cfg["cache"], edge_index, graph.num_nodes, targets, int(cfg["chunks"]),
+                               num_layers=model.num_layers, halo=halo, partitioner=mb_cfg["partition"],
+                               edge_weight=edge_weight, seed=int(mb_cfg["seed"]), part=part)
+
+        train_targets, evaluated = graph.split(mb_cfg["targets"]), eval_targets(graph, halo)
+        train_plan, train_cached = plan(train_targets)
+        if torch.equal(evaluated, train_targets):  # e.g. historical halos with targets=all
+            eval_plan, eval_cached = train_plan, train_cached
+        elif bool(torch.isin(evaluated, train_targets).all()):  # e.g. targets=all: no second partition
+            eval_plan, eval_cached = plan(evaluated, train_plan.part)
+        else:
+            eval_plan, eval_cached = plan(evaluated)
+    # Training reads the plans, the features (held by the model), the labels and the masks: let the
+    # edge lists go, which on large graphs is a good share of what stays resident.
+    del edge_index, edge_weight
+    graph = dataclasses.replace(graph, edge_index=torch.empty(2, 0, dtype=torch.long))
     record["microbatch"] = {**_plan_summary(train_plan, eval_plan), "targets": mb_cfg["targets"],
                             "cached": train_cached, "eval_cached": eval_cached}
     log.info("micro-batches: %d x halo=%s partition=%s targets=%s, replication %.2f, inflation %.2f, "
@@ -182,7 +195,8 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.devic
              100 * train_plan.stats.cut_edge_fraction, "cached" if train_cached else "built",
              build.seconds)
 
-    train_ids, eval_ids = model.attach(train_plan), model.attach(eval_plan)
+    train_ids = model.attach(train_plan)
+    eval_ids = train_ids if eval_plan is train_plan else model.attach(eval_plan)
     engine = build_engine(cfg["engine"], model, int(cfg["chunks"]))
     reset_peaks(engine.devices)
     record["timing"].update(setup_s=setup.seconds, microbatch_build_s=build.seconds)

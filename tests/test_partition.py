@@ -6,6 +6,7 @@ import torch
 
 from pipegnn.data import SyntheticSpec, make_synthetic
 from pipegnn.microbatch import PARTITIONERS, partition
+from pipegnn.microbatch.partition import reuse_partition
 
 
 @pytest.mark.parametrize("method", PARTITIONERS)
@@ -70,3 +71,16 @@ def test_bfs_keeps_neighbours_together() -> None:
         return (part[src] != part[dst]).float().mean().item()
 
     assert cut("bfs") < 0.1 < 0.5 < cut("random")
+
+
+def test_reuse_partition_fills_empty_parts_without_touching_the_input(graph) -> None:
+    part = partition(graph.edge_index, graph.num_nodes, graph.split("all"), 4, "metis")
+    before = part.clone()
+    few = graph.split("train")[:4]
+    part[few] = 0  # every one of these targets in part 0: parts 1-3 have none of them
+    reused = reuse_partition(part, few, 4)
+    assert torch.equal(torch.bincount(reused[few], minlength=4), torch.ones(4, dtype=torch.long))
+    assert int((reused != part).sum()) == 3 and int(part[few].max()) == 0  # input unchanged
+    assert torch.equal(reuse_partition(before, graph.split("all"), 4), before)
+    with pytest.raises(ValueError, match="5 parts, expected 4"):
+        reuse_partition(torch.full((graph.num_nodes,), 4), few, 4)

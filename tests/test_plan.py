@@ -153,3 +153,20 @@ def test_single_chunk_work_is_counted_without_blocks(graph: Graph, halo: str, la
                      partitioner="sequential")
     assert one.stats.inflation == pytest.approx(1.0)
     assert _single_chunk_work(csr, targets, halo, layers) == _work(one.micro_batches)
+
+
+def test_local_edges_are_int32(graph: Graph) -> None:
+    for halo in ("exact", "historical", "none"):
+        plan = build_plan(graph.edge_index, graph.num_nodes, graph.split("train"), 2, num_layers=2,
+                          halo=halo)
+        assert {e.dtype for mb in plan.micro_batches for e in mb.edges} == {torch.int32}
+        assert plan.micro_batches[0].nodes.dtype == torch.int64
+
+
+def test_reused_partition_gives_the_same_plan(graph: Graph) -> None:
+    targets = graph.split("val")
+    fresh = build_plan(graph.edge_index, graph.num_nodes, targets, 3, num_layers=2)
+    again = build_plan(graph.edge_index, graph.num_nodes, targets, 3, num_layers=2, part=fresh.part)
+    assert torch.equal(again.part, fresh.part) and torch.equal(again.targets, fresh.targets)
+    for a, b in zip(again.micro_batches, fresh.micro_batches):
+        assert torch.equal(a.nodes, b.nodes) and all(torch.equal(x, y) for x, y in zip(a.edges, b.edges))

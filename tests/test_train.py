@@ -109,3 +109,28 @@ def test_cora_accuracy_matches_published(data_root: Path, tmp_path: Path, model:
         assert record["status"] == "completed", record["error"]
         accs.append(record["final"]["test_acc_at_best_val"])
     assert abs(statistics.mean(accs) - PUBLISHED[model]) <= 0.02, accs
+
+
+@pytest.mark.parametrize(("halo", "targets", "partitions", "plans"), [
+    ("exact", "all", 1, 2),  # evaluation nodes among the targets: the training partition is reused
+    ("historical", "all", 1, 1),  # the same targets: the training plan serves evaluation too
+    ("exact", "train", 2, 2),
+])
+def test_evaluation_plan_reuses_the_training_partition(monkeypatch, halo: str, targets: str,
+                                                       partitions: int, plans: int) -> None:
+    import pipegnn.microbatch.plan as plan_module
+    from pipegnn.models.base import StagedGNN
+
+    calls = {"partition": 0, "attach": 0}
+
+    def counting(name, original):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return original(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(plan_module, "partition", counting("partition", plan_module.partition))
+    monkeypatch.setattr(StagedGNN, "attach", counting("attach", StagedGNN.attach))
+    record = run(make_cfg("chunks=3", f"microbatch.halo={halo}", f"microbatch.targets={targets}"))
+    assert record["status"] == "completed", record["error"]
+    assert (calls["partition"], calls["attach"]) == (partitions, plans)

@@ -26,7 +26,7 @@ def sparse_adjacency(edge_index: Tensor, edge_weight: Tensor | None, num_src: in
     with warnings.catch_warnings():  # torch's notes on CSR tensors being beta and unchecked
         warnings.filterwarnings("ignore", "Sparse (CSR tensor support is in beta|invariant checks)",
                                 UserWarning)
-        return to_torch_csr_tensor(edge_index.flip(0), edge_weight, size=(num_dst, num_src))
+        return to_torch_csr_tensor(edge_index.flip(0).long(), edge_weight, size=(num_dst, num_src))
 
 
 class PygBackend(Adapter):
@@ -81,6 +81,7 @@ class PygBackend(Adapter):
         if isinstance(block, Tensor):  # sparse adjacency: weights are its values
             return conv(h, block)
         edge_index, edge_weight = block
+        edge_index = edge_index.long()  # plans keep int32 local ids; PyG's scatters need int64 indices
         if edge_weight is None:
             return conv(h, edge_index)
         return conv(h, edge_index, edge_weight)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from pipegnn.data.graph import Graph
+from pipegnn.edges import sorted_unique
 from pipegnn.errors import ConfigError
 
 __all__ = ["DEFAULT_AVG_DEGREE", "SyntheticSpec", "make_synthetic"]
@@ -172,18 +172,6 @@ def _draw_pairs(spec: SyntheticSpec, draws: int, cdf: Tensor | None, order: Tens
     return torch.cat(keys)
 
 
-def _sorted_unique(keys: Tensor) -> Tensor:
-    """Sorted distinct values of a 1-D int64 tensor (sorts ``keys`` in place; no index arrays)."""
-    a = keys.numpy()
-    a.sort()
-    if a.size == 0:
-        return keys
-    first = np.empty(a.size, dtype=bool)
-    first[0] = True
-    np.not_equal(a[1:], a[:-1], out=first[1:])
-    return torch.from_numpy(a[first])
-
-
 def _edges(spec: SyntheticSpec, community: Tensor, g: torch.Generator) -> Tensor:
     n = spec.num_nodes
     target = spec.num_undirected_edges
@@ -197,7 +185,7 @@ def _edges(spec: SyntheticSpec, community: Tensor, g: torch.Generator) -> Tensor
     order = torch.argsort(community, stable=True).to(_index_dtype(n))
     sizes = torch.bincount(community, minlength=spec.num_communities)
     starts = sizes.cumsum(0) - sizes
-    pairs = _sorted_unique(_draw_pairs(spec, draws, cdf, order, sizes, starts, community, g))
+    pairs = sorted_unique(_draw_pairs(spec, draws, cdf, order, sizes, starts, community, g))
     for _ in range(_TOP_UP_ROUNDS):  # dense graphs: duplicates ate more than the 5% margin
         if pairs.numel() >= target:
             break
@@ -205,7 +193,7 @@ def _edges(spec: SyntheticSpec, community: Tensor, g: torch.Generator) -> Tensor
         more = int((target - pairs.numel()) / rate * 1.1) + 16
         draws += more
         extra = _draw_pairs(spec, more, cdf, order, sizes, starts, community, g)
-        pairs = _sorted_unique(torch.cat([pairs, extra]))
+        pairs = sorted_unique(torch.cat([pairs, extra]))
     if pairs.numel() < target:
         log.warning("synthetic graph: only %d of %d requested undirected edges are distinct after %d "
                     "draws (communities too small for this degree?)", pairs.numel(), target, draws)

@@ -24,7 +24,7 @@ __all__ = ["cached_plan", "plan_key"]
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 1  # bump when the stored layout or the plan semantics change
+_FORMAT = 2  # bump when the stored layout or the plan semantics change
 
 
 def plan_key(edge_index: Tensor, edge_weight: Tensor | None, targets: Tensor, **params: Any) -> str:
@@ -51,25 +51,27 @@ def _from_state(state: dict[str, Any]) -> MicroBatchPlan:
 
 def cached_plan(cache_dir: str | Path | None, edge_index: Tensor, num_nodes: int, targets: Tensor,
                 chunks: int, *, num_layers: int, halo: str, partitioner: str,
-                edge_weight: Tensor | None = None, seed: int = 0) -> tuple[MicroBatchPlan, bool]:
+                edge_weight: Tensor | None = None, seed: int = 0,
+                part: Tensor | None = None) -> tuple[MicroBatchPlan, bool]:
     """:func:`build_plan`, read from ``cache_dir`` when this exact plan was built before.
 
     Args:
         cache_dir: folder of cached plans (created when needed), or None to always build.
-        edge_index, num_nodes, targets, chunks, num_layers, halo, partitioner, edge_weight, seed: as
-            for :func:`build_plan`.
+        edge_index, num_nodes, targets, chunks, num_layers, halo, partitioner, edge_weight, seed, part:
+            as for :func:`build_plan`.
 
     Returns:
         The plan and whether it came from the cache.
     """
     def build() -> MicroBatchPlan:
         return build_plan(edge_index, num_nodes, targets, chunks, num_layers=num_layers, halo=halo,
-                          partitioner=partitioner, edge_weight=edge_weight, seed=seed)
+                          partitioner=partitioner, edge_weight=edge_weight, seed=seed, part=part)
 
     if cache_dir is None:
         return build(), False
     key = plan_key(edge_index, edge_weight, targets, num_nodes=num_nodes, chunks=chunks,
-                   num_layers=num_layers, halo=halo, partitioner=partitioner, seed=seed)
+                   num_layers=num_layers, halo=halo, partitioner=partitioner, seed=seed,
+                   part=None if part is None else hashlib.sha1(part.numpy().tobytes()).hexdigest())
     path = Path(cache_dir) / f"plan-{key}.pt"
     if path.is_file():
         try:

@@ -29,7 +29,8 @@ class MicroBatch:
     Attributes:
         nodes: global ids of N_0 in local order (targets first, then each layer's new halo).
         sizes: ``[|N_0|, |N_1|, ..., |N_L|]``, the rows each layer receives and (last) the targets.
-        edges: per layer l = 1..L, local ``[2, E_l]`` (source, target) edges, targets ``< sizes[l]``.
+        edges: per layer l = 1..L, local ``[2, E_l]`` (source, target) edges, targets ``< sizes[l]``;
+            int32 (local ids of graphs below 2**31 nodes: half the memory of int64 in large plans).
         weights: per layer, edge weights ``[E_l]`` aligned with ``edges`` (None when unweighted).
         sources: per layer, the source rows it reads (``nodes[:sources[l]]``); rows beyond the
             ``sizes[l]`` it receives come from the layer's history cache. None means ``sizes[:-1]``.
@@ -71,8 +72,9 @@ class InCSR:
         self.rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
         torch.cumsum(torch.bincount(self.dst, minlength=num_nodes), 0, out=self.rowptr[1:])
         self.num_nodes = num_nodes
-        # Scratch map global id -> local id (-1 = absent), reset after each micro-batch.
-        self._local = torch.full((num_nodes,), -1, dtype=torch.long)
+        # Scratch map global id -> local id (-1 = absent), reset after each micro-batch; its dtype is
+        # that of the blocks' local edges.
+        self._local = torch.full((num_nodes,), -1, dtype=torch.int32 if num_nodes < 2**31 else torch.long)
 
     def in_edges(self, nodes: Tensor) -> Tensor:
         """Positions (in CSR order) of all edges whose target is in ``nodes``."""
@@ -95,14 +97,14 @@ def exact_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch:
     local = csr._local
     nodes = [targets]
     count = targets.numel()
-    local[targets] = torch.arange(count)
+    local[targets] = torch.arange(count, dtype=local.dtype)
     sizes = [count]
     positions = []
     for _ in range(num_layers):  # from the last layer down to the first
         pos = csr.in_edges(torch.cat(nodes))  # all in-edges of the nodes this layer computes
         src = csr.src[pos]
         new = torch.unique(src[local[src] < 0])
-        local[new] = torch.arange(count, count + new.numel())
+        local[new] = torch.arange(count, count + new.numel(), dtype=local.dtype)
         nodes.append(new)
         count += new.numel()
         positions.insert(0, pos)
@@ -121,11 +123,11 @@ def historical_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch
     """
     local = csr._local
     t = targets.numel()
-    local[targets] = torch.arange(t)
+    local[targets] = torch.arange(t, dtype=local.dtype)
     pos = csr.in_edges(targets)
     src = csr.src[pos]
     halo = torch.unique(src[local[src] < 0])
-    local[halo] = torch.arange(t, t + halo.numel())
+    local[halo] = torch.arange(t, t + halo.numel(), dtype=local.dtype)
     all_nodes = torch.cat([targets, halo])
     edges, weights = csr._block(pos, t)
     local[all_nodes] = -1
@@ -138,7 +140,7 @@ def naive_block(csr: InCSR, targets: Tensor, others: Tensor, num_layers: int) ->
     """The poster's micro-batch: the subgraph induced by one part; edges from other parts are lost."""
     local = csr._local
     all_nodes = torch.cat([targets, others])
-    local[all_nodes] = torch.arange(all_nodes.numel())
+    local[all_nodes] = torch.arange(all_nodes.numel(), dtype=local.dtype)
     pos = csr.in_edges(all_nodes)
     pos = pos[local[csr.src[pos]] >= 0]
     m, t = all_nodes.numel(), targets.numel()

@@ -13,9 +13,10 @@ import scipy.sparse
 import torch
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 from torch import Tensor
-from torch_geometric.utils import remove_self_loops, to_undirected
 
-__all__ = ["PARTITIONERS", "partition"]
+from pipegnn.edges import undirected_csr
+
+__all__ = ["PARTITIONERS", "partition", "reuse_partition"]
 
 PARTITIONERS = ("sequential", "random", "bfs", "metis")
 
@@ -35,8 +36,7 @@ def partition(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, metho
     Returns:
         ``[num_nodes]`` int64 part id of each node.
     """
-    if not 1 <= k <= targets.numel():
-        raise ValueError(f"k must be in [1, number of targets={targets.numel()}], got {k}")
+    _check_parts(k, targets)
     if method == "sequential":
         return _contiguous(torch.arange(num_nodes), targets, k)
     if method == "random":
@@ -51,6 +51,23 @@ def partition(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, metho
     raise ValueError(f"unknown partitioner {method!r}; valid: {', '.join(PARTITIONERS)}")
 
 
+def reuse_partition(part: Tensor, targets: Tensor, k: int) -> Tensor:
+    """A copy of ``part`` (k parts) in which every part holds at least one of ``targets``.
+
+    A partition balanced for a set of targets is balanced in expectation for a random subset of them
+    (e.g. the evaluation nodes among ``microbatch.targets=all``), without partitioning again.
+    """
+    _check_parts(k, targets)
+    if part.max() >= k:
+        raise ValueError(f"partition has {int(part.max()) + 1} parts, expected {k}")
+    return _fill_empty(part.clone(), targets, k)
+
+
+def _check_parts(k: int, targets: Tensor) -> None:
+    if not 1 <= k <= targets.numel():
+        raise ValueError(f"k must be in [1, number of targets={targets.numel()}], got {k}")
+
+
 def _contiguous(position: Tensor, targets: Tensor, k: int) -> Tensor:
     """Cut the node order ``position`` into k ranges holding equal shares of the targets."""
     target_pos = torch.sort(position[targets]).values
@@ -60,8 +77,8 @@ def _contiguous(position: Tensor, targets: Tensor, k: int) -> Tensor:
 
 def _bfs_position(edge_index: Tensor, num_nodes: int) -> Tensor:
     """Position of every node in the reverse Cuthill-McKee order of the undirected graph."""
-    row, col = to_undirected(edge_index, num_nodes=num_nodes).numpy()
-    adjacency = scipy.sparse.csr_matrix((np.ones(row.size, dtype=np.int8), (row, col)),
+    xadj, adjncy = undirected_csr(edge_index, num_nodes)
+    adjacency = scipy.sparse.csr_matrix((np.ones(adjncy.size, dtype=np.int8), adjncy, xadj),
                                         shape=(num_nodes, num_nodes))
     order = torch.from_numpy(reverse_cuthill_mckee(adjacency, symmetric_mode=True).astype(np.int64))
     position = torch.empty(num_nodes, dtype=torch.long)
@@ -72,14 +89,11 @@ def _bfs_position(edge_index: Tensor, num_nodes: int) -> Tensor:
 def _metis(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, seed: int) -> Tensor:
     if k == 1:  # METIS mishandles nparts=1
         return torch.zeros(num_nodes, dtype=torch.long)
-    und, _ = remove_self_loops(to_undirected(edge_index, num_nodes=num_nodes))
-    row, col = und.numpy()
-    xadj = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row, minlength=num_nodes), out=xadj[1:])
+    xadj, adjncy = undirected_csr(edge_index, num_nodes)
     weights = np.zeros(num_nodes, dtype=np.int64)
     weights[targets.numpy()] = 1
     options = pymetis.Options(seed=seed)
-    _, parts = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj, col), vweights=weights,
+    _, parts = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=weights,
                                   options=options)
     part = torch.as_tensor(np.asarray(parts), dtype=torch.long)
     return _fill_empty(part, targets, k)

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from pipegnn.microbatch.halo import (HALOS, InCSR, MicroBatch, exact_block, historical_block,
                                      naive_block)
-from pipegnn.microbatch.partition import partition
+from pipegnn.microbatch.partition import partition, reuse_partition
 
 __all__ = ["MicroBatchPlan", "PlanStats", "build_plan"]
 
@@ -72,7 +72,7 @@ class MicroBatchPlan:
 
 def build_plan(edge_index: Tensor, num_nodes: int, targets: Tensor, chunks: int, *, num_layers: int,
                halo: str = "exact", partitioner: str = "metis", edge_weight: Tensor | None = None,
-               seed: int = 0, csr: InCSR | None = None) -> MicroBatchPlan:
+               seed: int = 0, csr: InCSR | None = None, part: Tensor | None = None) -> MicroBatchPlan:
     """Split ``targets`` into ``chunks`` micro-batches.
 
     Args:
@@ -88,6 +88,8 @@ def build_plan(edge_index: Tensor, num_nodes: int, targets: Tensor, chunks: int,
         partitioner: see :data:`pipegnn.microbatch.PARTITIONERS`.
         seed: partitioner seed.
         csr: the graph's :class:`InCSR` if already built (plans over the same graph can share it).
+        part: ``[N]`` part ids to reuse instead of running ``partitioner`` (e.g. the training plan's,
+            for evaluation targets among its targets); parts without targets receive one.
 
     Raises:
         ValueError: unknown halo or partitioner, or chunks outside ``[1, len(targets)]``.
@@ -95,7 +97,10 @@ def build_plan(edge_index: Tensor, num_nodes: int, targets: Tensor, chunks: int,
     if halo not in HALOS:
         raise ValueError(f"unknown halo mode {halo!r}; valid: {', '.join(HALOS)}")
     targets = torch.unique(targets)
-    part = partition(edge_index, num_nodes, targets, chunks, partitioner, seed)
+    if part is None:
+        part = partition(edge_index, num_nodes, targets, chunks, partitioner, seed)
+    else:
+        part = reuse_partition(part, targets, chunks)
     csr = csr or InCSR(edge_index, num_nodes, edge_weight)
     batches = _blocks(csr, part, targets, chunks, halo, num_layers)
     stats = _stats(batches, _single_chunk_work(csr, targets, halo, num_layers), part, edge_index)
