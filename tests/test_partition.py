@@ -84,3 +84,15 @@ def test_reuse_partition_fills_empty_parts_without_touching_the_input(graph) -> 
     assert torch.equal(reuse_partition(before, graph.split("all"), 4), before)
     with pytest.raises(ValueError, match="5 parts, expected 4"):
         reuse_partition(torch.full((graph.num_nodes,), 4), few, 4)
+
+
+def test_metis_out_of_memory_is_a_memory_error() -> None:
+    """pymetis reports METIS's failed allocation as an unknown exception; it becomes a MemoryError (and
+    so a record with status oom)."""
+    from pipegnn.train import _address_space_bytes, memory_limit
+
+    n = 50_000
+    edge_index = torch.randint(n, (2, 10 * n), generator=torch.Generator().manual_seed(0))
+    with memory_limit(_address_space_bytes() + 60 * 2**20):  # room for the CSR, not for METIS
+        with pytest.raises(MemoryError, match="METIS could not allocate the memory to partition 50000"):
+            partition(edge_index, n, torch.arange(n), 8, "metis")

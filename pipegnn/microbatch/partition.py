@@ -20,6 +20,10 @@ __all__ = ["PARTITIONERS", "partition", "reuse_partition"]
 
 PARTITIONERS = ("sequential", "random", "bfs", "metis")
 
+#: How pymetis reports a METIS error. The CSR built here is valid by construction, so the one error left
+#: is a failed allocation (METIS prints "***Memory allocation failed for ..." to stdout).
+_PYMETIS_FAILURE = "Caught an unknown exception!"
+
 
 def partition(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, method: str,
               seed: int = 0) -> Tensor:
@@ -93,8 +97,14 @@ def _metis(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, seed: in
     weights = np.zeros(num_nodes, dtype=np.int64)
     weights[targets.numpy()] = 1
     options = pymetis.Options(seed=seed)
-    _, parts = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=weights,
-                                  options=options)
+    try:
+        _, parts = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=weights,
+                                      options=options)
+    except RuntimeError as e:
+        if str(e) != _PYMETIS_FAILURE:
+            raise
+        raise MemoryError(f"METIS could not allocate the memory to partition {num_nodes} nodes "
+                          f"({adjncy.size} adjacency entries) into {k} parts") from e
     part = torch.as_tensor(np.asarray(parts), dtype=torch.long)
     return _fill_empty(part, targets, k)
 
