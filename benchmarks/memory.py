@@ -14,6 +14,8 @@ is an ``oom`` row instead of a visit from the OOM killer.
     python benchmarks/memory.py --part b --cap-gb 3            # largest graph under a 3 GiB cap
     python benchmarks/memory.py --part c                       # sparse vs messages aggregation (GCN)
     python benchmarks/memory.py --part a --nodes 100000 --epochs 1   # smaller, quicker
+    python benchmarks/memory.py --part b --cap-gb 3 --community-size 2000 --tag _local dataset.homophily=0.95
+    python benchmarks/memory.py --part a --tag _historical microbatch.halo=historical
 
 Parts:
     a   peak(chunks=16) / peak(chunks=1) for a 2-layer GAT with targets=all, exact halo, METIS, engines
@@ -162,6 +164,11 @@ def _communities(args: argparse.Namespace) -> str:
             else "the dataset's communities")
 
 
+def _halo() -> str:
+    """The halo mode of the micro-batched cases: exact unless --overrides set another."""
+    return next((o.split("=", 1)[1] for o in EXTRA if o.startswith("microbatch.halo=")), "exact")
+
+
 def part_a(args: argparse.Namespace) -> None:
     graph = [*_graph(args.nodes, args), f"train.epochs={args.epochs}"]
     rows = []
@@ -184,7 +191,7 @@ def part_a(args: argparse.Namespace) -> None:
                                        if ok else None)
             rows.append(row)
     _show(f"a. peak RSS, chunks={args.chunks} vs 1: 2-layer GAT, {args.nodes} nodes, avg degree 10, 128 "
-          f"features, {_communities(args)}, targets=all, exact, METIS, {args.epochs} epoch(s) (MiB; ratio = / k=1 of the engine)",
+          f"features, {_communities(args)}, targets=all, {_halo()}, METIS, {args.epochs} epoch(s) (MiB; ratio = / k=1 of the engine)",
           rows, ["case", "status", "peak_mb", "peak_ratio", "ratio_above_base", "setup_mb", "train_mb",
                  "train_ratio", "held_mb", "base_mb", "inflation", "replication", "epoch_s", "total_s",
                  "error"], OUT / f"memory_a{args.tag}.csv")
@@ -228,7 +235,7 @@ def part_b(args: argparse.Namespace) -> None:
     # Micro-batches fit at least what full batch fits: start the doubling there.
     micro, micro_fail = _largest(args.chunks, args, rows, full)
     _show(f"b. doubling search under train.memory_limit_gb={args.cap_gb} (RLIMIT_AS): 2-layer GAT, avg "
-          f"degree 10, 128 features, {_communities(args)}, targets=all, {args.epochs} epoch(s)", rows,
+          f"degree 10, 128 features, {_communities(args)}, targets=all, {_halo()}, {args.epochs} epoch(s)", rows,
           ["mode", "nodes", "status", "peak_mb", "setup_mb", "train_mb", "held_mb", "edges", "inflation",
            "epoch_s", "total_s", "error"], OUT / f"memory_b{args.tag}.csv")
     summary = [{"mode": "full batch", "largest_nodes": full, "first_failure": full_fail},
