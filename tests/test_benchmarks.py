@@ -28,3 +28,21 @@ def test_goal_table_ratios_and_verdicts() -> None:
     assert goals["met"].tolist() == ["yes", "no", "no", "yes", "-", "-"]
     for _, case, reference, _ in overhead.GOALS["goals"]:  # every compared case runs in the suite
         assert case in overhead.SUITES["goals"] and reference in overhead.SUITES["goals"]
+
+
+def test_memory_part_a_measures_each_case_in_its_own_process(tmp_path, capsys) -> None:
+    spec = importlib.util.spec_from_file_location("memory", ROOT / "benchmarks" / "memory.py")
+    memory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(memory)
+    memory.OUT = tmp_path
+    assert memory.main(["--part", "a", "--nodes", "3000", "--chunks", "4", "--engines", "single",
+                        "--tag", "_t", "microbatch.halo=historical"]) == 0
+    assert "targets=all, historical, METIS" in capsys.readouterr().out
+    table = pd.read_csv(tmp_path / "memory_a_t.csv")
+    assert table["case"].tolist() == ["single k=1", "single k=4"]
+    assert table["status"].tolist() == ["completed", "completed"]
+    full, chunked = table.to_dict("records")
+    assert chunked["peak_ratio"] == pytest.approx(chunked["peak_mb"] / full["peak_mb"])
+    for row in (full, chunked):  # held is read just before the training peak is reset (1 MiB slack)
+        assert row["base_mb"] < row["held_mb"] < row["train_mb"] + 1 and row["train_mb"] <= row["peak_mb"]
+    assert chunked["replication"] > 1.0 and full["replication"] == 1.0
