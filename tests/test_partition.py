@@ -1,12 +1,18 @@
 """Partitioners: every part gets targets, balance, contiguity, and METIS cuts fewer edges."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from pipegnn.data import SyntheticSpec, make_synthetic
 from pipegnn.microbatch import PARTITIONERS, partition
 from pipegnn.microbatch.partition import reuse_partition
+
+from conftest import ROOT
 
 
 @pytest.mark.parametrize("method", PARTITIONERS)
@@ -88,11 +94,20 @@ def test_reuse_partition_fills_empty_parts_without_touching_the_input(graph) -> 
 
 def test_metis_out_of_memory_is_a_memory_error() -> None:
     """pymetis reports METIS's failed allocation as an unknown exception; it becomes a MemoryError (and
-    so a record with status oom)."""
-    from pipegnn.train import _address_space_bytes, memory_limit
-
-    n = 50_000
-    edge_index = torch.randint(n, (2, 10 * n), generator=torch.Generator().manual_seed(0))
-    with memory_limit(_address_space_bytes() + 60 * 2**20):  # room for the CSR, not for METIS
-        with pytest.raises(MemoryError, match="METIS could not allocate the memory to partition 50000"):
-            partition(edge_index, n, torch.arange(n), 8, "metis")
+    so a record with status oom). In a fresh process: freed heap of earlier tests would hide the cap."""
+    script = """
+import torch
+from pipegnn.microbatch import partition
+from pipegnn.train import _address_space_bytes, memory_limit
+n = 50_000
+edge_index = torch.randint(n, (2, 10 * n), generator=torch.Generator().manual_seed(0))
+with memory_limit(_address_space_bytes() + 60 * 2**20):  # room for the CSR, not for METIS
+    try:
+        partition(edge_index, n, torch.arange(n), 8, "metis")
+    except MemoryError as e:
+        print("MemoryError:", e)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert "MemoryError: METIS could not allocate the memory to partition 50000 nodes" in out.stdout, \
+        out.stdout[-500:] + out.stderr[-2000:]

@@ -131,6 +131,7 @@ def test_evaluation_plan_reuses_the_training_partition(monkeypatch, halo: str, t
 
     monkeypatch.setattr(plan_module, "partition", counting("partition", plan_module.partition))
     monkeypatch.setattr(StagedGNN, "attach", counting("attach", StagedGNN.attach))
-    record = run(make_cfg("chunks=3", f"microbatch.halo={halo}", f"microbatch.targets={targets}"))
+    record = run(make_cfg("chunks=3", f"microbatch.halo={halo}", f"microbatch.targets={targets}",
+                          "microbatch.cache=null"))
     assert record["status"] == "completed", record["error"]
     assert (calls["partition"], calls["attach"]) == (partitions, plans)
