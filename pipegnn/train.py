@@ -168,24 +168,10 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.devic
 
     halo = mb_cfg["halo"]
     with timed() as build:
-        edge_index, edge_weight = backend.computation_graph(cfg["model"]["name"], graph.edge_index,
-                                                            graph.num_nodes, graph.x.dtype)
-        def plan(targets: Tensor, part: Tensor | None = None) -> tuple[MicroBatchPlan, bool]:
-            return cached_plan(mb_cfg["cache"], edge_index, graph.num_nodes, targets, int(cfg["chunks"]),
-                               num_layers=model.num_layers, halo=halo, partitioner=mb_cfg["partition"],
-                               edge_weight=edge_weight, seed=int(mb_cfg["seed"]), part=part)
-
-        train_targets, evaluated = graph.split(mb_cfg["targets"]), eval_targets(graph, halo)
-        train_plan, train_cached = plan(train_targets)
-        if torch.equal(evaluated, train_targets):  # e.g. historical halos with targets=all
-            eval_plan, eval_cached = train_plan, train_cached
-        elif bool(torch.isin(evaluated, train_targets).all()):  # e.g. targets=all: no second partition
-            eval_plan, eval_cached = plan(evaluated, train_plan.part)
-        else:
-            eval_plan, eval_cached = plan(evaluated)
+        (train_plan, train_cached), (eval_plan, eval_cached) = _build_plans(cfg, graph, backend,
+                                                                            model.num_layers)
     # Training reads the plans, the features (held by the model), the labels and the masks: let the
-    # edge lists go, which on large graphs is a good share of what stays resident.
-    del edge_index, edge_weight
+    # graph's edge list go, which on large graphs is a good share of what stays resident.
     graph = dataclasses.replace(graph, edge_index=torch.empty(2, 0, dtype=torch.long))
     record["microbatch"] = {**_plan_summary(train_plan, eval_plan), "targets": mb_cfg["targets"],
                             "cached": train_cached, "eval_cached": eval_cached}
@@ -207,6 +193,32 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.devic
         record["timing"]["history_fill_s"] = fill.seconds
     _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record)
     return engine.devices
+
+
+def _build_plans(cfg: dict[str, Any], graph: Graph, backend: Any,
+                 num_layers: int) -> tuple[tuple[MicroBatchPlan, bool], tuple[MicroBatchPlan, bool]]:
+    """The training and evaluation plans, each with whether it came from the cache.
+
+    The evaluation plan is the training plan when both have the same nodes (historical halos with
+    targets=all), and otherwise reuses the training partition when the training targets cover the
+    evaluation nodes (targets=all): one partitioner run instead of two.
+    """
+    mb_cfg = cfg["microbatch"]
+    edge_index, edge_weight = backend.computation_graph(cfg["model"]["name"], graph.edge_index,
+                                                        graph.num_nodes, graph.x.dtype)
+
+    def plan(targets: Tensor, part: Tensor | None = None) -> tuple[MicroBatchPlan, bool]:
+        return cached_plan(mb_cfg["cache"], edge_index, graph.num_nodes, targets, int(cfg["chunks"]),
+                           num_layers=num_layers, halo=mb_cfg["halo"], partitioner=mb_cfg["partition"],
+                           edge_weight=edge_weight, seed=int(mb_cfg["seed"]), part=part)
+
+    train_targets, evaluated = graph.split(mb_cfg["targets"]), eval_targets(graph, mb_cfg["halo"])
+    train = plan(train_targets)
+    if torch.equal(evaluated, train_targets):
+        return train, train
+    if bool(torch.isin(evaluated, train_targets).all()):
+        return train, plan(evaluated, train[0].part)
+    return train, plan(evaluated)
 
 
 def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engine,
