@@ -15,14 +15,14 @@ is an ``oom`` row instead of a visit from the OOM killer.
     python benchmarks/memory.py --part c                       # sparse vs messages aggregation (GCN)
     python benchmarks/memory.py --part a --nodes 100000 --epochs 1   # smaller, quicker
     python benchmarks/memory.py --part b --cap-gb 3 --community-size 2000 --tag _local dataset.homophily=0.95
-    python benchmarks/memory.py --part a --tag _historical microbatch.halo=historical
+    python benchmarks/memory.py --part a --halo historical --tag _historical
 
 Parts:
-    a   peak(chunks=16) / peak(chunks=1) for a 2-layer GAT with targets=all, exact halo, METIS, engines
+    a   peak(chunks=16) / peak(chunks=1) for a 2-layer GAT with targets=all, --halo halos (exact), METIS, engines
         single and gpipe, on a synthetic graph (--nodes 300000, avg degree 10, 128 features).
     b   doubling search on num_nodes (from --start-nodes) for the largest synthetic graph (avg degree
         10, 128 features, 2-layer GAT, targets=all) that trains under --cap-gb, full batch vs
-        chunks=--chunks (exact, METIS, --engine; its search starts at full batch's largest size);
+        chunks=--chunks (--halo, METIS, --engine; its search starts at full batch's largest size);
         then one bisection step between the last fit and the first failure.
     c   peak memory of GCN full batch with aggregation messages vs sparse (PyG) and DGL (both values,
         which run the same fused kernels), on a dense-ish synthetic graph (--c-nodes, --c-degree), for
@@ -48,7 +48,7 @@ CONF = ROOT / "conf"
 OUT = ROOT / "results" / "benchmarks"
 MiB = 2 ** 20
 GAT_GRAPH = ["dataset.avg_degree=10", "dataset.num_features=128"]
-EXACT = ["microbatch.halo=exact", "microbatch.partition=metis", "microbatch.targets=all"]
+METIS_ALL = ["microbatch.partition=metis", "microbatch.targets=all"]
 FULL = ["chunks=1", "microbatch.halo=none", "microbatch.targets=all"]
 # 2-layer GAT with its default 8 heads x 8 hidden; dropout stays on (it does not change the shapes).
 GAT = ["model=gat", "model.layers=2"]
@@ -164,11 +164,6 @@ def _communities(args: argparse.Namespace) -> str:
             else "the dataset's communities")
 
 
-def _halo() -> str:
-    """The halo mode of the micro-batched cases: exact unless --overrides set another."""
-    return next((o.split("=", 1)[1] for o in EXTRA if o.startswith("microbatch.halo=")), "exact")
-
-
 def part_a(args: argparse.Namespace) -> None:
     graph = [*_graph(args.nodes, args), f"train.epochs={args.epochs}"]
     rows = []
@@ -176,7 +171,9 @@ def part_a(args: argparse.Namespace) -> None:
         base = None
         for chunks in (1, args.chunks):
             label = f"{engine} k={chunks}"
-            row = case([*graph, *GAT, *EXACT, f"engine={engine}", f"chunks={chunks}"], {}, args.safety_gb,
+            halo = args.halo if chunks > 1 else "exact"  # exact with one chunk: the full graph
+            row = case([*graph, *GAT, *METIS_ALL, f"microbatch.halo={halo}", f"engine={engine}",
+                        f"chunks={chunks}"], {}, args.safety_gb,
                        args.timeout)
             _log(label, row)
             row = {"case": label, "engine": engine, "chunks": chunks, **row}
@@ -191,14 +188,15 @@ def part_a(args: argparse.Namespace) -> None:
                                        if ok else None)
             rows.append(row)
     _show(f"a. peak RSS, chunks={args.chunks} vs 1: 2-layer GAT, {args.nodes} nodes, avg degree 10, 128 "
-          f"features, {_communities(args)}, targets=all, {_halo()}, METIS, {args.epochs} epoch(s) (MiB; ratio = / k=1 of the engine)",
+          f"features, {_communities(args)}, targets=all, {args.halo}, METIS, {args.epochs} epoch(s) (MiB; ratio = / k=1 of the engine)",
           rows, ["case", "status", "peak_mb", "peak_ratio", "ratio_above_base", "setup_mb", "train_mb",
                  "train_ratio", "held_mb", "base_mb", "inflation", "replication", "epoch_s", "total_s",
                  "error"], OUT / f"memory_a{args.tag}.csv")
 
 
 def _fits(nodes: int, chunks: int, args: argparse.Namespace, rows: list[dict[str, Any]]) -> bool:
-    mode = [*FULL, "engine=single"] if chunks == 1 else [*EXACT, f"engine={args.engine}", f"chunks={chunks}"]
+    mode = [*FULL, "engine=single"] if chunks == 1 else [*METIS_ALL, f"microbatch.halo={args.halo}",
+                                                         f"engine={args.engine}", f"chunks={chunks}"]
     row = case([*_graph(nodes, args), *GAT, *mode, f"train.epochs={args.epochs}"],
                {"train.memory_limit_gb": args.cap_gb}, args.cap_gb, args.timeout)
     label = "full batch" if chunks == 1 else f"{args.engine} k={chunks}"
@@ -235,7 +233,7 @@ def part_b(args: argparse.Namespace) -> None:
     # Micro-batches fit at least what full batch fits: start the doubling there.
     micro, micro_fail = _largest(args.chunks, args, rows, full)
     _show(f"b. doubling search under train.memory_limit_gb={args.cap_gb} (RLIMIT_AS): 2-layer GAT, avg "
-          f"degree 10, 128 features, {_communities(args)}, targets=all, {_halo()}, {args.epochs} epoch(s)", rows,
+          f"degree 10, 128 features, {_communities(args)}, targets=all, {args.halo} halos, {args.epochs} epoch(s)", rows,
           ["mode", "nodes", "status", "peak_mb", "setup_mb", "train_mb", "held_mb", "edges", "inflation",
            "epoch_s", "total_s", "error"], OUT / f"memory_b{args.tag}.csv")
     summary = [{"mode": "full batch", "largest_nodes": full, "first_failure": full_fail},
@@ -285,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=None, help="micro-batches (a: 16, b: 32)")
     parser.add_argument("--engines", nargs="+", default=["single", "gpipe"], help="part a: engines")
     parser.add_argument("--engine", default="single", help="part b: engine of the micro-batched runs")
+    parser.add_argument("--halo", default="exact", choices=["exact", "historical"],
+                        help="parts a, b: halo mode of the micro-batched runs")
     parser.add_argument("--cap-gb", type=float, default=3.0, help="part b: train.memory_limit_gb (GiB)")
     parser.add_argument("--start-nodes", type=int, default=25_000, help="part b: first size")
     parser.add_argument("--max-nodes", type=int, default=3_200_000, help="part b: stop doubling here")
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--c-degree", type=float, default=200.0, help="part c: average degree")
     parser.add_argument("--c-hidden", type=int, nargs="+", default=[16, 64], help="part c: GCN hidden")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every case, e.g. "
-                        "dataset.num_communities=150 dataset.homophily=0.95 microbatch.halo=historical")
+                        "dataset.num_communities=150 dataset.homophily=0.95 framework=dgl")
     parser.add_argument("--tag", default="", help="suffix of the CSV names (memory_<part><tag>.csv)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)

@@ -36,7 +36,7 @@ def test_memory_part_a_measures_each_case_in_its_own_process(tmp_path, capsys) -
     spec.loader.exec_module(memory)
     memory.OUT = tmp_path
     assert memory.main(["--part", "a", "--nodes", "3000", "--chunks", "4", "--engines", "single",
-                        "--tag", "_t", "microbatch.halo=historical"]) == 0
+                        "--tag", "_t", "--halo", "historical"]) == 0
     assert "targets=all, historical, METIS" in capsys.readouterr().out
     table = pd.read_csv(tmp_path / "memory_a_t.csv")
     assert table["case"].tolist() == ["single k=1", "single k=4"]
