@@ -1,8 +1,8 @@
 """Edge-list operations with bounded memory for graphs of millions of nodes.
 
 Written by hand because PyG's ``to_undirected`` / ``coalesce`` build several index arrays of every edge
-(concatenation, keys, sort permutation, gathered copies: about 100 bytes per edge at peak), which
-dominated the setup of large runs; here the only per-edge arrays are one int64 key and one mask.
+(concatenation, keys, sort permutation, gathered copies), which set the peak of large runs' setup; here
+the only per-edge arrays are one int64 key and one mask.
 """
 from __future__ import annotations
 

@@ -81,8 +81,8 @@ class PygBackend(Adapter):
         if isinstance(block, Tensor):  # sparse adjacency: weights are its values
             return conv(h, block)
         edge_index, edge_weight = block
-        # Plans keep int32 local ids (half the memory); PyG's scatters need int64. The copy costs ~4 ms
-        # per million edges on one core, well under 1% of a GAT layer over them.
+        # Plans keep int32 local ids (half the memory); PyG's scatters need int64: one copy of the
+        # block's edges per call, small next to the layer's own per-edge work.
         edge_index = edge_index.long()
         if edge_weight is None:
             return conv(h, edge_index)
