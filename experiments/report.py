@@ -6,14 +6,18 @@
 reference`). For each, under ``out/<preset>/``:
 
 - ``records/<job>/result.json``: every record of the sweep, copied as written (resolved config, seeds,
-  versions, git sha, per-epoch history) - the source of every number below;
+  versions, git sha, per-epoch history) - the source of every number below - with the run's stage
+  timeline ``records/<job>/trace.json`` where it wrote one;
 - ``runs.csv``: one row per run (the main columns of :func:`pipegnn.results.load`);
 - ``summary.csv``: mean, std and count over seeds per setting of the varying keys, with ``overhead``:
   epoch time over the chunks=1 run of the same dataset, model (and hidden size), graph (nodes, edges,
   density), framework, devices, halo and partition (NaN where the sweep has no chunks=1 run; with
   targets=all or halo none that run is full-graph training);
 - ``*.png``: the figures of :mod:`pipegnn.analysis` the sweep has data for (the others are skipped;
-  :data:`PRESET_FIGURES` narrows them for presets where only some mean something).
+  :data:`PRESET_FIGURES` narrows them for presets where only some mean something);
+- ``timeline.png``: the traced step of one run (:func:`pipegnn.analysis.plot_timeline`): of the
+  completed runs with a ``trace.json``, the one with the most chunks (the first by path among equals);
+  none when no run has a trace.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipegnn import analysis, results
+from pipegnn.timeline import TRACE_NAME
 
 #: Per-run columns of runs.csv.
 RUN_COLUMNS = ("dataset", "model", "num_nodes", "num_edges", "framework", "engine", "devices", "chunks",
@@ -53,7 +58,8 @@ PRESET_FIGURES = {"scaling": ["scaling.png"], "ablation_nodes": ["scaling.png"],
 
 
 def copy_records(sweep: Path, dest: Path) -> int:
-    """Copy every result.json below ``sweep`` to the same relative place below ``dest`` (emptied)."""
+    """Copy every result.json below ``sweep``, and the trace.json beside it if any, to the same relative
+    place below ``dest`` (emptied); returns the number of records."""
     if dest.exists():
         shutil.rmtree(dest)
     files = results.find_records(sweep)
@@ -61,7 +67,19 @@ def copy_records(sweep: Path, dest: Path) -> int:
         target = dest / file.relative_to(sweep)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(file, target)
+        if (file.parent / TRACE_NAME).is_file():
+            shutil.copyfile(file.parent / TRACE_NAME, target.parent / TRACE_NAME)
     return len(files)
+
+
+def timeline_run(df: pd.DataFrame) -> Path | None:
+    """The run directory drawn in timeline.png: of the completed runs with a trace.json, the one with the
+    most chunks, the first in ``df``'s order (by path) among equals; None when no run has a trace."""
+    done = df[df["status"] == "completed"]
+    traced = done[[(Path(p).parent / TRACE_NAME).is_file() for p in done["path"]]]
+    if traced.empty:
+        return None
+    return Path(traced.sort_values("chunks", ascending=False, kind="stable")["path"].iloc[0]).parent
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -88,6 +106,10 @@ def report(sweep: Path, out: Path) -> None:
     for name in PRESET_FIGURES.get(sweep.name, FIGURES):
         plot, kwargs = FIGURES[name]
         analysis.draw(plot, df, out / name, **kwargs)
+    run = timeline_run(df)
+    if run is not None:
+        print(f"timeline.png: the traced step of {run.relative_to(out)}")
+        analysis.draw(analysis.plot_timeline, run, out / "timeline.png")
 
 
 def main(argv=None) -> int:

@@ -8,11 +8,11 @@ from torch import Tensor
 
 from pipegnn.backends import FRAMEWORKS, check_aggregation
 from pipegnn.data import DATASETS, Graph
-from pipegnn.engines import (CHECKPOINT_MODES, DIST_BACKENDS, ENGINES, LAUNCHERS, SCHEDULES, START_METHODS,
-                             even_balance, parse_device)
+from pipegnn.engines import (CHECKPOINT_MODES, DIST_BACKENDS, ENGINES, LAUNCHERS, SCHEDULES,
+                             START_METHODS, even_balance, parse_device, unit_balance)
 from pipegnn.errors import ConfigError
 from pipegnn.microbatch import HALOS, PARTITIONERS, TARGETS
-from pipegnn.models import MODELS
+from pipegnn.models import MODELS, UNITS_PER_LAYER
 
 __all__ = ["EVAL_SPLITS", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
 
@@ -55,6 +55,7 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     if int(cfg["train"]["epochs"]) < 1:
         raise ConfigError(f"train.epochs must be >= 1, got {cfg['train']['epochs']!r}")
     engine = cfg["engine"]
+    _check_timeline(engine)
     if engine["name"] == "single":
         _device(engine["device"], "engine.device")
         return
@@ -67,16 +68,20 @@ def check_config(cfg: Mapping[str, Any]) -> None:
         _check_pipelining(cfg, devices, layers)
         return
     _choice(engine["checkpoint"], CHECKPOINT_MODES, "engine.checkpoint")
-    balance = engine["balance"]
-    if balance is None:
-        if len(devices) > layers:
-            raise ConfigError(f"engine.devices has {len(devices)} devices but the model has only "
-                              f"{layers} layers; use at most {layers} devices")
-        return
-    balance = list(balance)
-    if len(balance) != len(devices) or sum(balance) != layers or min(balance) < 1:
-        raise ConfigError(f"engine.balance={balance} does not match the model: it needs one positive "
-                          f"entry per device ({len(devices)} devices) summing to model.layers={layers}")
+    units = UNITS_PER_LAYER * layers
+    if unit_balance(engine["balance"], layers, len(devices)) is None and len(devices) > units:
+        raise ConfigError(f"engine.devices has {len(devices)} devices but the model has only {units} "
+                          f"units (model.layers={layers}: a transform and a propagation per layer); "
+                          f"use at most {units} devices")
+
+
+def _check_timeline(engine: Mapping[str, Any]) -> None:
+    if not isinstance(engine.get("timeline", True), bool):
+        raise ConfigError(f"engine.timeline must be true or false, got {engine['timeline']!r}")
+    epoch = engine.get("trace_epoch")
+    if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
+        raise ConfigError(f"engine.trace_epoch must be an epoch number >= 0 (or null: no trace), got "
+                          f"{epoch!r}")
 
 
 def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: int) -> None:
@@ -106,22 +111,20 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: int) -
     if interleaved and per_rank < 2:
         raise ConfigError(f"schedule=interleaved1f1b needs engine.virtual_stages >= 2 stages per "
                           f"process, got {per_rank}; use schedule=1f1b for one stage per process")
-    balance = engine["balance"]
-    if balance is None:
-        balance = even_balance(layers, ranks)
-    else:
-        balance = list(balance)
-        if len(balance) != ranks or sum(balance) != layers or min(balance) < 1:
-            raise ConfigError(f"engine.balance={balance} does not match the model: it needs one positive "
-                              f"entry per process ({ranks} devices) summing to model.layers={layers}")
+    units = UNITS_PER_LAYER * layers
+    # units per process (null and auto: even, which needs as many units as balance=auto's stages)
+    balance = unit_balance(engine["balance"], layers, ranks, "process") or even_balance(units, ranks)
     if min(balance) < per_rank:
         if interleaved:
             raise ConfigError(f"schedule=interleaved1f1b puts engine.virtual_stages={per_rank} stages on "
-                              f"each of the {ranks} processes, which needs >= {per_rank} layers per "
-                              f"process, but the layers per process are {balance} (model.layers={layers}); "
-                              f"use model.layers >= {per_rank * ranks} or schedule=gpipe|1f1b")
-        raise ConfigError(f"engine.devices has {ranks} devices but the model has only {layers} layers; "
-                          f"use at most {layers} devices")
+                              f"each of the {ranks} processes, which needs >= {per_rank} units per "
+                              f"process, but the units per process are {balance} (model.layers={layers}: "
+                              f"{units} units, a transform and a propagation per layer); use "
+                              f"model.layers >= {-(-per_rank * ranks // UNITS_PER_LAYER)} or "
+                              "schedule=gpipe|1f1b")
+        raise ConfigError(f"engine.devices has {ranks} devices but the model has only {units} units "
+                          f"(model.layers={layers}: a transform and a propagation per layer); use at "
+                          f"most {units} devices")
     if engine["schedule"] == "1f1b" and chunks < ranks:
         raise ConfigError(f"schedule=1f1b needs chunks >= the number of processes ({ranks}), got "
                           f"chunks={chunks}; use more chunks or schedule=gpipe")

@@ -3,6 +3,12 @@
 Aggregate a sweep in a notebook with ``load("multirun/...")`` (one row per run, columns in
 :data:`COLUMNS` plus ``cfg.<dotted key>`` for every config leaf), or from the shell with
 ``python -m pipegnn.results multirun/... [--where chunks=8] [--csv runs.csv]``.
+
+The ``pipeline_*`` columns come from the record's ``pipeline`` section (what the stage timeline measured,
+medians over epochs; see :mod:`pipegnn.timeline.figures`). The command line's default table leaves them
+out (it would not fit a terminal); ask for them::
+
+    python -m pipegnn.results multirun/... --columns engine,chunks,pipeline_bubble,pipeline_ideal_speedup
 """
 from __future__ import annotations
 
@@ -26,16 +32,17 @@ RECORD_NAME = "result.json"
 STATUSES = ("completed", "failed", "invalid", "oom")
 
 
-def write_record(directory: str | Path, record: dict[str, Any]) -> Path:
-    """Write ``record`` as ``directory/result.json`` atomically (a reader never sees half a file)."""
+def write_record(directory: str | Path, record: dict[str, Any], name: str = RECORD_NAME) -> Path:
+    """Write ``record`` as ``directory/<name>`` (``result.json``) atomically (a reader never sees half
+    a file)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".result.", suffix=".json", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(record, f, indent=2, default=str)
             f.write("\n")
-        path = directory / RECORD_NAME
+        path = directory / name
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -52,7 +59,10 @@ def load_record(path: str | Path) -> dict[str, Any]:
 
 
 #: Columns of :func:`flatten` / :func:`load`, in order, with their meaning. Missing values are NaN
-#: (numbers) or None (text); every config leaf follows as ``cfg.<dotted key>`` (lists joined by ',').
+#: (numbers) or None (text, flags); records without a ``pipeline`` section (older ones) have none of the
+#: ``pipeline_*`` values. After them come ``pipeline_stage<s>_busy_s`` (stage s's forward + backward +
+#: recompute seconds per step, median over epochs) for every stage of the record, then every config
+#: leaf as ``cfg.<dotted key>`` (lists joined by ',').
 COLUMNS: dict[str, str] = {
     "path": "the result.json file",
     "status": "completed | failed | invalid | oom (| unreadable: the file is not valid JSON)",
@@ -81,9 +91,25 @@ COLUMNS: dict[str, str] = {
     "num_nodes": "graph nodes", "num_edges": "graph edges",
     "devices": "engine.devices joined by ',' (or engine.device)",
     "git_sha": "source commit of the run (-dirty when modified)",
+    "pipeline_schedule": "pipeline schedule: single | gpipe | 1f1b | interleaved1f1b",
+    "pipeline_stages": "pipeline stages", "pipeline_balance": "units per stage joined by ',' (e.g. 1,3)",
+    "pipeline_balance_source": "where the balance came from: auto (measured) | config | even",
+    "pipeline_overlap": "whether two stages can run at the same time at all (False: one after another)",
+    "pipeline_bubble_theoretical": "idle share of the schedule with perfectly balanced stages",
+    "pipeline_bubble": "measured idle share: 1 - busy / (lanes x makespan)",
+    "pipeline_makespan_s": "first box's start to last box's end of a training step",
+    "pipeline_busy_s": "forward + backward + recompute seconds of all stages per step",
+    "pipeline_communication_s": "seconds stages waited on receives per step (pipelining)",
+    "pipeline_imbalance": "max / mean busy time over stages (1 = balanced)",
+    "pipeline_ideal_makespan_s": "what the schedule would take with the measured busy times only",
+    "pipeline_ideal_speedup": "busy / ideal makespan: the best this pipeline could gain (1: no overlap)",
 }
+#: Columns that are None, not NaN, when missing (text, and the overlap flag).
 _TEXT = {"path", "status", "error", "dataset", "model", "framework", "engine", "halo", "partition",
-         "targets", "devices", "git_sha"}
+         "targets", "devices", "git_sha", "pipeline_schedule", "pipeline_balance", "pipeline_balance_source",
+         "pipeline_overlap"}
+_PIPELINE_FIGURES = ("bubble_theoretical", "bubble", "makespan_s", "busy_s", "communication_s", "imbalance",
+                     "ideal_makespan_s", "ideal_speedup")
 #: Columns of the command line's table unless ``--columns`` is given.
 TABLE_COLUMNS = ("dataset", "model", "framework", "engine", "chunks", "halo", "partition", "status",
                  "test_acc", "epoch_time_median_s", "peak_rss_mb", "inflation")
@@ -102,8 +128,12 @@ def find_records(path: str | Path) -> list[Path]:
         raise FileNotFoundError(f"no such file or directory: {path}")
     if path.is_file():
         return [path]
-    natural = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]  # noqa: E731
-    return sorted((p for p in path.rglob(RECORD_NAME) if p.is_file()), key=natural)
+    return sorted((p for p in path.rglob(RECORD_NAME) if p.is_file()), key=_natural)
+
+
+def _natural(text: Any) -> list[Any]:
+    """Sort key putting ``job2`` before ``job10``."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(text))]
 
 
 def _dict(value: Any) -> Mapping[str, Any]:
@@ -143,9 +173,10 @@ def _leaves(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 def flatten(record: Mapping[str, Any], path: str | Path | None = None) -> dict[str, Any]:
     """One flat row of a record: the :data:`COLUMNS` (NaN or None when the record lacks them, as
-    failed and invalid runs do), then ``cfg.<dotted key>`` for every config leaf."""
-    cfg, choices, final, timing, mb, memory, dataset = (_dict(record.get(k)) for k in (
-        "config", "choices", "final", "timing", "microbatch", "memory", "dataset"))
+    failed and invalid runs do), ``pipeline_stage<s>_busy_s`` for every stage of its ``pipeline``
+    section, then ``cfg.<dotted key>`` for every config leaf."""
+    cfg, choices, final, timing, mb, memory, dataset, pipeline = (_dict(record.get(k)) for k in (
+        "config", "choices", "final", "timing", "microbatch", "memory", "dataset", "pipeline"))
     engine = _dict(cfg.get("engine"))
     devices = engine.get("devices")
     device_peaks = [b for b in _dict(memory.get("peak_device_bytes")).values() if not math.isnan(_number(b))]
@@ -174,10 +205,18 @@ def flatten(record: Mapping[str, Any], path: str | Path | None = None) -> dict[s
         "num_edges": _number(dataset.get("num_edges")),
         "devices": _leaf(devices) if devices is not None else engine.get("device"),
         "git_sha": _get(record, "env", "git_sha"),
+        "pipeline_schedule": pipeline.get("schedule"),
+        "pipeline_stages": _number(pipeline.get("num_stages")),
+        "pipeline_balance": _leaf(pipeline["balance"]) if "balance" in pipeline else None,
+        "pipeline_balance_source": pipeline.get("balance_source"),
+        "pipeline_overlap": pipeline.get("overlap_possible"),
+        **{f"pipeline_{k}": _number(pipeline.get(k)) for k in _PIPELINE_FIGURES},
     }
     for key, value in row.items():
         if value is None and key not in _TEXT:
             row[key] = math.nan
+    for s, stage in enumerate(pipeline.get("stages") or []):
+        row[f"pipeline_stage{s}_busy_s"] = _number(_dict(stage).get("busy_s"))
     row.update(_leaves(cfg, "cfg."))
     return row
 
@@ -227,8 +266,10 @@ def load(path: str | Path | Iterable[str | Path],
             except (OSError, ValueError) as e:
                 record = {"status": "unreadable", "error": f"{type(e).__name__}: {e}"}
             rows.append(flatten(record, path=file))
-    cfg_columns = sorted({k for row in rows for k in row if k not in COLUMNS})
-    return select(pd.DataFrame(rows, columns=[*COLUMNS, *cfg_columns]), where)
+    # per-stage columns (stage 2 before stage 10), then the config leaves
+    extra = sorted({k for row in rows for k in row if k not in COLUMNS},
+                   key=lambda k: (k.startswith("cfg."), _natural(k)))
+    return select(pd.DataFrame(rows, columns=[*COLUMNS, *extra]), where)
 
 
 def _parse_value(text: str) -> Any:

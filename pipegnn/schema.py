@@ -104,14 +104,19 @@ class FrameworkConfig:
 class SingleEngineConfig:
     name: str = MISSING
     device: str = MISSING
+    timeline: bool = MISSING
+    trace_epoch: Optional[int] = MISSING
 
 
 @dataclass
 class GPipeEngineConfig:
     name: str = MISSING
     devices: List[str] = MISSING
-    balance: Optional[List[int]] = MISSING
+    # null, a list of layers or units per device, or "auto" (checked in pipegnn.config)
+    balance: Any = MISSING
     checkpoint: str = MISSING
+    timeline: bool = MISSING
+    trace_epoch: Optional[int] = MISSING
 
 
 @dataclass
@@ -120,13 +125,15 @@ class PipeliningEngineConfig:
 
     name: str = MISSING
     devices: List[str] = MISSING
-    balance: Optional[List[int]] = MISSING
+    balance: Any = MISSING
     schedule: str = MISSING
     virtual_stages: int = MISSING
     launcher: str = MISSING
     start_method: str = MISSING
     backend: str = MISSING
     timeout_s: float = MISSING
+    timeline: bool = MISSING
+    trace_epoch: Optional[int] = MISSING
 
 
 @dataclass

@@ -26,6 +26,7 @@ from pipegnn.measure import env_info, peak_device_bytes, peak_rss_bytes, reset_p
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.models import build_model
 from pipegnn.results import write_record
+from pipegnn.timeline import TRACE_NAME, PipelineInfo, chrome_trace, medians, step_figures
 
 __all__ = ["run"]
 
@@ -41,7 +42,8 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
 
     Args:
         cfg: the resolved run configuration (see ``conf/config.yaml``).
-        output_dir: where ``result.json`` is written (skipped when None).
+        output_dir: where ``result.json`` (and ``trace.json``, the timeline of ``engine.trace_epoch``)
+            are written; when None nothing is written and the record keeps the trace under ``trace``.
         choices: Hydra's runtime choices of the config groups, stored in the record.
     """
     start = time.perf_counter()
@@ -72,8 +74,12 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
     # A pipeline's peaks of every rank (set during training) take precedence over this process's.
     record["memory"] = {"peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": peak_device_bytes(devices),
                         **record["memory"]}
-    # Under torchrun (engine.launcher=external) only rank 0 writes the record.
+    # Under torchrun (engine.launcher=external) only rank 0 writes the record (and the trace).
     if output_dir is not None and not is_secondary_rank(container):
+        trace = record.pop("trace", None)
+        if trace is not None:
+            write_record(output_dir, trace, TRACE_NAME)
+            record["pipeline"]["trace"] = TRACE_NAME
         write_record(output_dir, record)
     return record
 
@@ -183,7 +189,11 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.devic
 
     train_ids = model.attach(train_plan)
     eval_ids = train_ids if eval_plan is train_plan else model.attach(eval_plan)
-    engine = build_engine(cfg["engine"], model, int(cfg["chunks"]))
+    if halo == "historical" and cfg["engine"].get("balance") == "auto":
+        model.eval()
+        model.refresh(eval_ids)  # timing the units for balance=auto reads the history caches
+    engine = build_engine(cfg["engine"], model, int(cfg["chunks"]), train_ids)
+    _log_pipeline(engine.info)
     reset_peaks(engine.devices)
     record["timing"].update(setup_s=setup.seconds, microbatch_build_s=build.seconds)
     if halo == "historical":
@@ -225,8 +235,10 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
          train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan, train_ids: Tensor, eval_ids: Tensor,
          record: dict[str, Any]) -> None:
     train_cfg = cfg["train"]
-    optimizer = torch.optim.Adam(model.parameters(), lr=float(train_cfg["lr"]),
-                                 weight_decay=float(train_cfg["weight_decay"]))
+    # A pipeline rank may hold no parameters (e.g. only the first layer's input rows and dropout).
+    params = list(model.parameters())
+    optimizer = torch.optim.Adam(params, lr=float(train_cfg["lr"]),
+                                 weight_decay=float(train_cfg["weight_decay"])) if params else None
     out = engine.output_device
     # Targets outside the training split are computed (targets=all) but not in the loss.
     train_labels = torch.where(graph.train_mask[train_plan.targets], graph.y[train_plan.targets],
@@ -236,13 +248,19 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
     eval_labels = graph.y[eval_plan.targets].to(out)
     masks = {s: getattr(graph, f"{s}_mask")[eval_plan.targets].to(out) for s in ("train", "val", "test")}
     epochs = record["epochs"]
+    trace_epoch = cfg["engine"].get("trace_epoch")
+    if trace_epoch is not None:
+        trace_epoch = min(int(trace_epoch), int(train_cfg["epochs"]) - 1)
     for epoch in range(int(train_cfg["epochs"])):
         model.train()
-        optimizer.zero_grad(set_to_none=True)
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=True)
         model.tick()
         with timed(engine.devices) as step:
             loss = engine.train_step(train_ids, train_labels, num_labelled)
-            optimizer.step()
+            if optimizer is not None:
+                optimizer.step()
+        boxes = engine.step_boxes()
         staleness = model.staleness()
         if not math.isfinite(loss):
             raise FloatingPointError(f"training loss is {loss} at epoch {epoch}")
@@ -255,6 +273,10 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
         epochs.append({"epoch": epoch, "train_loss": loss, **acc, "epoch_time_s": step.seconds,
                        "eval_time_s": evaluation.seconds,
                        **({"staleness": staleness} if staleness is not None else {})})
+        if boxes is not None:
+            epochs[-1]["pipeline"] = step_figures(boxes, engine.info)
+            if epoch == trace_epoch:
+                record["trace"] = chrome_trace(boxes, engine.info, epoch)
         log.info("epoch %3d  loss %.4f  train %.3f  val %.3f  test %.3f  epoch %.3fs  eval %.3fs",
                  epoch, loss, acc["train_acc"], acc["val_acc"], acc["test_acc"], step.seconds,
                  evaluation.seconds)
@@ -267,8 +289,29 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
     record["timing"].update(
         epoch_time_median_s=statistics.median(e["epoch_time_s"] for e in timed_epochs),
         eval_time_median_s=statistics.median(e["eval_time_s"] for e in timed_epochs))
+    record["pipeline"] = {**engine.info.as_dict(), "timeline": engine.timeline is not None,
+                          **medians(e["pipeline"] for e in timed_epochs if "pipeline" in e)}
     log.info("done: test acc %.3f (at best val %.3f: %.3f), median epoch %.4fs",
              last["test_acc"], best["val_acc"], best["test_acc"], record["timing"]["epoch_time_median_s"])
+    if "makespan_s" in record["pipeline"]:
+        _log_figures(record["pipeline"])
+
+
+def _log_pipeline(info: PipelineInfo) -> None:
+    stages = " | ".join(" ".join(units) for units in info.stage_units)
+    log.info("pipeline: %s, schedule %s, %d stage(s) [%s] (balance: %s), theoretical bubble %.1f%%",
+             info.engine, info.schedule, info.num_stages, stages, info.balance_source,
+             100 * info.as_dict()["bubble_theoretical"])
+    if info.num_stages > 1 and not info.overlap_possible:
+        log.warning("pipeline stages cannot overlap: %s", info.overlap_note)
+
+
+def _log_figures(p: dict[str, Any]) -> None:
+    busy = ", ".join(f"{s['busy_s']:.3f}s" for s in p["stages"])
+    log.info("pipeline (median step): makespan %.3fs, busy per stage [%s], bubble %.1f%% (schedule "
+             "alone %.1f%%), imbalance %.2f, communication %.3fs, ideal speedup %.2fx",
+             p["makespan_s"], busy, 100 * p["bubble"], 100 * p["bubble_theoretical"], p["imbalance"],
+             p["communication_s"], p["ideal_speedup"])
 
 
 def _plan_summary(train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan) -> dict[str, Any]:

@@ -43,6 +43,8 @@ def test_memory_part_a_measures_each_case_in_its_own_process(tmp_path, capsys) -
     assert table["status"].tolist() == ["completed", "completed"]
     full, chunked = table.to_dict("records")
     assert chunked["peak_ratio"] == pytest.approx(chunked["peak_mb"] / full["peak_mb"])
-    for row in (full, chunked):  # held is read just before the training peak is reset (1 MiB slack)
-        assert row["base_mb"] < row["held_mb"] < row["train_mb"] + 1 and row["train_mb"] <= row["peak_mb"]
+    # held is read just before the training peak is reset, and train and peak are two readings of one
+    # peak: 1 MiB slack each (a real error is tens of MiB)
+    for row in (full, chunked):
+        assert row["base_mb"] < row["held_mb"] < row["train_mb"] + 1 and row["train_mb"] <= row["peak_mb"] + 1
     assert chunked["replication"] > 1.0 and full["replication"] == 1.0

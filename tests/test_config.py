@@ -59,7 +59,7 @@ def test_unknown_dataset_group_fails_at_composition() -> None:
     (["chunks=0"], "chunks must be an integer >= 1, got 0"),
     (["chunks=31"], "chunks=31 is larger than the number of training targets (30)"),
     (["engine.balance=[1,2]"], "engine.balance=[1, 2] does not match the model"),
-    (["engine.devices=[cpu,cpu,cpu]"], "has 3 devices but the model has only 2 layers"),
+    (["engine.devices=[cpu,cpu,cpu,cpu,cpu]"], "has 5 devices but the model has only 4 units"),
     (["engine.devices=[cpu,tpu]"], "engine.devices[1]"),
     (["engine=single", "engine.device=cuda:0"], "CUDA is not available"),
     (["dataset.name=imagenet"], "dataset.name='imagenet' is not valid"),

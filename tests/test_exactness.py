@@ -26,7 +26,7 @@ from pipegnn.data import Graph  # noqa: E402
 from pipegnn.data.planetoid import load_planetoid  # noqa: E402
 from pipegnn.engines import GPipeEngine, SingleEngine  # noqa: E402
 from pipegnn.microbatch import build_plan  # noqa: E402
-from pipegnn.models import Stage, StagedGNN, build_model  # noqa: E402
+from pipegnn.models import Propagate, StagedGNN, Transform, build_model  # noqa: E402
 
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.usefixtures("float64")
@@ -36,22 +36,30 @@ MODELS = {
 }
 
 
-def pyg_layer(stage: Stage, kind: str) -> nn.Module:
-    """A plain PyG layer (its own self-loop and normalisation handling) with ``stage``'s weights."""
-    s = stage.spec
+def layers(model: StagedGNN) -> list[tuple[Transform, Propagate]]:
+    """The (transform, propagate) units of every layer."""
+    units = list(model)
+    return list(zip(units[0::2], units[1::2]))
+
+
+def pyg_layer(transform: Transform, propagate: Propagate, kind: str) -> nn.Module:
+    """A plain PyG layer (its own self-loop and normalisation handling) with the units' weights."""
+    s = propagate.spec
     conv = (GATConv(s.in_dim, s.out_dim, heads=s.heads, concat=s.concat) if kind == "gat"
             else GCNConv(s.in_dim, s.out_dim))
-    conv.load_state_dict(stage.conv.state_dict())
+    conv.load_state_dict({**propagate.conv.state_dict(), "lin.weight": transform.transform.weight})
     return conv
 
 
-def dgl_layer(stage: Stage, kind: str) -> nn.Module:
-    """A plain DGL layer (``norm='both'`` for GCN) with ``stage``'s weights, in float64."""
-    s = stage.spec
+def dgl_layer(transform: Transform, propagate: Propagate, kind: str) -> nn.Module:
+    """A plain DGL layer (``norm='both'`` for GCN) with the units' weights, in float64."""
+    s = propagate.spec
     if kind == "gat":
-        conv, state = DglGATConv(s.in_dim, s.out_dim, num_heads=s.heads), stage.conv.gat.state_dict()
+        conv = DglGATConv(s.in_dim, s.out_dim, num_heads=s.heads)
+        state = {**propagate.conv.gat.state_dict(), "fc.weight": transform.transform.weight}
     else:
-        conv, state = GraphConv(s.in_dim, s.out_dim, norm="both"), stage.conv.state_dict()
+        conv = GraphConv(s.in_dim, s.out_dim, norm="both")
+        state = {**propagate.conv.state_dict(), "weight": transform.transform.weight}
     conv = conv.to(torch.float64)  # DGL makes GATConv's attention vectors and bias float32
     conv.load_state_dict(state)
     return conv
@@ -64,7 +72,7 @@ def full_graph_forward(framework: str, convs: list[nn.Module], model: StagedGNN,
     if framework == "dgl":
         g = dgl.graph((graph.edge_index[0], graph.edge_index[1]), num_nodes=graph.num_nodes)
         g = dgl.add_self_loop(dgl.remove_self_loop(g))
-    for stage, conv in zip(model, convs):
+    for (_, stage), conv in zip(layers(model), convs):
         if framework == "pyg":
             h = conv(h, graph.edge_index)
         else:
@@ -77,12 +85,18 @@ def full_graph_forward(framework: str, convs: list[nn.Module], model: StagedGNN,
 
 def reference(framework: str, model: StagedGNN, graph: Graph, targets: Tensor) -> tuple[Tensor, list]:
     """Outputs of ``targets`` and parameter gradients of plain full-graph layers of ``framework``
-    carrying the staged model's weights."""
+    carrying the staged model's weights, in the staged model's parameter order (per layer: the
+    transform's weight, then the layer's other parameters)."""
     layer = pyg_layer if framework == "pyg" else dgl_layer
-    convs = [layer(stage, model.kind) for stage in model]
+    convs = [layer(t, p, model.kind) for t, p in layers(model)]
     out = full_graph_forward(framework, convs, model, graph)[targets]
     F.cross_entropy(out, graph.y[targets], reduction="sum").div(targets.numel()).backward()
-    return out.detach(), [p.grad for conv in convs for p in conv.parameters()]
+    transform = {"pyg": "lin.weight", "dgl": "fc.weight" if model.kind == "gat" else "weight"}[framework]
+    grads = []
+    for conv in convs:
+        named = dict(conv.named_parameters())
+        grads += [named.pop(transform).grad, *(p.grad for p in named.values())]
+    return out.detach(), grads
 
 
 def micro_batched(framework: str, model: StagedGNN, graph: Graph, targets: Tensor, chunks: int,
@@ -95,8 +109,9 @@ def micro_batched(framework: str, model: StagedGNN, graph: Graph, targets: Tenso
     plan = build_plan(edge_index, graph.num_nodes, targets, chunks, num_layers=model.num_layers,
                       halo=halo, partitioner=partitioner, edge_weight=weight)
     ids = model.attach(plan)
-    run = (SingleEngine(model, CPU) if engine == "single"
-           else GPipeEngine(model, [CPU, CPU], [1, model.num_layers - 1], chunks, "except_last"))
+    # GPipe's first stage holds only the first layer's transform: the boundary cuts a layer
+    run = (SingleEngine(model, CPU, chunks) if engine == "single"
+           else GPipeEngine(model, [CPU, CPU], [1, len(model) - 1], chunks, "except_last"))
     out = run.predict(ids)
     run.train_step(ids, graph.y[plan.targets], targets.numel())
     order = torch.argsort(plan.targets)  # plan order -> ascending node id (targets are sorted)

@@ -32,8 +32,8 @@ def historical_model(framework: str, kind: str, graph: Graph, chunks: int, engin
              for t in (graph.split("all"), targets)]
     expected, _ = reference(framework, copy.deepcopy(model), graph, graph.split("all"))
     all_ids, target_ids = (model.attach(p) for p in plans)
-    runner = (SingleEngine(model, CPU) if engine == "single"
-              else GPipeEngine(model, [CPU, CPU], [1, model.num_layers - 1], chunks, "except_last"))
+    runner = (SingleEngine(model, CPU, chunks) if engine == "single"
+              else GPipeEngine(model, [CPU, CPU], [1, len(model) - 1], chunks, "except_last"))
     return model, runner, all_ids, target_ids, [plans, expected]
 
 

@@ -40,7 +40,7 @@ def test_sparse_gcn_equals_messages_and_full_graph(graph: Graph, chunks: int, en
     sparse = build_model(dict(MODELS["gcn"], aggregation="sparse"), get_backend("pyg"), graph.x,
                          graph.num_classes)
     sparse.load_state_dict(model.state_dict())
-    assert [s.backend.aggregation for s in sparse] == ["sparse"] * sparse.num_layers
+    assert [u.backend.aggregation for u in list(sparse)[1::2]] == ["sparse"] * sparse.num_layers  # propagations
     expected, expected_grads = reference("pyg", copy.deepcopy(model), graph, targets)
     messages, messages_grads = micro_batched("pyg", model, graph, targets, chunks, "metis", engine)
     out, grads = micro_batched("pyg", sparse, graph, targets, chunks, "metis", engine)

@@ -1,8 +1,9 @@
-"""The notebooks run against tests/data/records and write their figures; they are committed without outputs.
+"""The notebooks run against tests/data and write their figures; they are committed without outputs.
 
-Each notebook runs once, in a kernel of this interpreter (the .venv's python, through a kernel spec made
-in a temporary folder, never a global Jupyter's): poster.ipynb reads its folders from $PIPEGNN_RESULTS /
-$PIPEGNN_FIGURES, memory_and_halo.ipynb gets them injected after its `parameters` cell, as papermill does.
+Each notebook runs in a kernel of this interpreter (the .venv's python, through a kernel spec made in a
+temporary folder, never a global Jupyter's): poster.ipynb reads its folders from $PIPEGNN_RESULTS /
+$PIPEGNN_FIGURES, memory_and_halo.ipynb gets them injected after its `parameters` cell, as papermill
+does; timeline.ipynb shows the run directory tests/data/timeline (injected), then a missing one.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from conftest import ROOT
 
 NOTEBOOKS = ROOT / "notebooks"
 RECORDS = ROOT / "tests" / "data" / "records"
+TIMELINE = ROOT / "tests" / "data" / "timeline"  # a pipelining run with its trace.json
 KERNEL = "pipegnn-test"
 #: notebook -> (figures it writes from the test records, figures it must skip with a printed line)
 FIGURES = {
@@ -34,6 +36,10 @@ FIGURES = {
                               # the test records have one graph size, edge count and hidden size
                               ["scaling.png", "scaling_edges.png", "scaling_hidden.png"]),
 }
+#: notebook -> its parameters: (environment variable of the input, input variable, output variable)
+PARAMETERS = {"poster.ipynb": ("PIPEGNN_RESULTS", "results_dir", "figures_dir"),
+              "memory_and_halo.ipynb": ("PIPEGNN_RESULTS", "results_dir", "figures_dir"),
+              "timeline.ipynb": ("PIPEGNN_RUN", "run_dir", "figures_dir")}
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +98,32 @@ def test_notebook_writes_figures_from_records(name: str, kernels: Path, tmp_path
     assert sorted(p.name for p in figures.iterdir()) == sorted(written)
 
 
-@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_timeline_notebook_shows_a_run_or_says_there_is_none(kernels: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = tmp_path / "figures"
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("PIPEGNN_RUN", str(tmp_path / "nothing-here"))
+    printed = _execute("timeline.ipynb", kernels, {"run_dir": str(TIMELINE), "figures_dir": str(figures)})
+    assert f"{TIMELINE}: 1 run: 1 completed" in printed
+    assert "pipelining, schedule gpipe, 4 micro-batches, balance 2,2 (auto): bubble " in printed
+    assert "% in theory; ideal speedup " in printed
+    path = figures / "timeline.png"
+    assert f"wrote {path}" in printed and sorted(p.name for p in figures.iterdir()) == ["timeline.png"]
+    width, height = analysis.plot_timeline(TIMELINE).get_size_inches() * analysis.DPI
+    assert matplotlib.image.imread(path).shape == (round(height), round(width), 4)
+
+    monkeypatch.setenv("PIPEGNN_FIGURES", str(tmp_path / "none"))
+    printed = _execute("timeline.ipynb", kernels)  # $PIPEGNN_RUN names no run
+    assert f"no run at {tmp_path / 'nothing-here'}" in printed and "0 runs: 0 completed" in printed
+    assert "skipped timeline.png: timeline: no trace at " in printed
+    assert not list((tmp_path / "none").iterdir())
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
 def test_notebook_committed_without_outputs(name: str) -> None:
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.outputs == [] and c.execution_count is None for c in code)
     assert [c for c in code if "parameters" in c.metadata.get("tags", [])] == [code[0]]
-    assert "PIPEGNN_RESULTS" in code[0].source and "results_dir" in code[0].source
-    assert "figures_dir" in code[0].source
+    assert all(p in code[0].source for p in PARAMETERS[name]), "a new notebook: add it to PARAMETERS"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipegnn import run
-from pipegnn.engines import stage_layers
+from pipegnn.engines import per_stage_balance, stage_units
 
 from conftest import ROOT, TINY_SYNTHETIC, make_cfg
 
@@ -29,14 +29,14 @@ def _losses(*overrides: str) -> list[float]:
     return [e["train_loss"] for e in record["epochs"]]
 
 
-def test_stage_layers() -> None:
-    """Layers per stage in stage order; stage s runs on rank s % ranks."""
-    assert stage_layers(2, 2) == [range(0, 1), range(1, 2)]
-    assert stage_layers(5, 2) == [range(0, 3), range(3, 5)]
-    assert stage_layers(5, 2, [1, 4]) == [range(0, 1), range(1, 5)]
+def test_stage_units() -> None:
+    """Units per stage in stage order; stage s runs on rank s % ranks."""
+    assert stage_units(per_stage_balance([2, 2])) == [range(0, 2), range(2, 4)]
+    assert stage_units(per_stage_balance([1, 4])) == [range(0, 1), range(1, 5)]
     # interleaved: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3
-    assert stage_layers(4, 2, per_rank=2) == [range(0, 1), range(1, 2), range(2, 3), range(3, 4)]
-    assert stage_layers(6, 2, [4, 2], per_rank=2) == [range(0, 2), range(2, 3), range(3, 5), range(5, 6)]
+    assert per_stage_balance([2, 2], per_rank=2) == [1, 1, 1, 1]
+    assert stage_units(per_stage_balance([4, 2], per_rank=2)) == [range(0, 2), range(2, 3), range(3, 5),
+                                                                  range(5, 6)]
 
 
 @pytest.mark.parametrize("model, chunks", [("gat", 1), ("gat", 4), ("gcn", 1), ("gcn", 4)])
@@ -77,8 +77,10 @@ def test_other_schedules_are_transparent() -> None:
     (["engine.schedule=zigzag"], "engine.schedule='zigzag' is not valid; valid: gpipe, 1f1b, interleaved1f1b"),
     (["engine.launcher=ssh"], "engine.launcher='ssh' is not valid; valid: spawn, external"),
     (["engine.balance=[2,1]"], "engine.balance=[2, 1] does not match the model"),
-    (["engine.devices=[cpu,cpu,cpu]"], "has 3 devices but the model has only 2 layers"),
-    (["engine.schedule=interleaved1f1b"], "needs >= 2 layers per process, but the layers per process are [1, 1]"),
+    (["engine.balance=[1,2]"], "summing to model.layers=2 (whole layers) or to 4 (units"),
+    (["engine.devices=[cpu,cpu,cpu,cpu,cpu]"], "has 5 devices but the model has only 4 units"),
+    (["model.layers=1", "engine.schedule=interleaved1f1b"],
+     "needs >= 2 units per process, but the units per process are [1, 1]"),
     (["engine.schedule=interleaved1f1b", "model.layers=4", "engine.virtual_stages=1"],
      "needs engine.virtual_stages >= 2"),
     (["engine.schedule=1f1b", "chunks=1"], "schedule=1f1b needs chunks >= the number of processes (2)"),

@@ -1,4 +1,5 @@
-"""experiments/report.py: records copied, per-run and summary tables, figures per sweep folder."""
+"""experiments/report.py: records (and traces) copied, per-run and summary tables, figures per sweep
+folder."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,11 +9,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipegnn.results import load
+from pipegnn.results import load, load_record, write_record
 
 from conftest import ROOT
 
 RECORDS = ROOT / "tests" / "data" / "records"
+TIMELINE = ROOT / "tests" / "data" / "timeline"  # a pipelining run with its trace.json
 
 
 def _report():
@@ -56,6 +58,7 @@ def test_report_copies_records_and_writes_tables_and_figures(tmp_path: Path) -> 
             "inflation_by_partitioner.png"} <= {p.name for p in (out / "halo").glob("*.png")}
     assert not (out / "halo" / "scaling.png").exists()  # one graph size only
     assert not (out / "halo" / "old_figure.png").exists()
+    assert not (out / "halo" / "timeline.png").exists()  # these records have no trace
 
     # a preset with its own figure list draws only those (here: none, the records have one size)
     shutil.copytree(RECORDS / "partition", sweeps / "scaling")
@@ -67,6 +70,30 @@ def test_report_copies_records_and_writes_tables_and_figures(tmp_path: Path) -> 
     assert pd.read_csv(out / "invalid" / "runs.csv")["status"].tolist() == ["invalid"]
 
 
+def test_report_copies_traces_and_draws_the_timeline_of_one_run(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    report = _report()
+    sweep = tmp_path / "multirun" / "pipeline"
+    record = load_record(TIMELINE)
+    for job, chunks, status, traced in (("0", 2, "completed", True), ("1", 4, "completed", True),
+                                        ("2", 8, "failed", True), ("3", 4, "completed", True),
+                                        ("4", 16, "completed", False)):
+        write_record(sweep / job, {**record, "status": status, "config": {**record["config"], "chunks": chunks}})
+        if traced:
+            shutil.copyfile(TIMELINE / "trace.json", sweep / job / "trace.json")
+    out = tmp_path / "reference"
+    assert report.main([str(sweep.parent), str(out)]) == 0
+    records = out / "pipeline" / "records"
+    assert sorted(p.parent.name for p in records.rglob("trace.json")) == ["0", "1", "2", "3"]
+    assert (records / "1" / "trace.json").read_bytes() == (TIMELINE / "trace.json").read_bytes()
+    # the most chunks among completed traced runs (job 2 failed, job 4 has no trace), first by path
+    assert report.timeline_run(load(records)) == records / "1"
+    printed = capsys.readouterr().out
+    assert "timeline.png: the traced step of records/1" in printed
+    assert f"wrote {out / 'pipeline' / 'timeline.png'}" in printed
+    assert (out / "pipeline" / "timeline.png").stat().st_size > 5_000
+
+
 def test_report_names_a_missing_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         _report().main([str(RECORDS), str(tmp_path), "--only", "poster_offline"])
@@ -74,7 +101,12 @@ def test_report_names_a_missing_sweep(tmp_path: Path, capsys: pytest.CaptureFixt
     assert f"no sweep folder in {RECORDS} named poster_offline" in err
 
 
-@pytest.mark.parametrize("preset", sorted(p.name for p in (ROOT / "results" / "reference").iterdir() if p.is_dir()))
+# report folders (a folder holding only a run directory, such as pipeline/timeline, is none)
+PRESETS = sorted(p.name for p in (ROOT / "results" / "reference").iterdir()
+                 if (p / "summary.csv").is_file() or (p / "records").is_dir())
+
+
+@pytest.mark.parametrize("preset", PRESETS)
 def test_committed_reference_tables_come_from_the_committed_records(preset: str) -> None:
     """results/reference/<preset>/summary.csv and runs.csv are what the report derives from the records
     committed beside them (so every number in results/README.md traces back to a record)."""

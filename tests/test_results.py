@@ -42,6 +42,23 @@ COMPLETED = {
 }
 
 
+#: A record's ``pipeline`` section (shaped like pipegnn.train's: static info, then medians over epochs).
+PIPELINE = {
+    "engine": "pipelining", "schedule": "1f1b", "chunks": 8, "stage_units": [["transform0"], ["propagate0",
+    "transform1", "propagate1"]], "lanes": [0, 1], "devices": ["rank0:cpu", "rank1:cpu"],
+    "overlap_possible": True, "overlap_note": None, "balance_source": "auto",
+    "unit_costs_s": {"transform0": 0.003, "propagate0": 0.0015, "transform1": 0.0003, "propagate1": 0.0008},
+    "per_lane": 1, "num_stages": 2, "num_lanes": 2, "balance": [1, 3], "bubble_theoretical": 1 / 9,
+    "timeline": True, "makespan_s": 0.032, "busy_s": 0.028, "communication_s": 0.022, "bubble": 0.5625,
+    "imbalance": 1.0625, "ideal_makespan_s": 0.018, "ideal_speedup": 1.5,
+    "stages": [{"forward_s": 0.012, "backward_s": 0.002, "recompute_s": 0.0, "communication_s": 0.008,
+                "busy_s": 0.014},
+               {"forward_s": 0.009, "backward_s": 0.005, "recompute_s": 0.0, "communication_s": 0.014,
+                "busy_s": 0.0145}],
+    "trace": "trace.json",
+}
+
+
 def _failed() -> dict:
     cfg = copy.deepcopy(CONFIG)
     cfg.update(chunks=4, engine={"name": "single", "device": "cpu"})
@@ -131,6 +148,42 @@ def test_flatten_missing_fields_and_fallbacks() -> None:
     assert math.isnan(flatten(_invalid())["peak_rss_mb"])
 
 
+def test_flatten_pipeline_section_and_older_records_without_it() -> None:
+    row = flatten({**COMPLETED, "pipeline": PIPELINE})
+    assert (row["pipeline_schedule"], row["pipeline_stages"], row["pipeline_balance"],
+            row["pipeline_balance_source"], row["pipeline_overlap"]) == ("1f1b", 2, "1,3", "auto", True)
+    assert (row["pipeline_bubble_theoretical"], row["pipeline_bubble"], row["pipeline_makespan_s"],
+            row["pipeline_busy_s"], row["pipeline_communication_s"], row["pipeline_imbalance"],
+            row["pipeline_ideal_makespan_s"], row["pipeline_ideal_speedup"]) == \
+        (1 / 9, 0.5625, 0.032, 0.028, 0.022, 1.0625, 0.018, 1.5)
+    assert (row["pipeline_stage0_busy_s"], row["pipeline_stage1_busy_s"]) == (0.014, 0.0145)
+    assert list(row)[len(COLUMNS):len(COLUMNS) + 3] == ["pipeline_stage0_busy_s", "pipeline_stage1_busy_s",
+                                                         "cfg.chunks"]
+    old = flatten(COMPLETED)  # written before stage timelines
+    pipeline = [k for k in COLUMNS if k.startswith("pipeline_")]
+    assert len(pipeline) == 13
+    for key in pipeline:
+        value = old[key]
+        assert value is None if key in ("pipeline_schedule", "pipeline_balance", "pipeline_balance_source",
+                                         "pipeline_overlap") else math.isnan(value), key
+    assert "pipeline_stage0_busy_s" not in old
+    no_timeline = {k: v for k, v in PIPELINE.items() if k not in ("makespan_s", "bubble", "stages")}
+    row = flatten({**COMPLETED, "pipeline": {**no_timeline, "timeline": False}})
+    assert row["pipeline_balance"] == "1,3" and math.isnan(row["pipeline_bubble"])
+
+
+def test_load_stage_columns_in_stage_order(tmp_path: Path) -> None:
+    stages = [{**PIPELINE["stages"][0], "busy_s": float(s)} for s in range(11)]
+    write_record(tmp_path / "0", {**COMPLETED, "pipeline": {**PIPELINE, "num_stages": 11, "stages": stages}})
+    write_record(tmp_path / "1", COMPLETED)
+    df = load(tmp_path)
+    extra = list(df.columns[len(COLUMNS):])
+    assert extra[:11] == [f"pipeline_stage{s}_busy_s" for s in range(11)]
+    assert all(c.startswith("cfg.") for c in extra[11:])
+    assert list(df["pipeline_stage10_busy_s"].fillna(-1)) == [10.0, -1]
+    assert list(df["pipeline_stages"].fillna(-1)) == [11, -1]
+
+
 def test_load_one_row_per_record(sweep: Path) -> None:
     df = load(sweep)
     assert list(df["status"]) == ["completed", "failed", "invalid"]
@@ -201,6 +254,13 @@ def test_flatten_real_record(real: tuple[Path, dict]) -> None:
     assert row["devices"] == ",".join(cfg["engine"]["devices"]) and row["git_sha"] == record["env"]["git_sha"]
     assert row["cfg.model.hidden"] == cfg["model"]["hidden"] and row["cfg.train.seed"] == cfg["train"]["seed"]
     assert row["cfg.dataset.num_nodes"] == 400
+    pipeline = record["pipeline"]
+    assert row["pipeline_balance"] == ",".join(map(str, pipeline["balance"]))
+    assert row["pipeline_overlap"] == pipeline["overlap_possible"]
+    for key in ("bubble", "bubble_theoretical", "makespan_s", "busy_s", "imbalance", "ideal_speedup"):
+        assert row[f"pipeline_{key}"] == pipeline[key], key
+    assert [row[f"pipeline_stage{s}_busy_s"] for s in range(pipeline["num_stages"])] == \
+        [s["busy_s"] for s in pipeline["stages"]]
 
 
 def test_table_and_summary(sweep: Path) -> None:

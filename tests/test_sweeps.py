@@ -96,7 +96,8 @@ def test_failing_jobs_are_recorded_the_sweep_goes_on_and_resume_redoes_only_them
         assert len(records[name]["epochs"]) == 2 and records[name]["final"]["test_acc"] >= 0
         assert records[name]["choices"]["devices"] == "cpu2"
         assert records[name]["config"]["engine"] == {"name": "gpipe", "devices": ["cpu", "cpu"],
-                                                     "balance": None, "checkpoint": "except_last"}
+                                                     "balance": None, "checkpoint": "except_last",
+                                                     "timeline": True, "trace_epoch": 1}
     df = load(sweep)
     assert len(df) == 4 and sorted(df["status"]) == ["completed", "completed", "failed", "invalid"]
     # The failures are named on stderr and in the sweep's log: number, overrides, status, error.
@@ -278,12 +279,12 @@ def test_experiment_preset_axes(name: str) -> None:
 
 def test_poster_pubmed_settings() -> None:
     cfg = _compose("experiment=poster_pubmed")
-    assert (cfg.dataset.name, cfg.model.name, cfg.model.layers) == ("pubmed", "gat", 4)
+    assert (cfg.dataset.name, cfg.model.name, cfg.model.layers) == ("pubmed", "gat", 2)
     assert (cfg.microbatch.partition, cfg.microbatch.targets, cfg.train.epochs) == ("sequential", "train", 200)
     assert (cfg.model.heads, cfg.model.hidden, cfg.model.out_heads, cfg.train.lr) == (8, 8, 8, 0.01)
     text = (CONF / "experiment" / "poster_pubmed.yaml").read_text()
     assert "real PubMed" in text and "GPUs" in text
-    # each job composes; gpu4 gets one of the 4 layers per GPU
+    # each job composes; gpu4 gets one of the GAT's 4 units per GPU
     job = _compose("experiment=poster_pubmed", "framework=dgl", "chunks=32", "devices=gpu4",
                    "microbatch.halo=exact")
     assert list(job.engine.devices) == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
@@ -329,14 +330,18 @@ def test_ablation_settings(axis: str) -> None:
 
 # --- devices ---------------------------------------------------------------------------------------------
 
+TIMELINE = {"timeline": True, "trace_epoch": 1}
 DEVICES = {
-    "cpu": {"name": "single", "device": "cpu"},
-    "gpu": {"name": "single", "device": "cuda:0"},
-    "cpu2": {"name": "gpipe", "devices": ["cpu", "cpu"], "balance": None, "checkpoint": "except_last"},
-    "cpu4": {"name": "gpipe", "devices": ["cpu"] * 4, "balance": None, "checkpoint": "except_last"},
-    "gpu2": {"name": "gpipe", "devices": ["cuda:0", "cuda:1"], "balance": None, "checkpoint": "except_last"},
+    "cpu": {"name": "single", "device": "cpu", **TIMELINE},
+    "gpu": {"name": "single", "device": "cuda:0", **TIMELINE},
+    "cpu2": {"name": "gpipe", "devices": ["cpu", "cpu"], "balance": None, "checkpoint": "except_last",
+             **TIMELINE},
+    "cpu4": {"name": "gpipe", "devices": ["cpu"] * 4, "balance": None, "checkpoint": "except_last",
+             **TIMELINE},
+    "gpu2": {"name": "gpipe", "devices": ["cuda:0", "cuda:1"], "balance": None, "checkpoint": "except_last",
+             **TIMELINE},
     "gpu4": {"name": "gpipe", "devices": [f"cuda:{i}" for i in range(4)], "balance": None,
-             "checkpoint": "except_last"},
+             "checkpoint": "except_last", **TIMELINE},
 }
 
 
@@ -350,11 +355,11 @@ def test_devices_preset(preset: str) -> None:
     if preset.startswith("gpu") and not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="CUDA is not available"):
             check_config(container)
-    elif preset == "cpu4":  # four stages need four layers
-        with pytest.raises(ConfigError, match="engine.devices has 4 devices but the model has only 2 "
-                                              "layers; use at most 2 devices"):
-            check_config(container)
-        check_config(OmegaConf.to_container(_compose("devices=cpu4", "model.layers=4"), resolve=True))
+    elif preset == "cpu4":  # four stages need four units: two layers
+        check_config(container)
+        with pytest.raises(ConfigError, match=r"engine.devices has 4 devices but the model has only 2 "
+                                              r"units \(model.layers=1"):
+            check_config(OmegaConf.to_container(_compose("devices=cpu4", "model.layers=1"), resolve=True))
     else:
         check_config(container)
 

@@ -1,6 +1,6 @@
 """Framework adapters: everything framework-specific lives in one adapter per framework.
 
-An adapter provides four methods (see :class:`Backend`); staging, engines and the trainer call only
+An adapter provides five methods (see :class:`Backend`); staging, engines and the trainer call only
 these and never branch on the framework. The DGL adapter is imported only when asked for, so PyG-only
 runs do not pay DGL's import time.
 
@@ -74,6 +74,11 @@ class Backend(Protocol):
     def conv(self, kind: str, spec: LayerSpec) -> nn.Module:
         """The framework's own layer for one LayerSpec (ConfigError if the aggregation is not
         available for ``kind``)."""
+
+    @staticmethod
+    def split(conv: nn.Module) -> tuple[nn.Module, nn.Module]:
+        """``(transform, rest)``: the layer's own node-wise dense transform (its parameters) and the
+        layer without it, which computes the whole layer's output from transformed rows."""
 
     def structure(self, edge_index: Tensor, edge_weight: Tensor | None, num_src: int, num_dst: int) -> Any:
         """A micro-batch block in the framework's form for this aggregation, built once per device from

@@ -20,10 +20,10 @@ import torch  # noqa: E402
 from dgl.nn.pytorch import EdgeWeightNorm, GATConv, GraphConv  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from pipegnn.backends.base import Adapter
+from pipegnn.backends.base import Adapter, TakenOut
 from pipegnn.models.spec import LayerSpec  # noqa: E402
 
-__all__ = ["DglBackend", "HeadReducedGATConv"]
+__all__ = ["DglBackend", "HeadReducedGATConv", "WeightTransform"]
 
 WEIGHT = "w"  # edata key of a block's edge weights
 
@@ -32,7 +32,7 @@ class HeadReducedGATConv(nn.Module):
     """DGL's GATConv with its heads concatenated (``[N, heads*out]``) or averaged (``[N, out]``).
 
     Args:
-        spec: the layer; ``spec.dropout`` is the attention dropout (the Stage drops input features).
+        spec: the layer; ``spec.dropout`` is the attention dropout (the Transform unit drops input features).
     """
 
     def __init__(self, spec: LayerSpec):
@@ -44,6 +44,17 @@ class HeadReducedGATConv(nn.Module):
     def forward(self, graph: dgl.DGLGraph, feat: Tensor, edge_weight: Tensor | None = None) -> Tensor:
         out = self.gat(graph, feat, edge_weight=edge_weight)  # [N, heads, out]
         return out.flatten(1) if self.concat else out.mean(1)
+
+
+class WeightTransform(nn.Module):
+    """GraphConv's own ``[in, out]`` weight applied as GraphConv applies it (``feat @ weight``)."""
+
+    def __init__(self, weight: nn.Parameter):
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, h: Tensor) -> Tensor:
+        return torch.matmul(h, self.weight)
 
 
 class DglBackend(Adapter):
@@ -87,6 +98,23 @@ class DglBackend(Adapter):
         else:
             conv = HeadReducedGATConv(spec)
         return conv.to(torch.get_default_dtype())
+
+    @staticmethod
+    def split(conv: nn.Module) -> tuple[nn.Module, nn.Module]:
+        """``(transform, rest)``: the layer's own dense transform and the layer without it.
+
+        GATConv: its ``fc`` Linear (applied to the input first, nothing else reads it). GraphConv: its
+        ``weight`` parameter, moved into a :class:`WeightTransform`; a GraphConv without a weight only
+        normalises and aggregates (DGL applies the weight before or after aggregating, which gives the
+        same result; with the weight taken out it is always applied before).
+        """
+        if isinstance(conv, HeadReducedGATConv):
+            transform = conv.gat.fc
+            conv.gat.fc = TakenOut()
+            return transform, conv
+        transform = WeightTransform(conv.weight)
+        conv.weight = None
+        return transform, conv
 
     @staticmethod
     def structure(edge_index: Tensor, edge_weight: Tensor | None, num_src: int,

@@ -14,7 +14,7 @@ from torch_geometric.nn import GATConv, GCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops, to_torch_csr_tensor
 
-from pipegnn.backends.base import Adapter
+from pipegnn.backends.base import Adapter, TakenOut
 from pipegnn.models.spec import LayerSpec
 
 __all__ = ["PygBackend", "sparse_adjacency"]
@@ -65,6 +65,15 @@ class PygBackend(Adapter):
             return GCNConv(spec.in_dim, spec.out_dim, normalize=False, add_self_loops=False)
         return GATConv(spec.in_dim, spec.out_dim, heads=spec.heads, concat=spec.concat,
                        dropout=spec.dropout, add_self_loops=False)
+
+    @staticmethod
+    def split(conv: nn.Module) -> tuple[nn.Module, nn.Module]:
+        """``(transform, rest)``: the layer's own ``lin`` (its node-wise dense transform) and the layer
+        without it. GATConv and GCNConv apply ``self.lin`` to their input first and nothing else
+        touches it, so the rest computes what the whole layer computes from transformed rows."""
+        transform = conv.lin
+        conv.lin = TakenOut()
+        return transform, conv
 
     def structure(self, edge_index: Tensor, edge_weight: Tensor | None, num_src: int,
                   num_dst: int) -> tuple[Tensor, Tensor | None] | Tensor:

@@ -3,30 +3,59 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import torch
 import torch.distributed as dist
+from torch import Tensor
 
-from pipegnn.engines.base import IGNORE, Engine, parse_device
-from pipegnn.engines.gpipe import CHECKPOINT_MODES, GPipeEngine, even_balance
+from pipegnn.engines.balance import AUTO, auto_balance, even_balance, measure_unit_costs, unit_balance
+from pipegnn.engines.base import IGNORE, Engine, exact_loss, parse_device
+from pipegnn.engines.gpipe import CHECKPOINT_MODES, GPipeEngine
 from pipegnn.engines.pipelining import (DIST_BACKENDS, LAUNCHERS, SCHEDULES, START_METHODS,
-                                        PipeliningEngine, stage_layers)
+                                        PipeliningEngine, per_stage_balance, stage_units)
 from pipegnn.engines.single import SingleEngine
 from pipegnn.models.base import StagedGNN
 
-__all__ = ["CHECKPOINT_MODES", "DIST_BACKENDS", "ENGINES", "IGNORE", "LAUNCHERS", "SCHEDULES",
+__all__ = ["AUTO", "CHECKPOINT_MODES", "DIST_BACKENDS", "ENGINES", "IGNORE", "LAUNCHERS", "SCHEDULES",
            "START_METHODS", "Engine", "GPipeEngine", "PipeliningEngine", "SingleEngine", "build_engine",
-           "even_balance", "parse_device", "stage_layers"]
+           "even_balance", "exact_loss", "parse_device", "per_stage_balance", "stage_units", "unit_balance"]
 
 ENGINES = ("single", "gpipe", "pipelining")
 
 
-def build_engine(engine: Mapping[str, Any], model: StagedGNN, chunks: int) -> Engine:
+def build_engine(engine: Mapping[str, Any], model: StagedGNN, chunks: int, train_ids: Tensor) -> Engine:
     """The engine an (already validated) ``engine`` config describes (``pipelining``: this process's
-    rank, inside :func:`pipegnn.engines.pipelining.process_group`)."""
+    rank, inside :func:`pipegnn.engines.pipelining.process_group`). ``train_ids`` are the training
+    micro-batches, timed per unit for ``engine.balance=auto``."""
+    timeline = bool(engine.get("timeline", True))
     if engine["name"] == "single":
-        return SingleEngine(model, parse_device(engine["device"]))
+        return SingleEngine(model, parse_device(engine["device"]), chunks, timeline)
     if engine["name"] == "pipelining":
-        return PipeliningEngine(model, parse_device(engine["devices"][dist.get_rank()]), chunks,
-                                engine["schedule"], engine["balance"], int(engine["virtual_stages"]))
+        rank, world = dist.get_rank(), dist.get_world_size()
+        per_rank = int(engine["virtual_stages"]) if engine["schedule"] == "interleaved1f1b" else 1
+        device = parse_device(engine["devices"][rank])
+        per_stage, source, costs = _balance(engine, model, world, per_rank, train_ids, device,
+                                            measure=rank == 0)
+        if source == AUTO:  # rank 0 measured: every rank takes its balance
+            shared = [per_stage, costs]
+            dist.broadcast_object_list(shared, src=0)
+            per_stage, costs = shared
+        return PipeliningEngine(model, device, chunks, engine["schedule"], per_stage, timeline, source,
+                                costs)
     devices = [parse_device(d) for d in engine["devices"]]
-    balance = list(engine["balance"] or even_balance(model.num_layers, len(devices)))
-    return GPipeEngine(model, devices, balance, chunks, engine["checkpoint"])
+    per_stage, source, costs = _balance(engine, model, len(devices), 1, train_ids, devices[0])
+    return GPipeEngine(model, devices, per_stage, chunks, engine["checkpoint"], timeline, source, costs)
+
+
+def _balance(engine: Mapping[str, Any], model: StagedGNN, parts: int, per_part: int, train_ids: Tensor,
+             device: torch.device, measure: bool = True) -> tuple[list[int], str, dict[str, float] | None]:
+    """Units per stage (``parts * per_part`` stages), how they were chosen (``auto``, ``config``,
+    ``even``) and, for ``auto``, the measured seconds per unit (this process measures if ``measure``)."""
+    balance = engine.get("balance")
+    if balance == AUTO:
+        if not measure:
+            return [], AUTO, None
+        costs = measure_unit_costs(model, train_ids, device)
+        return auto_balance(costs, parts * per_part), AUTO, dict(zip(model.unit_names, costs))
+    units = unit_balance(balance, model.num_layers, parts)
+    source = "config" if units is not None else "even"
+    return per_stage_balance(units or even_balance(len(model), parts), per_part), source, None

@@ -1,4 +1,5 @@
-"""What every engine shares: the loss normalisation that makes micro-batched gradients exact."""
+"""What every engine shares: the loss normalisation that makes micro-batched gradients exact, and the
+stage timeline of each training step."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -7,7 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["IGNORE", "Engine", "parse_device"]
+from pipegnn.timeline import Box, PipelineInfo, Timeline
+
+__all__ = ["IGNORE", "Engine", "exact_loss", "parse_device"]
 
 #: Label of targets that are computed but not part of the loss.
 IGNORE = -1
@@ -35,14 +38,23 @@ def parse_device(name: str) -> torch.device:
     return device
 
 
+def exact_loss(logits: Tensor, labels: Tensor, num_targets: int) -> Tensor:
+    """Sum of per-target cross-entropies over the global number of loss targets: summed over the
+    micro-batches, its gradient is the full-batch mean-loss gradient."""
+    return F.cross_entropy(logits, labels, reduction="sum", ignore_index=IGNORE) / num_targets
+
+
 class Engine:
     """Runs a StagedGNN over micro-batch ids.
 
     Subclasses implement :meth:`outputs`, yielding logits in micro-batch order, in as many pieces as
-    the engine can back-propagate separately.
+    the engine can back-propagate separately, and set :attr:`info` (what the pipeline is) and
+    :attr:`timeline` (None when ``engine.timeline=false``).
     """
 
     devices: list[torch.device]
+    info: PipelineInfo
+    timeline: Timeline | None = None
 
     @property
     def input_device(self) -> torch.device:
@@ -63,8 +75,8 @@ class Engine:
     def train_step(self, ids: Tensor, labels: Tensor, num_targets: int) -> float:
         """Forward and backward over all micro-batches; gradients accumulate in the parameters.
 
-        The loss is the sum of per-target cross-entropies divided by the global number of loss targets
-        ``num_targets``, so the accumulated gradient equals the full-batch mean-loss gradient.
+        The loss is :func:`exact_loss`, so the accumulated gradient equals the full-batch mean-loss
+        gradient. The step's stage timeline is recorded (read it with :meth:`step_boxes`).
 
         Args:
             ids: micro-batch ids.
@@ -75,15 +87,22 @@ class Engine:
         Returns:
             The mean training loss over the labelled targets.
         """
+        if self.timeline is not None:
+            self.timeline.begin()
         total = torch.zeros((), device=self.output_device)
         offset = 0
         for logits in self.outputs(ids):
             y = labels[offset:offset + logits.size(0)]
             offset += logits.size(0)
-            loss = F.cross_entropy(logits, y, reduction="sum", ignore_index=IGNORE) / num_targets
+            loss = exact_loss(logits, y, num_targets)
             loss.backward()
             total += loss.detach()
         return float(total)
+
+    def step_boxes(self) -> list[Box] | None:
+        """The stage timeline of the last training step (every stage's boxes), or None without a
+        timeline. Call once per step, after the step's closing synchronisation."""
+        return self.timeline.end() if self.timeline is not None else None
 
     @torch.no_grad()
     def predict(self, ids: Tensor) -> Tensor:

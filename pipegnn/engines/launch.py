@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 _FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 #: Record fields the parent takes from rank 0's record.
-_MERGED = ("dataset", "model", "epochs", "final", "microbatch", "memory")
+_MERGED = ("dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace")
 
 
 class WorkerFailed(RuntimeError):

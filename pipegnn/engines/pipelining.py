@@ -15,7 +15,9 @@ dim 0) and the per-micro-batch loss. Hand-written here because torch has no equi
   slices the real rows back out; labels are padded with ``IGNORE``;
 - the exact loss (sum of cross-entropies / global labelled count, ``scale_grads=False``: torch would
   otherwise divide the gradients by the number of micro-batches);
-- the layers of each stage from ``balance`` (and ``virtual_stages`` for interleaving), a check that
+- the stage timeline: ``PipelineStage``'s computations and the waits for its receives (``_TimedStage``),
+  gathered on every rank after each training step;
+- the units of each stage from the balance (and ``virtual_stages`` for interleaving), a check that
   all ranks built the same plans and initial weights, the broadcasts, the process group from
   torchrun's environment (``process_group``) and the per-rank peak memory (``gather_memory``).
 """
@@ -36,14 +38,15 @@ from torch import Tensor, nn
 from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
                                           ScheduleInterleaved1F1B)
 
-from pipegnn.engines.base import IGNORE, Engine, parse_device
-from pipegnn.engines.gpipe import even_balance
+from pipegnn.engines.balance import even_balance
+from pipegnn.engines.base import IGNORE, Engine, exact_loss, parse_device
 from pipegnn.errors import ConfigError
 from pipegnn.measure import peak_device_bytes, peak_rss_bytes
-from pipegnn.models.base import Stage, StagedGNN
+from pipegnn.models.base import StagedGNN, Unit
+from pipegnn.timeline import Box, PipelineInfo, Timeline
 
 __all__ = ["DIST_BACKENDS", "LAUNCHERS", "SCHEDULES", "START_METHODS", "PipeliningEngine", "dist_backend",
-           "gather_memory", "is_secondary_rank", "process_group", "stage_layers"]
+           "gather_memory", "is_secondary_rank", "per_stage_balance", "process_group", "stage_units"]
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved1f1b": ScheduleInterleaved1F1B}
 LAUNCHERS = ("spawn", "external")
@@ -51,17 +54,17 @@ DIST_BACKENDS = ("auto", "gloo", "nccl")
 START_METHODS = ("forkserver", "spawn")
 
 
-def stage_layers(num_layers: int, num_ranks: int, balance: list[int] | None = None,
-                 per_rank: int = 1) -> list[range]:
-    """Layers of every pipeline stage, in stage order; stage s runs on rank ``s % num_ranks``.
+def stage_units(per_stage: list[int]) -> list[range]:
+    """Units of every pipeline stage, in stage order, from the units per stage; stage s runs on rank
+    ``s % num_ranks``."""
+    return [range(a, a + c) for a, c in zip(accumulate([0, *per_stage]), per_stage)]
 
-    ``balance`` gives the layers of each rank (null: as even as possible); with ``per_rank`` > 1
-    (interleaving) a rank's layers are split as evenly as possible over its ``per_rank`` stages.
-    """
-    balance = list(balance or even_balance(num_layers, num_ranks))
-    counts = [even_balance(balance[s % num_ranks], per_rank)[s // num_ranks]
-              for s in range(num_ranks * per_rank)]
-    return [range(a, a + c) for a, c in zip(accumulate([0, *counts]), counts)]
+
+def per_stage_balance(per_rank_units: list[int], per_rank: int = 1) -> list[int]:
+    """Units per stage from units per rank: with ``per_rank`` > 1 (interleaving) a rank's units are
+    split as evenly as possible over its ``per_rank`` stages (stage s runs on rank ``s % ranks``)."""
+    ranks = len(per_rank_units)
+    return [even_balance(per_rank_units[s % ranks], per_rank)[s // ranks] for s in range(ranks * per_rank)]
 
 
 def dist_backend(engine: Mapping[str, Any]) -> str:
@@ -138,68 +141,129 @@ def gather_memory(devices: list[torch.device]) -> dict[str, Any]:
 
 
 class _PipeStage(nn.Module):
-    """Consecutive layers of the staged model as one pipeline stage with static shapes.
+    """Consecutive units of the staged model as one pipeline stage with static shapes.
 
     Receives ``(ids,)`` (first stage) or ``(h padded, ids)``, slices the real rows of micro-batch
-    ``ids[0]`` out of ``h``, runs its layers and pads the output rows to ``pad[m]``; the last stage
+    ``ids[0]`` out of ``h``, runs its units and pads the output rows to ``pad[m]``; the last stage
     returns only the padded logits (what the loss and the merged output take).
     """
 
-    def __init__(self, layers: list[Stage], rows_in: list[int] | None, pad: list[int], last: bool):
+    def __init__(self, units: list[Unit], rows_in: list[int] | None, pad: list[int], last: bool):
         super().__init__()
-        self.layers = nn.ModuleList(layers)
+        self.units = nn.ModuleList(units)
         self.rows_in, self.pad, self.last = rows_in, pad, last
 
     def forward(self, *inputs: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         ids = inputs[-1]
         m = int(ids[0])
         x: tuple[Tensor, ...] = (ids,) if self.rows_in is None else (inputs[0][:self.rows_in[m]], ids)
-        for layer in self.layers:
-            x = layer(x)
+        for unit in self.units:
+            x = unit(x)
         h = F.pad(x[0], (0, 0, 0, self.pad[m] - x[0].size(0)))
         return h if self.last else (h, ids)
+
+
+class _TimedStage(PipelineStage):
+    """torch's ``PipelineStage`` that also puts its computations and its waits for receives on the
+    timeline (the schedules call these methods; torch reports no timings of its own).
+
+    A wait is the time from when the schedule asks for a receive to when the computation that needs it
+    starts, clipped to this rank's previous box (a schedule may post receives early)."""
+
+    def __init__(self, *args: Any, timeline: Timeline | None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.timeline = timeline
+        self._asked: dict[tuple[str, int], float] = {}
+
+    def _recording(self) -> bool:
+        return self.timeline is not None and self.timeline.recording
+
+    def _asked_for(self, kind: str, chunk: int, ops: list) -> list:
+        if ops and self._recording():
+            self._asked[kind, chunk] = self.timeline.now(self.stage_index)
+        return ops
+
+    def get_fwd_recv_ops(self, fwd_chunk_id: int) -> list:
+        return self._asked_for("forward", fwd_chunk_id, super().get_fwd_recv_ops(fwd_chunk_id))
+
+    def get_bwd_recv_ops(self, bwd_chunk_id: int) -> list:
+        return self._asked_for("backward", bwd_chunk_id, super().get_bwd_recv_ops(bwd_chunk_id))
+
+    def _timed(self, kind: str, chunk: int, run: Any) -> Any:
+        if not self._recording():
+            return run()
+        timeline, s = self.timeline, self.stage_index
+        start = timeline.now(s)
+        asked = self._asked.pop((kind, chunk), None)
+        if asked is not None:
+            timeline.add_wait(s, chunk, f"recv_{kind}", asked, start)
+        out = run()
+        timeline.add(s, chunk, kind, start, timeline.now(s))
+        return out
+
+    def forward_one_chunk(self, fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+        return self._timed("forward", fwd_chunk_id,
+                           lambda: super(_TimedStage, self).forward_one_chunk(fwd_chunk_id, *args, **kwargs))
+
+    def backward_one_chunk(self, bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+        return self._timed("backward", bwd_chunk_id,
+                           lambda: super(_TimedStage, self).backward_one_chunk(bwd_chunk_id, *args, **kwargs))
 
 
 class PipeliningEngine(Engine):
     """This rank's part of a torch.distributed.pipelining pipeline (call inside ``process_group``).
 
     Args:
-        model: the whole staged model with its plans attached (identical on every rank); the stages
+        model: the whole staged model with its plans attached (identical on every rank); the units
             of other ranks are removed from it, so ``model.parameters()`` are this rank's.
         device: this rank's device.
         chunks: micro-batches per call.
         schedule: ``gpipe``, ``1f1b`` or ``interleaved1f1b``.
-        balance: layers per rank (None: as even as possible).
-        virtual_stages: stages per rank with ``interleaved1f1b`` (1 otherwise).
+        per_stage: units per stage (stage s runs on rank ``s % world``; more stages than ranks with
+            ``interleaved1f1b``).
+        timeline: record the stage timeline of every training step.
+        balance_source, unit_costs: how the balance was chosen, for the record.
     """
 
-    def __init__(self, model: StagedGNN, device: torch.device, chunks: int, schedule: str = "gpipe",
-                 balance: list[int] | None = None, virtual_stages: int = 1):
+    def __init__(self, model: StagedGNN, device: torch.device, chunks: int, schedule: str,
+                 per_stage: list[int], timeline: bool = True, balance_source: str = "config",
+                 unit_costs: dict[str, float] | None = None):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.devices = [device]
         self.chunks, self.schedule_name = chunks, schedule
-        per_rank = virtual_stages if schedule == "interleaved1f1b" else 1
-        self.layers = stage_layers(model.num_layers, self.world, balance, per_rank)
-        self.num_stages = len(self.layers)
+        self.units = stage_units(per_stage)
+        self.num_stages = len(self.units)
         self.local = [s for s in range(self.num_stages) if s % self.world == self.rank]
         self.last_rank = (self.num_stages - 1) % self.world
         _check_same_everywhere(model)
-        # Real output rows of every layer per micro-batch id, and the padded rows of the current call.
-        self.rows = [[shape[1] for shape in stage.shapes] for stage in model]
+        # Real output rows of every unit per micro-batch id, and the padded rows of the current call.
+        self.rows = [list(unit.rows) for unit in model]
         self.pad = [[0] * len(r) for r in self.rows]
-        self.width = [stage.spec.out_features for stage in model]
+        self.width = [unit.width for unit in model]
         self.dtype = model[0].features.dtype
-        stages = list(model)
-        self.modules = {s: _PipeStage(stages[self.layers[s].start:self.layers[s].stop],
-                                      None if s == 0 else self.rows[self.layers[s].start - 1],
-                                      self.pad[self.layers[s].stop - 1], s == self.num_stages - 1).to(device)
+        names = model.unit_names
+        lanes = [s % self.world for s in range(self.num_stages)]
+        self.info = PipelineInfo("pipelining", schedule, chunks, [names[r.start:r.stop] for r in self.units],
+                                 lanes, [f"rank{r}:{device.type}" for r in lanes],
+                                 overlap_possible=self.world > 1,
+                                 overlap_note=None if self.world > 1 else "one process",
+                                 balance_source=balance_source, unit_costs_s=unit_costs,
+                                 per_lane=self.num_stages // self.world)
+        units = list(model)
+        self.modules = {s: _PipeStage(units[self.units[s].start:self.units[s].stop],
+                                      None if s == 0 else self.rows[self.units[s].start - 1],
+                                      self.pad[self.units[s].stop - 1], s == self.num_stages - 1).to(device)
                         for s in self.local}
-        own = {layer for s in self.local for layer in self.layers[s]}
+        own = {unit for s in self.local for unit in self.units[s]}
         for i in reversed(range(len(model))):
             if i not in own:
                 del model[i]
         self._schedules: dict[tuple, Any] = {}
         self._num_targets = 1
+        if timeline:
+            dist.barrier()  # every rank counts time from the same moment
+            self.timeline = Timeline([device] * self.num_stages, lanes)
+            self.timeline.set_origin()
 
     @property
     def has_first(self) -> bool:
@@ -210,7 +274,7 @@ class PipeliningEngine(Engine):
         return self.num_stages - 1 in self.local
 
     def _loss(self, logits: Tensor, labels: Tensor) -> Tensor:
-        return F.cross_entropy(logits, labels, reduction="sum", ignore_index=IGNORE) / self._num_targets
+        return exact_loss(logits, labels, self._num_targets)
 
     def _schedule(self, ids: list[int], train: bool) -> Any:
         """The schedule of the micro-batches ``ids``, built on first use (same order on every rank)."""
@@ -227,17 +291,17 @@ class PipeliningEngine(Engine):
         device = self.devices[0]
         ids = torch.zeros(1, dtype=torch.long, device="meta")
 
-        def activation(layer: int) -> Tensor:
-            return torch.empty(self.pad[layer][m], self.width[layer], dtype=self.dtype, device="meta",
+        def activation(unit: int) -> Tensor:
+            return torch.empty(self.pad[unit][m], self.width[unit], dtype=self.dtype, device="meta",
                                requires_grad=train)
 
         stages = []
         for s in self.local:
-            first, last = self.layers[s].start, self.layers[s].stop - 1
+            first, last = self.units[s].start, self.units[s].stop - 1
             inputs = (ids,) if s == 0 else (activation(first - 1), ids)
             outputs = activation(last) if s == self.num_stages - 1 else (activation(last), ids)
-            stages.append(PipelineStage(self.modules[s], s, self.num_stages, device, input_args=inputs,
-                                        output_args=outputs))
+            stages.append(_TimedStage(self.modules[s], s, self.num_stages, device, input_args=inputs,
+                                      output_args=outputs, timeline=self.timeline))
         kind = SCHEDULES[self.schedule_name] if train else (
             ScheduleInterleaved1F1B if len(stages) > 1 else ScheduleGPipe)
         loss = self._loss if train else None
@@ -255,6 +319,8 @@ class PipeliningEngine(Engine):
         schedule = self._schedule(order, train=True)
         self._num_targets = num_targets
         total = torch.zeros((), device=self.devices[0])
+        if self.timeline is not None:
+            self.timeline.begin()
         if self.has_last:
             sizes = [self.rows[-1][m] for m in order]  # labels of each micro-batch, padded with IGNORE
             target = torch.full((len(order), self.pad[-1][order[0]]), IGNORE, dtype=labels.dtype,
@@ -266,8 +332,23 @@ class PipeliningEngine(Engine):
             total = torch.stack(losses).sum().detach().to(total.dtype)
         else:
             schedule.step(*self._args(ids), return_outputs=False)
+        if self.timeline is not None:
+            self.timeline.recording = False  # the broadcast below is not part of the pipeline
         dist.broadcast(total, src=self.last_rank)
         return float(total)
+
+    def step_boxes(self) -> list[Box] | None:
+        """Every rank's boxes of the last training step (a collective: call on all ranks)."""
+        if self.timeline is None:
+            return None
+        mine = self.timeline.end()
+        ranks: list[Any] = [None] * self.world
+        dist.all_gather_object(ranks, mine)
+        return sorted((b for boxes in ranks for b in boxes), key=lambda b: (b.start, b.stage))
+
+    def outputs(self, ids: Tensor) -> Iterator[Tensor]:
+        """The logits of ``ids``'s micro-batches in one piece (forward only; on every rank)."""
+        yield self.predict(ids)
 
     @torch.no_grad()
     def predict(self, ids: Tensor) -> Tensor:
@@ -288,11 +369,11 @@ def _check_same_everywhere(model: StagedGNN) -> None:
     """Every rank must have built the same micro-batches and initial weights (same seeds, same library
     versions); compare digests across ranks and fail clearly otherwise."""
     digest = hashlib.sha1()
-    for stage in model:
-        digest.update(repr(stage.shapes).encode())
-        for i in range(len(stage.edges)):
-            digest.update(stage.edges[i].cpu().numpy().tobytes())
-        for p in stage.parameters():
+    for unit in model:
+        digest.update(repr(unit.rows).encode())
+        for i in range(len(getattr(unit, "edges", ()))):
+            digest.update(unit.edges[i].cpu().numpy().tobytes())
+        for p in unit.parameters():
             digest.update(p.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     digests: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(digests, digest.hexdigest())

@@ -6,12 +6,12 @@ from typing import Any, Mapping
 from torch import Tensor
 
 from pipegnn.errors import ConfigError
-from pipegnn.models.base import Stage, StagedGNN
+from pipegnn.models.base import UNITS_PER_LAYER, Propagate, StagedGNN, Transform, Unit
 from pipegnn.models.gat import gat_layers
 from pipegnn.models.gcn import gcn_layers
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["MODELS", "LayerSpec", "Stage", "StagedGNN", "build_model", "layer_specs"]
+__all__ = ["MODELS", "UNITS_PER_LAYER", "LayerSpec", "Propagate", "StagedGNN", "Transform", "Unit", "build_model", "layer_specs"]
 
 MODELS = ("gat", "gcn")
 

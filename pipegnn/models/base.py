@@ -1,14 +1,21 @@
-"""Staging: a GNN as an ``nn.Sequential`` of layer stages that pass one tuple of tensors.
+"""Staging: a GNN as an ``nn.Sequential`` of pipeline units that pass one tuple of tensors.
 
-The pipe carries ``(micro_batch_ids,)`` into the first stage and ``(h, micro_batch_ids)`` between
-stages: dim 0 of the id tensor is the micro-batch axis, so torchgpipe's ``torch.chunk`` hands each
-micro-batch its own id, and ``h`` only ever holds that micro-batch's rows. ``h`` comes first because
-torchgpipe's checkpointing hooks recomputation onto the first tensor of a stage's output, and it
-back-propagates through *every* output tensor of a checkpointed stage, so all of them must require
-grad: the ids therefore travel as a float tensor that requires grad (see ``Engine.id_tensor``); its
-gradient is never used. Graph structure never travels
-through the pipe: each stage keeps its layer's blocks (and the first stage the node features) as
-non-persistent buffers, which move to the stage's device with the stage, once.
+Every message-passing layer is two units, so that a pipeline can cut inside a layer:
+
+- :class:`Transform` (node-wise): the layer's input rows (the node features on layer 0; with a history
+  cache, the received rows plus cached halo rows), input dropout, and the layer's own dense transform
+  (the Linear the framework's layer was built with, taken out of it by the adapter's ``split``);
+- :class:`Propagate`: the framework's layer without its transform (attention or normalisation, and
+  aggregation) over the micro-batch's block, the rows the layer computes, and the activation.
+
+The pipe carries ``(micro_batch_ids,)`` into the first unit and ``(h, micro_batch_ids)`` between units:
+dim 0 of the id tensor is the micro-batch axis, so torchgpipe's ``torch.chunk`` hands each micro-batch
+its own id, and ``h`` only ever holds that micro-batch's rows. ``h`` comes first because torchgpipe's
+checkpointing hooks recomputation onto the first tensor of a stage's output, and it back-propagates
+through *every* output tensor of a checkpointed stage, so all of them must require grad: the ids
+therefore travel as a float tensor that requires grad (see ``Engine.id_tensor``); its gradient is never
+used. Graph structure never travels through the pipe: each unit keeps what it reads per micro-batch
+(blocks, the first unit the node features) as non-persistent buffers, which move with the unit, once.
 """
 from __future__ import annotations
 
@@ -23,7 +30,10 @@ from pipegnn.microbatch.history import History
 from pipegnn.microbatch.plan import MicroBatchPlan
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["Stage", "StagedGNN", "TensorList"]
+__all__ = ["UNITS_PER_LAYER", "Propagate", "StagedGNN", "TensorList", "Transform", "Unit"]
+
+#: Units of every layer: transform, propagate.
+UNITS_PER_LAYER = 2
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"elu": F.elu, "relu": F.relu}
 
@@ -46,30 +56,59 @@ class TensorList(nn.Module):
         return self._count
 
 
-class Stage(nn.Module):
-    """One message-passing layer with its micro-batch blocks.
+class Unit(nn.Module):
+    """One pipeline unit of layer ``layer``: what every unit knows about its micro-batches.
+
+    Attributes:
+        rows: output rows of each micro-batch (by micro-batch id).
+        width: output features per row.
+    """
+
+    kind = ""
+
+    def __init__(self, layer: int, spec: LayerSpec, width: int):
+        super().__init__()
+        self.layer, self.spec, self.width = layer, spec, width
+        self.rows: list[int] = []
+
+    @property
+    def name(self) -> str:
+        """``transform<l>`` or ``propagate<l>`` (layers counted from 0)."""
+        return f"{self.kind}{self.layer}"
+
+    @property
+    def device(self) -> torch.device:
+        """The device this unit's parameters (or buffers) are on."""
+        tensor = next(self.parameters(), None)
+        if tensor is None:
+            tensor = next(self.buffers(), None)
+        return torch.device("cpu") if tensor is None else tensor.device
+
+    def add_micro_batch(self, mb: MicroBatch) -> None:
+        raise NotImplementedError
+
+
+class Transform(Unit):
+    """The node-wise part of a layer: input rows, input dropout, the layer's dense transform.
 
     Args:
         layer: index of the layer (0-based).
         spec: the layer's specification.
-        backend: framework adapter that builds and applies the convolution.
-        kind: model kind passed to the adapter (``gat``, ``gcn``).
+        transform: the layer's own transform module (from the adapter's ``split``).
     """
 
-    def __init__(self, layer: int, spec: LayerSpec, backend: Any, kind: str):
-        super().__init__()
-        self.layer, self.spec, self.backend = layer, spec, backend
-        self.conv = backend.conv(kind, spec)
-        self.activation = _ACTIVATIONS[spec.activation] if spec.activation else None
-        self.edges, self.weights, self.nodes = TensorList(), TensorList(), TensorList()
+    kind = "transform"
+
+    def __init__(self, layer: int, spec: LayerSpec, transform: nn.Module):
+        super().__init__(layer, spec, spec.out_dim * spec.heads)
+        self.transform = transform
+        self.nodes = TensorList()  # global ids of each micro-batch's input rows (first layer only)
         self.received, self.pulled = TensorList(), TensorList()  # global ids, historical mode only
-        self.shapes: list[tuple[int, int]] = []  # (source rows read, output rows) of each micro-batch
         self.register_buffer("features", None, persistent=False)
         self.history: History | None = None
-        self._structures: dict[int, Any] = {}  # framework structure per micro-batch, on this device
 
     def add_features(self, x: Tensor) -> None:
-        """Keep the node features on this (first) stage."""
+        """Keep the node features on this (first) unit."""
         self.features = x
 
     def add_history(self, num_nodes: int, dtype: torch.dtype) -> None:
@@ -78,68 +117,103 @@ class Stage(nn.Module):
 
     def add_micro_batch(self, mb: MicroBatch) -> None:
         layer = self.layer
-        self.edges.append(mb.edges[layer])
-        self.weights.append(mb.weights[layer])
-        self.shapes.append((mb.sources[layer], mb.sizes[layer + 1]))
+        self.rows.append(mb.sources[layer])
         if self.features is not None:
             self.nodes.append(mb.nodes)
         if self.history is not None:
             self.received.append(mb.nodes[:mb.sizes[layer]])
             self.pulled.append(mb.nodes[mb.sizes[layer]:mb.sources[layer]])
 
-    @property
-    def conv_device(self) -> torch.device:
-        """The device this stage's parameters are on."""
-        return next(self.conv.parameters()).device
-
-    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Stage":
-        self._structures.clear()  # buffers are moving: rebuild structures on the new device
-        return super()._apply(fn, *args, **kwargs)
-
-    def structure(self, m: int) -> Any:
-        """The framework's structure of micro-batch ``m`` for this layer, built once on this device."""
-        if m not in self._structures:
-            self._structures[m] = self.backend.structure(self.edges[m], self.weights[m], *self.shapes[m])
-        return self._structures[m]
-
     def forward(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
         ids = inputs[-1]
-        m = int(ids[0])  # host read of the micro-batch id (a sync on CUDA) selects this layer's block
+        m = int(ids[0])  # host read of the micro-batch id (a sync on CUDA) selects its rows
         h = self.features[self.nodes[m]] if self.features is not None else inputs[0]
         if self.history is not None:
             self.history.push(self.received[m], h)
             if self.pulled[m].numel():
                 h = torch.cat([h, self.history.pull(self.pulled[m], m if self.training else None)])
         h = F.dropout(h, self.spec.dropout, self.training)
-        h = self.backend.apply(self.conv, h, self.structure(m))[:self.shapes[m][1]]
+        return self.transform(h), ids
+
+
+class Propagate(Unit):
+    """The graph part of a layer: the framework's layer without its transform, over a block.
+
+    Args:
+        layer: index of the layer (0-based).
+        spec: the layer's specification.
+        conv: the framework's layer with its transform taken out (the adapter's ``split``).
+        backend: framework adapter that builds blocks and applies ``conv``.
+    """
+
+    kind = "propagate"
+
+    def __init__(self, layer: int, spec: LayerSpec, conv: nn.Module, backend: Any):
+        super().__init__(layer, spec, spec.out_features)
+        self.conv, self.backend = conv, backend
+        self.activation = _ACTIVATIONS[spec.activation] if spec.activation else None
+        self.edges, self.weights = TensorList(), TensorList()
+        self.sources: list[int] = []  # source rows each micro-batch reads
+        self._structures: dict[int, Any] = {}  # framework structure per micro-batch, on this device
+
+    def add_micro_batch(self, mb: MicroBatch) -> None:
+        layer = self.layer
+        self.edges.append(mb.edges[layer])
+        self.weights.append(mb.weights[layer])
+        self.sources.append(mb.sources[layer])
+        self.rows.append(mb.sizes[layer + 1])
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Propagate":
+        self._structures.clear()  # buffers are moving: rebuild structures on the new device
+        return super()._apply(fn, *args, **kwargs)
+
+    def structure(self, m: int) -> Any:
+        """The framework's structure of micro-batch ``m`` for this layer, built once on this device."""
+        if m not in self._structures:
+            self._structures[m] = self.backend.structure(self.edges[m], self.weights[m], self.sources[m],
+                                                         self.rows[m])
+        return self._structures[m]
+
+    def forward(self, inputs: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        h, ids = inputs
+        m = int(ids[0])
+        h = self.backend.apply(self.conv, h, self.structure(m))[:self.rows[m]]
         if self.activation is not None:
             h = self.activation(h)
         return h, ids
 
 
 class StagedGNN(nn.Sequential):
-    """An L-layer GNN as L stages; ``model((ids,))`` returns ``(logits of the targets, ids)``.
+    """An L-layer GNN as 2L units (transform, propagate per layer); ``model((ids,))`` returns
+    ``(logits of the targets, ids)``.
 
     Args:
         specs: one LayerSpec per layer.
         backend: framework adapter.
         kind: model kind (``gat`` or ``gcn``).
-        features: node features ``[N, F]`` (kept on the first stage).
+        features: node features ``[N, F]`` (kept on the first unit).
         history: give layers 2..L a history cache (for ``historical`` plans).
     """
 
     def __init__(self, specs: list[LayerSpec], backend: Any, kind: str, features: Tensor,
                  history: bool = False):
-        super().__init__(*[Stage(i, s, backend, kind) for i, s in enumerate(specs)])
+        units: list[Unit] = []
+        for i, spec in enumerate(specs):
+            transform, conv = backend.split(backend.conv(kind, spec))
+            units += [Transform(i, spec, transform), Propagate(i, spec, conv, backend)]
+        super().__init__(*units)
         self[0].add_features(features)
         if history:
-            for stage in list(self)[1:]:
-                stage.add_history(features.size(0), features.dtype)
+            for unit in self.transforms()[1:]:
+                unit.add_history(features.size(0), features.dtype)
         self.kind = kind
         self.num_micro_batches = 0
 
+    def transforms(self) -> list[Transform]:
+        return [u for u in self if isinstance(u, Transform)]
+
     def histories(self) -> list[History]:
-        return [s.history for s in self if s.history is not None]
+        return [u.history for u in self.transforms() if u.history is not None]
 
     def tick(self) -> None:
         """Mark the start of a training step (ages of historical embeddings count steps)."""
@@ -153,41 +227,46 @@ class StagedGNN(nn.Sequential):
 
     @property
     def num_layers(self) -> int:
-        return len(self)
+        return len(self) // UNITS_PER_LAYER
+
+    @property
+    def unit_names(self) -> list[str]:
+        return [u.name for u in self]
 
     @torch.no_grad()
     def refresh(self, ids: Tensor) -> Tensor:
         """Layer-wise inference over the micro-batches ``ids``, filling every history cache.
 
-        Each layer runs over all micro-batches before the next one starts, and every cache first
+        Each unit runs over all micro-batches before the next one starts, and every cache first
         receives all the fresh rows of its layer's input, so with a plan whose targets cover the graph
         the halo rows read are current: the outputs equal full-graph outputs (GNNAutoScale's layer-wise
-        inference). Stages run on the devices they were placed on.
+        inference). Units run on the devices they were placed on.
 
         Returns:
             Logits of the targets of ``ids``'s micro-batches, concatenated in micro-batch order.
         """
         hs: list[Tensor | None] = [None] * ids.numel()
-        for stage in self:
-            device = stage.conv_device
+        for unit in self:
+            device = unit.device
             moved = [None if h is None else h.to(device) for h in hs]
-            if stage.history is not None:
+            history = getattr(unit, "history", None)
+            if history is not None:
                 for m, h in zip(ids.tolist(), moved):
-                    stage.history.push(stage.received[m], h)
+                    history.push(unit.received[m], h)
             mb_ids = ids.to(device, torch.float32)
-            hs = [stage((mb_ids[i:i + 1],) if h is None else (h, mb_ids[i:i + 1]))[0]
+            hs = [unit((mb_ids[i:i + 1],) if h is None else (h, mb_ids[i:i + 1]))[0]
                   for i, h in enumerate(moved)]
         return torch.cat(hs)
 
     def attach(self, plan: MicroBatchPlan) -> Tensor:
-        """Give every stage its blocks of ``plan``; returns the ids that select them (call before
-        placing the model on devices)."""
+        """Give every unit its part of ``plan``; returns the ids that select its micro-batches (call
+        before placing the model on devices)."""
         if plan.micro_batches[0].num_layers != self.num_layers:
             raise ValueError(f"plan built for {plan.micro_batches[0].num_layers} layers, "
                              f"model has {self.num_layers}")
         for mb in plan.micro_batches:
-            for stage in self:
-                stage.add_micro_batch(mb)
+            for unit in self:
+                unit.add_micro_batch(mb)
         first = self.num_micro_batches
         self.num_micro_batches += plan.chunks
         return torch.arange(first, self.num_micro_batches)

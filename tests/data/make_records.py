@@ -12,6 +12,9 @@ The folder is emptied first, so the set is exactly:
 - ``partition/``: halo exact, seed 0, chunks 2,4 x partition sequential,random (4); metis is in halo/
 - ``invalid/``: devices=cpu4 with the 2-layer model, stopped before training (1)
 
+and, apart from them, ``timeline/``: one run with its stage timeline's ``trace.json`` (engine=pipelining,
+two CPU ranks, measured balance, 4 chunks, 3 epochs): the run directory the timeline notebook reads.
+
 There are deliberately no scaling runs (one graph size only): the notebooks must say so and skip
 that figure. Accuracies after 2 epochs and CPU timings are noise; tests check structure, not values.
 """
@@ -26,6 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "records"
+TIMELINE = HERE / "timeline"
 sys.path.insert(0, str(HERE.parent))  # tests/: conftest.make_cfg
 
 from conftest import make_cfg  # noqa: E402
@@ -56,18 +60,26 @@ def jobs() -> list[tuple[str, list[str]]]:
     return out
 
 
+def _run(output_dir: Path, overrides: list[str]) -> None:
+    """One real run (2 epochs unless ``overrides`` say otherwise) writing its record to ``output_dir``."""
+    cfg = make_cfg("train.epochs=2", "++cache_root=.cache", *overrides)
+    choices = {g: cfg[g]["name"] for g in ("dataset", "model", "framework", "engine")}
+    devices = next((o.split("=", 1)[1] for o in overrides if o.startswith("devices=")), None)
+    record = run(cfg, output_dir=output_dir, choices={**choices, "devices": devices})
+    print(f"{output_dir.relative_to(HERE)}: {record['status']} {record['error'] or ''}", flush=True)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
-    if RECORDS.exists():
-        shutil.rmtree(RECORDS)
+    for folder in (RECORDS, TIMELINE):
+        if folder.exists():
+            shutil.rmtree(folder)
     with tempfile.TemporaryDirectory(prefix="pipegnn-records-") as tmp:
         os.chdir(tmp)  # the records name the cache folder relatively: .cache/...
         for name, overrides in jobs():
-            cfg = make_cfg("train.epochs=2", "++cache_root=.cache", *overrides)
-            devices = next(o.split("=", 1)[1] for o in overrides if o.startswith("devices="))
-            choices = {g: cfg[g]["name"] for g in ("dataset", "model", "framework", "engine")}
-            record = run(cfg, output_dir=RECORDS / name, choices={**choices, "devices": devices})
-            print(f"{name:32s} {record['status']:10s} {record['error'] or ''}", flush=True)
+            _run(RECORDS / name, overrides)
+        _run(TIMELINE, ["engine=pipelining", "engine.balance=auto", "chunks=4", "train.epochs=3",
+                        "train.seed=0"])
 
 
 if __name__ == "__main__":

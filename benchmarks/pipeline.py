@@ -1,0 +1,150 @@
+"""Do the pipelines overlap? Epoch time of single vs gpipe vs pipelining, against the ideal.
+
+For each k (micro-batches per step) the same exact METIS micro-batches run on the single engine
+(the baseline), torchgpipe (2 CPU partitions) and torch.distributed.pipelining (2 processes, one thread
+each) with the GPipe and 1F1B schedules and an even or a measured (``auto``) balance. Each row shows
+the median epoch time, the speedup over the single engine at the same k, the ideal speedup computed from
+the run's own measured stage busy times (``pipeline.ideal_speedup``), how close the measured step comes
+to that ideal (``of_ideal`` = ideal makespan / measured makespan), and the measured bubble next to the
+schedule's theoretical one. Two cases rerun with ``engine.timeline=false`` to measure what recording the
+timeline costs. Every case is a separate ``pipegnn.run`` in this process (pipelining's workers are
+processes of their own); records and traces go to ``--out``.
+
+    python benchmarks/pipeline.py --epochs 5 --csv results/benchmarks/pipeline_synthetic.csv \\
+        --out results/reference/pipeline
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+from hydra import compose, initialize_config_dir
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from pipegnn import run
+from pipegnn.analysis import plot_timeline
+from pipegnn.schema import register
+from pipegnn.timeline import TRACE_NAME
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+CHUNKS = (1, 2, 4, 8, 16, 32)
+#: name: (overrides, schedule or None); pipelining cases need k >= 2 for 1F1B.
+ENGINES = {
+    "single": (["engine=single"], None),
+    "gpipe even": (["engine=gpipe"], None),
+    "pipelining gpipe even": (["engine=pipelining", "engine.schedule=gpipe"], "gpipe"),
+    "pipelining gpipe auto": (["engine=pipelining", "engine.schedule=gpipe", "engine.balance=auto"], "gpipe"),
+    "pipelining 1f1b even": (["engine=pipelining", "engine.schedule=1f1b"], "1f1b"),
+    "pipelining 1f1b auto": (["engine=pipelining", "engine.schedule=1f1b", "engine.balance=auto"], "1f1b"),
+}
+#: Cases rerun without the timeline (k=8) to measure its cost.
+OVERHEAD = ("single", "pipelining gpipe auto")
+#: The run whose trace is the reference timeline figure.
+TIMELINE_CASE = ("pipelining gpipe auto", 8)
+
+
+def _case(name: str, k: int, args: argparse.Namespace, out: Path | None, extra: list[str]) -> dict:
+    overrides, _ = ENGINES[name]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[f"dataset={args.dataset}", f"train.epochs={args.epochs}",
+                                           f"chunks={k}", "microbatch.targets=all", *overrides,
+                                           *extra, *args.overrides])
+    folder = None if out is None else out / "records" / f"{name.replace(' ', '_')}_k{k}{'_'.join(['', *extra])}"
+    record = run(cfg, output_dir=folder)
+    if record["status"] != "completed":
+        raise RuntimeError(f"{name} k={k}: {record['status']}: {record['error']}")
+    p = record["pipeline"]
+    rss = record["memory"].get("peak_rss_bytes_per_rank") or [record["memory"]["peak_rss_bytes"]]
+    row = {"case": name, "k": k, "balance": ",".join(map(str, p["balance"])),
+           "epoch_s": record["timing"]["epoch_time_median_s"],
+           "peak_rss_mb_per_rank": " ".join(f"{r / 2**20:.0f}" for r in rss)}
+    if "makespan_s" in p:
+        row.update(makespan_s=p["makespan_s"], busy_s=p["busy_s"], ideal_speedup=p["ideal_speedup"],
+                   of_ideal=p["ideal_makespan_s"] / p["makespan_s"], bubble=p["bubble"],
+                   bubble_theoretical=p["bubble_theoretical"], imbalance=p["imbalance"],
+                   communication_s=p["communication_s"])
+    return row
+
+
+def speedup_figure(table: pd.DataFrame, path: Path) -> None:
+    """Speedup over the single engine against k, measured (solid) and ideal from the run's own stage
+    costs (dashed), one colour per pipelining case."""
+    fig = Figure(figsize=(6.4, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for i, (name, rows) in enumerate(table[table.case.str.startswith("pipelining")].groupby("case", sort=False)):
+        color = f"C{i}"
+        ax.plot(rows.k, rows.speedup, "o-", color=color, label=f"{name} (measured)")
+        ax.plot(rows.k, rows.ideal_speedup, "--", color=color, alpha=0.7, label=f"{name} (ideal)")
+    gpipe = table[table.case == "gpipe even"]
+    ax.plot(gpipe.k, gpipe.speedup, "s:", color="grey", label="gpipe even (torchgpipe, one CPU thread)")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("micro-batches per step (chunks)")
+    ax.set_ylabel("speedup over the single engine")
+    ax.set_title("2-stage pipelines on one 2-core CPU, exact METIS micro-batches, targets=all", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", default="synthetic")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--chunks", type=int, nargs="+", default=list(CHUNKS))
+    parser.add_argument("--cases", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    parser.add_argument("--csv", type=Path, help="write the table as CSV")
+    parser.add_argument("--out", type=Path, help="write records, traces and figures here")
+    parser.add_argument("overrides", nargs="*", help="extra config overrides for every case")
+    args = parser.parse_args(argv)
+    register()
+    if args.out is not None and (args.out / "records").exists():
+        shutil.rmtree(args.out / "records")
+    rows = []
+    for k in args.chunks:
+        for name in args.cases:
+            if ENGINES[name][1] == "1f1b" and k < 2:
+                continue
+            rows.append(_case(name, k, args, args.out, []))
+            print(f"{name} k={k}: {rows[-1]['epoch_s']:.3f} s", file=sys.stderr, flush=True)
+    table = pd.DataFrame(rows)
+    single = table[table.case == "single"].set_index("k").epoch_s
+    table.insert(4, "speedup", table.k.map(single) / table.epoch_s)
+    print(f"\npipelines on {args.dataset}, targets=all, exact METIS, {args.epochs} epochs "
+          f"(median epoch after the first; speedup = single engine at the same k / this)")
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    overhead = []
+    if 8 in args.chunks:
+        for name in (c for c in OVERHEAD if c in args.cases):
+            on = table[(table.case == name) & (table.k == 8)].epoch_s.iloc[0]
+            off = _case(name, 8, args, args.out, ["engine.timeline=false"])["epoch_s"]
+            overhead.append({"case": f"{name} k=8", "timeline_on_s": on, "timeline_off_s": off,
+                             "overhead": on / off - 1})
+        print("\ntimeline overhead (epoch time with / without the timeline - 1)")
+        print(pd.DataFrame(overhead).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    if args.csv:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.csv, index=False)
+        if overhead:
+            pd.DataFrame(overhead).to_csv(args.csv.with_name(f"{args.csv.stem}_overhead.csv"), index=False)
+    if args.out is not None:
+        table.to_csv(args.out / "runs.csv", index=False)
+        speedup_figure(table, args.out / "speedup_vs_chunks.png")
+        name, k = TIMELINE_CASE
+        source = args.out / "records" / f"{name.replace(' ', '_')}_k{k}"
+        if (source / TRACE_NAME).is_file():
+            timeline = args.out / "timeline"
+            timeline.mkdir(parents=True, exist_ok=True)
+            for file in ("result.json", TRACE_NAME):
+                shutil.copy(source / file, timeline / file)
+            plot_timeline(timeline, args.out / "timeline.png", title=f"{name}, k={k}: one training step")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Where a pipeline's stage boundaries fall: ``engine.balance`` in layers or units, or ``auto``.
+
+A model of L layers is 2L units (``transform<l>``, ``propagate<l>``, see :mod:`pipegnn.models.base`),
+and stage boundaries may fall between any two units. ``engine.balance`` is
+
+- null: units as even as possible over the stages;
+- a list summing to ``model.layers``: whole layers per stage (each layer is its two units);
+- a list summing to ``2 * model.layers``: units per stage (a boundary may cut a layer);
+- ``auto``: boundaries chosen from each unit's forward + backward time, measured on a few training
+  micro-batches before training (:func:`measure_unit_costs`), as the contiguous partition whose busiest
+  stage is cheapest (:func:`auto_balance`). Moving activations between stages is not counted: every
+  boundary sends a layer's transformed or propagated rows, of similar size.
+
+Written here rather than taken from torchgpipe: its ``balance_by_time`` profiles one sample batch that
+it splits like any tensor, while a micro-batch here is selected by its id and micro-batches differ in
+size (so the units are timed over several of them); and its partition solver
+(``torchgpipe.balance.balance_cost``, Bárány et al.'s approximation) stops once the largest block is
+within one element of the smallest, which is far from the best split for a handful of uneven units
+(it splits costs ``[10, 1, 1, 1]`` into ``[2, 2]``). An exact min-max partition of a few dozen units is
+a small dynamic programme.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from pipegnn.errors import ConfigError
+from pipegnn.models.base import UNITS_PER_LAYER, StagedGNN
+
+__all__ = ["AUTO", "auto_balance", "even_balance", "measure_unit_costs", "unit_balance"]
+
+AUTO = "auto"
+
+
+def even_balance(num_units: int, parts: int) -> list[int]:
+    """Units per part, as even as possible (earlier parts take the remainder)."""
+    base, extra = divmod(num_units, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def unit_balance(balance: Any, num_layers: int, parts: int, what: str = "device") -> list[int] | None:
+    """``engine.balance`` as units per part (None for null or ``auto``).
+
+    Raises:
+        ConfigError: not ``parts`` positive integers summing to ``num_layers`` (layers) or
+            ``3 * num_layers`` (units), and not null or ``auto``.
+    """
+    units = UNITS_PER_LAYER * num_layers
+    if balance is None or balance == AUTO:
+        return None
+    entries = list(balance) if isinstance(balance, (list, tuple)) else None
+    ok = (entries is not None and len(entries) == parts
+          and all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in entries)
+          and sum(entries) in (num_layers, units))
+    if not ok:
+        raise ConfigError(f"engine.balance={balance!r} does not match the model: it needs one positive "
+                          f"entry per {what} ({parts} {what}s) summing to model.layers={num_layers} "
+                          f"(whole layers) or to {units} (units: a transform and a propagation per layer), or null (even) or auto (measured)")
+    return [UNITS_PER_LAYER * b for b in entries] if sum(entries) == num_layers else entries
+
+
+def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, passes: int = 2,
+                       micro_batches: int = 4) -> list[float]:
+    """Seconds of forward + backward of every unit for one micro-batch: the median over ``passes``
+    timed passes (after one warm-up pass) of the mean over the first ``micro_batches`` of ``ids``.
+
+    Each unit runs on the previous unit's detached output, as torchgpipe's profiler does. The model is
+    moved to ``device`` and left there; the random number generators and parameter gradients are as
+    before (so a run with ``balance=auto`` trains exactly as with the balance it chose).
+    """
+    model.to(device)
+    was_training = model.training
+    model.train()
+    chosen = ids[:micro_batches].tolist()
+    cuda = [device] if device.type == "cuda" else []
+    samples: list[list[float]] = [[] for _ in model]
+    with torch.random.fork_rng(devices=cuda):
+        for p in range(passes + 1):
+            totals = [0.0] * len(model)
+            for m in chosen:
+                x: tuple[Tensor, ...] = (torch.tensor([m], dtype=torch.float32, device=device,
+                                                      requires_grad=True),)
+                for i, unit in enumerate(model):
+                    x = tuple(t.detach().requires_grad_(t.requires_grad) for t in x)
+                    _sync(device)
+                    start = time.perf_counter()
+                    y = unit(x)
+                    outputs = [t for t in y if t.requires_grad and t.grad_fn is not None]
+                    if outputs:
+                        torch.autograd.backward(outputs, [torch.ones_like(t) for t in outputs])
+                    _sync(device)
+                    totals[i] += time.perf_counter() - start
+                    x = y
+            if p:  # the first pass warms up (structures, allocator)
+                for i, t in enumerate(totals):
+                    samples[i].append(t / len(chosen))
+    for param in model.parameters():
+        param.grad = None
+    model.train(was_training)
+    return [statistics.median(s) for s in samples]
+
+
+def auto_balance(costs: Sequence[float], parts: int) -> list[int]:
+    """Units per part (contiguous, each >= 1) that minimise the most expensive part; among equally good
+    splits, the first found (earliest boundaries).
+
+    Raises:
+        ConfigError: more parts than units.
+    """
+    n = len(costs)
+    if parts > n:
+        raise ConfigError(f"{parts} pipeline stages but the model has only {n} units")
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    # best[p][i]: the cheapest busiest part splitting the first i units into p parts; cut: last boundary
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0.0
+    for p in range(1, parts + 1):
+        for i in range(p, n + 1):
+            for j in range(p - 1, i):
+                value = max(best[p - 1][j], prefix[i] - prefix[j])
+                if value < best[p][i]:
+                    best[p][i], cut[p][i] = value, j
+    sizes, i = [], n
+    for p in range(parts, 0, -1):
+        sizes.append(i - cut[p][i])
+        i = cut[p][i]
+    return sizes[::-1]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,64 @@
+"""Stage boundaries: engine.balance in layers or units, and balance=auto from measured unit costs."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pipegnn import ConfigError, run
+from pipegnn.backends import get_backend
+from pipegnn.data import Graph
+from pipegnn.engines import auto_balance, even_balance, unit_balance
+from pipegnn.engines.balance import measure_unit_costs
+from pipegnn.microbatch import build_plan
+from pipegnn.models import build_model
+
+from conftest import make_cfg
+
+
+def test_balance_in_layers_or_units() -> None:
+    assert unit_balance(None, 2, 2) is None and unit_balance("auto", 2, 2) is None
+    assert unit_balance([1, 1], 2, 2) == [2, 2]  # whole layers
+    assert unit_balance([1, 3], 2, 2) == [1, 3]  # units: the first stage holds transform0 only
+    assert unit_balance([2, 2, 1, 1], 3, 4) == [2, 2, 1, 1]  # 6 units of 3 layers
+    for bad in ([1, 2], [2, 2, 0], [0, 4], "even", [1.5, 2.5]):
+        with pytest.raises(ConfigError, match="summing to model.layers=2 .whole layers. or to 4 .units"):
+            unit_balance(bad, 2, 2 if isinstance(bad, str) or len(bad) == 2 else 3)
+    assert even_balance(4, 3) == [2, 1, 1]
+
+
+def test_auto_balance_minimises_the_busiest_stage() -> None:
+    assert auto_balance([10, 1, 1, 1], 2) == [1, 3]  # torchgpipe's solver says [2, 2]
+    assert auto_balance([1, 1, 1, 1], 2) == [2, 2]
+    assert auto_balance([1, 2, 3, 4, 5], 3) == [3, 1, 1]  # max(6, 4, 5)
+    assert auto_balance([5, 1], 2) == [1, 1]
+    with pytest.raises(ConfigError, match="3 pipeline stages but the model has only 2 units"):
+        auto_balance([1, 1], 3)
+
+
+def test_measuring_units_leaves_training_unchanged(graph: Graph) -> None:
+    backend = get_backend("pyg")
+    model = build_model(dict(name="gat", hidden=4, heads=2, out_heads=1, layers=2, dropout=0.5), backend,
+                        graph.x, graph.num_classes)
+    edge_index, _ = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
+    ids = model.attach(build_plan(edge_index, graph.num_nodes, graph.split("train"), 3, num_layers=2))
+    state = torch.get_rng_state()
+    costs = measure_unit_costs(model, ids, torch.device("cpu"))
+    assert len(costs) == 4 and all(c > 0 for c in costs)
+    assert torch.equal(torch.get_rng_state(), state)  # the same dropout masks as without measuring
+    assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize("halo", ["exact", "historical"])
+def test_auto_balance_trains_as_its_chosen_balance(halo: str) -> None:
+    """balance=auto records its measured unit costs and chosen boundaries, and trains exactly as the
+    same balance given explicitly (dropout on: the measurement draws no random numbers of the run's)."""
+    common = ("engine=gpipe", "chunks=3", f"microbatch.halo={halo}", "model.dropout=0.5")
+    auto = run(make_cfg(*common, "engine.balance=auto"))
+    assert auto["status"] == "completed", auto["error"]
+    p = auto["pipeline"]
+    assert p["balance_source"] == "auto" and sum(p["balance"]) == 4 and len(p["balance"]) == 2
+    assert list(p["unit_costs_s"]) == ["transform0", "propagate0", "transform1", "propagate1"]
+    assert all(c > 0 for c in p["unit_costs_s"].values())
+    explicit = run(make_cfg(*common, f"engine.balance=[{p['balance'][0]},{p['balance'][1]}]"))
+    assert explicit["pipeline"]["balance_source"] == "config"
+    assert [e["train_loss"] for e in auto["epochs"]] == [e["train_loss"] for e in explicit["epochs"]]

@@ -1,0 +1,168 @@
+"""Stage timelines: boxes of every engine, the figures they add up to, and the trace."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from pipegnn import ConfigError, run
+from pipegnn.backends import get_backend
+from pipegnn.config import check_config
+from pipegnn.data import Graph
+from pipegnn.engines import GPipeEngine, SingleEngine
+from pipegnn.microbatch import build_plan
+from pipegnn.models import build_model
+from pipegnn.timeline import Box, PipelineInfo, chrome_trace, medians, step_figures, theoretical_bubble
+
+from conftest import make_cfg
+
+CPU = torch.device("cpu")
+GAT = dict(name="gat", hidden=4, heads=2, out_heads=1, layers=2, dropout=0.0)
+
+
+def _engine(graph: Graph, name: str, chunks: int, checkpoint: str = "except_last"):
+    backend = get_backend("pyg")
+    model = build_model(GAT, backend, graph.x, graph.num_classes)
+    edge_index, _ = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
+    plan = build_plan(edge_index, graph.num_nodes, graph.split("train"), chunks, num_layers=2)
+    ids = model.attach(plan)
+    engine = (SingleEngine(model, CPU, chunks) if name == "single"
+              else GPipeEngine(model, [CPU, CPU], [1, 3], chunks, checkpoint))
+    return engine, ids, graph.y[plan.targets]
+
+
+def _step(engine, ids, labels) -> list[Box]:
+    engine.train_step(ids, labels, labels.numel())
+    return engine.step_boxes()
+
+
+def _count(boxes: list[Box], stage: int, kind: str) -> list[int]:
+    return sorted(b.micro_batch for b in boxes if b.stage == stage and b.kind == kind)
+
+
+def test_single_engine_boxes_follow_the_micro_batches(graph: Graph) -> None:
+    engine, ids, labels = _engine(graph, "single", 3)
+    boxes = _step(engine, ids, labels)
+    assert _count(boxes, 0, "forward") == _count(boxes, 0, "backward") == [0, 1, 2]
+    ordered = sorted(boxes, key=lambda b: b.start)
+    # one micro-batch after another: F0 B0 F1 B1 F2 B2, none overlapping
+    assert [(b.kind[0], b.micro_batch) for b in ordered] == [("f", 0), ("b", 0), ("f", 1), ("b", 1),
+                                                            ("f", 2), ("b", 2)]
+    assert all(a.end <= b.start for a, b in zip(ordered, ordered[1:]))
+    assert all(b.end > b.start for b in boxes)
+    assert engine.step_boxes() == []  # read once: the next read has nothing until the next step
+    engine.predict(ids)  # evaluation is not recorded
+    assert engine.step_boxes() == []
+
+
+@pytest.mark.parametrize("checkpoint, recomputed", [("except_last", [0, 1, 2]), ("never", [])])
+def test_gpipe_boxes_per_stage_with_recomputation(graph: Graph, checkpoint: str, recomputed: list) -> None:
+    engine, ids, labels = _engine(graph, "gpipe", 4, checkpoint)
+    boxes = _step(engine, ids, labels)
+    for stage in (0, 1):
+        assert _count(boxes, stage, "forward") == _count(boxes, stage, "backward") == [0, 1, 2, 3]
+        assert _count(boxes, stage, "recompute") == recomputed  # the last micro-batch is kept
+    for m in range(4):  # a micro-batch's backward runs on the last stage before the first
+        back = {b.stage: b for b in boxes if b.kind == "backward" and b.micro_batch == m}
+        assert back[1].end <= back[0].start + 1e-6
+    # both partitions are the same CPU device: one thread, no two boxes overlap
+    ordered = sorted(boxes, key=lambda b: b.start)
+    assert all(a.end <= b.start + 1e-6 for a, b in zip(ordered, ordered[1:]))
+    assert engine.info.overlap_possible is False and "engine=pipelining" in engine.info.overlap_note
+    assert engine.info.stage_units == [["transform0"], ["propagate0", "transform1", "propagate1"]]
+
+
+def _info(**kw) -> PipelineInfo:
+    base = dict(engine="pipelining", schedule="gpipe", chunks=4, stage_units=[["a"], ["b"]], lanes=[0, 1],
+                devices=["cpu", "cpu"], overlap_possible=True)
+    return PipelineInfo(**{**base, **kw})
+
+
+def test_theoretical_bubbles() -> None:
+    assert theoretical_bubble("gpipe", 2, 8) == pytest.approx(1 / 9)
+    assert theoretical_bubble("1f1b", 4, 4) == pytest.approx(3 / 7)
+    assert theoretical_bubble("interleaved1f1b", 2, 4, per_lane=2) == pytest.approx(1 / 9)
+    assert theoretical_bubble("single", 1, 8) == 0.0
+
+
+def test_figures_of_a_perfect_gpipe_schedule() -> None:
+    """Two balanced stages, 4 micro-batches of 1 s forward and 2 s backward each, fill-drain: the
+    measured bubble is the theoretical one and the ideal makespan is the measured one."""
+    boxes = []
+    for m in range(4):
+        boxes += [Box(0, 0, m, "forward", m, m + 1), Box(1, 1, m, "forward", m + 1, m + 2)]
+        boxes += [Box(1, 1, m, "backward", 5 + 2 * m, 7 + 2 * m), Box(0, 0, m, "backward", 7 + 2 * m, 9 + 2 * m)]
+    boxes.append(Box(1, 1, 0, "recv_forward", 0, 1))
+    info = _info()
+    fig = step_figures(boxes, info)
+    assert fig["makespan_s"] == 15 and fig["busy_s"] == 24 and fig["communication_s"] == 1
+    assert fig["bubble"] == pytest.approx(1 - 24 / 30)
+    assert fig["bubble"] == pytest.approx(theoretical_bubble("gpipe", 2, 4))
+    assert fig["ideal_makespan_s"] == pytest.approx(15) and fig["ideal_speedup"] == pytest.approx(24 / 15)
+    assert fig["imbalance"] == pytest.approx(1.0)
+    assert fig["stages"][1] == {"forward_s": 4, "backward_s": 8, "recompute_s": 0, "communication_s": 1,
+                                "busy_s": 12}
+    slow = step_figures([Box(b.stage, b.lane, b.micro_batch, b.kind, b.start, b.end * 2) for b in boxes[:2]],
+                        info)
+    assert medians([fig, fig, slow])["makespan_s"] == 15
+    assert medians([fig, slow, slow])["stages"][0]["forward_s"] == slow["stages"][0]["forward_s"]
+
+
+def test_no_overlap_means_no_ideal_speedup() -> None:
+    boxes = [Box(0, 0, 0, "forward", 0, 1), Box(1, 1, 0, "forward", 1, 3)]
+    fig = step_figures(boxes, _info(engine="gpipe", overlap_possible=False, chunks=1))
+    assert fig["ideal_speedup"] == 1.0 and fig["imbalance"] == pytest.approx(2 / 1.5)
+    assert fig["bubble"] == pytest.approx(0.5)
+
+
+def test_chrome_trace_rows_and_boxes() -> None:
+    boxes = [Box(0, 0, 0, "forward", 1.0, 1.5), Box(1, 1, 0, "recv_forward", 1.0, 1.5),
+             Box(1, 1, 0, "forward", 1.5, 1.75), Box(0, 0, 0, "recompute", 2.0, 2.25)]
+    trace = chrome_trace(boxes, _info(), epoch=3)
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and "name" in e["args"]}
+    assert {"rank 0", "rank 1", "stage 0 (a) on cpu", "stage 1 (b) on cpu"} <= names
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert [(e["name"], e["pid"], e["tid"], e["ts"], e["dur"]) for e in events] == [
+        ("F0", 0, 0, 0.0, 500000.0), ("recv F0", 1, 1, 0.0, 500000.0), ("F0", 1, 1, 500000.0, 250000.0),
+        ("R0", 0, 0, 1000000.0, 250000.0)]
+    assert trace["otherData"]["epoch"] == 3
+    json.dumps(trace)
+
+
+def test_run_records_the_pipeline_and_writes_the_trace(tmp_path: Path) -> None:
+    record = run(make_cfg("engine=gpipe", "chunks=4", "engine.trace_epoch=7", "engine.balance=[1,3]"),
+                 output_dir=tmp_path)
+    assert record["status"] == "completed", record["error"]
+    p = record["pipeline"]
+    assert (p["engine"], p["schedule"], p["balance"], p["balance_source"]) == ("gpipe", "gpipe", [1, 3], "config")
+    assert p["bubble_theoretical"] == pytest.approx(1 / 5) and p["overlap_possible"] is False
+    assert p["trace"] == "trace.json" and p["timeline"] is True
+    assert 0 < p["bubble"] < 1 and p["makespan_s"] > 0 and len(p["stages"]) == 2
+    # one stage at a time on one CPU thread: the busy times add up to (nearly) the makespan
+    assert p["busy_s"] <= p["makespan_s"] * 1.001
+    assert all("pipeline" in e for e in record["epochs"])
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert trace["otherData"]["epoch"] == 2  # epoch 7 of a 3-epoch run: the last one
+    boxes = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert sorted(e["name"] for e in boxes if e["tid"] == 1 and e["cat"] == "forward") == ["F0", "F1", "F2", "F3"]
+    assert "trace" not in json.loads((tmp_path / "result.json").read_text())
+
+
+def test_timeline_can_be_switched_off(tmp_path: Path) -> None:
+    record = run(make_cfg("engine=single", "engine.timeline=false"), output_dir=tmp_path)
+    assert record["status"] == "completed", record["error"]
+    assert record["pipeline"]["timeline"] is False and "bubble" not in record["pipeline"]
+    assert not (tmp_path / "trace.json").exists()
+    assert all("pipeline" not in e for e in record["epochs"])
+
+
+@pytest.mark.parametrize("value, message", [("yes", "engine.timeline must be true or false"),
+                                            (-1, "engine.trace_epoch must be an epoch number >= 0")])
+def test_invalid_timeline_settings(value: object, message: str) -> None:
+    cfg = OmegaConf.to_container(make_cfg("engine=single"), resolve=True)
+    cfg["engine"]["timeline" if value == "yes" else "trace_epoch"] = value
+    with pytest.raises(ConfigError, match=message):
+        check_config(cfg)
