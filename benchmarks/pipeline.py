@@ -6,8 +6,9 @@ each) with the GPipe and 1F1B schedules and an even or a measured (``auto``) bal
 the median epoch time, the speedup over the single engine at the same k, the ideal speedup computed from
 the run's own measured stage busy times (``pipeline.ideal_speedup``), how close the measured step comes
 to that ideal (``of_ideal`` = ideal makespan / measured makespan), and the measured bubble next to the
-schedule's theoretical one. Two cases rerun with ``engine.timeline=false`` to measure what recording the
-timeline costs. Every case is a separate ``pipegnn.run`` in this process (pipelining's workers are
+schedule's theoretical one. Two cases (k=8) run ``--overhead-repeats`` more times with and without the
+timeline (``engine.timeline=false``), alternating, to measure what recording it costs (median epoch time
+with / without - 1; single epochs vary by ~10% here, so one pair says little). Every case is a separate ``pipegnn.run`` in this process (pipelining's workers are
 processes of their own); records and traces go to ``--out``.
 
     python benchmarks/pipeline.py --epochs 5 --csv results/benchmarks/pipeline_synthetic.csv \\
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -53,7 +55,7 @@ def _case(name: str, k: int, args: argparse.Namespace, out: Path | None, extra: 
         cfg = compose("config", overrides=[f"dataset={args.dataset}", f"train.epochs={args.epochs}",
                                            f"chunks={k}", "microbatch.targets=all", *overrides,
                                            *extra, *args.overrides])
-    folder = None if out is None else out / "records" / f"{name.replace(' ', '_')}_k{k}{'_'.join(['', *extra])}"
+    folder = None if out is None else out / "records" / f"{name.replace(' ', '_')}_k{k}"
     record = run(cfg, output_dir=folder)
     if record["status"] != "completed":
         raise RuntimeError(f"{name} k={k}: {record['status']}: {record['error']}")
@@ -100,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", default=list(ENGINES), choices=list(ENGINES))
     parser.add_argument("--csv", type=Path, help="write the table as CSV")
     parser.add_argument("--out", type=Path, help="write records, traces and figures here")
+    parser.add_argument("--overhead-repeats", type=int, default=3,
+                        help="timeline on/off pairs per overhead case (0: skip)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every case")
     args = parser.parse_args(argv)
     register()
@@ -119,13 +123,19 @@ def main(argv: list[str] | None = None) -> int:
           f"(median epoch after the first; speedup = single engine at the same k / this)")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     overhead = []
-    if 8 in args.chunks:
-        for name in (c for c in OVERHEAD if c in args.cases):
-            on = table[(table.case == name) & (table.k == 8)].epoch_s.iloc[0]
-            off = _case(name, 8, args, args.out, ["engine.timeline=false"])["epoch_s"]
-            overhead.append({"case": f"{name} k=8", "timeline_on_s": on, "timeline_off_s": off,
-                             "overhead": on / off - 1})
-        print("\ntimeline overhead (epoch time with / without the timeline - 1)")
+    for name in (c for c in OVERHEAD if c in args.cases and args.overhead_repeats > 0):
+        on, off = [], []
+        for _ in range(args.overhead_repeats):
+            on.append(_case(name, 8, args, None, [])["epoch_s"])
+            off.append(_case(name, 8, args, None, ["engine.timeline=false"])["epoch_s"])
+        median_on, median_off = statistics.median(on), statistics.median(off)
+        overhead.append({"case": f"{name} k=8", "timeline_on_s": median_on, "timeline_off_s": median_off,
+                         "overhead": median_on / median_off - 1,
+                         "on_runs": " ".join(f"{t:.3f}" for t in on),
+                         "off_runs": " ".join(f"{t:.3f}" for t in off)})
+    if overhead:
+        print(f"\ntimeline overhead (median epoch time of {args.overhead_repeats} runs with / without the "
+              "timeline - 1)")
         print(pd.DataFrame(overhead).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)

@@ -97,6 +97,7 @@ COLUMNS: dict[str, str] = {
     "pipeline_overlap": "whether two stages can run at the same time at all (False: one after another)",
     "pipeline_bubble_theoretical": "idle share of the schedule with perfectly balanced stages",
     "pipeline_bubble": "measured idle share: 1 - busy / (lanes x makespan)",
+    "pipeline_bubble_ideal": "idle share of the ideal makespan: the schedule's bubble plus the imbalance's",
     "pipeline_makespan_s": "first box's start to last box's end of a training step",
     "pipeline_busy_s": "forward + backward + recompute seconds of all stages per step",
     "pipeline_communication_s": "seconds stages waited on receives per step (pipelining)",
@@ -108,7 +109,7 @@ COLUMNS: dict[str, str] = {
 _TEXT = {"path", "status", "error", "dataset", "model", "framework", "engine", "halo", "partition",
          "targets", "devices", "git_sha", "pipeline_schedule", "pipeline_balance", "pipeline_balance_source",
          "pipeline_overlap"}
-_PIPELINE_FIGURES = ("bubble_theoretical", "bubble", "makespan_s", "busy_s", "communication_s", "imbalance",
+_PIPELINE_FIGURES = ("bubble_theoretical", "bubble", "bubble_ideal", "makespan_s", "busy_s", "communication_s", "imbalance",
                      "ideal_makespan_s", "ideal_speedup")
 #: Columns of the command line's table unless ``--columns`` is given.
 TABLE_COLUMNS = ("dataset", "model", "framework", "engine", "chunks", "halo", "partition", "status",
@@ -118,7 +119,7 @@ _MIB = 2 ** 20
 
 def find_records(path: str | Path) -> list[Path]:
     """Every ``result.json`` below ``path`` (recursively, in natural order: job 2 before job 10);
-    ``path`` itself when it is a file. Temporary ``.result.*.json`` files are never matched.
+    ``path`` itself when it is a file. Temporary ``.result.json.*.tmp`` files are never matched.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.

@@ -309,9 +309,9 @@ def _log_pipeline(info: PipelineInfo) -> None:
 def _log_figures(p: dict[str, Any]) -> None:
     busy = ", ".join(f"{s['busy_s']:.3f}s" for s in p["stages"])
     log.info("pipeline (median step): makespan %.3fs, busy per stage [%s], bubble %.1f%% (schedule "
-             "alone %.1f%%), imbalance %.2f, communication %.3fs, ideal speedup %.2fx",
-             p["makespan_s"], busy, 100 * p["bubble"], 100 * p["bubble_theoretical"], p["imbalance"],
-             p["communication_s"], p["ideal_speedup"])
+             "alone %.1f%%, with this imbalance %.1f%%), imbalance %.2f, communication %.3fs, ideal "
+             "speedup %.2fx", p["makespan_s"], busy, 100 * p["bubble"], 100 * p["bubble_theoretical"],
+             100 * p["bubble_ideal"], p["imbalance"], p["communication_s"], p["ideal_speedup"])
 
 
 def _plan_summary(train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan) -> dict[str, Any]:

@@ -48,3 +48,26 @@ def test_memory_part_a_measures_each_case_in_its_own_process(tmp_path, capsys) -
     for row in (full, chunked):
         assert row["base_mb"] < row["held_mb"] < row["train_mb"] + 1 and row["train_mb"] <= row["peak_mb"] + 1
     assert chunked["replication"] > 1.0 and full["replication"] == 1.0
+
+
+def test_pipeline_benchmark_table_records_and_figures(tmp_path) -> None:
+    spec = importlib.util.spec_from_file_location("pipeline", ROOT / "benchmarks" / "pipeline.py")
+    pipeline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pipeline)
+    tiny = ["dataset.num_nodes=400", "dataset.num_features=16", "dataset.num_communities=6",
+            "dataset.train_per_class=10", "dataset.num_val=40", "dataset.num_test=60"]
+    out, csv = tmp_path / "out", tmp_path / "pipeline.csv"
+    assert pipeline.main(["--epochs", "2", "--chunks", "8", "--cases", "single", "pipelining gpipe auto",
+                          "--overhead-repeats", "1", "--csv", str(csv), "--out", str(out), *tiny]) == 0
+    table = pd.read_csv(csv)
+    assert table["case"].tolist() == ["single", "pipelining gpipe auto"]
+    assert table["speedup"].tolist() == pytest.approx([1.0, table.epoch_s[0] / table.epoch_s[1]])
+    auto = table.iloc[1]
+    assert auto["bubble_theoretical"] == pytest.approx(1 / 9) and 0 < auto["of_ideal"]
+    assert sum(map(int, auto["balance"].split(","))) == 4
+    overhead = pd.read_csv(tmp_path / "pipeline_overhead.csv")
+    assert overhead["case"].tolist() == ["single k=8", "pipelining gpipe auto k=8"]
+    assert overhead["overhead"].tolist() == pytest.approx(list(overhead.timeline_on_s / overhead.timeline_off_s - 1))
+    for name in ("runs.csv", "speedup_vs_chunks.png", "timeline.png", "timeline/trace.json",
+                 "records/single_k8/result.json"):
+        assert (out / name).is_file(), name

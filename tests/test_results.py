@@ -161,7 +161,7 @@ def test_flatten_pipeline_section_and_older_records_without_it() -> None:
                                                          "cfg.chunks"]
     old = flatten(COMPLETED)  # written before stage timelines
     pipeline = [k for k in COLUMNS if k.startswith("pipeline_")]
-    assert len(pipeline) == 13
+    assert len(pipeline) == 14
     for key in pipeline:
         value = old[key]
         assert value is None if key in ("pipeline_schedule", "pipeline_balance", "pipeline_balance_source",

@@ -102,6 +102,7 @@ def test_figures_of_a_perfect_gpipe_schedule() -> None:
     assert fig["bubble"] == pytest.approx(1 - 24 / 30)
     assert fig["bubble"] == pytest.approx(theoretical_bubble("gpipe", 2, 4))
     assert fig["ideal_makespan_s"] == pytest.approx(15) and fig["ideal_speedup"] == pytest.approx(24 / 15)
+    assert fig["bubble_ideal"] == pytest.approx(fig["bubble"])
     assert fig["imbalance"] == pytest.approx(1.0)
     assert fig["stages"][1] == {"forward_s": 4, "backward_s": 8, "recompute_s": 0, "communication_s": 1,
                                 "busy_s": 12}
@@ -115,7 +116,18 @@ def test_no_overlap_means_no_ideal_speedup() -> None:
     boxes = [Box(0, 0, 0, "forward", 0, 1), Box(1, 1, 0, "forward", 1, 3)]
     fig = step_figures(boxes, _info(engine="gpipe", overlap_possible=False, chunks=1))
     assert fig["ideal_speedup"] == 1.0 and fig["imbalance"] == pytest.approx(2 / 1.5)
-    assert fig["bubble"] == pytest.approx(0.5)
+    assert fig["bubble"] == pytest.approx(0.5) and fig["bubble_ideal"] == pytest.approx(0.5)
+
+
+def test_imbalance_shows_in_the_ideal_bubble() -> None:
+    """Stage 0 takes 3 s per micro-batch, stage 1 takes 1 s (forward only), 2 micro-batches: the ideal
+    makespan is 4 + 3 = 7 s and its bubble 1 - 8 / 14, far above the schedule's 1/3."""
+    boxes = [Box(0, 0, 0, "forward", 0, 3), Box(0, 0, 1, "forward", 3, 6),
+             Box(1, 1, 0, "forward", 3, 4), Box(1, 1, 1, "forward", 6, 7)]
+    fig = step_figures(boxes, _info(chunks=2))
+    assert fig["ideal_makespan_s"] == pytest.approx(7) and fig["makespan_s"] == 7
+    assert fig["bubble_ideal"] == pytest.approx(1 - 8 / 14) == pytest.approx(fig["bubble"])
+    assert fig["imbalance"] == pytest.approx(1.5)
 
 
 def test_chrome_trace_rows_and_boxes() -> None:

@@ -13,7 +13,10 @@ Per step (one value per epoch in the record, medians in its ``pipeline`` section
   of lane ``l`` per micro-batch and ``v`` stages per lane, ``(sum_l c_l + (v k - 1) max_l c_l) / v``
   (a linear pipeline fills with every lane once and then runs at the pace of the busiest), against
   running all the work one stage after another (``sum(busy)``); 1 when the stages cannot overlap.
-  With balanced lanes the ideal's idle share is the schedule's theoretical bubble.
+  With balanced lanes the ideal's idle share is the schedule's theoretical bubble;
+- ``bubble_ideal``: the idle share of that ideal, ``1 - sum(busy) / (lanes x ideal_makespan)``: the
+  schedule's bubble plus what the measured imbalance of the stages adds to it (the rest of the measured
+  bubble is communication and overhead).
 """
 from __future__ import annotations
 
@@ -117,6 +120,7 @@ def step_figures(boxes: list[Box], info: PipelineInfo) -> dict[str, Any]:
         "imbalance": max(busy) / (total / len(busy)) if total > 0 else 1.0,
         "ideal_makespan_s": ideal,
         "ideal_speedup": total / ideal if ideal > 0 else 1.0,
+        "bubble_ideal": 1.0 - total / (len(lanes) * ideal) if ideal > 0 else 0.0,
         "stages": stages,
     }
 
