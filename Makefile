@@ -47,7 +47,8 @@ bench: setup
 	done; \
 	$(PY) benchmarks/overhead.py --suite chunks --dataset pubmed_topology --epochs 30 --csv $(BENCH)/chunks_pubmed_topology.csv | tee $(BENCH)/chunks_pubmed_topology.txt; \
 	$(PY) benchmarks/overhead.py --suite engines --dataset synthetic --epochs 20 --csv $(BENCH)/engines_synthetic.csv | tee $(BENCH)/engines_synthetic.txt; \
-	$(PY) benchmarks/pipeline.py --epochs 4 --csv $(BENCH)/pipeline_synthetic.csv --out results/reference/pipeline | tee $(BENCH)/pipeline_synthetic.txt; \
+	$(PY) benchmarks/pipeline.py --epochs 4 --csv $(BENCH)/pipeline_synthetic.csv --out multirun/reference/pipeline | tee $(BENCH)/pipeline_synthetic.txt; \
+	$(PY) experiments/report.py multirun/reference results/reference --only pipeline; \
 	for d in synthetic pubmed_topology; do for t in train all; do \
 	  $(PY) benchmarks/overhead.py --suite goals --dataset $$d --epochs 30 --csv $(BENCH)/goals_$${d}_$$t.csv microbatch.targets=$$t | tee $(BENCH)/goals_$${d}_$$t.txt; \
 	done; done; \

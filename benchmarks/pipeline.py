@@ -24,13 +24,9 @@ from pathlib import Path
 
 import pandas as pd
 from hydra import compose, initialize_config_dir
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from pipegnn import run
-from pipegnn.analysis import plot_timeline
 from pipegnn.schema import register
-from pipegnn.timeline import TRACE_NAME
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CHUNKS = (1, 2, 4, 8, 16, 32)
@@ -45,8 +41,6 @@ ENGINES = {
 }
 #: Cases rerun without the timeline (k=8) to measure its cost.
 OVERHEAD = ("single", "pipelining gpipe auto")
-#: The run whose trace is the reference timeline figure.
-TIMELINE_CASE = ("pipelining gpipe auto", 8)
 
 
 def _case(name: str, k: int, args: argparse.Namespace, out: Path | None, extra: list[str]) -> dict:
@@ -55,7 +49,7 @@ def _case(name: str, k: int, args: argparse.Namespace, out: Path | None, extra: 
         cfg = compose("config", overrides=[f"dataset={args.dataset}", f"train.epochs={args.epochs}",
                                            f"chunks={k}", "microbatch.targets=all", *overrides,
                                            *extra, *args.overrides])
-    folder = None if out is None else out / "records" / f"{name.replace(' ', '_')}_k{k}"
+    folder = None if out is None else out / f"{name.replace(' ', '_')}_k{k}"
     record = run(cfg, output_dir=folder)
     if record["status"] != "completed":
         raise RuntimeError(f"{name} k={k}: {record['status']}: {record['error']}")
@@ -72,28 +66,6 @@ def _case(name: str, k: int, args: argparse.Namespace, out: Path | None, extra: 
     return row
 
 
-def speedup_figure(table: pd.DataFrame, path: Path) -> None:
-    """Speedup over the single engine against k, measured (solid) and ideal from the run's own stage
-    costs (dashed), one colour per pipelining case."""
-    fig = Figure(figsize=(6.4, 4.2))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for i, (name, rows) in enumerate(table[table.case.str.startswith("pipelining")].groupby("case", sort=False)):
-        color = f"C{i}"
-        ax.plot(rows.k, rows.speedup, "o-", color=color, label=f"{name} (measured)")
-        ax.plot(rows.k, rows.ideal_speedup, "--", color=color, alpha=0.7, label=f"{name} (ideal)")
-    gpipe = table[table.case == "gpipe even"]
-    ax.plot(gpipe.k, gpipe.speedup, "s:", color="grey", label="gpipe even (torchgpipe, one CPU thread)")
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("micro-batches per step (chunks)")
-    ax.set_ylabel("speedup over the single engine")
-    ax.set_title("2-stage pipelines on one 2-core CPU, exact METIS micro-batches, targets=all", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="synthetic")
@@ -101,14 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, nargs="+", default=list(CHUNKS))
     parser.add_argument("--cases", nargs="+", default=list(ENGINES), choices=list(ENGINES))
     parser.add_argument("--csv", type=Path, help="write the table as CSV")
-    parser.add_argument("--out", type=Path, help="write records, traces and figures here")
+    parser.add_argument("--out", type=Path, help="write each case's record and trace here (emptied first), "
+                        "one folder per case: a sweep folder for experiments/report.py")
     parser.add_argument("--overhead-repeats", type=int, default=3,
                         help="timeline on/off pairs per overhead case (0: skip)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every case")
     args = parser.parse_args(argv)
     register()
-    if args.out is not None and (args.out / "records").exists():
-        shutil.rmtree(args.out / "records")
+    if args.out is not None and args.out.exists():
+        shutil.rmtree(args.out)
     rows = []
     for k in args.chunks:
         for name in args.cases:
@@ -142,17 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         table.to_csv(args.csv, index=False)
         if overhead:
             pd.DataFrame(overhead).to_csv(args.csv.with_name(f"{args.csv.stem}_overhead.csv"), index=False)
-    if args.out is not None:
-        table.to_csv(args.out / "runs.csv", index=False)
-        speedup_figure(table, args.out / "speedup_vs_chunks.png")
-        name, k = TIMELINE_CASE
-        source = args.out / "records" / f"{name.replace(' ', '_')}_k{k}"
-        if (source / TRACE_NAME).is_file():
-            timeline = args.out / "timeline"
-            timeline.mkdir(parents=True, exist_ok=True)
-            for file in ("result.json", TRACE_NAME):
-                shutil.copy(source / file, timeline / file)
-            plot_timeline(timeline, args.out / "timeline.png", title=f"{name}, k={k}: one training step")
     return 0
 
 

@@ -39,9 +39,11 @@ RUN_COLUMNS = ("dataset", "model", "num_nodes", "num_edges", "framework", "engin
                "cut_edge_fraction", "git_sha")
 #: Settings a summary groups by when they vary in the sweep (dataset and model always).
 SETTINGS = ("dataset", "model", "num_nodes", "num_edges", "cfg.dataset.density", "cfg.dataset.avg_degree",
-            "framework", "setup", "halo", "partition", "targets", "cfg.model.hidden", "chunks")
+            "framework", "setup", "pipeline_schedule", "pipeline_balance_source", "cfg.engine.timeline",
+            "halo", "partition", "targets", "cfg.model.hidden", "chunks")
 METRICS = ("test_acc", "test_acc_at_best_val", "epoch_time_median_s", "overhead", "peak_rss_mb",
-           "inflation", "replication", "cut_edge_fraction")
+           "inflation", "replication", "cut_edge_fraction", "pipeline_bubble", "pipeline_bubble_theoretical",
+           "pipeline_imbalance", "pipeline_ideal_speedup")
 #: File name: (figure function, its keyword arguments).
 FIGURES = {"epoch_time_vs_chunks.png": (analysis.plot_epoch_time_vs_chunks, {}),
            "accuracy_vs_chunks.png": (analysis.plot_accuracy_vs_chunks, {"metric": "test_acc_at_best_val"}),
@@ -49,11 +51,12 @@ FIGURES = {"epoch_time_vs_chunks.png": (analysis.plot_epoch_time_vs_chunks, {}),
            "inflation_by_partitioner.png": (analysis.plot_inflation_by_partitioner, {}),
            "scaling.png": (analysis.plot_scaling, {}),
            "scaling_edges.png": (analysis.plot_scaling, {"x": "num_edges"}),
-           "scaling_hidden.png": (analysis.plot_scaling, {"x": "model.hidden"})}
+           "scaling_hidden.png": (analysis.plot_scaling, {"x": "model.hidden"}),
+           "speedup_vs_chunks.png": (analysis.plot_speedup_vs_chunks, {})}
 
 #: The figures that mean something for a preset (others: every figure it has data for). The ablations
 #: run 5 epochs, so their accuracy is no result; the scaling presets have only chunks 1 and 8.
-PRESET_FIGURES = {"scaling": ["scaling.png"], "ablation_nodes": ["scaling.png"],
+PRESET_FIGURES = {"pipeline": ["speedup_vs_chunks.png"], "scaling": ["scaling.png"], "ablation_nodes": ["scaling.png"],
                   "ablation_density": ["scaling_edges.png"], "ablation_hidden": ["scaling_hidden.png"]}
 
 

@@ -35,6 +35,7 @@ from pipegnn.results import column, select
 
 __all__ = ["DPI", "NoData", "PANEL_SIZE", "WITHIN", "device_type", "draw", "plot_accuracy_vs_chunks",
            "plot_epoch_time_vs_chunks", "plot_inflation_by_partitioner", "plot_memory_vs_chunks",
+           "plot_speedup_vs_chunks",
            "plot_scaling", "plot_timeline", "relative", "setup_label", "summarize", "with_setup"]
 
 #: Resolution of saved PNGs; a figure of r x c panels is (c * 4.8 * DPI) x (r * 3.6 * DPI) pixels.
@@ -487,6 +488,40 @@ def plot_timeline(trace: Mapping[str, Any] | str | Path, path: str | Path | None
         title = (f"Stage timeline: {info.get('engine', '?')}, schedule {info.get('schedule', '?')}, "
                  f"{info.get('chunks', '?')} micro-batches, epoch {info.get('epoch', '?')}")
     return _finish(fig, title, path)
+
+
+def plot_speedup_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,
+                           where: Mapping[str, Any] | None = None) -> Figure:
+    """Speedup of every pipeline over the single engine on the same micro-batches (epoch time of
+    ``engine=single`` at the same chunks / its own) against chunks (log2 axis), measured (solid) and the
+    ideal its own measured stage busy times allow (``pipeline_ideal_speedup``, dashed), one line per
+    engine, schedule and balance (mean over seeds). The speedup is over the mean single-engine epoch
+    time of the same dataset and model.
+
+    Raises:
+        NoData: no completed single-engine run, or no pipeline run beside one.
+    """
+    data = _prepare(df, where, ["epoch_time_median_s", "chunks"], "plot_speedup_vs_chunks")
+    single = data[data["engine"] == "single"].groupby("chunks")["epoch_time_median_s"].mean()
+    piped = data[(data["engine"] != "single") & data["chunks"].isin(single.index)].copy()
+    if single.empty or piped.empty:
+        raise NoData("plot_speedup_vs_chunks: needs single-engine runs and pipeline runs at the same chunks")
+    piped["speedup"] = piped["chunks"].map(single) / piped["epoch_time_median_s"]
+    piped["line"] = [" ".join(str(v) for v in (e, s, b) if not _missing(v)) for e, s, b in
+                     zip(piped["engine"], piped["pipeline_schedule"], piped["pipeline_balance_source"])]
+    fig, axes = _figure(1)
+    ax = axes[0][0]
+    for i, (line, rows) in enumerate(piped.groupby("line", sort=True)):
+        mean = rows.groupby("chunks")[["speedup", "pipeline_ideal_speedup"]].mean()
+        ax.plot(mean.index, mean["speedup"], "o-", color=f"C{i}", label=line)
+        if mean["pipeline_ideal_speedup"].notna().any() and (mean["pipeline_ideal_speedup"] > 1).any():
+            ax.plot(mean.index, mean["pipeline_ideal_speedup"], "--", color=f"C{i}", alpha=0.6)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    _log2_x(ax, sorted(piped["chunks"].unique()))
+    ax.set_xlabel(_CHUNKS_LABEL)
+    ax.set_ylabel("speedup over the single engine")
+    ax.legend(fontsize=7, title="solid: measured, dashed: ideal", title_fontsize=7)
+    return _finish(fig, "pipeline speedup vs chunks", path)
 
 
 def draw(plot: Callable[..., Figure], df: Any, path: str | Path, **kwargs: Any) -> Figure | None:

@@ -12,7 +12,7 @@ from pipegnn.engines import (CHECKPOINT_MODES, DIST_BACKENDS, ENGINES, LAUNCHERS
                              START_METHODS, even_balance, parse_device, unit_balance)
 from pipegnn.errors import ConfigError
 from pipegnn.microbatch import HALOS, PARTITIONERS, TARGETS
-from pipegnn.models import MODELS, UNITS_PER_LAYER
+from pipegnn.models import FIRST_TRANSFORMS, MODELS, UNITS_PER_LAYER
 
 __all__ = ["EVAL_SPLITS", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
 
@@ -47,6 +47,8 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     _choice(cfg["microbatch"]["halo"], HALOS, "microbatch.halo")
     _choice(cfg["microbatch"]["partition"], PARTITIONERS, "microbatch.partition")
     _choice(cfg["microbatch"]["targets"], TARGETS, "microbatch.targets")
+    _choice(cfg["microbatch"].get("first_transform", "once_per_step"), FIRST_TRANSFORMS,
+            "microbatch.first_transform")
     _positive_int(cfg["chunks"], "chunks")
     layers = _positive_int(cfg["model"]["layers"], "model.layers")
     _positive_int(cfg["model"]["hidden"], "model.hidden")

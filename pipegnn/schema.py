@@ -139,6 +139,7 @@ class PipeliningEngineConfig:
 @dataclass
 class MicrobatchConfig:
     halo: str = MISSING
+    first_transform: str = MISSING
     partition: str = MISSING
     targets: str = MISSING
     seed: int = MISSING

@@ -166,7 +166,8 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.devic
         check_targets(cfg, graph)
         backend = get_backend(cfg["framework"]["name"])
         model = build_model(cfg["model"], backend, graph.x, graph.num_classes,
-                            history=mb_cfg["halo"] == "historical")
+                            history=mb_cfg["halo"] == "historical",
+                            first_transform=mb_cfg.get("first_transform", "once_per_step"))
     record["dataset"] = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                          "num_features": graph.num_features, "num_classes": graph.num_classes}
     record["model"] = {"parameters": sum(p.numel() for p in model.parameters())}

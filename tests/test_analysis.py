@@ -379,3 +379,16 @@ def test_committed_records_match_their_generator() -> None:
     assert set(done["epochs"]) == {2} and done["test_acc"].between(0, 1).all()
     summary = summarize(df, ["halo", "chunks"], "test_acc")
     assert summary.attrs["dropped_by_status"] == {"invalid": 1}
+
+
+def test_speedup_vs_chunks_is_over_the_single_engine_at_the_same_chunks() -> None:
+    df = load(RECORDS / "devices")
+    fig = analysis.plot_speedup_vs_chunks(df, where={"framework": "dgl"})
+    lines = [l for l in fig.axes[0].get_lines() if l.get_label() and not l.get_label().startswith("_")]
+    assert [l.get_label() for l in lines] == ["gpipe"]  # records written before pipelines recorded more
+    single = df[(df.engine == "single") & (df.framework == "dgl")].set_index("chunks").epoch_time_median_s
+    gpipe = df[(df.engine == "gpipe") & (df.framework == "dgl")].set_index("chunks").epoch_time_median_s
+    x, y = lines[0].get_data()
+    assert list(x) == sorted(gpipe.index) and list(y) == pytest.approx([single[k] / gpipe[k] for k in x])
+    with pytest.raises(NoData, match="needs single-engine runs"):
+        analysis.plot_speedup_vs_chunks(df[df.engine != "single"])

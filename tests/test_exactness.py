@@ -26,7 +26,7 @@ from pipegnn.data import Graph  # noqa: E402
 from pipegnn.data.planetoid import load_planetoid  # noqa: E402
 from pipegnn.engines import GPipeEngine, SingleEngine  # noqa: E402
 from pipegnn.microbatch import build_plan  # noqa: E402
-from pipegnn.models import Propagate, StagedGNN, Transform, build_model  # noqa: E402
+from pipegnn.models import FIRST_TRANSFORMS, Propagate, StagedGNN, Transform, build_model  # noqa: E402
 
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.usefixtures("float64")
@@ -130,14 +130,16 @@ def assert_close(actual: Tensor, expected: Tensor) -> None:
     torch.testing.assert_close(actual, expected, rtol=1e-9, atol=1e-9 * expected.abs().max().item())
 
 
+@pytest.mark.parametrize("first", FIRST_TRANSFORMS)
 @pytest.mark.parametrize("engine", ["single", "gpipe"])
 @pytest.mark.parametrize("partitioner", ["sequential", "metis"])
 @pytest.mark.parametrize("chunks", [1, 2, 3, 8])
 @pytest.mark.parametrize("kind", ["gat", "gcn"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_exact_equals_full_graph(graph: Graph, framework: str, kind: str, chunks: int, partitioner: str,
-                                 engine: str) -> None:
-    model = build_model(MODELS[kind], get_backend(framework), graph.x, graph.num_classes)
+                                 engine: str, first: str) -> None:
+    model = build_model(MODELS[kind], get_backend(framework), graph.x, graph.num_classes,
+                        first_transform=first)
     targets = graph.split("train")
     expected, expected_grads = reference(framework, copy.deepcopy(model), graph, targets)
     out, grads = micro_batched(framework, model, graph, targets, chunks, partitioner, engine)
@@ -175,3 +177,25 @@ def test_exact_on_cora(data_root, cache_dir, framework: str, kind: str, engine: 
     assert len(grads) == len(expected_grads)
     for g, e in zip(grads, expected_grads):
         assert_close(g, e)
+
+
+@pytest.mark.parametrize("first, once", [("once_per_step", True), ("per_micro_batch", False)])
+def test_first_layer_transform_runs_over_each_row_once_per_step(graph: Graph, first: str, once: bool) -> None:
+    """With the first transform once per step, a training step (and an evaluation) transforms every row
+    the micro-batches read exactly once; per micro-batch, halo rows are transformed again in each."""
+    model = build_model(MODELS["gat"], get_backend("pyg"), graph.x, graph.num_classes, first_transform=first)
+    seen: list[Tensor] = []
+    model[0].transform.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
+    backend = get_backend("pyg")
+    edge_index, _ = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
+    plan = build_plan(edge_index, graph.num_nodes, graph.split("all"), 4, num_layers=2, partitioner="metis")
+    ids = model.attach(plan)
+    distinct = torch.unique(torch.cat([mb.nodes for mb in plan.micro_batches])).numel()
+    read = sum(mb.nodes.numel() for mb in plan.micro_batches)
+    assert read > distinct  # the halos overlap
+    engine = SingleEngine(model, CPU, 4)
+    engine.train_step(ids, graph.y[plan.targets], plan.targets.numel())
+    assert seen == ([distinct] if once else [mb.nodes.numel() for mb in plan.micro_batches])
+    seen.clear()
+    engine.predict(ids)
+    assert sum(seen) == (distinct if once else read)

@@ -48,9 +48,10 @@ def test_single_engine_boxes_follow_the_micro_batches(graph: Graph) -> None:
     boxes = _step(engine, ids, labels)
     assert _count(boxes, 0, "forward") == _count(boxes, 0, "backward") == [0, 1, 2]
     ordered = sorted(boxes, key=lambda b: b.start)
-    # one micro-batch after another: F0 B0 F1 B1 F2 B2, none overlapping
-    assert [(b.kind[0], b.micro_batch) for b in ordered] == [("f", 0), ("b", 0), ("f", 1), ("b", 1),
-                                                            ("f", 2), ("b", 2)]
+    # the first layer's transform once for the step, one micro-batch after another, its backward once
+    assert [(b.kind, b.micro_batch) for b in ordered] == [
+        ("shared_forward", -1), ("forward", 0), ("backward", 0), ("forward", 1), ("backward", 1),
+        ("forward", 2), ("backward", 2), ("shared_backward", -1)]
     assert all(a.end <= b.start for a, b in zip(ordered, ordered[1:]))
     assert all(b.end > b.start for b in boxes)
     assert engine.step_boxes() == []  # read once: the next read has nothing until the next step
@@ -104,8 +105,8 @@ def test_figures_of_a_perfect_gpipe_schedule() -> None:
     assert fig["ideal_makespan_s"] == pytest.approx(15) and fig["ideal_speedup"] == pytest.approx(24 / 15)
     assert fig["bubble_ideal"] == pytest.approx(fig["bubble"])
     assert fig["imbalance"] == pytest.approx(1.0)
-    assert fig["stages"][1] == {"forward_s": 4, "backward_s": 8, "recompute_s": 0, "communication_s": 1,
-                                "busy_s": 12}
+    assert fig["stages"][1] == {"forward_s": 4, "backward_s": 8, "recompute_s": 0, "shared_forward_s": 0,
+                                "shared_backward_s": 0, "communication_s": 1, "busy_s": 12}
     slow = step_figures([Box(b.stage, b.lane, b.micro_batch, b.kind, b.start, b.end * 2) for b in boxes[:2]],
                         info)
     assert medians([fig, fig, slow])["makespan_s"] == 15

@@ -66,7 +66,8 @@ def unit_balance(balance: Any, num_layers: int, parts: int, what: str = "device"
 def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, passes: int = 2,
                        micro_batches: int = 4) -> list[float]:
     """Seconds of forward + backward of every unit for one micro-batch: the median over ``passes``
-    timed passes (after one warm-up pass) of the mean over the first ``micro_batches`` of ``ids``.
+    timed passes (after one warm-up pass) of the mean over the first ``micro_batches`` of ``ids``. A
+    first-layer transform that runs once per step is not counted (it is no per-micro-batch cost).
 
     Each unit runs on the previous unit's detached output, as torchgpipe's profiler does. The model is
     moved to ``device`` and left there; the random number generators and parameter gradients are as
@@ -81,6 +82,7 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
     with torch.random.fork_rng(devices=cuda):
         for p in range(passes + 1):
             totals = [0.0] * len(model)
+            model[0].begin_step(chosen)  # a once-per-step first transform: per step, not per micro-batch
             for m in chosen:
                 x: tuple[Tensor, ...] = (torch.tensor([m], dtype=torch.float32, device=device,
                                                       requires_grad=True),)
@@ -95,6 +97,7 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
                     _sync(device)
                     totals[i] += time.perf_counter() - start
                     x = y
+            model[0].end_step()
             if p:  # the first pass warms up (structures, allocator)
                 for i, t in enumerate(totals):
                     samples[i].append(t / len(chosen))

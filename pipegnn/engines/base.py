@@ -2,12 +2,13 @@
 stage timeline of each training step."""
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from pipegnn.models.base import Transform
 from pipegnn.timeline import Box, PipelineInfo, Timeline
 
 __all__ = ["IGNORE", "Engine", "exact_loss", "parse_device"]
@@ -55,6 +56,8 @@ class Engine:
     devices: list[torch.device]
     info: PipelineInfo
     timeline: Timeline | None = None
+    #: the first layer's Transform unit when this process runs it (its once-per-step transform)
+    first: Transform | None = None
 
     @property
     def input_device(self) -> torch.device:
@@ -89,6 +92,7 @@ class Engine:
         """
         if self.timeline is not None:
             self.timeline.begin()
+        self.begin_first(ids)
         total = torch.zeros((), device=self.output_device)
         offset = 0
         for logits in self.outputs(ids):
@@ -97,7 +101,27 @@ class Engine:
             loss = exact_loss(logits, y, num_targets)
             loss.backward()
             total += loss.detach()
+        self.end_first()
         return float(total)
+
+    def begin_first(self, ids: Tensor) -> None:
+        """Run the first layer's transform once for the step's micro-batches ``ids`` (if this process
+        holds it and it runs once per step), as its own box on stage 0's timeline."""
+        if self.first is not None and self.first.once_per_step:
+            self._first_box("shared_forward", lambda: self.first.begin_step(ids.tolist()))
+
+    def end_first(self) -> None:
+        """Back-propagate the first layer's once-per-step transform (after the last micro-batch)."""
+        if self.first is not None and self.first.once_per_step:
+            self._first_box("shared_backward", self.first.end_step)
+
+    def _first_box(self, kind: str, work: Callable[[], object]) -> None:
+        timeline = self.timeline if self.timeline is not None and self.timeline.recording else None
+        start = timeline.now(0) if timeline is not None else None
+        with torch.profiler.record_function(f"first-layer transform ({kind.split('_')[1]})"):
+            work()
+        if timeline is not None:
+            timeline.add(0, -1, kind, start, timeline.now(0))
 
     def step_boxes(self) -> list[Box] | None:
         """The stage timeline of the last training step (every stage's boxes), or None without a
@@ -107,4 +131,7 @@ class Engine:
     @torch.no_grad()
     def predict(self, ids: Tensor) -> Tensor:
         """Logits of all targets of ``ids``'s micro-batches, concatenated in micro-batch order."""
-        return torch.cat(list(self.outputs(ids)))
+        self.begin_first(ids)
+        logits = torch.cat(list(self.outputs(ids)))
+        self.end_first()
+        return logits

@@ -254,6 +254,7 @@ class PipeliningEngine(Engine):
                                       None if s == 0 else self.rows[self.units[s].start - 1],
                                       self.pad[self.units[s].stop - 1], s == self.num_stages - 1).to(device)
                         for s in self.local}
+        self.first = self.modules[0].units[0] if 0 in self.modules else None
         own = {unit for s in self.local for unit in self.units[s]}
         for i in reversed(range(len(model))):
             if i not in own:
@@ -321,6 +322,7 @@ class PipeliningEngine(Engine):
         total = torch.zeros((), device=self.devices[0])
         if self.timeline is not None:
             self.timeline.begin()
+        self.begin_first(ids)
         if self.has_last:
             sizes = [self.rows[-1][m] for m in order]  # labels of each micro-batch, padded with IGNORE
             target = torch.full((len(order), self.pad[-1][order[0]]), IGNORE, dtype=labels.dtype,
@@ -332,6 +334,7 @@ class PipeliningEngine(Engine):
             total = torch.stack(losses).sum().detach().to(total.dtype)
         else:
             schedule.step(*self._args(ids), return_outputs=False)
+        self.end_first()
         if self.timeline is not None:
             self.timeline.recording = False  # the broadcast below is not part of the pipeline
         dist.broadcast(total, src=self.last_rank)
@@ -355,7 +358,9 @@ class PipeliningEngine(Engine):
         order = ids.tolist()
         schedule = self._schedule(order, train=False)
         rows = [self.rows[-1][m] for m in order]
+        self.begin_first(ids)
         out = schedule.step(*self._args(ids))
+        self.end_first()
         if self.has_last:
             padded = out.view(len(order), self.pad[-1][order[0]], -1)
             logits = torch.cat([padded[i, :n] for i, n in enumerate(rows)])

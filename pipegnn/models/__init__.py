@@ -6,12 +6,12 @@ from typing import Any, Mapping
 from torch import Tensor
 
 from pipegnn.errors import ConfigError
-from pipegnn.models.base import UNITS_PER_LAYER, Propagate, StagedGNN, Transform, Unit
+from pipegnn.models.base import FIRST_TRANSFORMS, UNITS_PER_LAYER, Propagate, StagedGNN, Transform, Unit
 from pipegnn.models.gat import gat_layers
 from pipegnn.models.gcn import gcn_layers
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["MODELS", "UNITS_PER_LAYER", "LayerSpec", "Propagate", "StagedGNN", "Transform", "Unit", "build_model", "layer_specs"]
+__all__ = ["FIRST_TRANSFORMS", "MODELS", "UNITS_PER_LAYER", "LayerSpec", "Propagate", "StagedGNN", "Transform", "Unit", "build_model", "layer_specs"]
 
 MODELS = ("gat", "gcn")
 
@@ -30,11 +30,11 @@ def layer_specs(model: Mapping[str, Any], in_dim: int, num_classes: int) -> list
 
 
 def build_model(model: Mapping[str, Any], backend: Any, features: Tensor, num_classes: int,
-                history: bool = False) -> StagedGNN:
+                history: bool = False, first_transform: str = "once_per_step") -> StagedGNN:
     """A StagedGNN for the ``model`` config, built with ``backend``'s layers (with history caches
     for historical micro-batching when ``history``). ``model.aggregation``, when given, selects the
     adapter's aggregation (``backend.with_aggregation``)."""
     specs = layer_specs(model, features.size(1), num_classes)
     if model.get("aggregation") is not None:
         backend = backend.with_aggregation(model["aggregation"])
-    return StagedGNN(specs, backend, model["name"], features, history)
+    return StagedGNN(specs, backend, model["name"], features, history, first_transform)

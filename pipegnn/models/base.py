@@ -30,7 +30,12 @@ from pipegnn.microbatch.history import History
 from pipegnn.microbatch.plan import MicroBatchPlan
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["UNITS_PER_LAYER", "Propagate", "StagedGNN", "TensorList", "Transform", "Unit"]
+__all__ = ["FIRST_TRANSFORMS", "UNITS_PER_LAYER", "Propagate", "StagedGNN", "TensorList", "Transform", "Unit"]
+
+#: ``microbatch.first_transform``: ``once_per_step`` (the first layer's transform runs once per step
+#: over every row the step's micro-batches read, each micro-batch gathers its rows) or
+#: ``per_micro_batch`` (every micro-batch transforms its own input rows, halo rows again and again).
+FIRST_TRANSFORMS = ("once_per_step", "per_micro_batch")
 
 #: Units of every layer: transform, propagate.
 UNITS_PER_LAYER = 2
@@ -91,6 +96,12 @@ class Unit(nn.Module):
 class Transform(Unit):
     """The node-wise part of a layer: input rows, input dropout, the layer's dense transform.
 
+    The first layer's transform can run once per step (:meth:`begin_step`) instead of once per
+    micro-batch: its input (the features) does not depend on the micro-batch, so every row any of the
+    step's micro-batches reads is dropped out and transformed once (one dropout mask per node and step,
+    as in full-graph training), the micro-batches gather their rows from a detached copy of the result,
+    and the gradient they accumulate there flows back through the transform once (:meth:`end_step`).
+
     Args:
         layer: index of the layer (0-based).
         spec: the layer's specification.
@@ -106,10 +117,17 @@ class Transform(Unit):
         self.received, self.pulled = TensorList(), TensorList()  # global ids, historical mode only
         self.register_buffer("features", None, persistent=False)
         self.history: History | None = None
+        self.once_per_step = False
+        self._gathers: dict[tuple[int, ...], tuple[Tensor, dict[int, Tensor]]] = {}
+        self._shared: Tensor | None = None  # this step's transformed rows (a leaf while training)
+        self._graph: Tensor | None = None  # the same rows with their autograd graph
+        self._index: dict[int, Tensor] = {}  # micro-batch id -> its rows in _shared
 
-    def add_features(self, x: Tensor) -> None:
-        """Keep the node features on this (first) unit."""
+    def add_features(self, x: Tensor, once_per_step: bool = False) -> None:
+        """Keep the node features on this (first) unit; with ``once_per_step`` the transform runs once
+        per step (see the class doc)."""
         self.features = x
+        self.once_per_step = once_per_step
 
     def add_history(self, num_nodes: int, dtype: torch.dtype) -> None:
         """Keep a cache of this layer's input embeddings for halo rows (historical mode)."""
@@ -124,9 +142,50 @@ class Transform(Unit):
             self.received.append(mb.nodes[:mb.sizes[layer]])
             self.pulled.append(mb.nodes[mb.sizes[layer]:mb.sources[layer]])
 
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Transform":
+        self._gathers.clear()  # index tensors live on the old device
+        return super()._apply(fn, *args, **kwargs)
+
+    def _gather(self, ids: list[int]) -> tuple[Tensor, dict[int, Tensor]]:
+        """The distinct rows micro-batches ``ids`` read and, per micro-batch, where its rows are among
+        them (built once per set of micro-batches)."""
+        key = tuple(ids)
+        if key not in self._gathers:
+            rows, inverse = torch.unique(torch.cat([self.nodes[m] for m in ids]), return_inverse=True)
+            parts = inverse.split([self.nodes[m].numel() for m in ids])
+            self._gathers[key] = rows, dict(zip(ids, parts))
+        return self._gathers[key]
+
+    def begin_step(self, ids: list[int]) -> int:
+        """Transform every row micro-batches ``ids`` read, once (no-op unless ``once_per_step``);
+        while training with gradients, keep the graph for :meth:`end_step`. Returns the rows
+        transformed."""
+        if not self.once_per_step:
+            return 0
+        rows, self._index = self._gather(ids)
+        h = self.transform(F.dropout(self.features[rows], self.spec.dropout, self.training))
+        if h.requires_grad:
+            self._graph, self._shared = h, h.detach().requires_grad_()
+        else:
+            self._graph, self._shared = None, h
+        return rows.numel()
+
+    def end_step(self) -> None:
+        """Back-propagate the gradient the micro-batches accumulated in the shared rows through the
+        transform (once), and forget the step's rows."""
+        if self._graph is not None and self._shared is not None and self._shared.grad is not None:
+            self._graph.backward(self._shared.grad)
+        self._graph = self._shared = None
+        self._index = {}
+
     def forward(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
         ids = inputs[-1]
         m = int(ids[0])  # host read of the micro-batch id (a sync on CUDA) selects its rows
+        if self.once_per_step:
+            if self._shared is None:
+                raise RuntimeError("first-layer transform once per step: call begin_step(ids) before "
+                                   "running the micro-batches")
+            return self._shared[self._index[m]], ids
         h = self.features[self.nodes[m]] if self.features is not None else inputs[0]
         if self.history is not None:
             self.history.push(self.received[m], h)
@@ -193,16 +252,19 @@ class StagedGNN(nn.Sequential):
         kind: model kind (``gat`` or ``gcn``).
         features: node features ``[N, F]`` (kept on the first unit).
         history: give layers 2..L a history cache (for ``historical`` plans).
+        first_transform: one of :data:`FIRST_TRANSFORMS`.
     """
 
     def __init__(self, specs: list[LayerSpec], backend: Any, kind: str, features: Tensor,
-                 history: bool = False):
+                 history: bool = False, first_transform: str = "once_per_step"):
+        if first_transform not in FIRST_TRANSFORMS:
+            raise ValueError(f"first_transform={first_transform!r}; valid: {', '.join(FIRST_TRANSFORMS)}")
         units: list[Unit] = []
         for i, spec in enumerate(specs):
             transform, conv = backend.split(backend.conv(kind, spec))
             units += [Transform(i, spec, transform), Propagate(i, spec, conv, backend)]
         super().__init__(*units)
-        self[0].add_features(features)
+        self[0].add_features(features, once_per_step=first_transform == "once_per_step")
         if history:
             for unit in self.transforms()[1:]:
                 unit.add_history(features.size(0), features.dtype)
@@ -246,6 +308,7 @@ class StagedGNN(nn.Sequential):
             Logits of the targets of ``ids``'s micro-batches, concatenated in micro-batch order.
         """
         hs: list[Tensor | None] = [None] * ids.numel()
+        self[0].begin_step(ids.tolist())
         for unit in self:
             device = unit.device
             moved = [None if h is None else h.to(device) for h in hs]
@@ -256,6 +319,7 @@ class StagedGNN(nn.Sequential):
             mb_ids = ids.to(device, torch.float32)
             hs = [unit((mb_ids[i:i + 1],) if h is None else (h, mb_ids[i:i + 1]))[0]
                   for i, h in enumerate(moved)]
+        self[0].end_step()
         return torch.cat(hs)
 
     def attach(self, plan: MicroBatchPlan) -> Tensor:

@@ -2,7 +2,8 @@
 
 Per step (one value per epoch in the record, medians in its ``pipeline`` section):
 
-- ``stages``: per stage, seconds of ``forward``, ``backward``, ``recompute``, their sum ``busy`` and
+- ``stages``: per stage, seconds of ``forward``, ``backward``, ``recompute``, ``shared_forward`` and
+  ``shared_backward`` (the first layer's once-per-step transform), their sum ``busy`` and
   ``communication`` (waiting on receives);
 - ``makespan_s``: from the first box's start to the last box's end;
 - ``bubble``: the measured idle share ``1 - sum(busy) / (lanes x makespan)``, where a lane is what runs
@@ -102,7 +103,7 @@ def step_figures(boxes: list[Box], info: PipelineInfo) -> dict[str, Any]:
         if b.kind in BUSY:
             lanes[b.lane] += b.seconds
     for s in stages:
-        s["busy_s"] = s["forward_s"] + s["backward_s"] + s["recompute_s"]
+        s["busy_s"] = sum(s[f"{kind}_s"] for kind in BUSY)
     makespan = max(b.end for b in boxes) - min(b.start for b in boxes) if boxes else 0.0
     busy = [s["busy_s"] for s in stages]
     total = sum(busy)

@@ -2,7 +2,8 @@
 
 Boxes are what a Gantt chart of a pipeline shows: ``forward`` and ``backward`` of a micro-batch on a
 stage, ``recompute`` (torchgpipe's checkpointed forward, run again during backward) and ``recv`` (a
-``pipelining`` rank waiting for the activation or gradient it needs). Every box is also a
+``pipelining`` rank waiting for the activation or gradient it needs), and on the first stage ``shared_forward`` / ``shared_backward``: the first layer's transform run
+once per step for all micro-batches, before the first and after the last (micro-batch -1). Every box is also a
 ``torch.profiler.record_function`` label where the engine has none of its own (the ``pipelining``
 schedules already label their actions ``Forward i`` / ``Backward i``), so a ``torch.profiler`` trace
 shows the same boxes.
@@ -26,8 +27,9 @@ from torch import Tensor, nn
 __all__ = ["BUSY", "Box", "COMMUNICATION", "HookProbe", "KINDS", "Timeline"]
 
 #: Kinds of boxes; ``forward``, ``backward`` and ``recompute`` are a stage's busy time.
-KINDS = ("forward", "backward", "recompute", "recv_forward", "recv_backward")
-BUSY = ("forward", "backward", "recompute")
+KINDS = ("forward", "backward", "recompute", "shared_forward", "shared_backward", "recv_forward",
+         "recv_backward")
+BUSY = ("forward", "backward", "recompute", "shared_forward", "shared_backward")
 COMMUNICATION = ("recv_forward", "recv_backward")
 
 
@@ -38,7 +40,7 @@ class Box:
     Attributes:
         stage: pipeline stage index.
         lane: what runs the stage (its rank for ``pipelining``, else the stage itself).
-        micro_batch: position of the micro-batch in the step (0..k-1).
+        micro_batch: position of the micro-batch in the step (0..k-1; -1: the whole step's).
         kind: one of :data:`KINDS`.
         start, end: seconds since the timeline's origin.
     """

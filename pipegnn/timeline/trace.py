@@ -3,7 +3,8 @@
 
 Trace Event Format: one process row per rank (``pipelining``) or one for the whole pipeline (``single``,
 ``gpipe``), one thread row per stage, one complete event (``"ph": "X"``) per box, named ``F3``
-(forward of micro-batch 3), ``B3`` (backward), ``R3`` (recompute) or ``recv F3`` / ``recv B3`` (waiting
+(forward of micro-batch 3), ``B3`` (backward), ``R3`` (recompute), ``first-layer transform`` (and its
+``backward``: once per step, for every micro-batch) or ``recv F3`` / ``recv B3`` (waiting
 for the activation / gradient of micro-batch 3). Times are microseconds from the step's first box.
 """
 from __future__ import annotations
@@ -19,7 +20,8 @@ __all__ = ["TRACE_NAME", "chrome_trace", "load_trace"]
 
 TRACE_NAME = "trace.json"
 _NAMES = {"forward": "F", "backward": "B", "recompute": "R", "recv_forward": "recv F",
-          "recv_backward": "recv B"}
+          "recv_backward": "recv B", "shared_forward": "first-layer transform",
+          "shared_backward": "first-layer transform backward"}
 
 
 def chrome_trace(boxes: list[Box], info: PipelineInfo, epoch: int) -> dict[str, Any]:
@@ -37,7 +39,8 @@ def chrome_trace(boxes: list[Box], info: PipelineInfo, epoch: int) -> dict[str, 
                        "args": {"name": f"stage {s} ({' '.join(units)}) on {info.devices[s]}"}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": s, "args": {"sort_index": s}})
     for b in boxes:
-        events.append({"name": f"{_NAMES[b.kind]}{b.micro_batch}", "cat": b.kind,
+        name = _NAMES[b.kind] if b.micro_batch < 0 else f"{_NAMES[b.kind]}{b.micro_batch}"
+        events.append({"name": name, "cat": b.kind,
                        "ph": "X", "ts": round((b.start - origin) * 1e6, 3),
                        "dur": round(b.seconds * 1e6, 3), "pid": info.lanes[b.stage] if per_rank else 0,
                        "tid": b.stage, "args": {"stage": b.stage, "micro_batch": b.micro_batch}})
