@@ -15,6 +15,8 @@ Suites:
     goals    the overhead goals side by side: exact GPipe k=8 and k=32 (METIS) over full batch, GPipe over
              the single engine on the same micro-batches (torchgpipe's default checkpointing and none),
              DGL over PyG; a second table prints each goal's ratio and whether it is met
+    first    exact k=8 and k=32 (single, GPipe) with the first layer's transform once per step and per
+             micro-batch, side by side, over full batch (run it with microbatch.targets=all)
 
 With ``--seeds N`` every case runs with seeds 0..N-1 and the table shows means (test accuracy: at the
 best validation epoch), plus each seed's accuracy.
@@ -62,6 +64,12 @@ SUITES = {
               "dgl full batch (single, k=1)": ["framework=dgl", *FULL],
               "dgl gpipe k=8 exact metis": ["framework=dgl", "engine=gpipe", "chunks=8",
                                             "microbatch.halo=exact"]},
+    "first": {"full batch (single, k=1)": FULL,
+              **{f"{engine} k={k} exact, first transform {first}": [
+                  f"engine={engine}", f"chunks={k}", "microbatch.halo=exact",
+                  f"microbatch.first_transform={first}"]
+                 for k in (8, 32) for engine in ("single", "gpipe")
+                 for first in ("per_micro_batch", "once_per_step")}},
 }
 #: Per suite: (comparison, case, reference case, goal or None): the ratio of the two cases' epoch times.
 GOALS = {"goals": [
@@ -71,7 +79,10 @@ GOALS = {"goals": [
     ("gpipe without checkpointing / single", "pyg gpipe k=8 exact metis, no checkpointing",
      "pyg single k=8 exact metis", 1.10),
     ("dgl / pyg, full batch", "dgl full batch (single, k=1)", "pyg full batch (single, k=1)", None),
-    ("dgl / pyg, gpipe k=8 exact", "dgl gpipe k=8 exact metis", "pyg gpipe k=8 exact metis", None)]}
+    ("dgl / pyg, gpipe k=8 exact", "dgl gpipe k=8 exact metis", "pyg gpipe k=8 exact metis", None)],
+    "first": [(f"{engine} exact k={k} / full batch, first transform {first}",
+               f"{engine} k={k} exact, first transform {first}", "full batch (single, k=1)", None)
+              for k in (8, 32) for engine in ("single", "gpipe") for first in ("per_micro_batch", "once_per_step")]}
 
 
 def goal_table(table: pd.DataFrame, goals: list[tuple]) -> pd.DataFrame:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from pipegnn import run
 from pipegnn.engines import per_stage_balance, stage_units
@@ -163,3 +164,74 @@ def test_spawn_start_method() -> None:
     """Fresh interpreters (engine.start_method=spawn) instead of the forkserver."""
     assert _losses("engine=pipelining", "engine.start_method=spawn") == \
         pytest.approx(_losses("engine=single"), rel=1e-4)
+
+
+def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str) -> None:
+    """One rank of a float64 pipeline on the random graph: for several models, schedules, chunk counts
+    and stage boundaries (inside layers too), the gradients of one step, gathered on rank 0 next to the
+    single engine's."""
+    import torch.distributed as dist
+
+    from pipegnn.backends import get_backend
+    from pipegnn.engines import PipeliningEngine, SingleEngine
+    from pipegnn.microbatch import build_plan
+    from pipegnn.models import build_model
+
+    from conftest import random_graph
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    graph = random_graph()
+    graph.x = graph.x.double()
+    backend = get_backend(framework)
+    cases = {}
+    for kind, cfg in (("gat", dict(name="gat", hidden=4, heads=3, out_heads=2, layers=2, dropout=0.0)),
+                      ("gcn", dict(name="gcn", hidden=8, layers=2, dropout=0.0))):
+        edge_index, weight = backend.computation_graph(kind, graph.edge_index, graph.num_nodes, torch.float64)
+        for schedule, chunks, per_stage in (("gpipe", 1, [2, 2]), ("gpipe", 4, [1, 3]), ("1f1b", 4, [3, 1])):
+            plan = build_plan(edge_index, graph.num_nodes, graph.split("train"), chunks, num_layers=2,
+                              edge_weight=weight)
+            labels, n = graph.y[plan.targets], plan.targets.numel()
+            grads = []
+            for engine in ("single", "pipelining"):
+                torch.manual_seed(0)
+                model = build_model(cfg, backend, graph.x, graph.num_classes)
+                names = {id(p): name for name, p in model.named_parameters()}
+                ids = model.attach(plan)
+                run = (SingleEngine(model, torch.device("cpu"), chunks) if engine == "single" else
+                       PipeliningEngine(model, torch.device("cpu"), chunks, schedule, per_stage))
+                run.train_step(ids, labels, n)
+                mine = {names[id(p)]: p.grad for p in model.parameters()}
+                everyone: list = [None] * world
+                dist.all_gather_object(everyone, mine)
+                grads.append({k: v for d in everyone for k, v in d.items()})
+            cases[kind, schedule, chunks] = grads
+    if rank == 0:
+        torch.save(cases, out)
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("framework", ["pyg", "dgl"])
+def test_pipelining_gradients_equal_the_single_engine_in_float64(tmp_path: Path, framework: str) -> None:
+    """2 processes, GPipe and 1F1B schedules, k in {1, 4}, boundaries between layers and inside them:
+    after one step every parameter's gradient equals the single engine's (float64, 1e-9), so no gradient
+    is scaled by the number of micro-batches and none is lost at a boundary."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "grads.pt"
+    mp.start_processes(_gradient_worker, args=(2, port, framework, str(out)), nprocs=2, start_method="spawn")
+    cases = torch.load(out, weights_only=True)
+    assert len(cases) == 6
+    for case, (single, piped) in cases.items():
+        assert sorted(single) == sorted(piped) and len(single) >= 4, case
+        for name, expected in single.items():
+            assert expected.dtype == torch.float64 and expected.abs().sum() > 0, (case, name)
+            torch.testing.assert_close(piped[name], expected, rtol=1e-9,
+                                       atol=1e-9 * expected.abs().max().item(), msg=f"{case} {name}")
