@@ -6,9 +6,11 @@ each) with the GPipe and 1F1B schedules and an even or a measured (``auto``) bal
 the median epoch time, the speedup over the single engine at the same k, the ideal speedup computed from
 the run's own measured stage busy times (``pipeline.ideal_speedup``), how close the measured step comes
 to that ideal (``of_ideal`` = ideal makespan / measured makespan), and the measured bubble next to the
-schedule's theoretical one. Two cases (k=8) run ``--overhead-repeats`` more times with and without the
-timeline (``engine.timeline=false``), alternating, to measure what recording it costs (median epoch time
-with / without - 1; single epochs vary by ~10% here, so one pair says little). Every case is a separate ``pipegnn.run`` in this process (pipelining's workers are
+schedule's theoretical one. What recording the timeline costs is measured twice: two cases (k=8) run
+``--overhead-repeats`` more times with and without it (``engine.timeline=false``), alternating (median
+epoch time with / without - 1; runs vary by 10-20% here, so this bounds little), and within one process
+the same single-engine and torchgpipe steps (k=8) run ``--overhead-steps`` times with the recording on
+and off in turn (median step time with / without - 1: no run-to-run noise). Every case is a separate ``pipegnn.run`` in this process (pipelining's workers are
 processes of their own); records and traces go to ``--out``.
 
     python benchmarks/pipeline.py --epochs 5 --csv results/benchmarks/pipeline_synthetic.csv \\
@@ -20,12 +22,19 @@ import argparse
 import shutil
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
+import torch
 from hydra import compose, initialize_config_dir
 
 from pipegnn import run
+from pipegnn.backends import get_backend
+from pipegnn.data import load_graph
+from pipegnn.engines import IGNORE, GPipeEngine, SingleEngine
+from pipegnn.microbatch import build_plan
+from pipegnn.models import build_model
 from pipegnn.schema import register
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -66,6 +75,38 @@ def _case(name: str, k: int, args: argparse.Namespace, out: Path | None, extra: 
     return row
 
 
+def _step_overhead(engine_name: str, args: argparse.Namespace, k: int = 8) -> dict:
+    """Median training-step time of one engine (k micro-batches) with the timeline recording and not,
+    alternating ``args.overhead_steps`` times in this process."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[f"dataset={args.dataset}", *args.overrides])
+    graph = load_graph(cfg.dataset, cfg.data.root, cfg.data.cache)
+    backend = get_backend("pyg")
+    model = build_model(cfg.model, backend, graph.x, graph.num_classes)
+    edge_index, weight = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
+    plan = build_plan(edge_index, graph.num_nodes, graph.split("all"), k, num_layers=model.num_layers,
+                      edge_weight=weight)
+    ids = model.attach(plan)
+    cpu = torch.device("cpu")
+    engine = (SingleEngine(model, cpu, k) if engine_name == "single"
+              else GPipeEngine(model, [cpu, cpu], [2, 2], k))
+    labels = torch.where(graph.train_mask[plan.targets], graph.y[plan.targets], IGNORE)
+    count = int(graph.train_mask[plan.targets].sum())
+    timeline, times = engine.timeline, {True: [], False: []}
+    for i in range(2 * args.overhead_steps + 2):
+        on = i % 2 == 0
+        engine.timeline = timeline if on else None
+        start = time.perf_counter()
+        engine.train_step(ids, labels, count)
+        engine.step_boxes()
+        if i >= 2:  # the first pair warms up
+            times[on].append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+    on, off = statistics.median(times[True]), statistics.median(times[False])
+    return {"case": f"{engine_name} k={k}, {args.overhead_steps} steps in one process", "timeline_on_s": on,
+            "timeline_off_s": off, "overhead": on / off - 1}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="synthetic")
@@ -77,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                         "one folder per case: a sweep folder for experiments/report.py")
     parser.add_argument("--overhead-repeats", type=int, default=3,
                         help="timeline on/off pairs per overhead case (0: skip)")
+    parser.add_argument("--overhead-steps", type=int, default=20,
+                        help="in-process timeline on/off step pairs per engine (0: skip)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every case")
     args = parser.parse_args(argv)
     register()
@@ -106,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                          "overhead": median_on / median_off - 1,
                          "on_runs": " ".join(f"{t:.3f}" for t in on),
                          "off_runs": " ".join(f"{t:.3f}" for t in off)})
+    for engine in ("single", "gpipe") if args.overhead_steps > 0 else ():
+        overhead.append(_step_overhead(engine, args))
     if overhead:
         print(f"\ntimeline overhead (median epoch time of {args.overhead_repeats} runs with / without the "
               "timeline - 1)")

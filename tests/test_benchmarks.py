@@ -58,7 +58,8 @@ def test_pipeline_benchmark_table_records_and_figures(tmp_path) -> None:
             "dataset.train_per_class=10", "dataset.num_val=40", "dataset.num_test=60"]
     out, csv = tmp_path / "out", tmp_path / "pipeline.csv"
     assert pipeline.main(["--epochs", "2", "--chunks", "8", "--cases", "single", "pipelining gpipe auto",
-                          "--overhead-repeats", "1", "--csv", str(csv), "--out", str(out), *tiny]) == 0
+                          "--overhead-repeats", "1", "--overhead-steps", "2", "--csv", str(csv), "--out",
+                          str(out), *tiny]) == 0
     table = pd.read_csv(csv)
     assert table["case"].tolist() == ["single", "pipelining gpipe auto"]
     assert table["speedup"].tolist() == pytest.approx([1.0, table.epoch_s[0] / table.epoch_s[1]])
@@ -66,7 +67,8 @@ def test_pipeline_benchmark_table_records_and_figures(tmp_path) -> None:
     assert auto["bubble_theoretical"] == pytest.approx(1 / 9) and 0 < auto["of_ideal"]
     assert sum(map(int, auto["balance"].split(","))) == 4
     overhead = pd.read_csv(tmp_path / "pipeline_overhead.csv")
-    assert overhead["case"].tolist() == ["single k=8", "pipelining gpipe auto k=8"]
+    assert overhead["case"].tolist() == ["single k=8", "pipelining gpipe auto k=8",
+                                         "single k=8, 2 steps in one process", "gpipe k=8, 2 steps in one process"]
     assert overhead["overhead"].tolist() == pytest.approx(list(overhead.timeline_on_s / overhead.timeline_off_s - 1))
     for name in ("single_k8/result.json", "single_k8/trace.json", "pipelining_gpipe_auto_k8/trace.json"):
         assert (out / name).is_file(), name
