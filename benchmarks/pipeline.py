@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     for engine in ("single", "gpipe") if args.overhead_steps > 0 else ():
         overhead.append(_step_overhead(engine, args))
     if overhead:
-        print(f"\ntimeline overhead (median epoch time of {args.overhead_repeats} runs with / without the "
-              "timeline - 1)")
+        print(f"\ntimeline overhead (median epoch or step time with / without the timeline - 1; "
+              f"{args.overhead_repeats} runs per case, or {args.overhead_steps} steps in one process)")
         print(pd.DataFrame(overhead).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
