@@ -421,7 +421,8 @@ def test_preset_first_job_runs(tmp_path: Path, name: str) -> None:
     synthetic = cfg.dataset.name == "synthetic"
     job = [o for o in first if not o.startswith(("dataset=", "dataset."))
            or (synthetic and o.startswith("dataset.") and o.split("=")[0] not in tiny)]
-    dataset = [] if synthetic else ["dataset=synthetic"]
+    # the dataset is pinned on the command line, which also replaces a dataset axis of the sweep
+    dataset = [f"dataset={cfg.hydra.runtime.choices.dataset}" if synthetic else "dataset=synthetic"]
     sweep = tmp_path / "sweep"
     proc = _cli(tmp_path, "-m", f"experiment={name}", *job, *dataset, *TINY_SYNTHETIC,
                 "train.epochs=1", f"hydra.sweep.dir={sweep}")
