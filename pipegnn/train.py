@@ -79,7 +79,7 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
         trace = record.pop("trace", None)
         if trace is not None:
             write_record(output_dir, trace, TRACE_NAME)
-            record["pipeline"]["trace"] = TRACE_NAME
+            record.setdefault("pipeline", {})["trace"] = TRACE_NAME  # a failed run has no section yet
         write_record(output_dir, record)
     return record
 

@@ -179,3 +179,12 @@ def test_invalid_timeline_settings(value: object, message: str) -> None:
     cfg["engine"]["timeline" if value == "yes" else "trace_epoch"] = value
     with pytest.raises(ConfigError, match=message):
         check_config(cfg)
+
+
+def test_a_run_failing_after_its_traced_epoch_keeps_record_and_trace(tmp_path: Path) -> None:
+    record = run(make_cfg("engine=single", "chunks=2", "train.lr=1e30", "engine.trace_epoch=0"),
+                 output_dir=tmp_path)
+    assert record["status"] == "failed" and "training loss is nan at epoch 1" in record["error"]
+    written = json.loads((tmp_path / "result.json").read_text())
+    assert written["status"] == "failed" and written["pipeline"] == {"trace": "trace.json"}
+    assert json.loads((tmp_path / "trace.json").read_text())["otherData"]["epoch"] == 0
