@@ -83,7 +83,7 @@ def _step_overhead(engine_name: str, args: argparse.Namespace, k: int = 8) -> di
     graph = load_graph(cfg.dataset, cfg.data.root, cfg.data.cache)
     backend = get_backend("pyg")
     model = build_model(cfg.model, backend, graph.x, graph.num_classes)
-    edge_index, weight = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
+    edge_index, weight = backend.computation_graph(cfg.model.name, graph.edge_index, graph.num_nodes)
     plan = build_plan(edge_index, graph.num_nodes, graph.split("all"), k, num_layers=model.num_layers,
                       edge_weight=weight)
     ids = model.attach(plan)

@@ -77,6 +77,8 @@ _METRIC_LABELS = {
 _BOXES = {"forward": ("forward", {"color": "C0", "edgecolor": "white"}),
           "backward": ("backward", {"color": "C1", "edgecolor": "white"}),
           "recompute": ("recompute", {"color": "C2", "edgecolor": "white"}),
+          "shared_forward": ("first-layer transform", {"color": "C4", "edgecolor": "white"}),
+          "shared_backward": ("first-layer transform backward", {"color": "C5", "edgecolor": "white"}),
           "recv_forward": ("wait for activation", {"color": "0.88", "hatch": "///", "edgecolor": "0.6"}),
           "recv_backward": ("wait for gradient", {"color": "0.88", "hatch": "\\\\\\", "edgecolor": "0.6"})}
 _WAITS = ("recv_forward", "recv_backward")
@@ -429,8 +431,9 @@ def plot_timeline(trace: Mapping[str, Any] | str | Path, path: str | Path | None
                   title: str | None = None) -> Figure:
     """Gantt chart of one traced training step: one row per stage (top to bottom; labelled with the
     trace's thread name, ``stage s (units)`` over ``on device``, else ``stage s``), one bar per box
-    coloured by kind (forward, backward, recompute; waits for an activation or gradient in hatched
-    grey), the micro-batch number written in the bars wide enough for it; x axis in milliseconds from
+    coloured by kind (forward, backward, recompute, the first layer's once-per-step transform and its
+    backward; waits for an activation or gradient in hatched grey), the micro-batch number written in
+    the bars wide enough for it; x axis in milliseconds from
     the step's first box.
 
     Args:
@@ -471,7 +474,7 @@ def plot_timeline(trace: Mapping[str, Any] | str | Path, path: str | Path | None
             continue
         for e in of_kind:  # about 2% of the axis per character fits at this font size
             text = str(e["args"]["micro_batch"])
-            if e["dur"] / 1e3 >= 0.02 * span * len(text):
+            if e["args"]["micro_batch"] >= 0 and e["dur"] / 1e3 >= 0.02 * span * len(text):
                 ax.text((e["ts"] + e["dur"] / 2) / 1e3, row[e["tid"]], text, ha="center", va="center",
                         fontsize="small", color="white", zorder=3)
     # "stage s (units)" over "on device", long unit lists wrapped

@@ -349,6 +349,20 @@ def test_plot_timeline_one_row_per_stage_one_bar_per_box(tmp_path: Path) -> None
     assert image.shape[:2] == (round((1.6 + 0.55 * 2) * analysis.DPI), width)
 
 
+def test_plot_timeline_draws_the_first_layer_transform_boxes() -> None:
+    """The once-per-step first-layer transform (micro-batch -1) gets its own bars, without a number."""
+    shared = [{"name": "first-layer transform", "cat": "shared_forward", "ph": "X", "ts": 10000.0,
+               "dur": 3000.0, "pid": 0, "tid": 0, "args": {"stage": 0, "micro_batch": -1}},
+              {"name": "first-layer transform backward", "cat": "shared_backward", "ph": "X", "ts": 13000.0,
+               "dur": 1000.0, "pid": 0, "tid": 0, "args": {"stage": 0, "micro_batch": -1}}]
+    trace = {**_trace(), "traceEvents": [*_trace()["traceEvents"], *shared]}
+    (ax,) = plot_timeline(trace).axes
+    assert len(ax.patches) == 12
+    assert _legend(ax) == ["forward", "backward", "first-layer transform", "first-layer transform backward",
+                           "wait for activation", "wait for gradient"]
+    assert "-1" not in [t.get_text() for t in ax.texts]
+
+
 def test_plot_timeline_reads_a_run_directory_and_needs_boxes(tmp_path: Path) -> None:
     (tmp_path / "trace.json").write_text(json.dumps(_trace()))
     (tmp_path / "untraced-run").mkdir()

@@ -22,7 +22,7 @@ Per step (one value per epoch in the record, medians in its ``pipeline`` section
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from pipegnn.timeline.record import BUSY, COMMUNICATION, Box
@@ -59,6 +59,7 @@ class PipelineInfo:
         balance_source: ``auto`` (measured), ``config`` or ``even``.
         unit_costs_s: with ``balance=auto``, the measured forward + backward seconds of every unit per
             micro-batch.
+        per_lane: stages per lane (``interleaved1f1b``'s virtual stages; 1 otherwise).
     """
 
     engine: str
@@ -71,7 +72,7 @@ class PipelineInfo:
     overlap_note: str | None = None
     balance_source: str = "even"
     unit_costs_s: dict[str, float] | None = None
-    per_lane: int = field(default=1)
+    per_lane: int = 1
 
     @property
     def num_stages(self) -> int:

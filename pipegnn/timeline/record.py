@@ -1,9 +1,10 @@
 """Recording a training step's stage timeline: one box per stage, micro-batch and kind of work.
 
 Boxes are what a Gantt chart of a pipeline shows: ``forward`` and ``backward`` of a micro-batch on a
-stage, ``recompute`` (torchgpipe's checkpointed forward, run again during backward) and ``recv`` (a
-``pipelining`` rank waiting for the activation or gradient it needs), and on the first stage ``shared_forward`` / ``shared_backward``: the first layer's transform run
-once per step for all micro-batches, before the first and after the last (micro-batch -1). Every box is also a
+stage, ``recompute`` (torchgpipe's checkpointed forward, run again during backward), ``recv_forward`` /
+``recv_backward`` (a ``pipelining`` rank waiting for the activation / gradient it needs) and, on the
+first stage, ``shared_forward`` / ``shared_backward`` (the first layer's transform, run once per step for
+all micro-batches before the first and after the last; micro-batch -1). Every box is also a
 ``torch.profiler.record_function`` label where the engine has none of its own (the ``pipelining``
 schedules already label their actions ``Forward i`` / ``Backward i``), so a ``torch.profiler`` trace
 shows the same boxes.
@@ -26,7 +27,7 @@ from torch import Tensor, nn
 
 __all__ = ["BUSY", "Box", "COMMUNICATION", "HookProbe", "KINDS", "Timeline"]
 
-#: Kinds of boxes; ``forward``, ``backward`` and ``recompute`` are a stage's busy time.
+#: Kinds of boxes; those in :data:`BUSY` are a stage's busy time, those in :data:`COMMUNICATION` waits.
 KINDS = ("forward", "backward", "recompute", "shared_forward", "shared_backward", "recv_forward",
          "recv_backward")
 BUSY = ("forward", "backward", "recompute", "shared_forward", "shared_backward")
@@ -71,6 +72,7 @@ class Timeline:
         self.recording = False
         self.origin = time.perf_counter()
         self._pending: list[tuple[int, int, str, Any, Any]] = []
+        self._lane_end: dict[int, float] = {}  # latest CPU end stamp of each lane in this step
         self._step_host = 0.0
         self._origin_events: dict[torch.device, Any] = {}
 
@@ -81,6 +83,7 @@ class Timeline:
     def begin(self) -> None:
         """Start recording a training step (forgets the previous step's boxes)."""
         self._pending.clear()
+        self._lane_end.clear()
         self._origin_events.clear()
         self._step_host = time.perf_counter() - self.origin
         for d in set(self.devices):
@@ -103,15 +106,16 @@ class Timeline:
         """Record one box between two stamps of :meth:`now`."""
         if self.recording:
             self._pending.append((stage, micro_batch, kind, start, end))
+            if isinstance(end, float):
+                lane = self.lanes[stage]
+                self._lane_end[lane] = max(end, self._lane_end.get(lane, end))
 
     def add_wait(self, stage: int, micro_batch: int, kind: str, asked: Any, start: Any) -> None:
         """Record a wait from ``asked`` (when the schedule asked for a receive) to ``start`` (when the
         computation that needed it began), clipped on CPU to the end of the lane's previous box (a
         schedule may ask for a receive long before it waits for it)."""
         if isinstance(asked, float):
-            lane = self.lanes[stage]
-            ends = [e for s, _, _, _, e in self._pending if self.lanes[s] == lane and isinstance(e, float)]
-            asked = max([asked, *ends])
+            asked = max(asked, self._lane_end.get(self.lanes[stage], asked))
         self.add(stage, micro_batch, kind, asked, start)
 
     def end(self) -> list[Box]:
