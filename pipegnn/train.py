@@ -160,6 +160,7 @@ def _train(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.device]:
 
 def _train_rank(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.device]:
     train_cfg, mb_cfg = cfg["train"], cfg["microbatch"]
+    first = mb_cfg.get("first_transform", "once_per_step")
     torch.manual_seed(int(train_cfg["seed"]))
     with timed() as setup:
         graph = load_graph(cfg["dataset"], cfg["data"]["root"], cfg["data"]["cache"])
@@ -167,7 +168,7 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.devic
         backend = get_backend(cfg["framework"]["name"])
         model = build_model(cfg["model"], backend, graph.x, graph.num_classes,
                             history=mb_cfg["halo"] == "historical",
-                            first_transform=mb_cfg.get("first_transform", "once_per_step"))
+                            first_transform=first)
     record["dataset"] = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                          "num_features": graph.num_features, "num_classes": graph.num_classes}
     record["model"] = {"parameters": sum(p.numel() for p in model.parameters())}
@@ -180,13 +181,13 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.devic
     # Training reads the plans, the features (held by the model), the labels and the masks: let the
     # graph's edge list go, which on large graphs is a good share of what stays resident.
     graph = dataclasses.replace(graph, edge_index=torch.empty(2, 0, dtype=torch.long))
-    record["microbatch"] = {**_plan_summary(train_plan, eval_plan), "targets": mb_cfg["targets"],
+    record["microbatch"] = {**_plan_summary(train_plan, eval_plan, first), "targets": mb_cfg["targets"],
                             "cached": train_cached, "eval_cached": eval_cached}
-    log.info("micro-batches: %d x halo=%s partition=%s targets=%s, replication %.2f, inflation %.2f, "
-             "cut edges %.1f%% (%s in %.2fs)", train_plan.chunks, halo, train_plan.partition,
-             mb_cfg["targets"], train_plan.stats.replication, train_plan.stats.inflation,
-             100 * train_plan.stats.cut_edge_fraction, "cached" if train_cached else "built",
-             build.seconds)
+    log.info("micro-batches: %d x halo=%s partition=%s targets=%s, replication %.2f, inflation %.2f "
+             "(first transform %s), cut edges %.1f%% (%s in %.2fs)", train_plan.chunks, halo,
+             train_plan.partition, mb_cfg["targets"], train_plan.stats.replication,
+             record["microbatch"]["inflation"], first, 100 * train_plan.stats.cut_edge_fraction,
+             "cached" if train_cached else "built", build.seconds)
 
     train_ids = model.attach(train_plan)
     eval_ids = train_ids if eval_plan is train_plan else model.attach(eval_plan)
@@ -315,7 +316,12 @@ def _log_figures(p: dict[str, Any]) -> None:
              100 * p["bubble_ideal"], p["imbalance"], p["communication_s"], p["ideal_speedup"])
 
 
-def _plan_summary(train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan) -> dict[str, Any]:
-    stats = train_plan.stats.as_dict()
+def _plan_summary(train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan, first: str) -> dict[str, Any]:
+    """The plans' statistics; ``inflation`` and ``work`` count what ``first`` (the first transform's
+    mode) computes."""
+    def summary(plan: MicroBatchPlan) -> dict[str, Any]:
+        work = plan.stats.work(first)
+        return {**plan.stats.as_dict(), "inflation": work["inflation"], "work": work}
+
     return {"chunks": train_plan.chunks, "halo": train_plan.halo, "partition": train_plan.partition,
-            **stats, "eval": eval_plan.stats.as_dict()}
+            **summary(train_plan), "eval": summary(eval_plan)}

@@ -25,7 +25,11 @@ def test_exact_one_layer_stats() -> None:
     s = plan.stats
     assert s.nodes_per_chunk == [4, 4] and s.targets_per_chunk == [3, 3]
     assert s.replication == pytest.approx(8 / 6)
-    assert s.inflation == pytest.approx((4 + 5) * 2 / (6 + 10))
+    # Every micro-batch transforming its own 4 rows, or the 6 distinct rows once per step.
+    assert s.inflation_per_micro_batch == pytest.approx((4 + 5) * 2 / (6 + 10))
+    assert s.inflation == pytest.approx((6 + 5 * 2) / (6 + 10)) == 1.0
+    assert (s.rows_per_layer, s.distinct_rows_per_layer, s.edges_per_layer, s.outputs_per_layer,
+            s.reference_work) == ([8], [6], [10], [6], 16)
     assert s.cut_edge_fraction == pytest.approx(2 / 10)
     assert s.padding_fraction == 0.0
 
@@ -37,7 +41,13 @@ def test_exact_two_layer_stats() -> None:
     assert sorted(first.nodes.tolist()) == [0, 1, 2, 3, 4]
     assert [e.size(1) for e in first.edges] == [7, 5]
     assert plan.stats.replication_per_layer == pytest.approx([10 / 6, 8 / 6])
-    assert plan.stats.inflation == pytest.approx(2 * ((5 + 7) + (4 + 5)) / (2 * (6 + 10)))
+    s = plan.stats
+    assert s.inflation_per_micro_batch == pytest.approx(2 * ((5 + 7) + (4 + 5)) / (2 * (6 + 10)))
+    assert s.inflation == pytest.approx((6 + 2 * 7 + 2 * (4 + 5)) / (2 * (6 + 10)))
+    assert s.work("per_micro_batch") == {"first_transform": "per_micro_batch", "transform_rows": [10, 8],
+                                         "propagate_edges": [14, 10], "propagate_rows": [8, 6],
+                                         "inflation": s.inflation_per_micro_batch}
+    assert s.work()["transform_rows"] == [6, 8] and s.work()["inflation"] == s.inflation
 
 
 def test_naive_stats_and_lost_edges() -> None:
@@ -106,7 +116,8 @@ def test_historical_two_layer_stats() -> None:
     assert [e.size(1) for e in first.edges] == [5, 5]
     s = plan.stats
     assert s.replication_per_layer == pytest.approx([8 / 6, 8 / 6])
-    assert s.inflation == pytest.approx(2 * 2 * (4 + 5) / (2 * (6 + 10)))
+    assert s.inflation_per_micro_batch == pytest.approx(2 * 2 * (4 + 5) / (2 * (6 + 10)))
+    assert s.inflation == pytest.approx((6 + 2 * 5 + 2 * (4 + 5)) / (2 * (6 + 10)))
 
 
 def test_balance_statistics() -> None:
@@ -145,14 +156,15 @@ def test_stats_command_matches_build_plan(data_root, capsys, tmp_path) -> None:
 def test_single_chunk_work_is_counted_without_blocks(graph: Graph, halo: str, layers: int) -> None:
     """Inflation's denominator, counted with node masks, equals the work of the one-chunk plan."""
     from pipegnn.microbatch.halo import InCSR
-    from pipegnn.microbatch.plan import _single_chunk_work, _work
+    from pipegnn.microbatch.plan import _single_chunk_work
 
     targets = graph.split("train")
     csr = InCSR(graph.edge_index, graph.num_nodes)
     one = build_plan(graph.edge_index, graph.num_nodes, targets, 1, num_layers=layers, halo=halo,
                      partitioner="sequential")
     assert one.stats.inflation == pytest.approx(1.0)
-    assert _single_chunk_work(csr, targets, halo, layers) == _work(one.micro_batches)
+    work = sum(mb.sources[l] + mb.edges[l].size(1) for mb in one.micro_batches for l in range(layers))
+    assert _single_chunk_work(csr, targets, halo, layers) == work == one.stats.reference_work
 
 
 def test_local_edges_are_int32(graph: Graph) -> None:

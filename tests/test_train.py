@@ -43,6 +43,20 @@ def test_record_has_every_field(tmp_path: Path) -> None:
     assert sum(mb["targets_per_chunk"]) == 30 and mb["replication"] >= 1.0
     for key in ("inflation", "cut_edge_fraction", "padding_fraction"):
         assert key in mb
+    # The work each layer did: the first layer's transform over the distinct rows (once per step).
+    work = mb["work"]
+    assert work["first_transform"] == "once_per_step"
+    assert work["transform_rows"][0] == mb["distinct_rows_per_layer"][0] < mb["rows_per_layer"][0]
+    assert work["transform_rows"][1:] == mb["rows_per_layer"][1:]
+    assert work["propagate_edges"] == mb["edges_per_layer"]
+    assert mb["inflation"] == work["inflation"] < mb["inflation_per_micro_batch"]
+    assert mb["eval"]["work"]["transform_rows"][0] == mb["eval"]["distinct_rows_per_layer"][0]
+
+
+def test_record_counts_per_micro_batch_first_transform() -> None:
+    mb = run(make_cfg("chunks=2", "train.epochs=1", "microbatch.first_transform=per_micro_batch"))["microbatch"]
+    assert mb["work"]["transform_rows"] == mb["rows_per_layer"]
+    assert mb["inflation"] == mb["inflation_per_micro_batch"] == mb["work"]["inflation"]
 
 
 def _losses(*overrides: str) -> list[float]:

@@ -24,7 +24,7 @@ __all__ = ["cached_plan", "plan_key"]
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 2  # bump when the stored layout or the plan semantics change
+_FORMAT = 3  # bump when the stored layout or the plan semantics change
 
 
 def plan_key(edge_index: Tensor, edge_weight: Tensor | None, targets: Tensor, **params: Any) -> str:

@@ -23,8 +23,15 @@ class PlanStats:
         targets_per_chunk: number of targets of each micro-batch.
         replication: rows read by the first layer, summed over micro-batches, over the distinct nodes
             among them (1 = no node is read twice); ``replication_per_layer[l]`` is the same for layer l.
-        inflation: compute-weighted work (rows read + edges used, summed over layers) relative to the
-            same halo mode with one micro-batch.
+        inflation: work (rows transformed + edges propagated, summed over layers and micro-batches)
+            relative to the same halo mode with one micro-batch, the first layer's transform running
+            once per step over the distinct rows (see :meth:`work`).
+        inflation_per_micro_batch: the same with every micro-batch transforming its own first-layer rows.
+        rows_per_layer: input rows of each layer (what its transform reads), summed over micro-batches.
+        distinct_rows_per_layer: the distinct nodes among them.
+        edges_per_layer: edges each layer propagates over, summed over micro-batches.
+        outputs_per_layer: rows each layer computes, summed over micro-batches.
+        reference_work: the work of the same halo mode with one micro-batch.
         cut_edge_fraction: fraction of edges (self-loops excluded) joining different parts.
         target_balance, node_balance: max / mean targets and input rows per micro-batch (1 = even).
         padding_fraction: share of padding rows a static-shape layout (every micro-batch padded to the
@@ -41,9 +48,26 @@ class PlanStats:
     target_balance: float
     node_balance: float
     padding_fraction: float
+    inflation_per_micro_batch: float
+    rows_per_layer: list[int]
+    distinct_rows_per_layer: list[int]
+    edges_per_layer: list[int]
+    outputs_per_layer: list[int]
+    reference_work: int
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def work(self, first_transform: str = "once_per_step") -> dict:
+        """What one pass over the plan computes, per layer: ``transform_rows`` (the first layer's
+        distinct rows with ``first_transform=once_per_step``, else every micro-batch's input rows),
+        ``propagate_edges``, ``propagate_rows``, and the ``inflation`` they amount to."""
+        rows = list(self.rows_per_layer)
+        if first_transform == "once_per_step":
+            rows[0] = self.distinct_rows_per_layer[0]
+        return {"first_transform": first_transform, "transform_rows": rows,
+                "propagate_edges": list(self.edges_per_layer), "propagate_rows": list(self.outputs_per_layer),
+                "inflation": (sum(rows) + sum(self.edges_per_layer)) / max(self.reference_work, 1)}
 
 
 @dataclass
@@ -127,13 +151,10 @@ def _blocks(csr: InCSR, part: Tensor, targets: Tensor, chunks: int, halo: str,
     return out
 
 
-def _work(batches: list[MicroBatch]) -> int:
-    return sum(src + e.size(1) for mb in batches for src, e in zip(mb.sources, mb.edges))
-
-
 def _single_chunk_work(csr: InCSR, targets: Tensor, halo: str, num_layers: int) -> int:
-    """:func:`_work` of the same halo mode with one micro-batch, counted with node masks instead of
-    building its blocks (which would hold the whole graph's edges once more per layer)."""
+    """The work (rows transformed + edges propagated, over layers) of the same halo mode with one
+    micro-batch, counted with node masks instead of building its blocks (which would hold the whole
+    graph's edges once more per layer)."""
     in_degree = csr.rowptr[1:] - csr.rowptr[:-1]
     computed = torch.zeros(csr.num_nodes, dtype=torch.bool)
     computed[targets] = True
@@ -151,11 +172,11 @@ def _single_chunk_work(csr: InCSR, targets: Tensor, halo: str, num_layers: int) 
 def _stats(batches: list[MicroBatch], reference_work: int, part: Tensor,
            edge_index: Tensor) -> PlanStats:
     k, num_layers = len(batches), batches[0].num_layers
-    replication = []
-    for layer in range(num_layers):
-        rows = sum(mb.sources[layer] for mb in batches)
-        distinct = torch.unique(torch.cat([mb.nodes[:mb.sources[layer]] for mb in batches])).numel()
-        replication.append(rows / max(distinct, 1))
+    rows = [sum(mb.sources[layer] for mb in batches) for layer in range(num_layers)]
+    distinct = [torch.unique(torch.cat([mb.nodes[:mb.sources[layer]] for mb in batches])).numel()
+                for layer in range(num_layers)]
+    edges = [sum(mb.edges[layer].size(1) for mb in batches) for layer in range(num_layers)]
+    work = sum(rows) + sum(edges)
     src, dst = edge_index
     proper = src != dst
     cut = (part[src[proper]] != part[dst[proper]]).float().mean().item() if proper.any() else 0.0
@@ -165,11 +186,17 @@ def _stats(batches: list[MicroBatch], reference_work: int, part: Tensor,
         chunks=k,
         nodes_per_chunk=nodes,
         targets_per_chunk=targets,
-        replication=replication[0],
-        replication_per_layer=replication,
-        inflation=_work(batches) / max(reference_work, 1),
+        replication=rows[0] / max(distinct[0], 1),
+        replication_per_layer=[r / max(d, 1) for r, d in zip(rows, distinct)],
+        inflation=(work - rows[0] + distinct[0]) / max(reference_work, 1),
         cut_edge_fraction=float(cut),
         target_balance=max(targets) * k / max(sum(targets), 1),
         node_balance=max(nodes) * k / max(sum(nodes), 1),
         padding_fraction=1.0 - sum(nodes) / (k * max(nodes)),
+        inflation_per_micro_batch=work / max(reference_work, 1),
+        rows_per_layer=rows,
+        distinct_rows_per_layer=distinct,
+        edges_per_layer=edges,
+        outputs_per_layer=[sum(mb.sizes[layer + 1] for mb in batches) for layer in range(num_layers)],
+        reference_work=reference_work,
     )

@@ -60,7 +60,8 @@ def plan_table(graph: Graph, kind: str, framework: str, targets: str, chunks: Se
         rows.append({"partition": partition, "chunks": k, "layers": num_layers, "halo": halo,
                      "replication": s.replication,
                      "replication_per_layer": " ".join(f"{r:.2f}" for r in s.replication_per_layer),
-                     "inflation": s.inflation, "cut_edge_fraction": s.cut_edge_fraction,
+                     "inflation": s.inflation, "inflation_per_micro_batch": s.inflation_per_micro_batch,
+                     "cut_edge_fraction": s.cut_edge_fraction,
                      "target_balance": s.target_balance, "node_balance": s.node_balance,
                      "padding_fraction": s.padding_fraction, "max_nodes": max(s.nodes_per_chunk),
                      "build_s": time.perf_counter() - start})

@@ -163,7 +163,9 @@ class Transform(Unit):
         if not self.once_per_step:
             return 0
         rows, self._index = self._gather(ids)
-        h = self.transform(F.dropout(self.features[rows], self.spec.dropout, self.training))
+        # Sorted distinct rows as many as the nodes are all of them, in order: no copy of the features.
+        x = self.features if rows.numel() == self.features.size(0) else self.features[rows]
+        h = self.transform(F.dropout(x, self.spec.dropout, self.training))
         if h.requires_grad:
             self._graph, self._shared = h, h.detach().requires_grad_()
         else:
