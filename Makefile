@@ -60,6 +60,7 @@ bench: setup
 	$(PY) benchmarks/memory.py --part a | tee $(BENCH)/memory_a.txt; \
 	$(PY) benchmarks/memory.py --part a --community-size 2000 --tag _local dataset.homophily=0.95 | tee $(BENCH)/memory_a_local.txt; \
 	$(PY) benchmarks/memory.py --part a --tag _dgl framework=dgl | tee $(BENCH)/memory_a_dgl.txt; \
+	$(PY) benchmarks/memory.py --part a --tag _once microbatch.first_transform=once_per_step | tee $(BENCH)/memory_a_once.txt; \
 	$(PY) benchmarks/memory.py --part a --halo historical --tag _historical | tee $(BENCH)/memory_a_historical.txt; \
 	$(PY) benchmarks/memory.py --part b --cap-gb 3 | tee $(BENCH)/memory_b.txt; \
 	$(PY) benchmarks/memory.py --part b --cap-gb 3 --community-size 2000 --tag _local dataset.homophily=0.95 | tee $(BENCH)/memory_b_local.txt; \

@@ -48,9 +48,9 @@ CONF = ROOT / "conf"
 OUT = ROOT / "results" / "benchmarks"
 MiB = 2 ** 20
 GAT_GRAPH = ["dataset.avg_degree=10", "dataset.num_features=128"]
-# The committed tables were measured with every micro-batch transforming its own first-layer rows (the
-# only path then); the default once-per-step transform keeps every row's dropped-out features for the
-# step, as full batch does, so this benchmark pins the path its tables come from.
+# Every micro-batch transforms its own first-layer rows here, the memory-lean path: the default
+# once-per-step transform keeps every row's dropped-out features, the shared transformed rows and their
+# gradient for the whole step (memory_a_once.csv: `--tag _once microbatch.first_transform=once_per_step`).
 METIS_ALL = ["microbatch.partition=metis", "microbatch.targets=all", "microbatch.first_transform=per_micro_batch"]
 FULL = ["chunks=1", "microbatch.halo=none", "microbatch.targets=all"]
 # 2-layer GAT with its default 8 heads x 8 hidden; dropout stays on (it does not change the shapes).

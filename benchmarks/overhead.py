@@ -17,9 +17,12 @@ Suites:
              DGL over PyG; a second table prints each goal's ratio and whether it is met
     first    exact k=8 and k=32 (single, GPipe) with the first layer's transform once per step and per
              micro-batch, side by side, over full batch (run it with microbatch.targets=all)
+    accuracy_first
+             test accuracy (best validation epoch) of the single engine at k=8, exact and historical
+             halos, first transform once per step and per micro-batch, beside full batch (use --seeds)
 
 With ``--seeds N`` every case runs with seeds 0..N-1 and the table shows means (test accuracy: at the
-best validation epoch), plus each seed's accuracy.
+best validation epoch, with its sample standard deviation), plus each seed's accuracy.
 """
 from __future__ import annotations
 
@@ -70,6 +73,11 @@ SUITES = {
                   f"microbatch.first_transform={first}"]
                  for k in (8, 32) for engine in ("single", "gpipe")
                  for first in ("per_micro_batch", "once_per_step")}},
+    "accuracy_first": {"full batch (single, k=1)": FULL,
+                       **{f"single k=8 {halo}, first transform {first}": [
+                           "engine=single", "chunks=8", f"microbatch.halo={halo}",
+                           f"microbatch.first_transform={first}"]
+                          for halo in ("exact", "historical") for first in ("per_micro_batch", "once_per_step")}},
 }
 #: Per suite: (comparison, case, reference case, goal or None): the ratio of the two cases' epoch times.
 GOALS = {"goals": [
@@ -124,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                          "build_s": record["timing"]["microbatch_build_s"]})
         row = {"case": name, **pd.DataFrame(runs).mean().to_dict()}
         if args.seeds > 1:
+            row["test_acc_std"] = pd.Series([r["test_acc"] for r in runs]).std()
             row["test_acc_per_seed"] = " ".join(f"{r['test_acc']:.3f}" for r in runs)
         rows.append(row)
     table = pd.DataFrame(rows)
