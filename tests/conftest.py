@@ -1,4 +1,5 @@
-"""Shared fixtures: small graphs with the awkward cases, the read-only raw datasets, tiny configs."""
+"""Shared fixtures: small graphs with the awkward cases, the read-only raw datasets, tiny configs, and
+helpers for dataset-cache tests (code-carrying files, unwritable folders)."""
 from __future__ import annotations
 
 import os
@@ -99,3 +100,46 @@ def make_cfg(*overrides: str) -> DictConfig:
     tiny = [] if other else TINY_SYNTHETIC
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("config", overrides=[*tiny, "train.epochs=3", *overrides])
+
+
+# --- Dataset caches: crafted files and unwritable folders --------------------------------------------
+
+FIELDS = ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask")
+
+
+class CodeMarker:
+    """Unpickling it creates the folder ``path``: the proof that a load ran code from a file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+def plant_processed(folder: Path, marker: Path, names=("data.pt", "pre_transform.pt", "pre_filter.pt")):
+    """Code-carrying files where PyG's (and ogb's) dataset classes look for their processed files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        torch.save(CodeMarker(marker), folder / name)
+
+
+def same_graph(a: Graph, b) -> bool:
+    """Equal values, dtypes and shapes in every field (``b``: a Graph or PyG Data)."""
+    return all(torch.equal(getattr(a, f), getattr(b, f)) and getattr(a, f).dtype == getattr(b, f).dtype
+               for f in FIELDS)
+
+
+def unwritable_cache(tmp_path: Path, how: str) -> Path:
+    """A cache folder that cannot be created or written: under a regular file (fails even as root), or
+    an existing folder with mode 0o555 (skipped as root, whom the mode does not stop)."""
+    if how == "under_file":
+        blocker = tmp_path / "blocker"
+        blocker.write_text("a file, not a folder")
+        return blocker / "cache"
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a 0o555 folder; the under_file case covers root")
+    cache = tmp_path / "readonly"
+    cache.mkdir()
+    cache.chmod(0o555)
+    return cache

@@ -1,8 +1,12 @@
-"""Large datasets through their real loaders (tiny raw files in each loader's own format), PubMed's
-topology from the shared raw files, and the synthetic presets and density option."""
+"""Large datasets from tiny raw files in each loader's own format (equal to ogb's and PyG's loaders,
+safe from crafted cache files, fine with an unwritable cache), PubMed's topology from the shared raw
+files, and the synthetic presets and density option."""
 from __future__ import annotations
 
+import logging
 import os
+import pickle
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +18,14 @@ from omegaconf import OmegaConf
 from torch_geometric.datasets import Reddit
 from torch_geometric.utils import is_undirected
 
-from pipegnn.data import DATASETS, LARGE_NAMES, SyntheticSpec, load_graph, make_synthetic
+from pipegnn.data import DATASETS, LARGE_NAMES, Graph, SyntheticSpec, load_graph, make_synthetic
 from pipegnn.data import large
+from pipegnn.data.graph import GRAPH_FILE, load_saved_graph
 from pipegnn.data.planetoid import PUBMED_TOPOLOGY_FILES, load_pubmed_topology
 from pipegnn.errors import ConfigError, DatasetUnavailable
 
-from conftest import CONF, ROOT, TINY_SYNTHETIC, make_cfg
+from conftest import (CONF, ROOT, TINY_SYNTHETIC, CodeMarker, make_cfg, plant_processed, same_graph,
+                      unwritable_cache)
 
 # --- OGB: the CSV files ogb's read_csv_graph_raw and get_idx_split read -------------------------------
 
@@ -65,10 +71,10 @@ def test_ogbn_arxiv_through_ogb(tmp_path: Path) -> None:
         assert mask.nonzero().view(-1).tolist() == SPLIT[part]
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before  # source untouched
     cached = tmp_path / "cache" / "ogbn_arxiv"
-    assert (cached / "processed" / "geometric_data_processed.pt").is_file()
-    assert (cached / "RELEASE_v1.txt").is_file()  # no interactive "has been updated" prompt
-    again = load_graph({"name": "ogbn-arxiv"}, None, tmp_path / "cache")  # processed copy reused
-    assert torch.equal(again.edge_index, g.edge_index) and torch.equal(again.x, g.x)
+    assert sorted(str(p.relative_to(cached)) for p in cached.rglob("*")) == ["processed",
+                                                                            f"processed/{GRAPH_FILE}"]
+    again = load_graph({"name": "ogbn-arxiv"}, None, tmp_path / "cache")  # processed graph reused
+    assert same_graph(again, g) and again.num_classes == 40
 
 
 @pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
@@ -82,6 +88,52 @@ def test_ogbn_products_through_ogb_from_zip_folder(tmp_path: Path) -> None:
     assert is_undirected(g.edge_index)
     assert torch.equal(g.y, torch.from_numpy(labels))
     assert [int(m.sum()) for m in (g.train_mask, g.val_mask, g.test_mask)] == [4, 2, 2]
+
+
+def old_ogb_graph(folder: Path, name: str, undirected: bool):
+    """The old path: ogb's PygNodePropPredDataset on a private copy of the raw files (``folder``, in
+    ogb's layout), then the same edge and mask handling as load_ogb."""
+    from ogb.nodeproppred import PygNodePropPredDataset
+    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+    from torch_geometric.data.storage import GlobalStorage
+    from torch_geometric.utils import coalesce, index_to_mask, to_undirected
+
+    (folder / "RELEASE_v1.txt").touch()
+    with torch.serialization.safe_globals([DataEdgeAttr, DataTensorAttr, GlobalStorage]):
+        dataset = PygNodePropPredDataset(name, root=str(folder.parent))
+        split = dataset.get_idx_split()
+    data = dataset[0]
+    n = int(data.num_nodes)
+    edges = to_undirected(data.edge_index, num_nodes=n) if undirected else coalesce(data.edge_index,
+                                                                                      num_nodes=n)
+    masks = [index_to_mask(split[p].view(-1), size=n) for p in ("train", "valid", "test")]
+    return Graph("old", data.x.float(), data.y.view(-1).long(), edges, *masks,
+                 num_classes=int(dataset.num_classes))
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+@pytest.mark.parametrize("name", ["ogbn-arxiv", "ogbn-products"])
+def test_ogb_equals_ogb_loader_and_ignores_code_in_cache(name: str, tmp_path: Path, caplog) -> None:
+    spec = large.OGB_DATASETS[name]
+    edges = np.array([[0, 0, 1, 2, 3, 5, 6, 7], [1, 2, 3, 4, 5, 6, 7, 2]])
+    labels = np.array([3, 0, 39, 7, 7, 12, 0, 5])
+    write_ogb(tmp_path / "root" / spec.folder, edges, labels, 16, spec.split,
+              node_year=name == "ogbn-arxiv")
+    shutil.copytree(tmp_path / "root" / spec.folder, tmp_path / "old" / spec.folder)
+    old = old_ogb_graph(tmp_path / "old" / spec.folder, name, spec.undirected)
+    # Crafted files where ogb's loader reads its processed data and split, and where pipegnn keeps its
+    # processed graph.
+    marker = tmp_path / "code-ran"
+    cached = tmp_path / "cache" / spec.folder
+    plant_processed(cached / "processed", marker,
+                    ("geometric_data_processed.pt", "pre_transform.pt", "pre_filter.pt", GRAPH_FILE))
+    plant_processed(cached / "split" / spec.split, marker, ("split_dict.pt",))
+    g = load_graph({"name": name}, tmp_path / "root", tmp_path / "cache")
+    assert not marker.exists()
+    assert same_graph(g, old) and g.num_classes == old.num_classes
+    assert "ignoring cached graph" in caplog.text  # the crafted one, overwritten with the real graph
+    again = load_saved_graph(cached / "processed" / GRAPH_FILE, name)
+    assert again is not None and same_graph(again, g) and not marker.exists()
 
 
 def test_ogb_missing_files_offline_give_one_clear_error(tmp_path: Path, monkeypatch) -> None:
@@ -113,7 +165,81 @@ def test_reddit_through_pyg(tmp_path: Path) -> None:
     assert g.train_mask.nonzero().view(-1).tolist() == [0, 1, 2, 3, 9]
     assert g.val_mask.nonzero().view(-1).tolist() == [4, 5]
     assert g.test_mask.nonzero().view(-1).tolist() == [6, 7, 8]
-    assert (tmp_path / "cache" / "Reddit" / "processed" / "data.pt").is_file()
+    assert (tmp_path / "cache" / "Reddit" / "processed" / GRAPH_FILE).is_file()
+
+
+def write_reddit(raw: Path) -> None:
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    np.savez(raw / "reddit_data.npz", feature=rng.random((12, 20)), label=rng.integers(0, 5, 12),
+             node_types=np.array([1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3]))
+    row, col = rng.integers(0, 12, 40), rng.integers(0, 12, 40)
+    sp.save_npz(raw / "reddit_graph.npz", sp.coo_matrix((np.ones(40), (row, col)), shape=(12, 12)))
+
+
+def test_reddit_equals_pyg_loader_and_ignores_code_in_cache(tmp_path: Path) -> None:
+    write_reddit(tmp_path / "root" / "Reddit" / "raw")
+    shutil.copytree(tmp_path / "root" / "Reddit", tmp_path / "old" / "Reddit")
+    old = Reddit(str(tmp_path / "old" / "Reddit"))[0]  # the old path, on a private copy
+    marker = tmp_path / "code-ran"
+    plant_processed(tmp_path / "cache" / "Reddit" / "processed", marker,
+                    ("data.pt", "pre_transform.pt", "pre_filter.pt", GRAPH_FILE))
+    g = load_graph({"name": "reddit"}, tmp_path / "root", tmp_path / "cache")
+    assert not marker.exists()
+    assert same_graph(g, old) and g.num_classes == int(old.y.max()) + 1
+    # Raw files in the cache, no data root: read from there (the processed graph removed first).
+    shutil.copytree(tmp_path / "root" / "Reddit" / "raw", tmp_path / "cache" / "Reddit" / "raw")
+    (tmp_path / "cache" / "Reddit" / "processed" / GRAPH_FILE).unlink()
+    assert same_graph(load_graph({"name": "reddit"}, None, tmp_path / "cache"), old)
+    assert not marker.exists()
+
+
+def test_reddit_npz_with_pickled_objects_is_refused(tmp_path: Path) -> None:
+    raw = tmp_path / "cache" / "Reddit" / "raw"
+    write_reddit(raw)
+    marker = tmp_path / "code-ran"
+    np.savez(raw / "reddit_data.npz", feature=np.array([CodeMarker(marker)], dtype=object),
+             label=np.zeros(1), node_types=np.ones(1))
+    with pytest.raises(DatasetUnavailable, match="could not be read.*allow_pickle=False"):
+        load_graph({"name": "reddit"}, None, tmp_path / "cache")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("how", ["under_file", "chmod"])
+def test_reddit_unwritable_cache(how: str, tmp_path: Path, caplog) -> None:
+    write_reddit(tmp_path / "root" / "Reddit" / "raw")
+    expected = load_graph({"name": "reddit"}, tmp_path / "root", tmp_path / "clean")
+    cache = unwritable_cache(tmp_path, how)
+    with caplog.at_level(logging.WARNING):
+        g = load_graph({"name": "reddit"}, tmp_path / "root", cache)
+    assert same_graph(g, expected)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "cannot be written" in warnings[0].getMessage()
+
+
+def test_reddit_download_into_unwritable_cache(tmp_path: Path, monkeypatch, caplog) -> None:
+    import zipfile
+
+    from torch_geometric import data as pyg_data
+
+    write_reddit(tmp_path / "src")
+    archive = tmp_path / "reddit.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in large.REDDIT_FILES:
+            z.write(tmp_path / "src" / f, f)
+
+    def download_url(url: str, folder: str, log: bool = True) -> str:  # served locally, no network
+        return shutil.copy(archive, folder)
+
+    monkeypatch.setattr(pyg_data, "download_url", download_url)
+    expected = load_graph({"name": "reddit"}, None, tmp_path / "clean")  # downloaded into a cache
+    assert sorted(os.listdir(tmp_path / "clean" / "Reddit" / "raw")) == sorted(large.REDDIT_FILES)
+    cache = unwritable_cache(tmp_path, "under_file")
+    with caplog.at_level(logging.WARNING):
+        g = load_graph({"name": "reddit"}, None, cache)
+    assert same_graph(g, expected)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "cannot be written" in warnings[0].getMessage()
 
 
 def test_reddit_missing_files_offline_give_one_clear_error(tmp_path: Path, monkeypatch) -> None:
@@ -159,6 +285,23 @@ def test_pubmed_topology(pubmed_root: Path, tmp_path: Path, caplog) -> None:
     other = load_pubmed_topology(pubmed_root, tmp_path, seed=1)
     assert torch.equal(same.x, g.x) and not torch.equal(other.x, g.x)
     assert torch.equal(other.edge_index, g.edge_index) and torch.equal(other.y, g.y)
+
+
+def test_pubmed_topology_raw_pickle_in_cache_cannot_run_code(pubmed_root: Path, tmp_path: Path) -> None:
+    source = next(pubmed_root / sub / "raw" for sub in ("PubMed-partial", "PubMed")
+                  if (pubmed_root / sub / "raw" / "ind.pubmed.graph").is_file())
+    raw = tmp_path / "cache" / "PubMed" / "raw"
+    raw.mkdir(parents=True)
+    for f in PUBMED_TOPOLOGY_FILES:
+        shutil.copyfile(source / f, raw / f)
+    clean = load_pubmed_topology(None, tmp_path / "cache")  # from the cache's raw files
+    assert same_graph(clean, load_pubmed_topology(pubmed_root, tmp_path / "other"))
+    marker = tmp_path / "code-ran"
+    with open(raw / "ind.pubmed.ally", "wb") as f:
+        pickle.dump(CodeMarker(marker), f, protocol=2)
+    with pytest.raises(DatasetUnavailable, match="not valid Planetoid files"):
+        load_pubmed_topology(None, tmp_path / "cache")
+    assert not marker.exists()
 
 
 def test_pubmed_topology_missing_files(tmp_path: Path) -> None:

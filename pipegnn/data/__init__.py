@@ -1,5 +1,13 @@
-"""Datasets behind one ``load_graph``: Planetoid through PyG's loader, PubMed's topology with random
-features, OGB (arxiv, products) and Reddit through their own loaders, and embedded synthetic graphs."""
+"""Datasets behind one ``load_graph``: Planetoid and PubMed's topology with random features from the raw
+Planetoid files, OGB (arxiv, products) and Reddit from their raw files, and embedded synthetic graphs.
+
+Nothing read from the (writable) cache can execute code: no PyG or ogb dataset class is used (they
+``torch.load`` their processed files with ``weights_only=False``), processed graphs are plain tensors
+read with ``weights_only=True``, ``.npz`` files are read with ``allow_pickle=False``, and raw Planetoid
+files, pickles by their format, go through a restricted unpickler; keep them in a trusted
+``data.root`` all the same (see :mod:`pipegnn.data.planetoid`). A cache folder that cannot be written
+is no error: the graph is built in memory, with one warning.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,7 +33,7 @@ def load_graph(dataset: Mapping[str, Any], root: str | Path | None, cache: str |
         dataset: the ``dataset`` config (``name`` plus, for synthetic graphs, SyntheticSpec fields; for
             pubmed_topology an optional feature ``seed``).
         root: read-only folder with raw files in each loader's layout (``<Name>/raw/...``), or None.
-        cache: writable folder where loaders keep their processed files.
+        cache: folder where loaders keep downloads and processed graphs (may be read-only).
 
     Raises:
         ConfigError: unknown dataset name or synthetic parameter, or an invalid synthetic spec.

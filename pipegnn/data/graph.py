@@ -1,13 +1,34 @@
-"""The framework-neutral graph every other module reads."""
+"""The framework-neutral graph every other module reads, its tensor-only file in a dataset cache, and
+the staging folder through which loaders download into that cache.
+
+A saved graph holds plain tensors, a name, an int and a format number, and is read back with
+``torch.load(..., weights_only=True)``: nothing read from a cache folder can execute code. A file that
+is unreadable or not the graph asked for is ignored with a warning (the loader rebuilds it). A cache
+folder that cannot be written is no error: the graph is built in memory, with one warning.
+"""
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["Graph"]
+__all__ = ["GRAPH_FILE", "Graph", "load_saved_graph", "save_graph", "staging_folder"]
+
+log = logging.getLogger(__name__)
+
+_FORMAT = 1  # bump when the saved layout changes
+#: File name of a saved graph under ``<cache>/<dataset folder>/processed/`` (PyG's and ogb's own
+#: processed files there are never read).
+GRAPH_FILE = f"pipegnn-graph-v{_FORMAT}.pt"
+_MASKS = ("train_mask", "val_mask", "test_mask")
 
 
 @dataclass
@@ -66,3 +87,85 @@ class Graph:
                 f"{self.num_features} features, {self.num_classes} classes, "
                 f"train/val/test {int(self.train_mask.sum())}/{int(self.val_mask.sum())}/"
                 f"{int(self.test_mask.sum())})")
+
+
+def save_graph(graph: Graph, path: str | Path) -> bool:
+    """Write ``graph`` to ``path`` as plain tensors (atomically: a parallel reader never sees half a
+    file). Returns False, with one warning, when the folder cannot be written."""
+    path = Path(path)
+    state = {"format": _FORMAT, "name": graph.name, "num_classes": int(graph.num_classes),
+             "x": graph.x, "y": graph.y, "edge_index": graph.edge_index,
+             **{m: getattr(graph, m) for m in _MASKS}}
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".graph.", suffix=".pt", dir=path.parent)
+        os.close(fd)
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+        return True
+    except OSError as e:
+        log.warning("dataset %s: cache folder %s cannot be written (%s); the graph is kept in memory "
+                    "only", graph.name, path.parent, e)
+        return False
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def load_saved_graph(path: str | Path, name: str) -> Graph | None:
+    """The graph :func:`save_graph` wrote to ``path``, read with ``weights_only=True``; None when there
+    is no such file, or (with a warning) when it cannot be read or is not a graph named ``name``."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        why = _not_a_graph(state, name)
+    except Exception as e:  # truncated, foreign or code-carrying files: rebuild the graph
+        why = f"{type(e).__name__}: {e}".splitlines()[0]
+    if why is not None:
+        log.warning("dataset %s: ignoring cached graph %s (%s); rebuilding it", name, path, why)
+        return None
+    return Graph(name=name, x=state["x"], y=state["y"], edge_index=state["edge_index"],
+                 train_mask=state["train_mask"], val_mask=state["val_mask"],
+                 test_mask=state["test_mask"], num_classes=state["num_classes"])
+
+
+def _not_a_graph(state: Any, name: str) -> str | None:
+    """Why a loaded state is not a saved graph named ``name`` (None if it is)."""
+    if not isinstance(state, dict):
+        return f"not a saved graph ({type(state).__name__})"
+    if state.get("format") != _FORMAT or state.get("name") != name:
+        return f"format {state.get('format')!r} of dataset {state.get('name')!r}"
+    x, y, edges, k = state.get("x"), state.get("y"), state.get("edge_index"), state.get("num_classes")
+    tensors = [x, y, edges, *(state.get(m) for m in _MASKS)]
+    if not all(isinstance(t, Tensor) for t in tensors) or type(k) is not int or k < 1:
+        return "missing or mistyped fields"
+    n = x.size(0) if x.dim() == 2 else -1
+    if x.dtype != torch.float32 or y.dtype != torch.int64 or tuple(y.shape) != (n,):
+        return "features or labels of the wrong type or shape"
+    if any(state[m].dtype != torch.bool or tuple(state[m].shape) != (n,) for m in _MASKS):
+        return "split masks of the wrong type or shape"
+    if edges.dtype != torch.int64 or edges.dim() != 2 or edges.size(0) != 2:
+        return "edge_index of the wrong type or shape"
+    if edges.numel() and (int(edges.min()) < 0 or int(edges.max()) >= n):
+        return "edge_index out of range"
+    return None
+
+
+def staging_folder(dest: Path, stack: contextlib.ExitStack, what: str) -> tuple[Path, bool]:
+    """A fresh folder to download into: inside ``dest`` (created) when it can be written, so that
+    finished files move into ``dest`` atomically; otherwise, with one warning, a temporary folder
+    elsewhere whose files serve this run only. Removed when ``stack`` closes.
+
+    Returns:
+        The folder and whether ``dest`` is writable (whether the files should be moved into it).
+    """
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=".download-", dir=dest))), True
+    except OSError as e:
+        log.warning("dataset %s: cache folder %s cannot be written (%s); downloading to a temporary "
+                    "folder, the dataset is built in memory and not cached", what, dest, e)
+        return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pipegnn-download-"))), False

@@ -1,26 +1,31 @@
-"""Large real graphs through their own loaders: ogbn-arxiv and ogbn-products through ogb's
-``PygNodePropPredDataset``, Reddit through PyG's ``Reddit``.
+"""Large real graphs from their raw files: ogbn-arxiv and ogbn-products (CSV files, read with ogb's
+``read_graph_pyg`` and pandas), Reddit (two ``.npz`` files, read as PyG's ``Reddit`` reads them).
 
-As for Planetoid, raw files are copied from a read-only data root into the writable cache, in the
-layout each loader expects, and the loader processes them there (or downloads them when they are
-missing). A download that fails becomes one :class:`DatasetUnavailable` naming the files, the URL and
-the folder to put them in.
+No ogb or PyG dataset class is used: they read their ``processed/*.pt`` (and ``pre_transform.pt``)
+files with ``torch.load(weights_only=False)``, so a crafted file in a writable cache would run code.
+Raw files are read in place from the data root (never copied), else from the cache, where missing ones
+are downloaded. None of them can carry code: CSV text and ``.npz`` archives read with
+``allow_pickle=False``. The graph built from them is kept in ``<cache>/<folder>/processed/`` as plain
+tensors (:func:`pipegnn.data.graph.save_graph`, read back with ``weights_only=True``); delete that file
+to rebuild it. A cache that cannot be written is no error: the graph is built in memory (one warning).
+A download that fails becomes one :class:`DatasetUnavailable` naming the files, the URL and the
+folder to put them in.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
+import os
 import socket
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import torch
 from torch_geometric.utils import coalesce, index_to_mask, to_undirected
 
-from pipegnn.data.graph import Graph
+from pipegnn.data.graph import GRAPH_FILE, Graph, load_saved_graph, save_graph, staging_folder
 from pipegnn.errors import DatasetUnavailable
 
 __all__ = ["OGB_DATASETS", "OGB_URLS", "REDDIT_FILES", "load_large", "load_ogb",
@@ -65,8 +70,7 @@ OGB_DATASETS = {
     "ogbn-products": OgbDataset("ogbn_products", "products", _OGB_RAW, "sales_ranking",
                                 undirected=False),
 }
-#: Download URL of each OGB dataset (ogb's master.csv); ogb downloads from here. Tests point them at
-#: a closed port.
+#: Download URL of each OGB dataset (ogb's master.csv). Tests point them at a closed port.
 OGB_URLS = {
     "ogbn-arxiv": "http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip",
     "ogbn-products": "http://snap.stanford.edu/ogb/data/nodeproppred/products.zip",
@@ -85,88 +89,179 @@ def load_large(name: str, root: str | Path | None, cache_dir: str | Path) -> Gra
 
 
 def load_ogb(name: str, root: str | Path | None, cache_dir: str | Path) -> Graph:
-    """Load an OGB node-property dataset with its official split, through ogb's PyG loader.
+    """Load an OGB node-property dataset with its official split, as ogb's PyG loader builds it.
 
-    Files are copied from ``root/<folder>`` (``root/ogbn_arxiv``, or the zip's ``root/arxiv``; never
-    written to) into ``cache_dir/<folder>`` (ogb's layout: ``raw/*.csv.gz``, ``split/<split>/*.csv.gz``)
-    and processed there. arxiv gets reverse edges (undirected, as is customary); labels are flattened
-    and the split indices become masks.
+    Files (ogb's layout: ``raw/*.csv.gz``, ``split/<split>/*.csv.gz``) are read in place from
+    ``root/<folder>`` (``root/ogbn_arxiv``, or the zip's ``root/arxiv``; never written to), else from
+    ``cache_dir/<folder>``, where they are downloaded when missing. arxiv gets reverse edges
+    (undirected, as is customary); labels are flattened and the split indices become masks. The graph
+    is kept in ``cache_dir/<folder>/processed/`` and read from there on later loads.
 
     Raises:
-        DatasetUnavailable: files neither in ``root`` nor in the cache and the download failed.
+        DatasetUnavailable: files neither in ``root`` nor in the cache and the download failed, or
+            they cannot be read.
     """
     spec = OGB_DATASETS[name]
     dest = Path(cache_dir) / spec.folder
+    saved = dest / "processed" / GRAPH_FILE
+    graph = load_saved_graph(saved, name)
+    if graph is not None:
+        return graph
+    meta = _ogb_meta(name)
     files = spec.files()
     sources = [Path(root) / f for f in (spec.folder, spec.zip_folder)] if root else []
-    _copy_first_complete(sources, dest, files)
-    missing = [f for f in files if not (dest / f).is_file()]
-    meta = _ogb_meta(name)
-    dest.mkdir(parents=True, exist_ok=True)
-    # ogb asks on stdin whether to delete a dataset folder without its release marker; ours is current.
-    (dest / f"RELEASE_v{meta['version']}.txt").touch()
     url = OGB_URLS[name]
-    if missing:
-        log.info("%s: files %s missing from %s, downloading from %s", name, missing, dest, url)
-    try:
-        with _download_timeout(), _pyg_safe_globals():
-            dataset = _ogb_class()(name, root=str(cache_dir))
-            split = dataset.get_idx_split()
-        data = dataset[0]
-    except (OSError, RuntimeError, EOFError, SystemExit) as e:
-        # OSError: URLError, socket errors and missing files; RuntimeError: ogb's "Stopped downloading"
-        # and "No necessary file"; EOFError/SystemExit: ogb's download confirmation prompt (> 1 GB).
-        raise _unavailable(name, missing, sources + [dest], url, e,
-                           f"unzip it and put its contents in <data.root>/{spec.folder}/ (raw/ and "
-                           f"split/{spec.split}/ directly inside)") from e
+    with contextlib.ExitStack() as stack:
+        folder = _first_complete([*sources, dest], files)
+        writable = True
+        if folder is None:
+            missing = [f for f in files if not (dest / f).is_file()]
+            log.info("%s: files %s missing from %s, downloading from %s", name, missing, dest, url)
+            try:
+                with _download_timeout():
+                    folder, writable = _download_ogb(name, url, meta, dest, files, stack)
+            except (OSError, RuntimeError, EOFError) as e:
+                # OSError: URLError and socket errors; RuntimeError: ogb's "Stopped downloading" and a
+                # declined download; EOFError: ogb's download confirmation prompt (> 1 GB) without stdin.
+                raise _unavailable(name, missing, sources + [dest], url, e,
+                                   f"unzip it and put its contents in <data.root>/{spec.folder}/ (raw/ "
+                                   f"and split/{spec.split}/ directly inside)") from e
+        try:
+            graph = _read_ogb(name, spec, meta, folder)
+        except (OSError, ValueError, RuntimeError, EOFError) as e:
+            raise _unreadable(name, folder, url, e) from e
+    if writable:
+        save_graph(graph, saved)
+    return graph
+
+
+def _read_ogb(name: str, spec: OgbDataset, meta, folder: Path) -> Graph:
+    """The graph in ogb's raw CSV files under ``folder`` (what ogb's ``PygNodePropPredDataset.process``
+    and ``get_idx_split`` read), without ogb's processed files."""
+    import pandas as pd
+    from ogb.io.read_graph_pyg import read_graph_pyg
+
+    def extra(key: str) -> list[str]:
+        return [] if meta[key] == "None" else meta[key].split(",")
+
+    def csv(path: Path) -> np.ndarray:
+        return pd.read_csv(path, compression="gzip", header=None).values
+
+    data = read_graph_pyg(str(folder / "raw"), add_inverse_edge=meta["add_inverse_edge"] == "True",
+                          additional_node_files=extra("additional node files"),
+                          additional_edge_files=extra("additional edge files"))[0]
+    labels = csv(folder / "raw" / "node-label.csv.gz")
     n = int(data.num_nodes)
     edge_index = data.edge_index
     edge_index = (to_undirected(edge_index, num_nodes=n) if spec.undirected
                   else coalesce(edge_index, num_nodes=n))
-    masks = [index_to_mask(split[part].view(-1), size=n) for part in ("train", "valid", "test")]
-    return Graph(name=name, x=data.x.float(), y=data.y.view(-1).long(), edge_index=edge_index,
-                 train_mask=masks[0], val_mask=masks[1], test_mask=masks[2],
-                 num_classes=int(dataset.num_classes))
+    split = folder / "split" / spec.split
+    masks = [index_to_mask(torch.from_numpy(csv(split / f"{part}.csv.gz").T[0]).to(torch.long), size=n)
+             for part in ("train", "valid", "test")]
+    return Graph(name=name, x=data.x.float(), y=torch.from_numpy(labels).view(-1).long(),
+                 edge_index=edge_index, train_mask=masks[0], val_mask=masks[1], test_mask=masks[2],
+                 num_classes=int(meta["num classes"]))
+
+
+def _download_ogb(name: str, url: str, meta, dest: Path, files: list[str],
+                  stack: contextlib.ExitStack) -> tuple[Path, bool]:
+    """Download and unzip ``url``; move ``files`` into ``dest`` when it can be written. Returns the
+    folder holding them and whether it is ``dest``."""
+    from ogb.utils.url import decide_download, download_url, extract_zip
+
+    staging, writable = staging_folder(dest, stack, name)
+    if not decide_download(url):  # asks on stdin before downloading more than 1 GB
+        raise RuntimeError("download declined")
+    extract_zip(download_url(url, str(staging)), str(staging))
+    unpacked = staging / str(meta["download_name"])
+    if not writable:
+        return unpacked, False
+    for f in files:
+        (dest / f).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(unpacked / f, dest / f)
+    return dest, True
 
 
 def load_reddit(root: str | Path | None, cache_dir: str | Path) -> Graph:
-    """Load Reddit (GraphSAGE's split) through PyG's ``Reddit`` loader.
+    """Load Reddit (GraphSAGE's split) as PyG's ``Reddit`` loader builds it.
 
-    Files are copied from ``root/Reddit/raw`` (or ``root/Reddit``; never written to) into
-    ``cache_dir/Reddit/raw``, PyG's layout, and processed there.
+    The two ``.npz`` files are read in place from ``root/Reddit/raw`` (or ``root/Reddit``; never
+    written to), else from ``cache_dir/Reddit/raw``, where they are downloaded when missing. The graph
+    is kept in ``cache_dir/Reddit/processed/`` and read from there on later loads.
 
     Raises:
-        DatasetUnavailable: files neither in ``root`` nor in the cache and the download failed.
+        DatasetUnavailable: files neither in ``root`` nor in the cache and the download failed, or
+            they cannot be read.
     """
-    from torch_geometric.datasets import Reddit
+    from torch_geometric.datasets import Reddit  # for its URL only
 
     dest = Path(cache_dir) / "Reddit"
-    files = [f"raw/{f}" for f in REDDIT_FILES]
+    saved = dest / "processed" / GRAPH_FILE
+    graph = load_saved_graph(saved, "reddit")
+    if graph is not None:
+        return graph
     sources = [Path(root) / "Reddit" / "raw", Path(root) / "Reddit"] if root else []
-    _copy_first_complete(sources, dest / "raw", list(REDDIT_FILES))
-    missing = [f for f in files if not (dest / f).is_file()]
-    if missing:
-        log.info("reddit: files %s missing from %s, downloading from %s", missing, dest, Reddit.url)
-    try:
-        with _download_timeout():
-            data = Reddit(str(dest))[0]
-    except OSError as e:  # URLError and socket errors are OSErrors
-        raise _unavailable("reddit", missing, sources + [dest / "raw"], Reddit.url, e,
-                           "put the two .npz files inside it in <data.root>/Reddit/raw/") from e
-    return Graph(name="reddit", x=data.x.float(), y=data.y.long(), edge_index=data.edge_index,
-                 train_mask=data.train_mask, val_mask=data.val_mask, test_mask=data.test_mask,
-                 num_classes=int(data.y.max()) + 1)
+    raw = dest / "raw"
+    with contextlib.ExitStack() as stack:
+        folder = _first_complete([*sources, raw], list(REDDIT_FILES))
+        writable = True
+        if folder is None:
+            missing = [f"raw/{f}" for f in REDDIT_FILES if not (raw / f).is_file()]
+            log.info("reddit: files %s missing from %s, downloading from %s", missing, dest, Reddit.url)
+            try:
+                with _download_timeout():
+                    folder, writable = _download_reddit(Reddit.url, raw, stack)
+            except OSError as e:  # URLError and socket errors are OSErrors
+                raise _unavailable("reddit", missing, sources + [raw], Reddit.url, e,
+                                   "put the two .npz files inside it in <data.root>/Reddit/raw/") from e
+        try:
+            graph = _read_reddit(folder)
+        except (OSError, ValueError, KeyError, RuntimeError, EOFError) as e:
+            raise _unreadable("reddit", folder, Reddit.url, e) from e
+    if writable:
+        save_graph(graph, saved)
+    return graph
 
 
-def _copy_first_complete(sources: list[Path], dest: Path, files: list[str]) -> None:
-    """Copy ``files`` missing from ``dest`` out of the first source folder that holds all of them."""
-    for source in sources:
-        if all((source / f).is_file() for f in files):
-            for f in files:
-                if not (dest / f).is_file():
-                    (dest / f).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(source / f, dest / f)
-            return
+def _read_reddit(folder: Path) -> Graph:
+    """The graph in Reddit's two ``.npz`` files (what PyG's ``Reddit.process`` reads), without pickles."""
+    import scipy.sparse as sp
+
+    with np.load(folder / "reddit_data.npz", allow_pickle=False) as data:
+        x = torch.from_numpy(data["feature"]).to(torch.float)
+        y = torch.from_numpy(data["label"]).to(torch.long)
+        split = torch.from_numpy(data["node_types"])
+    adj = sp.load_npz(folder / "reddit_graph.npz").tocoo()  # scipy reads with allow_pickle=False
+    edge_index = torch.stack([torch.from_numpy(adj.row).to(torch.long),
+                              torch.from_numpy(adj.col).to(torch.long)], dim=0)
+    edge_index = coalesce(edge_index, num_nodes=x.size(0))
+    return Graph(name="reddit", x=x, y=y, edge_index=edge_index, train_mask=split == 1,
+                 val_mask=split == 2, test_mask=split == 3, num_classes=int(y.max()) + 1)
+
+
+def _download_reddit(url: str, raw: Path, stack: contextlib.ExitStack) -> tuple[Path, bool]:
+    """Download and unzip ``url``; move the two files into ``raw`` when it can be written. Returns the
+    folder holding them and whether it is ``raw``."""
+    from torch_geometric.data import download_url, extract_zip
+
+    staging, writable = staging_folder(raw, stack, "reddit")
+    extract_zip(download_url(url, str(staging), log=False), str(staging), log=False)
+    if not writable:
+        return staging, False
+    for f in REDDIT_FILES:
+        os.replace(staging / f, raw / f)
+    return raw, True
+
+
+def _first_complete(folders: list[Path], files: list[str]) -> Path | None:
+    """The first folder that holds all ``files``, or None."""
+    return next((d for d in folders if all((d / f).is_file() for f in files)), None)
+
+
+def _unreadable(name: str, folder: Path, url: str, error: BaseException) -> DatasetUnavailable:
+    return DatasetUnavailable(
+        f"dataset {name!r}: its files in {folder} could not be read ({type(error).__name__}: {error}). "
+        f"Replace them with the ones in {url}.")
 
 
 def _unavailable(name: str, missing: list[str], looked: list[Path], url: str, error: BaseException,
@@ -190,15 +285,6 @@ def _download_timeout(seconds: float = DOWNLOAD_TIMEOUT_S) -> Iterator[None]:
         socket.setdefaulttimeout(previous)
 
 
-def _pyg_safe_globals() -> contextlib.AbstractContextManager:
-    """Let ogb's plain ``torch.load`` (weights_only by default since torch 2.6) read back the PyG
-    ``Data`` it saved into our own cache: allow the storage classes PyG does not register itself."""
-    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
-    from torch_geometric.data.storage import GlobalStorage
-
-    return torch.serialization.safe_globals([DataEdgeAttr, DataTensorAttr, GlobalStorage])
-
-
 def _ogb_meta(name: str):  # -> pandas.Series
     """ogb's own record of dataset ``name`` (version, URL, split, ...) from its master.csv."""
     import pandas as pd
@@ -210,18 +296,3 @@ def _ogb_meta(name: str):  # -> pandas.Series
 
     master = Path(ogb.nodeproppred.__file__).parent / "master.csv"
     return pd.read_csv(master, index_col=0, keep_default_na=False)[name]
-
-
-@cache
-def _ogb_class() -> type:
-    """ogb's PygNodePropPredDataset, downloading from :data:`OGB_URLS` (imported on first use: ogb
-    also imports scikit-learn)."""
-    from ogb.nodeproppred import PygNodePropPredDataset
-
-    class OgbNodePropPred(PygNodePropPredDataset):
-        def download(self) -> None:
-            self.meta_info = self.meta_info.copy()
-            self.meta_info["url"] = OGB_URLS[self.name]
-            super().download()
-
-    return OgbNodePropPred

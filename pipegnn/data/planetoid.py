@@ -1,22 +1,46 @@
-"""Planetoid citation graphs (Cora, CiteSeer, PubMed) through PyG's own ``Planetoid`` loader, and
-PubMed's real topology with random features (``pubmed_topology``) through PyG's raw-file readers."""
+"""Planetoid citation graphs (Cora, CiteSeer, PubMed) and PubMed's real topology with random features
+(``pubmed_topology``), read from the raw Planetoid files.
+
+The graphs equal what PyG's ``Planetoid`` loader returns (its ``read_planetoid_data``, public split,
+``NormalizeFeatures``), but no PyG dataset class is used: those read their ``processed/*.pt`` files
+with ``torch.load(weights_only=False)``, so a crafted file in a writable cache would run code. Nothing
+processed is cached either: the raw files are read on every load (a fraction of a second).
+
+The raw files (``ind.<name>.x``, ``.tx``, ``.allx``, ``.y``, ``.ty``, ``.ally``, ``.graph``; all but
+``.test.index``) are Python pickles by their format, and unpickling an untrusted pickle can run code.
+Keep them in a trusted ``data.root``: pipegnn reads them from there in place, never copying them. Raw
+files downloaded into the cache are read from there, so all of them are read with a restricted
+unpickler that admits only what the published files hold (numpy arrays and dtypes, scipy CSR matrices,
+a dict of int lists) and checks the result (a crafted file is refused with
+:class:`DatasetUnavailable`); that is a safeguard, not a licence to read raw files from untrusted
+folders.
+"""
 from __future__ import annotations
 
+import collections
+import contextlib
 import logging
-import shutil
+import os
+import pickle
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 import torch_geometric.transforms as T
+from torch import Tensor
+from torch_geometric.data import Data, download_url
 from torch_geometric.datasets import Planetoid
-from torch_geometric.io.planetoid import edge_index_from_dict, read_file
+from torch_geometric.io import read_txt_array
+from torch_geometric.io.planetoid import edge_index_from_dict
 from torch_geometric.utils import index_to_mask
 
-from pipegnn.data.graph import Graph
+from pipegnn.data.graph import Graph, staging_folder
 from pipegnn.errors import DatasetUnavailable
 
 __all__ = ["PLANETOID_NAMES", "PUBMED_TOPOLOGY_FILES", "load_planetoid", "load_pubmed_topology",
-           "raw_file_names"]
+           "raw_file_names", "read_planetoid", "read_raw"]
 
 log = logging.getLogger(__name__)
 
@@ -27,50 +51,186 @@ _PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 PUBMED_TOPOLOGY_FILES = tuple(f"ind.pubmed.{part}" for part in ("y", "ty", "ally", "graph", "test.index"))
 PUBMED_FEATURES = 500  # width of PubMed's TF-IDF features
 
+try:
+    from numpy._core.multiarray import _reconstruct
+except ImportError:  # numpy < 2
+    from numpy.core.multiarray import _reconstruct
+
+#: The only globals a raw Planetoid pickle may name (module, name as written by Python 2's pickle),
+#: mapped to the objects themselves: nothing is imported by a name read from a file.
+_RAW_GLOBALS: dict[tuple[str, str], Any] = {
+    ("numpy", "dtype"): np.dtype,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("scipy.sparse.csr", "csr_matrix"): sp.csr_matrix,
+    ("scipy.sparse._csr", "csr_matrix"): sp.csr_matrix,
+    ("scipy.sparse", "csr_matrix"): sp.csr_matrix,
+    ("__builtin__", "list"): list,
+    ("builtins", "list"): list,
+    ("collections", "defaultdict"): collections.defaultdict,
+}
+
+
+class _RawUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only :data:`_RAW_GLOBALS` (anything else: UnpicklingError)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return _RAW_GLOBALS[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(f"global '{module}.{name}' is not allowed in a raw Planetoid "
+                                         f"file") from None
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("persistent ids are not allowed in a raw Planetoid file")
+
+
+#: What reading a malformed (truncated, foreign or crafted) raw file raises.
+_MALFORMED = (ValueError, TypeError, AttributeError, LookupError, ArithmeticError, RuntimeError, EOFError,
+              pickle.UnpicklingError)
+
 
 def raw_file_names(name: str) -> list[str]:
     """The eight raw Planetoid files of dataset ``name`` (e.g. ``ind.cora.x``)."""
     return [f"ind.{name}.{part}" for part in _PARTS]
 
 
+def read_raw(folder: str | Path, name: str, part: str) -> Tensor | dict[int, list[int]]:
+    """One raw Planetoid file, as PyG's ``read_file`` returns it, through the restricted unpickler.
+
+    ``test.index`` is text (a long tensor); ``graph`` is the adjacency dict {node: [neighbours]}; the
+    other parts are feature or one-hot label matrices (dense float tensors).
+
+    Raises:
+        ValueError: the file holds something else than the published files do (``pickle.
+            UnpicklingError`` for a global outside the allowlist).
+    """
+    path = Path(folder) / f"ind.{name.lower()}.{part}"
+    if part == "test.index":
+        return read_txt_array(str(path), dtype=torch.long)
+    with open(path, "rb") as f:
+        out = _RawUnpickler(f, encoding="latin1").load()
+    if part == "graph":
+        if not isinstance(out, dict) or not all(
+                type(k) is int and type(v) is list and all(type(i) is int for i in v)
+                for k, v in out.items()):
+            raise ValueError(f"{path}: not an adjacency dict of int lists ({type(out).__name__})")
+        return out
+    if isinstance(out, sp.csr_matrix):
+        # Rebuilt from its arrays and fully checked before scipy's compiled code indexes with them.
+        out = sp.csr_matrix((_numeric(out.data, path), _numeric(out.indices, path),
+                             _numeric(out.indptr, path)), shape=out.shape)
+        out.check_format(full_check=True)
+        out = out.todense()
+    out = _numeric(out, path)
+    if out.ndim != 2:
+        raise ValueError(f"{path}: expected a matrix, got {out.ndim} dimensions")
+    return torch.from_numpy(np.asarray(out)).to(torch.float)
+
+
+def _numeric(a: Any, path: Path) -> np.ndarray:
+    if not isinstance(a, np.ndarray) or a.dtype.kind not in "biuf":
+        raise ValueError(f"{path}: expected a numeric array, got {type(a).__name__}"
+                         f"{'' if not isinstance(a, np.ndarray) else ' of ' + str(a.dtype)}")
+    return a
+
+
+def read_planetoid(folder: str | Path, name: str) -> Data:
+    """The raw Planetoid files of ``name`` in ``folder`` as one graph, as PyG's ``read_planetoid_data``
+    builds it (node order, CiteSeer's zero rows for isolated test nodes, public split), with the raw
+    features (not yet row-normalised).
+
+    Raises:
+        One of :data:`_MALFORMED` (ValueError, pickle.UnpicklingError, ...): a malformed file.
+    """
+    x, tx, allx, y, ty, ally, graph, test_index = (read_raw(folder, name, part) for part in _PARTS)
+    sorted_test_index = test_index.sort()[0]
+    if name.lower() == "citeseer":
+        # Isolated CiteSeer nodes leave gaps in the test ids: zero rows for them in tx and ty.
+        span = int(test_index.max() - test_index.min()) + 1
+        tx_ext = torch.zeros(span, tx.size(1), dtype=tx.dtype)
+        tx_ext[sorted_test_index - test_index.min(), :] = tx
+        ty_ext = torch.zeros(span, ty.size(1), dtype=ty.dtype)
+        ty_ext[sorted_test_index - test_index.min(), :] = ty
+        tx, ty = tx_ext, ty_ext
+    x = torch.cat([allx, tx], dim=0)
+    x[test_index] = x[sorted_test_index]
+    labels = torch.cat([ally, ty], dim=0).max(dim=1)[1]
+    labels[test_index] = labels[sorted_test_index]
+    n = labels.size(0)
+    edge_index = edge_index_from_dict(graph, num_nodes=n)
+    if edge_index.numel() and not 0 <= int(edge_index.min()) <= int(edge_index.max()) < n:
+        raise ValueError(f"{folder}: ind.{name}.graph names nodes outside the {n} labelled ones")
+    data = Data(x=x, edge_index=edge_index, y=labels)
+    data.train_mask = index_to_mask(torch.arange(y.size(0)), size=n)
+    data.val_mask = index_to_mask(torch.arange(y.size(0), y.size(0) + 500), size=n)
+    data.test_mask = index_to_mask(test_index, size=n)
+    return data
+
+
 def load_planetoid(name: str, root: str | Path | None, cache: str | Path) -> Graph:
     """Load a Planetoid dataset with its public split and row-normalised features.
 
-    Raw files are copied from ``root/<Name>/raw`` (a read-only source, e.g. ``../shared/datasets``)
-    into ``cache/<Name>/raw``; PyG processes them there, and downloads them when they are missing.
+    Raw files are read in place from ``root/<Name>/raw`` (a trusted, read-only source, e.g.
+    ``../shared/datasets``) when all eight are there, else from ``cache/<Name>/raw``, where missing
+    files are downloaded. A cache that cannot be written is no error: the files are downloaded to a
+    temporary folder for this run (one warning).
 
     Args:
         name: ``cora``, ``citeseer`` or ``pubmed``.
         root: folder holding ``<Name>/raw/ind.<name>.*`` (never written to), or None.
-        cache: writable folder for PyG's raw/processed files.
+        cache: folder for downloaded raw files.
 
     Raises:
-        DatasetUnavailable: the files are neither in ``root`` nor in the cache and cannot be downloaded.
+        DatasetUnavailable: the files are neither in ``root`` nor in the cache and cannot be downloaded,
+            or a file is not a valid raw Planetoid file.
     """
     pyg_name = PLANETOID_NAMES[name]
     files = raw_file_names(name)
     raw_dir = Path(cache) / pyg_name / "raw"
     source = Path(root) / pyg_name / "raw" if root else None
-    if source is not None and all((source / f).is_file() for f in files):
-        raw_dir.mkdir(parents=True, exist_ok=True)
-        for f in files:
-            if not (raw_dir / f).is_file():
-                shutil.copyfile(source / f, raw_dir / f)
-    missing = [f for f in files if not (raw_dir / f).is_file()]
-    if missing:
-        log.info("%s: raw files missing from %s, downloading from %s", pyg_name, raw_dir, Planetoid.url)
+    with contextlib.ExitStack() as stack:
+        folder = next((f for f in (source, raw_dir) if f is not None
+                       and all((f / file).is_file() for file in files)), None)
+        if folder is None:
+            missing = [f for f in files if not (raw_dir / f).is_file()]
+            folder = _download(name, pyg_name, missing, source, raw_dir, stack)
+        try:
+            data = read_planetoid(folder, name)
+        except _MALFORMED as e:
+            raise DatasetUnavailable(
+                f"dataset {name!r}: the raw files in {folder} are not valid Planetoid files "
+                f"({type(e).__name__}: {e}). Replace them with the files from {Planetoid.url}.") from e
+    # Row-normalised features, as in the GCN and GAT papers' setups.
+    x = T.NormalizeFeatures()(Data(x=data.x)).x
+    return Graph(name=name, x=x.float(), y=data.y, edge_index=data.edge_index,
+                 train_mask=data.train_mask, val_mask=data.val_mask, test_mask=data.test_mask,
+                 num_classes=int(data.y.max()) + 1)
+
+
+def _download(name: str, pyg_name: str, missing: list[str], source: Path | None, raw_dir: Path,
+              stack: contextlib.ExitStack) -> Path:
+    """Download the ``missing`` raw files into ``raw_dir`` (through a staging folder, so that an
+    interrupted download leaves no partial file there); the folder holding all eight files."""
+    log.info("%s: raw files missing from %s, downloading from %s", pyg_name, raw_dir, Planetoid.url)
+    staging, persistent = staging_folder(raw_dir, stack, name)
     try:
-        # Row-normalised features, as in the GCN and GAT papers' setups.
-        data = Planetoid(str(cache), pyg_name, transform=T.NormalizeFeatures())[0]
+        for f in missing:
+            download_url(f"{Planetoid.url}/{f}", str(staging), log=False)
     except OSError as e:  # URLError and socket errors are OSErrors
         looked = " and ".join(str(p) for p in (source, raw_dir) if p is not None)
         raise DatasetUnavailable(
             f"dataset {name!r}: raw files {missing} are missing (looked in {looked}) "
             f"and the download from {Planetoid.url} failed ({e}). Download them and put them in "
             f"<data.root>/{pyg_name}/raw/ (or set $PIPEGNN_DATA to that data root).") from e
-    return Graph(name=name, x=data.x.float(), y=data.y, edge_index=data.edge_index,
-                 train_mask=data.train_mask, val_mask=data.val_mask, test_mask=data.test_mask,
-                 num_classes=int(data.y.max()) + 1)
+    if not persistent:
+        for f in set(raw_file_names(name)) - set(missing):  # the ones the cache already held
+            (staging / f).write_bytes((raw_dir / f).read_bytes())
+        return staging
+    for f in missing:
+        os.replace(staging / f, raw_dir / f)
+    return raw_dir
 
 
 def load_pubmed_topology(root: str | Path | None, cache: str | Path, seed: int = 0) -> Graph:
@@ -80,7 +240,7 @@ def load_pubmed_topology(root: str | Path | None, cache: str | Path, seed: int =
     (row-normalised uniform noise) because the shared raw files lack ``ind.pubmed.allx``. Nodes are
     ordered as PyG's ``read_planetoid_data`` orders them (the ``allx`` nodes, then the test nodes in
     ``test.index`` order); edges are PyG's (``edge_index_from_dict``: coalesced, self-loops removed,
-    88,648 directed edges).
+    88,648 directed edges). The raw files are read with :func:`read_raw` (see the module docstring).
 
     Args:
         root: folder holding ``PubMed-partial/raw`` or ``PubMed/raw`` (read, never written to), or None.
@@ -88,7 +248,8 @@ def load_pubmed_topology(root: str | Path | None, cache: str | Path, seed: int =
         seed: seed of the random features.
 
     Raises:
-        DatasetUnavailable: the graph, label or split files are in none of those folders.
+        DatasetUnavailable: the graph, label or split files are in none of those folders, or one is
+            not a valid raw Planetoid file.
     """
     folders = [Path(root) / sub / "raw" for sub in ("PubMed-partial", "PubMed")] if root else []
     folders.append(Path(cache) / "PubMed" / "raw")
@@ -102,13 +263,20 @@ def load_pubmed_topology(root: str | Path | None, cache: str | Path, seed: int =
             f"dataset=pubmed on a machine with internet.")
     log.warning("pubmed_topology: PubMed's real graph, labels and split with RANDOM features (seed %d): "
                 "use it for timing, partition and halo statistics, never for accuracy", seed)
-    y, ty, ally = (read_file(str(folder), "pubmed", part) for part in ("y", "ty", "ally"))
-    graph, test_index = (read_file(str(folder), "pubmed", part) for part in ("graph", "test.index"))
-    # As read_planetoid_data: labels of allx nodes then test nodes, test rows moved to their ids.
-    labels = torch.cat([ally, ty]).max(dim=1)[1]
-    labels[test_index] = labels[test_index.sort()[0]]
-    n = labels.numel()
-    edge_index = edge_index_from_dict(graph, num_nodes=n)
+    try:
+        y, ty, ally, graph, test_index = (read_raw(folder, "pubmed", part)
+                                          for part in ("y", "ty", "ally", "graph", "test.index"))
+        # As read_planetoid_data: labels of allx nodes then test nodes, test rows moved to their ids.
+        labels = torch.cat([ally, ty]).max(dim=1)[1]
+        labels[test_index] = labels[test_index.sort()[0]]
+        n = labels.numel()
+        edge_index = edge_index_from_dict(graph, num_nodes=n)
+        if edge_index.numel() and not 0 <= int(edge_index.min()) <= int(edge_index.max()) < n:
+            raise ValueError(f"ind.pubmed.graph names nodes outside the {n} labelled ones")
+    except _MALFORMED as e:
+        raise DatasetUnavailable(
+            f"dataset 'pubmed_topology': the raw files in {folder} are not valid Planetoid files "
+            f"({type(e).__name__}: {e}). Replace them with the files from {Planetoid.url}.") from e
     train = index_to_mask(torch.arange(y.size(0)), size=n)
     val = index_to_mask(torch.arange(y.size(0), y.size(0) + 500), size=n)
     test = index_to_mask(test_index, size=n)

@@ -2,6 +2,10 @@
 
 A plan is keyed by everything it depends on: the computation graph (edges and weights), the targets,
 the number of chunks and layers, the halo mode, the partitioner and its seed. Any change gives a new key.
+The file stores its key and is checked on load: a file that belongs to another key (renamed, copied,
+swapped) or whose plan does not fit the request is rebuilt and overwritten, with a warning. A cache folder
+that cannot be written still serves the plans it holds; new plans are then kept in memory only.
+Files are read with ``weights_only=True``: nothing read from a cache folder can execute code.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ __all__ = ["cached_plan", "plan_key"]
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 3  # bump when the stored layout or the plan semantics change
+_FORMAT = 4  # bump when the stored layout or the plan semantics change
 
 
 def plan_key(edge_index: Tensor, edge_weight: Tensor | None, targets: Tensor, **params: Any) -> str:
@@ -37,11 +41,46 @@ def plan_key(edge_index: Tensor, edge_weight: Tensor | None, targets: Tensor, **
     return h.hexdigest()[:24]
 
 
-def _to_state(plan: MicroBatchPlan) -> dict[str, Any]:
+_unwritable: set[str] = set()  # cache folders already warned about (one warning per folder)
+
+
+def _to_state(plan: MicroBatchPlan, key: str) -> dict[str, Any]:
     batches = [{"nodes": mb.nodes, "sizes": mb.sizes, "edges": mb.edges, "weights": mb.weights,
                 "sources": mb.sources} for mb in plan.micro_batches]
-    return {"micro_batches": batches, "targets": plan.targets, "part": plan.part, "halo": plan.halo,
-            "partition": plan.partition, "stats": asdict(plan.stats)}
+    return {"format": _FORMAT, "key": key, "micro_batches": batches, "targets": plan.targets,
+            "part": plan.part, "halo": plan.halo, "partition": plan.partition, "stats": asdict(plan.stats)}
+
+
+def _mismatch(state: Any, key: str, num_nodes: int, targets: Tensor, chunks: int, num_layers: int,
+              halo: str, partitioner: str) -> str | None:
+    """Why a loaded state is not the plan asked for (None if it is): another key, or a plan whose
+    shape does not fit the request (cheap checks, no rebuild)."""
+    if not isinstance(state, dict):
+        return f"not a stored plan ({type(state).__name__})"
+    if state.get("format") != _FORMAT or state.get("key") != key:
+        return (f"stored for key {state.get('key')!r} (format {state.get('format')!r}), "
+                f"expected {key!r} (format {_FORMAT})")
+    batches, stats = state["micro_batches"], state["stats"]
+    if not len(batches) == stats["chunks"] == chunks:
+        return f"{len(batches)} micro-batches, expected chunks={chunks}"
+    if (state["halo"], state["partition"]) != (halo, partitioner):
+        return f"halo={state['halo']!r} partition={state['partition']!r}, expected {halo!r} {partitioner!r}"
+    part = state["part"]
+    if part.shape != (num_nodes,) or (num_nodes and not 0 <= int(part.min()) <= int(part.max()) < chunks):
+        return f"part of shape {tuple(part.shape)} with ids outside [0, {chunks})"
+    for i, mb in enumerate(batches):
+        nodes, sizes = mb["nodes"], mb["sizes"]
+        if (len(sizes) != num_layers + 1 or len(mb["edges"]) != num_layers
+                or len(mb["weights"]) != num_layers or nodes.shape != (sizes[0],)
+                or (nodes.numel() and not 0 <= int(nodes.min()) <= int(nodes.max()) < num_nodes)):
+            return f"micro-batch {i} does not fit {num_layers} layers over {num_nodes} nodes"
+    mb_targets = [mb["nodes"][:mb["sizes"][-1]] for mb in batches]
+    if stats["targets_per_chunk"] != [t.numel() for t in mb_targets] or not torch.equal(
+            state["targets"], torch.cat(mb_targets)):
+        return "targets disagree with the micro-batches"
+    if not torch.equal(torch.sort(state["targets"]).values, torch.unique(targets)):
+        return "targets differ from the requested targets"
+    return None
 
 
 def _from_state(state: dict[str, Any]) -> MicroBatchPlan:
@@ -75,16 +114,31 @@ def cached_plan(cache_dir: str | Path | None, edge_index: Tensor, num_nodes: int
     path = Path(cache_dir) / f"plan-{key}.pt"
     if path.is_file():
         try:
-            return _from_state(torch.load(path, weights_only=True)), True
+            state = torch.load(path, weights_only=True)
+            why = _mismatch(state, key, num_nodes, targets, chunks, num_layers, halo, partitioner)
+            if why is None:
+                return _from_state(state), True
+            log.warning("ignoring cached plan %s, not the plan asked for (%s); rebuilding it", path, why)
         except Exception as e:  # a truncated or foreign file: rebuild and overwrite it
-            log.warning("ignoring unreadable cached plan %s (%s)", path, e)
+            log.warning("ignoring unreadable cached plan %s (%s); rebuilding it", path, e)
     plan = build()
+    try:
+        _save(_to_state(plan, key), path)
+    except OSError as e:  # a read-only or unusable folder: the plan is still good, in memory
+        folder = str(path.parent)
+        if folder not in _unwritable:
+            _unwritable.add(folder)
+            log.warning("plan cache folder %s cannot be written (%s); plans are built in memory and "
+                        "not cached", folder, e)
+    return plan, False
+
+
+def _save(state: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".plan.", suffix=".pt", dir=path.parent)
     os.close(fd)
     try:
-        torch.save(_to_state(plan), tmp)
+        torch.save(state, tmp)
         os.replace(tmp, path)  # atomic: parallel jobs never read half a plan
     finally:
         Path(tmp).unlink(missing_ok=True)
-    return plan, False
