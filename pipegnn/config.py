@@ -1,12 +1,14 @@
 """Checks of a run's configuration, made before any training, each failing with one clear message."""
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import torch
 from torch import Tensor
 
-from pipegnn.backends import FRAMEWORKS, check_aggregation
+from pipegnn.backends import FRAMEWORKS
+from pipegnn.backends.base import check_aggregation, check_choice
 from pipegnn.data import DATASETS, Graph
 from pipegnn.engines import (CHECKPOINT_MODES, DIST_BACKENDS, ENGINES, LAUNCHERS, SCHEDULES,
                              START_METHODS, even_balance, parse_device, unit_balance)
@@ -20,9 +22,9 @@ __all__ = ["EVAL_SPLITS", "check_config", "check_targets", "eval_targets", "memo
 EVAL_SPLITS = ("train", "val", "test")
 
 
-def _choice(value: Any, valid: tuple[str, ...], key: str) -> None:
-    if value not in valid:
-        raise ConfigError(f"{key}={value!r} is not valid; valid: {', '.join(valid)}")
+#: Largest seed: seeds go to torch.manual_seed, torch.Generator.manual_seed and METIS, which take
+#: 64-bit signed integers; like dataset.seed, a seed must be >= 0.
+_MAX_SEED = 2**63 - 1
 
 
 def _positive_int(value: Any, key: str) -> int:
@@ -31,31 +33,40 @@ def _positive_int(value: Any, key: str) -> int:
     return value
 
 
+def _seed(value: Any, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_SEED:
+        raise ConfigError(f"{key} must be an integer in [0, 2**63 - 1], got {value!r}")
+
+
+def _non_negative(value: Any, key: str) -> None:
+    """A finite number >= 0 (the optimizer's learning rate and weight decay)."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value < 0):
+        raise ConfigError(f"{key} must be a finite number >= 0, got {value!r}")
+
+
 def check_config(cfg: Mapping[str, Any]) -> None:
     """Check everything that does not need the graph.
 
     Raises:
         ConfigError: naming the bad key, its value and what would be valid.
     """
-    _choice(cfg["dataset"]["name"], DATASETS, "dataset.name")
-    _choice(cfg["model"]["name"], MODELS, "model.name")
-    _choice(cfg["framework"]["name"], FRAMEWORKS, "framework.name")
+    check_choice(cfg["dataset"]["name"], DATASETS, "dataset.name")
+    check_choice(cfg["model"]["name"], MODELS, "model.name")
+    check_choice(cfg["framework"]["name"], FRAMEWORKS, "framework.name")
     check_aggregation(cfg["framework"]["name"], cfg["model"]["name"],
                       cfg["model"].get("aggregation") or "messages")
     memory_limit_bytes(cfg)
-    _choice(cfg["engine"]["name"], ENGINES, "engine.name")
-    _choice(cfg["microbatch"]["halo"], HALOS, "microbatch.halo")
-    _choice(cfg["microbatch"]["partition"], PARTITIONERS, "microbatch.partition")
-    _choice(cfg["microbatch"]["targets"], TARGETS, "microbatch.targets")
-    _choice(cfg["microbatch"].get("first_transform", "once_per_step"), FIRST_TRANSFORMS,
-            "microbatch.first_transform")
+    check_choice(cfg["engine"]["name"], ENGINES, "engine.name")
+    check_choice(cfg["microbatch"]["halo"], HALOS, "microbatch.halo")
+    check_choice(cfg["microbatch"]["partition"], PARTITIONERS, "microbatch.partition")
+    check_choice(cfg["microbatch"]["targets"], TARGETS, "microbatch.targets")
+    check_choice(cfg["microbatch"].get("first_transform", "once_per_step"), FIRST_TRANSFORMS,
+                 "microbatch.first_transform")
     _positive_int(cfg["chunks"], "chunks")
-    layers = _positive_int(cfg["model"]["layers"], "model.layers")
-    _positive_int(cfg["model"]["hidden"], "model.hidden")
-    if not 0.0 <= float(cfg["model"]["dropout"]) < 1.0:
-        raise ConfigError(f"model.dropout must be in [0, 1), got {cfg['model']['dropout']!r}")
-    if int(cfg["train"]["epochs"]) < 1:
-        raise ConfigError(f"train.epochs must be >= 1, got {cfg['train']['epochs']!r}")
+    layers = _check_model(cfg["model"])
+    _check_train(cfg["train"])
+    _seed(cfg["microbatch"]["seed"], "microbatch.seed")
     engine = cfg["engine"]
     _check_timeline(engine)
     if engine["name"] == "single":
@@ -69,12 +80,34 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     if engine["name"] == "pipelining":
         _check_pipelining(cfg, devices, layers)
         return
-    _choice(engine["checkpoint"], CHECKPOINT_MODES, "engine.checkpoint")
+    check_choice(engine["checkpoint"], CHECKPOINT_MODES, "engine.checkpoint")
     units = UNITS_PER_LAYER * layers
     if unit_balance(engine["balance"], layers, len(devices)) is None and len(devices) > units:
         raise ConfigError(f"engine.devices has {len(devices)} devices but the model has only {units} "
                           f"units (model.layers={layers}: a transform and a propagation per layer); "
                           f"use at most {units} devices")
+
+
+def _check_model(model: Mapping[str, Any]) -> int:
+    """The model's sizes (GAT: also its heads) and dropout; returns ``model.layers``."""
+    layers = _positive_int(model["layers"], "model.layers")
+    _positive_int(model["hidden"], "model.hidden")
+    if model["name"] == "gat":
+        _positive_int(model["heads"], "model.heads")
+        _positive_int(model["out_heads"], "model.out_heads")
+    if not 0.0 <= float(model["dropout"]) < 1.0:
+        raise ConfigError(f"model.dropout must be in [0, 1), got {model['dropout']!r}")
+    return layers
+
+
+def _check_train(train: Mapping[str, Any]) -> None:
+    """Epochs, the optimizer's settings (``train.lr`` and ``train.weight_decay``, which default to
+    ``model.lr`` and ``model.weight_decay``) and the seed."""
+    if int(train["epochs"]) < 1:
+        raise ConfigError(f"train.epochs must be >= 1, got {train['epochs']!r}")
+    _non_negative(train["lr"], "train.lr")
+    _non_negative(train["weight_decay"], "train.weight_decay")
+    _seed(train["seed"], "train.seed")
 
 
 def _check_timeline(engine: Mapping[str, Any]) -> None:
@@ -90,10 +123,10 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: int) -
     """engine=pipelining: one process per entry of engine.devices, each with one stage (or
     engine.virtual_stages stages with schedule=interleaved1f1b)."""
     engine, chunks, ranks = cfg["engine"], int(cfg["chunks"]), len(devices)
-    _choice(engine["schedule"], tuple(SCHEDULES), "engine.schedule")
-    _choice(engine["launcher"], LAUNCHERS, "engine.launcher")
-    _choice(engine["backend"], DIST_BACKENDS, "engine.backend")
-    _choice(engine["start_method"], START_METHODS, "engine.start_method")
+    check_choice(engine["schedule"], tuple(SCHEDULES), "engine.schedule")
+    check_choice(engine["launcher"], LAUNCHERS, "engine.launcher")
+    check_choice(engine["backend"], DIST_BACKENDS, "engine.backend")
+    check_choice(engine["start_method"], START_METHODS, "engine.start_method")
     timeout = engine["timeout_s"]
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ConfigError(f"engine.timeout_s must be a number of seconds > 0, got {timeout!r}")

@@ -9,10 +9,10 @@ from torch import Tensor
 from torch_geometric.utils import to_undirected
 
 from pipegnn import run
-from pipegnn.backends import FRAMEWORKS, Backend, get_backend
+from pipegnn.backends import FRAMEWORKS, KINDS, Backend, get_backend
 from pipegnn.errors import ConfigError
 from pipegnn.microbatch.halo import InCSR, MicroBatch, exact_block
-from pipegnn.models import LayerSpec
+from pipegnn.models import MODELS, LayerSpec
 
 from conftest import make_cfg, random_graph
 
@@ -98,6 +98,19 @@ def test_unknown_framework_is_named() -> None:
     assert FRAMEWORKS == ("pyg", "dgl")
     with pytest.raises(ConfigError, match=r"'jax'.*valid: pyg, dgl"):
         get_backend("jax")
+
+
+@pytest.mark.parametrize("backend", [PYG, DGL], ids=["pyg", "dgl"])
+def test_unknown_model_kind_is_named(backend: Backend) -> None:
+    """An adapter builds layers and computation graphs for its known kinds only, and names an unknown
+    kind instead of treating it as GAT."""
+    assert set(KINDS) == set(MODELS)
+    graph = random_graph()
+    match = r"model.name='sage' is not valid; valid: gat, gcn"
+    with pytest.raises(ConfigError, match=match):
+        backend.conv("sage", LayerSpec(graph.num_features, 4))
+    with pytest.raises(ConfigError, match=match):
+        backend.computation_graph("sage", graph.edge_index, graph.num_nodes)
 
 
 def _losses(*overrides: str) -> list[float]:

@@ -79,3 +79,39 @@ def test_invalid_input_is_recorded_before_training(tmp_path: Path, overrides: li
     assert message in record["error"]
     assert record["epochs"] == []
     assert json.loads((tmp_path / "result.json").read_text())["error"] == record["error"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model.heads=0"], "model.heads must be an integer >= 1, got 0"),
+    (["model.heads=-2"], "model.heads must be an integer >= 1, got -2"),
+    (["model.out_heads=0"], "model.out_heads must be an integer >= 1, got 0"),  # used to fail in step 1
+    (["train.lr=-0.1"], "train.lr must be a finite number >= 0, got -0.1"),
+    (["train.lr=nan"], "train.lr must be a finite number >= 0, got nan"),
+    (["model=gcn", "model.lr=-1"], "train.lr must be a finite number >= 0, got -1"),  # train.lr: ${model.lr}
+    (["train.weight_decay=-0.5"], "train.weight_decay must be a finite number >= 0, got -0.5"),
+    (["train.weight_decay=inf"], "train.weight_decay must be a finite number >= 0, got inf"),
+    (["train.seed=-1"], "train.seed must be an integer in [0, 2**63 - 1], got -1"),
+    (["train.seed=18446744073709551616"],  # 2**64: torch's "Overflow when unpacking long long"
+     "train.seed must be an integer in [0, 2**63 - 1], got 18446744073709551616"),
+    (["microbatch.seed=-3"], "microbatch.seed must be an integer in [0, 2**63 - 1], got -3"),
+    (["model=gcn", "model.hidden=0"], "model.hidden must be an integer >= 1, got 0"),
+    (["model.layers=-1"], "model.layers must be an integer >= 1, got -1"),
+    (["model.dropout=1"], "model.dropout must be in [0, 1), got 1.0"),
+    (["train.epochs=0"], "train.epochs must be >= 1, got 0"),
+])
+def test_bad_numbers_are_invalid_before_training(tmp_path: Path, overrides: list[str], message: str) -> None:
+    """A bad number is an ``invalid`` run naming the key, the value and what is valid, not torch's words
+    from a ``failed`` one."""
+    record = run(make_cfg(f"data.cache={tmp_path}/cache", *overrides), output_dir=tmp_path)
+    assert record["status"] == "invalid", record["error"]
+    assert message in record["error"]
+    assert record["epochs"] == []
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model.heads=1", "model.out_heads=1", "train.lr=0", "train.weight_decay=0", "train.seed=0"],
+    ["microbatch.seed=9223372036854775807", "model.dropout=0"],
+    ["model=gcn"],  # no heads to check
+])
+def test_edge_numbers_are_valid(overrides: list[str]) -> None:
+    check_config(OmegaConf.to_container(make_cfg(*overrides), resolve=True))

@@ -24,37 +24,15 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from pipegnn.backends.base import AGGREGATIONS, Adapter
+from pipegnn.backends.base import (AGGREGATIONS, KINDS, Adapter, aggregations, check_aggregation,
+                                   check_choice)
 from pipegnn.backends.pyg import PygBackend
-from pipegnn.errors import ConfigError
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["AGGREGATIONS", "FRAMEWORKS", "Adapter", "Backend", "aggregations", "check_aggregation", "get_backend"]
+__all__ = ["AGGREGATIONS", "FRAMEWORKS", "KINDS", "Adapter", "Backend", "aggregations", "check_aggregation",
+           "get_backend"]
 
 FRAMEWORKS = ("pyg", "dgl")
-#: Aggregations each framework offers per model kind (kinds not listed: all of AGGREGATIONS).
-_AVAILABLE: dict[str, dict[str, tuple[str, ...]]] = {
-    "pyg": {"gcn": ("messages", "sparse"), "gat": ("messages",)},
-    "dgl": {"gcn": AGGREGATIONS, "gat": AGGREGATIONS},  # the same fused kernels either way
-}
-_WHY = {("pyg", "gat"): "PyG's GATConv needs per-edge attention values, it has no sparse-matmul path"}
-
-
-def aggregations(framework: str, kind: str) -> tuple[str, ...]:
-    """The ``model.aggregation`` values available for model ``kind`` in ``framework``."""
-    return _AVAILABLE.get(framework, {}).get(kind, AGGREGATIONS)
-
-
-def check_aggregation(framework: str, kind: str, aggregation: str) -> None:
-    """Raise ConfigError unless ``aggregation`` is available for ``kind`` in ``framework``."""
-    if aggregation not in AGGREGATIONS:
-        raise ConfigError(f"model.aggregation={aggregation!r} is not valid; valid: {', '.join(AGGREGATIONS)}")
-    available = aggregations(framework, kind)
-    if aggregation not in available:
-        why = _WHY.get((framework, kind))
-        raise ConfigError(f"model.aggregation={aggregation!r} is not available for model={kind} with "
-                          f"framework={framework}{f' ({why})' if why else ''}; available: "
-                          f"{', '.join(available)}")
 
 
 class Backend(Protocol):
@@ -69,11 +47,12 @@ class Backend(Protocol):
     @staticmethod
     def computation_graph(kind: str, edge_index: Tensor, num_nodes: int,
                           dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor | None]:
-        """Full-graph edges (self-loops, normalisation weights of ``dtype``) that model ``kind`` reads."""
+        """Full-graph edges (self-loops, normalisation weights of ``dtype``) that model ``kind`` reads
+        (ConfigError if ``kind`` is not one of :data:`KINDS`)."""
 
     def conv(self, kind: str, spec: LayerSpec) -> nn.Module:
-        """The framework's own layer for one LayerSpec (ConfigError if the aggregation is not
-        available for ``kind``)."""
+        """The framework's own layer for one LayerSpec (ConfigError if ``kind`` is not one of
+        :data:`KINDS` or the aggregation is not available for it)."""
 
     @staticmethod
     def split(conv: nn.Module) -> tuple[nn.Module, nn.Module]:
@@ -95,10 +74,9 @@ def get_backend(name: str, aggregation: str = "messages") -> Backend:
     Raises:
         ConfigError: unknown framework or aggregation.
     """
-    if name == "pyg":
-        return PygBackend(aggregation)
+    check_choice(name, FRAMEWORKS, "framework.name")
     if name == "dgl":
         from pipegnn.backends.dgl import DglBackend
 
         return DglBackend(aggregation)
-    raise ConfigError(f"unknown framework {name!r}; valid: {', '.join(FRAMEWORKS)}")
+    return PygBackend(aggregation)

@@ -1,15 +1,58 @@
-"""What every framework adapter shares: the aggregation choice it was made for, and the stand-in left
-in a framework layer whose dense transform was taken out of it."""
+"""What every framework adapter shares: the model kinds it builds, the aggregation choice it was made
+for (and which aggregations each framework offers per kind), and the stand-in left in a framework layer
+whose dense transform was taken out of it.
+
+The adapters import only from here (never from the package ``__init__``, which imports them).
+"""
 from __future__ import annotations
+
+from typing import Any
 
 from torch import nn
 
 from pipegnn.errors import ConfigError
 
-__all__ = ["AGGREGATIONS", "Adapter", "TakenOut"]
+__all__ = ["AGGREGATIONS", "KINDS", "Adapter", "TakenOut", "aggregations", "check_aggregation",
+           "check_choice", "check_kind"]
 
-#: ``model.aggregation`` values (which ones a framework offers per model: ``backends.aggregations``).
+#: ``model.aggregation`` values (which ones a framework offers per model: :func:`aggregations`).
 AGGREGATIONS = ("messages", "sparse")
+#: Model kinds (``model.name``) every adapter builds layers and computation graphs for.
+KINDS = ("gat", "gcn")
+#: Aggregations each framework offers per model kind (kinds not listed: all of AGGREGATIONS).
+_AVAILABLE: dict[str, dict[str, tuple[str, ...]]] = {
+    "pyg": {"gcn": ("messages", "sparse"), "gat": ("messages",)},
+    "dgl": {"gcn": AGGREGATIONS, "gat": AGGREGATIONS},  # the same fused kernels either way
+}
+_WHY = {("pyg", "gat"): "PyG's GATConv needs per-edge attention values, it has no sparse-matmul path"}
+
+
+def check_choice(value: Any, valid: tuple[str, ...], key: str) -> None:
+    """Raise ConfigError naming ``key``, ``value`` and the ``valid`` choices unless ``value`` is one of
+    them (the one check of a value against its choices, used by :mod:`pipegnn.config` too)."""
+    if value not in valid:
+        raise ConfigError(f"{key}={value!r} is not valid; valid: {', '.join(valid)}")
+
+
+def check_kind(kind: str) -> None:
+    """Raise ConfigError unless the adapters know model ``kind`` (one of :data:`KINDS`)."""
+    check_choice(kind, KINDS, "model.name")
+
+
+def aggregations(framework: str, kind: str) -> tuple[str, ...]:
+    """The ``model.aggregation`` values available for model ``kind`` in ``framework``."""
+    return _AVAILABLE.get(framework, {}).get(kind, AGGREGATIONS)
+
+
+def check_aggregation(framework: str, kind: str, aggregation: str) -> None:
+    """Raise ConfigError unless ``aggregation`` is available for ``kind`` in ``framework``."""
+    check_choice(aggregation, AGGREGATIONS, "model.aggregation")
+    available = aggregations(framework, kind)
+    if aggregation not in available:
+        why = _WHY.get((framework, kind))
+        raise ConfigError(f"model.aggregation={aggregation!r} is not available for model={kind} with "
+                          f"framework={framework}{f' ({why})' if why else ''}; available: "
+                          f"{', '.join(available)}")
 
 
 class Adapter:
@@ -22,9 +65,7 @@ class Adapter:
     name = ""
 
     def __init__(self, aggregation: str = "messages"):
-        if aggregation not in AGGREGATIONS:
-            raise ConfigError(f"model.aggregation={aggregation!r} is not valid; valid: "
-                              f"{', '.join(AGGREGATIONS)}")
+        check_choice(aggregation, AGGREGATIONS, "model.aggregation")
         self.aggregation = aggregation
 
     def __repr__(self) -> str:

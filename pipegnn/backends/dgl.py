@@ -20,7 +20,7 @@ import torch  # noqa: E402
 from dgl.nn.pytorch import EdgeWeightNorm, GATConv, GraphConv  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from pipegnn.backends.base import Adapter, TakenOut
+from pipegnn.backends.base import Adapter, TakenOut, check_aggregation, check_kind  # noqa: E402
 from pipegnn.models.spec import LayerSpec  # noqa: E402
 
 __all__ = ["DglBackend", "HeadReducedGATConv", "WeightTransform"]
@@ -74,7 +74,11 @@ class DglBackend(Adapter):
         Both models: existing self-loops replaced by one self-loop per node. GCN also gets DGL's
         symmetric normalisation (``EdgeWeightNorm(norm='both')``: ``1/sqrt(out_deg(src) * in_deg(dst))``)
         with *full-graph* degrees, so a micro-batch never renormalises with its subgraph's degrees.
+
+        Raises:
+            ConfigError: ``kind`` is not one of the model kinds the adapters build (``base.KINDS``).
         """
+        check_kind(kind)
         g = dgl.graph((edge_index[0], edge_index[1]), num_nodes=num_nodes)
         g = dgl.add_self_loop(dgl.remove_self_loop(g))
         edges = torch.stack(g.edges())
@@ -88,9 +92,11 @@ class DglBackend(Adapter):
 
         Cast to the default dtype: DGL creates some parameters (GATConv's attention vectors and bias)
         as float32 whatever the default dtype is.
-        """
-        from pipegnn.backends import check_aggregation
 
+        Raises:
+            ConfigError: unknown ``kind`` or aggregation.
+        """
+        check_kind(kind)
         check_aggregation(self.name, kind, self.aggregation)
         if kind == "gcn":
             conv = GraphConv(spec.in_dim, spec.out_dim, norm="none", weight=True, bias=True,

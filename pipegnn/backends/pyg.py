@@ -14,7 +14,7 @@ from torch_geometric.nn import GATConv, GCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops, to_torch_csr_tensor
 
-from pipegnn.backends.base import Adapter, TakenOut
+from pipegnn.backends.base import Adapter, TakenOut, check_aggregation, check_kind
 from pipegnn.models.spec import LayerSpec
 
 __all__ = ["PygBackend", "sparse_adjacency"]
@@ -46,7 +46,11 @@ class PygBackend(Adapter):
 
         GCN: self-loops plus symmetric normalisation with *full-graph* degrees (``gcn_norm``), so a
         micro-batch never renormalises with its subgraph's degrees. GAT: one self-loop per node.
+
+        Raises:
+            ConfigError: ``kind`` is not one of the model kinds the adapters build (``base.KINDS``).
         """
+        check_kind(kind)
         if kind == "gcn":
             return gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
         edge_index, _ = remove_self_loops(edge_index)
@@ -56,10 +60,9 @@ class PygBackend(Adapter):
         """A PyG convolution for one layer; self-loops and normalisation come from the computation graph.
 
         Raises:
-            ConfigError: ``sparse`` aggregation for GAT (no fused path in PyG).
+            ConfigError: unknown ``kind``, or ``sparse`` aggregation for GAT (no fused path in PyG).
         """
-        from pipegnn.backends import check_aggregation
-
+        check_kind(kind)
         check_aggregation(self.name, kind, self.aggregation)
         if kind == "gcn":
             return GCNConv(spec.in_dim, spec.out_dim, normalize=False, add_self_loops=False)
