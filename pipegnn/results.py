@@ -4,6 +4,12 @@ Aggregate a sweep in a notebook with ``load("multirun/...")`` (one row per run, 
 :data:`COLUMNS` plus ``cfg.<dotted key>`` for every config leaf), or from the shell with
 ``python -m pipegnn.results multirun/... [--where chunks=8] [--csv runs.csv]``.
 
+Besides one row per record, :func:`load` lists the jobs of a Hydra sweep that left none: a job Hydra
+started (its folder holds ``.hydra/``) without a ``result.json`` is ``incomplete`` (killed, died, or still
+running), a job the sweep's ``multirun.yaml`` planned that has no folder is ``missing`` (never started);
+the command line exits non-zero when there are any. A record that is not valid JSON or not shaped like a
+record (a section of the wrong type) is a row with status ``unreadable`` and the reason as its error.
+
 The ``pipeline_*`` columns come from the record's ``pipeline`` section (what the stage timeline measured,
 medians over epochs; see :mod:`pipegnn.timeline.figures`). The command line's default table leaves them
 out (it would not fit a terminal); ask for them::
@@ -25,11 +31,21 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-__all__ = ["COLUMNS", "RECORD_NAME", "STATUSES", "TABLE_COLUMNS", "column", "find_records", "flatten",
-           "format_table", "load", "load_record", "main", "select", "summary", "write_record"]
+__all__ = ["COLUMNS", "NO_RECORD", "RECORD_NAME", "ROW_STATUSES", "RecordError", "STATUSES", "TABLE_COLUMNS",
+           "UNREADABLE", "check_record", "column", "find_records", "flatten", "format_table", "load",
+           "load_record", "main", "select", "summary", "write_record"]
 
 RECORD_NAME = "result.json"
+#: Statuses a run writes in its record.
 STATUSES = ("completed", "failed", "invalid", "oom")
+#: Status of a row whose record file cannot be used (not valid JSON, or not shaped like a record).
+UNREADABLE = "unreadable"
+#: Statuses of a sweep's jobs without a record: ``incomplete`` (Hydra started the job: its folder holds
+#: ``.hydra/``, but it wrote no ``result.json``: killed, died, or still running) and ``missing`` (the
+#: sweep's ``multirun.yaml`` planned the job, which has no folder: never started).
+NO_RECORD = ("incomplete", "missing")
+#: Every status a row of :func:`load` can have (others only when a record holds an unknown one).
+ROW_STATUSES = (*STATUSES, UNREADABLE, *NO_RECORD)
 
 
 def write_record(directory: str | Path, record: dict[str, Any], name: str = RECORD_NAME) -> Path:
@@ -50,12 +66,84 @@ def write_record(directory: str | Path, record: dict[str, Any], name: str = RECO
     return path
 
 
+class RecordError(ValueError):
+    """A record file that cannot be used: not valid JSON, or not shaped like a record.
+
+    ``str()`` names the file; ``path`` and ``reason`` hold the two parts."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = Path(path), reason
+
+
+#: Record sections that are JSON objects (or null / absent).
+_SECTIONS = ("config", "choices", "env", "dataset", "model", "final", "timing", "memory", "microbatch",
+             "pipeline")
+
+
+def _kind(value: Any) -> str:
+    """The JSON name of ``value``'s type."""
+    for kind, types in (("null", type(None)), ("a boolean", bool), ("a number", (int, float)),
+                        ("a string", str), ("an array", (list, tuple)), ("an object", Mapping)):
+        if isinstance(value, types):
+            return kind
+    return type(value).__name__
+
+
+def check_record(record: Any) -> dict[str, Any]:
+    """``record`` when it is shaped like a record, else :class:`ValueError` naming the first problem:
+    a JSON object whose ``status`` is a string, ``error`` and ``traceback`` strings or null, each section
+    (``config``, ``final``, ``timing``, ...) an object or null, ``epochs`` and ``pipeline.stages`` arrays
+    of objects, ``choices`` values scalars. Sections and values may be absent (failed runs lack many)."""
+    if not isinstance(record, dict):
+        raise ValueError(f"not a JSON object but {_kind(record)}")
+    if not isinstance(record.get("status"), str):
+        raise ValueError(f"'status' is {_kind(record.get('status'))}, expected a string")
+    for key in ("error", "traceback"):
+        if not isinstance(record.get(key), (str, type(None))):
+            raise ValueError(f"'{key}' is {_kind(record[key])}, expected a string or null")
+    for key in _SECTIONS:
+        if not isinstance(record.get(key), (dict, type(None))):
+            raise ValueError(f"'{key}' is {_kind(record[key])}, expected an object")
+    checks = [("epochs", record.get("epochs"), True)]
+    pipeline, memory = record.get("pipeline") or {}, record.get("memory") or {}
+    checks += [("pipeline.stages", pipeline.get("stages"), True), ("pipeline.balance", pipeline.get("balance"), False)]
+    for key, value, of_objects in checks:
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise ValueError(f"'{key}' is {_kind(value)}, expected an array")
+        bad = next((v for v in value if not isinstance(v, dict)), None) if of_objects else None
+        if bad is not None:
+            raise ValueError(f"'{key}' holds {_kind(bad)}, expected objects")
+    if not isinstance(memory.get("peak_device_bytes"), (dict, type(None))):
+        raise ValueError(f"'memory.peak_device_bytes' is {_kind(memory['peak_device_bytes'])}, expected an object")
+    for group, choice in (record.get("choices") or {}).items():
+        if isinstance(choice, (list, tuple, Mapping)):
+            raise ValueError(f"'choices.{group}' is {_kind(choice)}, expected a string")
+    return record
+
+
 def load_record(path: str | Path) -> dict[str, Any]:
-    """Read one record (a ``result.json`` file or the directory holding it)."""
+    """Read one record (a ``result.json`` file or the directory holding it).
+
+    Raises:
+        RecordError: (a ValueError) naming the file: not valid JSON, or not shaped like a record (see
+            :func:`check_record`).
+        OSError: the file cannot be read (FileNotFoundError: there is none).
+    """
     path = Path(path)
     if path.is_dir():
         path = path / RECORD_NAME
-    return json.loads(path.read_text())
+    data = path.read_bytes()
+    try:
+        record = json.loads(data)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise RecordError(path, f"{type(e).__name__}: {e}") from e
+    try:
+        return check_record(record)
+    except ValueError as e:
+        raise RecordError(path, f"malformed record: {e}") from None
 
 
 #: Columns of :func:`flatten` / :func:`load`, in order, with their meaning. Missing values are NaN
@@ -64,15 +152,18 @@ def load_record(path: str | Path) -> dict[str, Any]:
 #: recompute seconds per step, median over epochs) for every stage of the record, then every config
 #: leaf as ``cfg.<dotted key>`` (lists joined by ',').
 COLUMNS: dict[str, str] = {
-    "path": "the result.json file",
-    "status": "completed | failed | invalid | oom (| unreadable: the file is not valid JSON)",
-    "error": "first line of the error message (None when completed)",
+    "path": "the result.json file (where it would be for an incomplete or missing job)",
+    "status": "completed | failed | invalid | oom (the record's) | unreadable (not valid JSON, or not shaped "
+              "like a record) | incomplete (a sweep job Hydra started that wrote no record) | missing (a job "
+              "the sweep planned that never started)",
+    "error": "first line of the error message (None when completed; why, for the other statuses)",
     **{g: f"Hydra choice of the group (else config {g}.name)" for g in ("dataset", "model", "framework",
                                                                       "engine")},
     "chunks": "config chunks (micro-batches per step)",
     "halo": "config microbatch.halo", "partition": "config microbatch.partition",
     "targets": "config microbatch.targets, else 'train' (older records)", "seed": "config train.seed",
-    "epochs": "epochs completed (len of the record's epochs; requested: cfg.train.epochs)",
+    "epochs": "epochs completed (len of the record's epochs, NaN without a record; requested: "
+              "cfg.train.epochs)",
     "test_acc": "final test accuracy (last epoch)",
     "val_acc": "final validation accuracy (last epoch)",
     "best_val_acc": "best validation accuracy over epochs",
@@ -249,28 +340,65 @@ def select(df: pd.DataFrame, where: Mapping[str, Any] | None = None) -> pd.DataF
 
 
 def load(path: str | Path | Iterable[str | Path],
-         where: Mapping[str, Any] | None = None) -> pd.DataFrame:
+         where: Mapping[str, Any] | None = None, jobs: bool = True) -> pd.DataFrame:
     """One row per ``result.json`` under ``path`` (a directory, a record, or a list of them), flattened
-    by :func:`flatten` and filtered by ``where`` (see :func:`select`). A file that is not valid JSON
-    becomes a row with status ``unreadable``. No record: an empty frame with the :data:`COLUMNS`."""
+    by :func:`flatten` and filtered by ``where`` (see :func:`select`), in path order.
+
+    A file that is not valid JSON or not shaped like a record (see :func:`check_record`) becomes a row
+    with status ``unreadable`` and the reason as its error. With ``jobs`` (the default), each directory
+    also gets one row per job of a Hydra sweep below it without a record (statuses :data:`NO_RECORD`):
+    ``incomplete``, a job folder with ``.hydra/`` but no ``result.json`` (its config columns come from
+    ``.hydra/config.yaml``), and ``missing``, a job the sweep's ``multirun.yaml`` planned that has no
+    folder (only the columns its overrides set). Keep ``where={"status": "completed"}`` for finished
+    runs only. Nothing found: an empty frame with the :data:`COLUMNS`."""
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     rows, seen = [], set()
     for root in paths:
+        found = []
         for file in find_records(root):
             if file.resolve() in seen:
                 continue
             seen.add(file.resolve())
-            try:
-                record = load_record(file)
-                if not isinstance(record, dict):
-                    raise ValueError(f"not a JSON object but {type(record).__name__}")
-            except (OSError, ValueError) as e:
-                record = {"status": "unreadable", "error": f"{type(e).__name__}: {e}"}
-            rows.append(flatten(record, path=file))
+            found.append(_record_row(file))
+        if jobs and Path(root).is_dir():
+            found += _job_rows(Path(root), seen)
+        rows += sorted(found, key=lambda row: _natural(row["path"]))
     # per-stage columns (stage 2 before stage 10), then the config leaves
     extra = sorted({k for row in rows for k in row if k not in COLUMNS},
                    key=lambda k: (k.startswith("cfg."), _natural(k)))
     return select(pd.DataFrame(rows, columns=[*COLUMNS, *extra]), where)
+
+
+def _record_row(file: Path) -> dict[str, Any]:
+    """The row of one record file; an ``unreadable`` row when it cannot be used."""
+    try:
+        return flatten(load_record(file), path=file)
+    except RecordError as e:
+        reason = e.reason
+    except OSError as e:
+        reason = f"{type(e).__name__}: {e}"
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:  # a shape check_record missed
+        reason = f"malformed record: {type(e).__name__}: {e}"
+    row = flatten({"status": UNREADABLE, "error": reason}, path=file)
+    row["epochs"] = math.nan
+    return row
+
+
+def _job_rows(root: Path, seen: set[Path]) -> list[dict[str, Any]]:
+    """Rows of the sweep jobs below ``root`` without a record (see :func:`pipegnn.sweep.unrecorded_jobs`)."""
+    from pipegnn.sweep import unrecorded_jobs  # imports Hydra; pipegnn.sweep imports this module
+
+    rows = []
+    for job in unrecorded_jobs(root):
+        file = job.directory / RECORD_NAME
+        if file.resolve() in seen:
+            continue
+        seen.add(file.resolve())
+        row = flatten({"status": job.status, "error": job.error, "config": job.config or {},
+                       "choices": job.choices or {}}, path=file)
+        row["epochs"] = math.nan
+        rows.append(row)
+    return rows
 
 
 def _parse_value(text: str) -> Any:
@@ -316,9 +444,10 @@ def format_table(df: pd.DataFrame, columns: Sequence[str] = TABLE_COLUMNS) -> st
 
 
 def summary(df: pd.DataFrame) -> str:
-    """``N runs: X completed, Y failed, ...`` (statuses other than completed only when present)."""
+    """``N runs: X completed, Y failed, ...`` (statuses other than completed only when present, in the
+    order of :data:`ROW_STATUSES`, then unknown ones)."""
     counts = df["status"].fillna("unknown").value_counts().to_dict()
-    order = ["completed", *(s for s in STATUSES if s != "completed"), *sorted(set(counts) - set(STATUSES))]
+    order = [*ROW_STATUSES, *sorted(set(counts) - set(ROW_STATUSES))]
     parts = [f"{counts.get(s, 0)} {s}" for s in order if s == "completed" or counts.get(s)]
     return f"{len(df)} run{'' if len(df) == 1 else 's'}: {', '.join(parts)}"
 
@@ -334,7 +463,9 @@ def _arrow_safe(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; returns the exit code (0 all completed, 1 some not, 2 no record or misuse)."""
+    """The command line; returns the exit code: 0 every listed run completed, 1 some did not or a sweep
+    job has no record (incomplete or missing, even one ``--where`` leaves out: a line on stderr names
+    them), 2 nothing found or misuse."""
     parser = argparse.ArgumentParser(
         prog="python -m pipegnn.results",
         description="Aggregate result.json records (one row per run) into a table, CSV or Parquet.")
@@ -375,11 +506,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(summary(df), flush=True)
     for row in df[df["status"] != "completed"].itertuples():
         print(f"{row.status}: {row.path}: {row.error}", file=sys.stderr)
+    unfinished = everything[everything["status"].isin(NO_RECORD)]
+    if not unfinished.empty:
+        print(_unfinished_line(unfinished, len(everything), left_out=len(unfinished) - df["status"].isin(
+            NO_RECORD).sum()), file=sys.stderr)
     if args.csv:
         df.to_csv(args.csv, index=False)
     if args.parquet:
         _arrow_safe(df).to_parquet(args.parquet, index=False)
-    return 0 if (df["status"] == "completed").all() else 1
+    return 0 if (df["status"] == "completed").all() and unfinished.empty else 1
+
+
+def _unfinished_line(unfinished: pd.DataFrame, total: int, left_out: int) -> str:
+    """``error: sweep not finished: 2 of 6 runs have no result.json (1 incomplete, 1 missing): <job
+    folder>, ...``."""
+    counts = unfinished["status"].value_counts()
+    kinds = ", ".join(f"{counts[s]} {s}" for s in NO_RECORD if s in counts)
+    folders = ", ".join(str(Path(p).parent) for p in unfinished["path"])
+    n = len(unfinished)
+    hidden = f"; {left_out} not matching --where" if left_out else ""
+    return (f"error: sweep not finished: {n} of {total} run{'s' * (total != 1)} "
+            f"ha{'ve' if n != 1 else 's'} no {RECORD_NAME} "
+            f"({kinds}{hidden}): {folders}")
 
 
 if __name__ == "__main__":

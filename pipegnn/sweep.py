@@ -7,6 +7,9 @@
   (the basic one runs jobs in this process, joblib and SLURM in others), names every job that did not
   complete (number, overrides, status, error) on stderr and in ``<sweep dir>/sweep.log``, and sets
   :func:`exit_code`, which ``experiments/train.py`` exits with.
+- :func:`sweep_jobs` / :func:`unrecorded_jobs`: a sweep's jobs as found on disk, with those that left
+  no record: ``incomplete`` (Hydra started the job, it wrote no ``result.json``) and ``missing`` (planned
+  by the sweep's ``multirun.yaml``, never started), which :func:`pipegnn.results.load` lists too.
 - :class:`EpochProgress`: a tqdm bar over epochs, fed by the trainer's per-epoch log lines.
 """
 from __future__ import annotations
@@ -15,22 +18,25 @@ import json
 import logging
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pipegnn.results import RECORD_NAME, find_records, load_record
+from pipegnn.results import RECORD_NAME, RecordError, find_records, load_record
 
-__all__ = ["VOLATILE_KEYS", "EpochProgress", "FailureSummary", "Job", "comparable_config",
-           "completed_record", "exit_code", "sweep_jobs"]
+__all__ = ["INCOMPLETE", "VOLATILE_KEYS", "EpochProgress", "FailureSummary", "Job", "comparable_config",
+           "completed_record", "exit_code", "planned_jobs", "sweep_jobs", "unrecorded_jobs"]
 
 log = logging.getLogger(__name__)
 
 #: Top-level config keys that do not change what a run computes, ignored when resuming.
 VOLATILE_KEYS = ("resume",)
+#: Error of an ``incomplete`` job (started, no record).
+INCOMPLETE = "no result.json: the job was killed or died before writing it, or is still running"
+_BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 def _plain(value: Any) -> Any:
@@ -76,9 +82,11 @@ def completed_record(output_dir: str | Path, config: Mapping[str, Any] | DictCon
         return None, "no previous record"
     try:
         record = load_record(path)
-    except (OSError, ValueError) as e:
+    except RecordError as e:
+        return None, f"previous record unreadable ({e.reason})"
+    except OSError as e:
         return None, f"previous record unreadable ({type(e).__name__}: {e})"
-    status = record.get("status") if isinstance(record, dict) else None
+    status = record.get("status")
     if status != "completed":
         return None, f"previous record is {status}"
     old = comparable_config(record.get("config") or {}, output_dir)
@@ -92,35 +100,186 @@ def completed_record(output_dir: str | Path, config: Mapping[str, Any] | DictCon
 
 @dataclass
 class Job:
-    """One job of a sweep as found on disk."""
+    """One job of a sweep as found on disk (or, for a ``missing`` one, as the sweep planned it)."""
 
     directory: Path
     num: int | None
     overrides: str
-    status: str          # completed | failed | invalid | oom | missing (no record) | unreadable
+    #: completed | failed | invalid | oom (its record's) | unreadable (record not valid JSON or malformed)
+    #: | incomplete (started, no record) | missing (planned, never started: no folder)
+    status: str
     error: str | None
-    fresh: bool          # its record was written by this sweep (False: kept by resume)
+    fresh: bool          # its record was written by this sweep (False: kept by resume, or none)
+    #: What is known of the config of a job without a record (None for the others): an incomplete job's
+    #: ``.hydra/config.yaml``, a missing job's overrides of config keys; ``choices`` likewise holds the
+    #: config-group choices (``.hydra/hydra.yaml``, or the group overrides).
+    config: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    choices: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+
+def _overrides(directory: Path) -> list[str] | None:
+    """The job's overrides as Hydra saved them (``.hydra/overrides.yaml``), None when absent."""
+    try:
+        return [str(o) for o in OmegaConf.to_container(OmegaConf.load(directory / ".hydra" / "overrides.yaml"))]
+    except Exception:  # noqa: BLE001 - .hydra files are optional (hydra.output_subdir=null)
+        return None
 
 
 def _job_info(directory: Path) -> tuple[int | None, str]:
     num = None
-    overrides = directory.name
-    hydra_dir = directory / ".hydra"
+    overrides = _overrides(directory)
     try:
-        overrides = " ".join(OmegaConf.to_container(OmegaConf.load(hydra_dir / "overrides.yaml")))
-    except Exception:  # noqa: BLE001 - .hydra files are optional (hydra.output_subdir=null)
-        pass
-    try:
-        num = int(OmegaConf.load(hydra_dir / "hydra.yaml").hydra.job.num)
+        num = int(OmegaConf.load(directory / ".hydra" / "hydra.yaml").hydra.job.num)
     except Exception:  # noqa: BLE001
         if directory.name.isdigit():
             num = int(directory.name)
-    return num, overrides
+    return num, directory.name if overrides is None else " ".join(overrides)
+
+
+def _hydra_job_dirs(root: Path) -> set[Path]:
+    """Directories below ``root`` (itself included) that Hydra ran a job in: they hold ``.hydra/`` with
+    the job's ``overrides.yaml`` or ``config.yaml``."""
+    return {p.parent for p in root.rglob(".hydra") if p.is_dir()
+            and ((p / "overrides.yaml").is_file() or (p / "config.yaml").is_file())}
+
+
+def _incomplete(directory: Path) -> Job:
+    """A job Hydra started that left no record, with what its ``.hydra/`` files tell of its config."""
+    num, overrides = _job_info(directory)
+    config: dict[str, Any] = {}
+    try:
+        node = OmegaConf.load(directory / ".hydra" / "config.yaml")
+        try:
+            config = OmegaConf.to_container(node, resolve=True)
+        except Exception:  # noqa: BLE001 - e.g. an interpolation that needs Hydra's resolvers
+            config = OmegaConf.to_container(node, resolve=False)
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        choices = OmegaConf.to_container(OmegaConf.load(directory / ".hydra" / "hydra.yaml").hydra.runtime.choices)
+    except Exception:  # noqa: BLE001
+        choices = {}
+    return Job(directory, num, overrides, "incomplete", INCOMPLETE, False,
+               config=_plain(config) if isinstance(config, dict) else {},
+               choices={k: v for k, v in (choices or {}).items() if not str(k).startswith("hydra/")})
+
+
+def planned_jobs(sweep_dir: str | Path) -> list[tuple[list[str], Path]] | None:
+    """The jobs the sweep in ``sweep_dir`` planned, in job order (the index is the job number): each
+    job's overrides (as its ``.hydra/overrides.yaml`` will hold them) and its folder.
+
+    Read from ``<sweep_dir>/multirun.yaml``, which Hydra's basic sweeper writes before the first job,
+    expanded as that sweeper does (``hydra.sweeper.params`` then the command line's overrides, their
+    product). None when that is not knowable: no ``multirun.yaml``, another sweeper, or overrides that
+    need the config (a ``glob``)."""
+    plan = _plan(Path(sweep_dir))
+    return None if plan is None else plan[1]
+
+
+def _plan(sweep_dir: Path) -> tuple[DictConfig, list[tuple[list[str], Path]]] | None:
+    """The sweep's ``multirun.yaml`` and :func:`planned_jobs`."""
+    marker = sweep_dir / "multirun.yaml"
+    if not marker.is_file():
+        return None
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        cfg = OmegaConf.load(marker)
+        if OmegaConf.select(cfg, "hydra.sweeper._target_") != _BASIC_SWEEPER:
+            return None
+        params = OmegaConf.to_container(cfg.hydra.sweeper, resolve=False).get("params") or {}
+        task = [str(o) for o in OmegaConf.to_container(cfg.hydra.overrides, resolve=False).get("task") or []]
+        parser = OverridesParser.create()
+        jobs = [list(job) for batch in BasicSweeper.split_arguments(
+            parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *task]), None) for job in batch]
+        return cfg, [(job, sweep_dir / _subdir(cfg, num, job, parser)) for num, job in enumerate(jobs)]
+    except Exception:  # noqa: BLE001 - whatever Hydra cannot expand is unknown, not an error
+        return None
+
+
+def _subdir(cfg: DictConfig, num: int, overrides: list[str], parser: Any) -> str:
+    """``hydra.sweep.subdir`` of job ``num`` (as Hydra's launchers set it up); the job number when it
+    cannot be worked out."""
+    raw = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
+    if raw in (None, "${hydra.job.num}"):
+        return str(num)
+    try:
+        hydra = OmegaConf.create({"hydra": OmegaConf.to_container(cfg.hydra, resolve=False)})
+        settings = OmegaConf.to_container(cfg.hydra.job.config.override_dirname, resolve=False)
+        lines = sorted(o.input_line for o in parser.parse_overrides(overrides)
+                       if o.key_or_group not in (settings.get("exclude_keys") or []))
+        dirname = re.sub("=", settings.get("kv_sep", "="), settings.get("item_sep", ",").join(lines))
+        hydra.hydra.job.num, hydra.hydra.job.id, hydra.hydra.job.override_dirname = num, num, dirname
+        return str(OmegaConf.select(hydra, "hydra.sweep.subdir", throw_on_missing=True))
+    except Exception:  # noqa: BLE001
+        return str(num)
+
+
+def _missing(sweep_dir: Path, started: Iterable[Path]) -> list[Job]:
+    """The planned jobs of the sweep in ``sweep_dir`` that none of the ``started`` job folders ran: a
+    job whose folder exists bare (no ``.hydra/``, as with ``hydra.output_subdir=null``, nor record) is
+    incomplete, any other missing."""
+    plan = _plan(sweep_dir)
+    if plan is None:
+        return []
+    cfg, planned = plan
+    started = {d.resolve() for d in started}
+    ran = {tuple(o) for o in (_overrides(d) for d in started) if o is not None}
+    jobs = []
+    for num, (overrides, directory) in enumerate(planned):
+        if tuple(overrides) in ran or directory.resolve() in started:
+            continue
+        if directory.is_dir() and not (directory / ".hydra").exists() and not (directory / RECORD_NAME).exists():
+            job = _incomplete(directory)
+            job.num, job.overrides = num, " ".join(overrides)
+        else:
+            config, choices = _settings(overrides, cfg)
+            job = Job(directory, num, " ".join(overrides), "missing",
+                      f"never started: job {num} of the sweep ({' '.join(overrides)})", False,
+                      config=config, choices=choices)
+        jobs.append(job)
+    return jobs
+
+
+def _settings(overrides: list[str], sweep_cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a job's overrides say of its config: (config keys they set, config-group choices). A key is
+    a group when the sweep's config chose it as one, names a path or package (``a/b``, ``g@pkg``), or
+    is a top-level key with a text value that is no leaf of the sweep's config (``+variant=x``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    config: dict[str, Any] = {}
+    choices: dict[str, Any] = {}
+    try:
+        groups = set(OmegaConf.select(sweep_cfg, "hydra.runtime.choices") or {})
+        base = OmegaConf.to_container(sweep_cfg, resolve=False)
+        for o in OverridesParser.create().parse_overrides(overrides):
+            key = o.key_or_group
+            if o.is_delete() or key == "hydra" or key.startswith(("hydra.", "hydra/")):
+                continue
+            value = _plain(o.value())
+            leaf = base.get(key) if "." not in key else None
+            if key in groups or "/" in key or o.package is not None or (
+                    "." not in key and isinstance(value, str) and (leaf is None or isinstance(leaf, dict))):
+                choices[key] = value
+                continue
+            node = config
+            *parents, last = key.split(".")
+            for part in parents:
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
+                node = node[part]
+            node[last] = value
+    except Exception:  # noqa: BLE001 - the columns of a missing job are a courtesy, never an error
+        pass
+    return config, choices
 
 
 def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
-    """The jobs under ``sweep_dir`` (directories holding a record or Hydra's ``.hydra/overrides.yaml``)
-    started at or after ``since`` (a file modification time; None: every job), in job order.
+    """The jobs under ``sweep_dir`` (directories holding a record or Hydra's ``.hydra/``) started at or
+    after ``since`` (a file modification time; None: every job), in job order, with the jobs the sweep
+    planned (:func:`planned_jobs`) that none of them ran (status ``missing``; ``incomplete`` when the
+    folder exists). A started job without a record is ``incomplete``.
 
     A job's start is the time Hydra wrote its ``.hydra/overrides.yaml``, which it does for every job it
     runs, even one that resume then skips; jobs left over from an earlier, larger sweep in the same
@@ -128,26 +287,50 @@ def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         return []
-    dirs = {p.parent for p in find_records(sweep_dir)}
-    dirs |= {p.parent.parent for p in sweep_dir.rglob(".hydra/overrides.yaml")}
+    dirs = {p.parent for p in find_records(sweep_dir)} | _hydra_job_dirs(sweep_dir)
     jobs = []
     for directory in dirs:
         record_path = directory / RECORD_NAME
         stamp_file = directory / ".hydra" / "overrides.yaml"
+        if not stamp_file.is_file() and not record_path.is_file():
+            stamp_file = directory / ".hydra" / "config.yaml"
         stamp = (stamp_file if stamp_file.is_file() else record_path).stat().st_mtime
         if since is not None and stamp < since:
             continue
+        if not record_path.is_file():
+            jobs.append(_incomplete(directory))
+            continue
         num, overrides = _job_info(directory)
-        status, error, fresh = "missing", "no result.json (the job died before writing it)", False
-        if record_path.is_file():
-            fresh = since is None or record_path.stat().st_mtime >= since
-            try:
-                record = load_record(record_path)
-                status, error = record.get("status"), record.get("error")
-            except (OSError, ValueError, AttributeError) as e:
-                status, error = "unreadable", f"{type(e).__name__}: {e}"
+        fresh = since is None or record_path.stat().st_mtime >= since
+        try:
+            record = load_record(record_path)
+            status, error = record["status"], record.get("error")
+        except RecordError as e:
+            status, error = "unreadable", e.reason
+        except OSError as e:
+            status, error = "unreadable", f"{type(e).__name__}: {e}"
         first_line = str(error).strip().split("\n", 1)[0] if error else None
         jobs.append(Job(directory, num, overrides, str(status), first_line, fresh))
+    jobs += _missing(sweep_dir, [j.directory for j in jobs])
+    return _in_order(jobs)
+
+
+def unrecorded_jobs(root: str | Path) -> list[Job]:
+    """Every job without a record below ``root`` (any number of sweeps and runs, at any depth), in
+    job order: a folder Hydra started a job in (``.hydra/``) with no ``result.json`` (``incomplete``),
+    and each sweep's planned jobs that none of its folders ran (see :func:`sweep_jobs`)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    dirs = {p.parent for p in find_records(root)} | _hydra_job_dirs(root)
+    jobs = [_incomplete(d) for d in dirs if not (d / RECORD_NAME).is_file()]
+    for marker in root.rglob("multirun.yaml"):
+        sweep = marker.parent
+        jobs += _missing(sweep, [d for d in dirs if sweep in d.parents])
+    return _in_order(jobs)
+
+
+def _in_order(jobs: list[Job]) -> list[Job]:
     natural = lambda j: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(j.directory))]  # noqa: E731
     return sorted(jobs, key=lambda j: (j.num if j.num is not None else sys.maxsize, natural(j)))
 

@@ -340,3 +340,150 @@ def test_main_in_process(sweep: Path, capsys: pytest.CaptureFixture) -> None:
     assert "no column 'colour'" in capsys.readouterr().err
     assert main([str(sweep / "missing")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+# --- sweeps with jobs that left no record, malformed records ---------------------------------------------
+
+def _hydra_job(job: Path, num: int, overrides: list[str], config: dict, choices: dict) -> None:
+    """A job folder as Hydra leaves it when the job starts (before the run writes its record)."""
+    from omegaconf import OmegaConf
+
+    (job / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(config), job / ".hydra" / "config.yaml")
+    OmegaConf.save(OmegaConf.create(overrides), job / ".hydra" / "overrides.yaml")
+    OmegaConf.save(OmegaConf.create({"hydra": {"job": {"num": num}, "runtime": {"choices": choices}}}),
+                   job / ".hydra" / "hydra.yaml")
+
+
+def _killed_sweep(root: Path, planned: bool = True) -> Path:
+    """A sweep of 4 jobs (chunks=2,8 from the sweeper's params x model=gat,gcn on the command line),
+    killed during job 1: jobs 0 and 2 wrote their records, job 1 started (``.hydra/``) but has none, job 3
+    never started (no folder). With ``planned``, the ``multirun.yaml`` the basic sweeper writes first."""
+    from omegaconf import OmegaConf
+
+    jobs = [["chunks=2", "model=gat"], ["chunks=2", "model=gcn"], ["chunks=8", "model=gat"]]
+    for num, overrides in enumerate(jobs):
+        chunks, model = int(overrides[0].split("=")[1]), overrides[1].split("=")[1]
+        config = {**copy.deepcopy(CONFIG), "chunks": chunks}
+        config["model"]["name"] = model
+        choices = {**COMPLETED["choices"], "model": model}
+        _hydra_job(root / str(num), num, overrides, config, choices)
+        if num != 1:
+            write_record(root / str(num), {**COMPLETED, "config": config, "choices": choices})
+    if planned:
+        root.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(OmegaConf.create({
+            "hydra": {"sweep": {"dir": str(root), "subdir": "${hydra.job.num}"},
+                      "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                                  "max_batch_size": None, "params": {"chunks": "2,8"}},
+                      "overrides": {"hydra": [f"hydra.sweep.dir={root}"], "task": ["model=gat,gcn"]},
+                      "job": {"num": "???"},
+                      "runtime": {"choices": {"dataset": "cora", "model": "gat", "framework": "pyg",
+                                              "engine": "gpipe", "hydra/launcher": "basic"}}},
+            **CONFIG}), root / "multirun.yaml")
+    return root
+
+
+def test_load_lists_jobs_without_a_record(tmp_path: Path) -> None:
+    sweep = _killed_sweep(tmp_path / "sweep")
+    df = load(sweep)
+    assert list(df["status"]) == ["completed", "incomplete", "completed", "missing"]
+    assert list(df["path"]) == [str(sweep / j / "result.json") for j in "0123"]
+    # the incomplete job's settings come from its .hydra files, the missing job's from its overrides
+    assert list(df["model"]) == ["gat", "gcn", "gat", "gcn"] and list(df["chunks"]) == [2, 2, 8, 8]
+    assert df.loc[1, "cfg.train.lr"] == 0.005 and math.isnan(df.loc[3, "cfg.train.lr"])
+    assert df.loc[1, "error"].startswith("no result.json: the job was killed")
+    assert df.loc[3, "error"] == "never started: job 3 of the sweep (chunks=8 model=gcn)"
+    assert math.isnan(df.loc[1, "epochs"]) and math.isnan(df.loc[3, "test_acc"])
+    assert summary(df) == "4 runs: 2 completed, 1 incomplete, 1 missing"
+    assert list(load(sweep, where={"status": "completed"})["path"]) == [str(sweep / j / "result.json")
+                                                                      for j in "02"]
+    assert list(load(sweep, jobs=False)["status"]) == ["completed", "completed"]  # records only
+    # a job folder given alone, the sweep twice: each job once
+    assert list(load(sweep / "1")["status"]) == ["incomplete"]
+    assert len(load([sweep / "1", sweep, sweep])) == 4
+    # without multirun.yaml a never-started job is not knowable; the started one still is
+    other = _killed_sweep(tmp_path / "other", planned=False)
+    assert list(load(other)["status"]) == ["completed", "incomplete", "completed"]
+
+
+def test_cli_fails_on_a_killed_sweep(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from pipegnn.results import main
+
+    sweep = _killed_sweep(tmp_path / "sweep")
+    proc = _cli(sweep, "--columns", "model,chunks,status")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines() == ["model  chunks  status", "gat         2  completed",
+                                        "gcn         2  incomplete", "gat         8  completed",
+                                        "gcn         8  missing",
+                                        "4 runs: 2 completed, 1 incomplete, 1 missing"]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (f"error: sweep not finished: 2 of 4 runs have no result.json (1 incomplete, 1 missing): "
+                    f"{sweep / '1'}, {sweep / '3'}")
+    assert f"missing: {sweep / '3' / 'result.json'}: never started" in proc.stderr
+    # the runs a filter keeps all completed, yet the sweep is not finished: still an error
+    assert main([str(sweep), "--where", "status=completed", "--columns", "chunks"]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "2 runs: 2 completed"
+    assert "2 of 4 runs have no result.json (1 incomplete, 1 missing; 2 not matching --where)" in err
+    # every job recorded: exit 0 and no such line
+    write_record(sweep / "1", COMPLETED)
+    write_record(sweep / "3", COMPLETED)
+    assert main([str(sweep)]) == 0
+    assert "sweep not finished" not in capsys.readouterr().err
+
+
+MALFORMED = {
+    "epochs_int": ({"epochs": 3}, "'epochs' is a number, expected an array"),
+    "final_list": ({"final": []}, "'final' is an array, expected an object"),
+    "config_text": ({"config": "x"}, "'config' is a string, expected an object"),
+    "status_list": ({"status": ["completed"]}, "'status' is an array, expected a string"),
+    "no_status": ({"status": None}, "'status' is null, expected a string"),
+    "stages_int": ({"pipeline": {**PIPELINE, "stages": 5}}, "'pipeline.stages' is a number, expected an array"),
+    "epoch_text": ({"epochs": ["x"]}, "'epochs' holds a string, expected objects"),
+    "device_peaks": ({"memory": {"peak_device_bytes": [1]}},
+                     "'memory.peak_device_bytes' is an array, expected an object"),
+    "choice_list": ({"choices": {"model": ["gat"]}}, "'choices.model' is an array, expected a string"),
+}
+
+
+def test_malformed_records_are_flagged_and_the_rest_kept(tmp_path: Path) -> None:
+    names = ["good", *MALFORMED, "array"]
+    for i, name in enumerate(names):
+        record = [1, 2] if name == "array" else {**COMPLETED, **MALFORMED.get(name, ({}, ""))[0]}
+        write_record(tmp_path / f"{i}_{name}", record)
+    df = load(tmp_path)
+    assert list(df["path"]) == [str(tmp_path / f"{i}_{n}" / "result.json") for i, n in enumerate(names)]
+    assert list(df["status"]) == ["completed", *["unreadable"] * (len(names) - 1)]
+    assert df.loc[0, "test_acc"] == 0.815 and df.loc[0, "model"] == "gat"  # the good record intact
+    expected = [f"malformed record: {m}" for _, m in MALFORMED.values()]
+    assert list(df["error"][1:]) == [*expected, "malformed record: not a JSON object but an array"]
+    assert df.loc[1:, "test_acc"].isna().all()
+    proc = _cli(tmp_path, "--columns", "status,test_acc")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines()[1] == "completed      0.815"
+    assert proc.stdout.splitlines()[-1] == f"{len(names)} runs: 1 completed, {len(names) - 1} unreadable"
+    assert f"unreadable: {tmp_path / '1_epochs_int' / 'result.json'}: malformed record: 'epochs' is a number" \
+        in proc.stderr
+
+
+def test_load_record_errors_name_the_file(tmp_path: Path) -> None:
+    from pipegnn.results import RecordError, load_record
+
+    bad = tmp_path / "0" / "result.json"
+    bad.parent.mkdir()
+    bad.write_text("{not json")
+    with pytest.raises(RecordError) as info:
+        load_record(bad.parent)
+    assert str(info.value).startswith(f"{bad}: JSONDecodeError: Expecting property name")
+    assert isinstance(info.value, ValueError) and info.value.path == bad
+    bad.write_bytes(b'{"status": "\xff"}')
+    with pytest.raises(RecordError, match=f"^{bad}: UnicodeDecodeError"):
+        load_record(bad)
+    write_record(bad.parent, {**COMPLETED, "epochs": 3})
+    with pytest.raises(RecordError, match=f"^{bad}: malformed record: 'epochs' is a number, expected an array$"):
+        load_record(bad)
+    write_record(bad.parent, COMPLETED)
+    assert load_record(bad) == COMPLETED
+    with pytest.raises(FileNotFoundError):
+        load_record(tmp_path / "nope")

@@ -21,7 +21,7 @@ from pipegnn.config import check_config
 from pipegnn.errors import ConfigError
 from pipegnn.results import load, write_record
 from pipegnn.schema import register
-from pipegnn.sweep import EpochProgress, completed_record, sweep_jobs
+from pipegnn.sweep import EpochProgress, FailureSummary, completed_record, exit_code, planned_jobs, sweep_jobs
 
 from conftest import CONF, ROOT, TINY_SYNTHETIC, make_cfg
 
@@ -189,6 +189,72 @@ def test_sweep_jobs_ignores_jobs_of_an_older_sweep(tmp_path: Path) -> None:
     assert [j.num for j in sweep_jobs(tmp_path, since)] == [0]
 
 
+def _killed_sweep(sweep: Path) -> Path:
+    """A sweep of 4 jobs (chunks=2,4 x +variant=a,b) in folders named by their overrides, killed during
+    job 2: job 0 completed, job 1 started and left no record, job 2 left a malformed one, job 3 never
+    started. Its multirun.yaml (written by the basic sweeper before the first job) is older than the jobs."""
+    params = [["chunks=2", "+variant=a"], ["chunks=2", "+variant=b"], ["chunks=4", "+variant=a"],
+              ["chunks=4", "+variant=b"]]
+    sweep.mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create({"chunks": 4, "dataset": {"name": "synthetic"}, "hydra": {
+        "sweep": {"dir": str(sweep), "subdir": "${hydra.job.override_dirname}"},
+        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
+        "overrides": {"task": ["chunks=2,4", "+variant=a,b"]},
+        "job": {"num": "???", "id": "???", "override_dirname": "chunks=2,4,+variant=a,b",
+                "config": {"override_dirname": {"kv_sep": "=", "item_sep": ",", "exclude_keys": []}}},
+        "runtime": {"choices": {"dataset": "synthetic", "hydra/launcher": "basic"}}}}), sweep / "multirun.yaml")
+    old = (sweep / "multirun.yaml").stat().st_mtime - 5
+    os.utime(sweep / "multirun.yaml", (old, old))
+    for num, overrides in enumerate(params[:3]):
+        job = sweep / ",".join(sorted(overrides))
+        (job / ".hydra").mkdir(parents=True)
+        OmegaConf.save(OmegaConf.create(overrides), job / ".hydra" / "overrides.yaml")
+        OmegaConf.save(OmegaConf.create({"chunks": 2 if num < 2 else 4}), job / ".hydra" / "config.yaml")
+        OmegaConf.save(OmegaConf.create({"hydra": {"job": {"num": num}}}), job / ".hydra" / "hydra.yaml")
+    write_record(sweep / "+variant=a,chunks=2", {"status": "completed", "error": None})
+    write_record(sweep / "+variant=a,chunks=4", {"status": "completed", "final": []})
+    return sweep
+
+
+def test_sweep_jobs_name_the_jobs_a_killed_sweep_left_without_a_record(tmp_path: Path) -> None:
+    sweep = _killed_sweep(tmp_path / "sweep")
+    dirs = ["+variant=a,chunks=2", "+variant=b,chunks=2", "+variant=a,chunks=4", "+variant=b,chunks=4"]
+    assert planned_jobs(sweep) == [(o.split(","), sweep / d) for o, d in zip(
+        ["chunks=2,+variant=a", "chunks=2,+variant=b", "chunks=4,+variant=a", "chunks=4,+variant=b"], dirs)]
+    assert planned_jobs(tmp_path) is None  # no multirun.yaml
+    since = (sweep / "multirun.yaml").stat().st_mtime
+    jobs = sweep_jobs(sweep, since)
+    assert [(j.num, j.directory, j.status) for j in jobs] == [
+        (0, sweep / dirs[0], "completed"), (1, sweep / dirs[1], "incomplete"), (2, sweep / dirs[2], "unreadable"),
+        (3, sweep / dirs[3], "missing")]
+    assert jobs[1].error.startswith("no result.json") and jobs[1].config == {"chunks": 2}
+    assert jobs[2].error == "malformed record: 'final' is an array, expected an object"
+    assert jobs[3].error == "never started: job 3 of the sweep (chunks=4 +variant=b)"
+    assert (jobs[3].config, jobs[3].choices) == ({"chunks": 4}, {"variant": "b"})
+    # jobs of an older sweep in the same folder do not stand for this one's
+    later = since + 100
+    os.utime(sweep / "multirun.yaml", (later, later))
+    assert [j.status for j in sweep_jobs(sweep, later)] == ["missing"] * 4
+
+    os.utime(sweep / "multirun.yaml", (since, since))
+    FailureSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    assert exit_code() == 1
+    log = (sweep / "sweep.log").read_text()
+    assert "4 jobs: 1 completed, 1 incomplete, 1 missing, 1 unreadable" in log
+    assert "job 1 [chunks=2 +variant=b] incomplete: no result.json" in log
+    assert "job 3 [chunks=4 +variant=b] missing: never started" in log
+    FailureSummary().on_multirun_start(OmegaConf.create({}))
+    assert exit_code() == 0
+
+
+def test_resume_reruns_a_malformed_record(tmp_path: Path) -> None:
+    cfg = _container("chunks=2")
+    write_record(tmp_path, {"status": "completed", "config": cfg, "epochs": 3})
+    record, reason = completed_record(tmp_path, cfg)
+    assert record is None
+    assert reason == "previous record unreadable (malformed record: 'epochs' is a number, expected an array)"
+
+
 # --- progress -----------------------------------------------------------------------------------------
 
 class _Terminal(io.StringIO):
@@ -272,9 +338,7 @@ def test_experiment_preset_axes(name: str) -> None:
     assert len(_jobs(dict(cfg.hydra.sweeper.params))) == NUM_JOBS[name]
     assert cfg.hydra.runtime.choices.experiment == name
     assert str(cfg.hydra.sweep.dir).startswith(f"multirun/{name}/")
-    text = (CONF / "experiment" / f"{name}.yaml").read_text()
-    assert text.startswith("# @package _global_\n")
-    assert f"python experiments/train.py -m experiment={name}" in text
+    assert (CONF / "experiment" / f"{name}.yaml").read_text().startswith("# @package _global_\n")
 
 
 def test_poster_pubmed_settings() -> None:
@@ -282,8 +346,6 @@ def test_poster_pubmed_settings() -> None:
     assert (cfg.dataset.name, cfg.model.name, cfg.model.layers) == ("pubmed", "gat", 2)
     assert (cfg.microbatch.partition, cfg.microbatch.targets, cfg.train.epochs) == ("sequential", "train", 200)
     assert (cfg.model.heads, cfg.model.hidden, cfg.model.out_heads, cfg.train.lr) == (8, 8, 8, 0.01)
-    text = (CONF / "experiment" / "poster_pubmed.yaml").read_text()
-    assert "real PubMed" in text and "GPUs" in text
     # each job composes; gpu4 gets one of the GAT's 4 units per GPU
     job = _compose("experiment=poster_pubmed", "framework=dgl", "chunks=32", "devices=gpu4",
                    "microbatch.halo=exact")
@@ -300,7 +362,6 @@ def test_poster_offline_settings() -> None:
         assert job.dataset.name == dataset and job.train.epochs == 100
         assert (job.engine.name, list(job.engine.devices)) == ("gpipe", ["cpu", "cpu"])
         check_config(OmegaConf.to_container(job, resolve=True))
-    assert "under 1 hour on 2 cores" in (CONF / "experiment" / "poster_offline.yaml").read_text()
 
 
 def test_halo_modes_scaling_and_smoke_settings() -> None:
