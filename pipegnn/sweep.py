@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pipegnn.results import RECORD_NAME, RecordError, find_records, load_record
+from pipegnn.records import RECORD_NAME, RecordError, find_records, load_record, natural_key
 
 __all__ = ["INCOMPLETE", "VOLATILE_KEYS", "EpochProgress", "FailureSummary", "Job", "comparable_config",
            "completed_record", "exit_code", "planned_jobs", "sweep_jobs", "unrecorded_jobs"]
@@ -331,8 +331,7 @@ def unrecorded_jobs(root: str | Path) -> list[Job]:
 
 
 def _in_order(jobs: list[Job]) -> list[Job]:
-    natural = lambda j: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(j.directory))]  # noqa: E731
-    return sorted(jobs, key=lambda j: (j.num if j.num is not None else sys.maxsize, natural(j)))
+    return sorted(jobs, key=lambda j: (j.num if j.num is not None else sys.maxsize, natural_key(j.directory)))
 
 
 _failed: list[Job] = []

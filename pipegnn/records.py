@@ -1,0 +1,135 @@
+"""Result records on disk: one ``result.json`` per run, written atomically, found, read and checked.
+
+This module knows files only; :mod:`pipegnn.results` aggregates records into tables and
+:mod:`pipegnn.sweep` matches them with a sweep's jobs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["RECORD_NAME", "RecordError", "check_record", "find_records", "load_record", "natural_key",
+           "write_record"]
+
+RECORD_NAME = "result.json"
+
+def write_record(directory: str | Path, record: dict[str, Any], name: str = RECORD_NAME) -> Path:
+    """Write ``record`` as ``directory/<name>`` (``result.json``) atomically (a reader never sees half
+    a file)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, indent=2, default=str)
+            f.write("\n")
+        path = directory / name
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+class RecordError(ValueError):
+    """A record file that cannot be used: not valid JSON, or not shaped like a record.
+
+    ``str()`` names the file; ``path`` and ``reason`` hold the two parts."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = Path(path), reason
+
+
+#: Record sections that are JSON objects (or null / absent).
+_SECTIONS = ("config", "choices", "env", "dataset", "model", "final", "timing", "memory", "microbatch",
+             "pipeline")
+
+
+def _kind(value: Any) -> str:
+    """The JSON name of ``value``'s type."""
+    for kind, types in (("null", type(None)), ("a boolean", bool), ("a number", (int, float)),
+                        ("a string", str), ("an array", (list, tuple)), ("an object", Mapping)):
+        if isinstance(value, types):
+            return kind
+    return type(value).__name__
+
+
+def check_record(record: Any) -> dict[str, Any]:
+    """``record`` when it is shaped like a record, else :class:`ValueError` naming the first problem:
+    a JSON object whose ``status`` is a string, ``error`` and ``traceback`` strings or null, each section
+    (``config``, ``final``, ``timing``, ...) an object or null, ``epochs`` and ``pipeline.stages`` arrays
+    of objects, ``choices`` values scalars. Sections and values may be absent (failed runs lack many)."""
+    if not isinstance(record, dict):
+        raise ValueError(f"not a JSON object but {_kind(record)}")
+    if not isinstance(record.get("status"), str):
+        raise ValueError(f"'status' is {_kind(record.get('status'))}, expected a string")
+    for key in ("error", "traceback"):
+        if not isinstance(record.get(key), (str, type(None))):
+            raise ValueError(f"'{key}' is {_kind(record[key])}, expected a string or null")
+    for key in _SECTIONS:
+        if not isinstance(record.get(key), (dict, type(None))):
+            raise ValueError(f"'{key}' is {_kind(record[key])}, expected an object")
+    checks = [("epochs", record.get("epochs"), True)]
+    pipeline, memory = record.get("pipeline") or {}, record.get("memory") or {}
+    checks += [("pipeline.stages", pipeline.get("stages"), True), ("pipeline.balance", pipeline.get("balance"), False)]
+    for key, value, of_objects in checks:
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise ValueError(f"'{key}' is {_kind(value)}, expected an array")
+        bad = next((v for v in value if not isinstance(v, dict)), None) if of_objects else None
+        if bad is not None:
+            raise ValueError(f"'{key}' holds {_kind(bad)}, expected objects")
+    if not isinstance(memory.get("peak_device_bytes"), (dict, type(None))):
+        raise ValueError(f"'memory.peak_device_bytes' is {_kind(memory['peak_device_bytes'])}, expected an object")
+    for group, choice in (record.get("choices") or {}).items():
+        if isinstance(choice, (list, tuple, Mapping)):
+            raise ValueError(f"'choices.{group}' is {_kind(choice)}, expected a string")
+    return record
+
+
+def load_record(path: str | Path) -> dict[str, Any]:
+    """Read one record (a ``result.json`` file or the directory holding it).
+
+    Raises:
+        RecordError: (a ValueError) naming the file: not valid JSON, or not shaped like a record (see
+            :func:`check_record`).
+        OSError: the file cannot be read (FileNotFoundError: there is none).
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / RECORD_NAME
+    data = path.read_bytes()
+    try:
+        record = json.loads(data)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise RecordError(path, f"{type(e).__name__}: {e}") from e
+    try:
+        return check_record(record)
+    except ValueError as e:
+        raise RecordError(path, f"malformed record: {e}") from None
+
+
+def find_records(path: str | Path) -> list[Path]:
+    """Every ``result.json`` below ``path`` (recursively, in natural order: job 2 before job 10);
+    ``path`` itself when it is a file. Temporary ``.result.json.*.tmp`` files are never matched.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file or directory: {path}")
+    if path.is_file():
+        return [path]
+    return sorted((p for p in path.rglob(RECORD_NAME) if p.is_file()), key=natural_key)
+
+
+def natural_key(text: Any) -> list[Any]:
+    """Sort key putting ``job2`` before ``job10``."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(text))]
