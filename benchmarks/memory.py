@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
 OUT = ROOT / "results" / "benchmarks"
 MiB = 2 ** 20
 GAT_GRAPH = ["dataset.avg_degree=10", "dataset.num_features=128"]
@@ -76,15 +75,14 @@ def _trim() -> None:
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one case in this process: compose the overrides, set the extra keys, run, measure."""
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     import pipegnn.train as train
     from pipegnn import run
     from pipegnn.measure import peak_rss_bytes, reset_peaks
+    from pipegnn.schema import compose_config
 
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = OmegaConf.to_container(compose("config", overrides=spec["overrides"]), resolve=True)
+    cfg = OmegaConf.to_container(compose_config(spec["overrides"]), resolve=True)
     for dotted, value in spec.get("set", {}).items():  # keys the typed schema may not know yet
         group, key = dotted.split(".")
         cfg[group][key] = value

@@ -31,11 +31,10 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from hydra import compose, initialize_config_dir
 
 from pipegnn import run
+from pipegnn.schema import compose_config
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 FULL = ["engine=single", "chunks=1", "microbatch.halo=none"]
 SUITES = {
     "core": {"full batch (single, k=1)": FULL,
@@ -116,9 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, case in SUITES[args.suite].items():
         runs = []
         for seed in range(args.seeds):
-            with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-                cfg = compose("config", overrides=[f"dataset={args.dataset}", f"train.epochs={args.epochs}",
-                                                   f"train.seed={seed}", *case, *args.overrides])
+            cfg = compose_config([f"dataset={args.dataset}", f"train.epochs={args.epochs}",
+                                  f"train.seed={seed}", *case, *args.overrides])
             record = run(cfg)
             if record["status"] != "completed":
                 print(f"{name}: {record['status']}: {record['error']}", file=sys.stderr)

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from hydra import compose, initialize_config_dir
 
 from pipegnn import run
 from pipegnn.backends import get_backend
@@ -35,9 +34,8 @@ from pipegnn.data import load_graph
 from pipegnn.engines import IGNORE, GPipeEngine, SingleEngine
 from pipegnn.microbatch import build_plan
 from pipegnn.models import build_model
-from pipegnn.schema import register
+from pipegnn.schema import compose_config
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 CHUNKS = (1, 2, 4, 8, 16, 32)
 #: name: (overrides, schedule or None); pipelining cases need k >= 2 for 1F1B.
 ENGINES = {
@@ -54,10 +52,8 @@ OVERHEAD = ("single", "pipelining gpipe auto")
 
 def _case(name: str, k: int, args: argparse.Namespace, out: Path | None, extra: list[str]) -> dict:
     overrides, _ = ENGINES[name]
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=[f"dataset={args.dataset}", f"train.epochs={args.epochs}",
-                                           f"chunks={k}", "microbatch.targets=all", *overrides,
-                                           *extra, *args.overrides])
+    cfg = compose_config([f"dataset={args.dataset}", f"train.epochs={args.epochs}", f"chunks={k}",
+                          "microbatch.targets=all", *overrides, *extra, *args.overrides])
     folder = None if out is None else out / f"{name.replace(' ', '_')}_k{k}"
     record = run(cfg, output_dir=folder)
     if record["status"] != "completed":
@@ -78,8 +74,7 @@ def _case(name: str, k: int, args: argparse.Namespace, out: Path | None, extra: 
 def _step_overhead(engine_name: str, args: argparse.Namespace, k: int = 8) -> dict:
     """Median training-step time of one engine (k micro-batches) with the timeline recording and not,
     alternating ``args.overhead_steps`` times in this process."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=[f"dataset={args.dataset}", *args.overrides])
+    cfg = compose_config([f"dataset={args.dataset}", *args.overrides])
     graph = load_graph(cfg.dataset, cfg.data.root, cfg.data.cache)
     backend = get_backend("pyg")
     model = build_model(cfg.model, backend, graph.x, graph.num_classes)
@@ -122,7 +117,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="in-process timeline on/off step pairs per engine (0: skip)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every case")
     args = parser.parse_args(argv)
-    register()
     if args.out is not None and args.out.exists():
         shutil.rmtree(args.out)
     rows = []

@@ -28,14 +28,16 @@ The ``devices`` presets set ``engine.*`` (package ``_global_``), so the engine's
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from pathlib import Path
+from typing import Any, List, Optional, Sequence
 
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig
 
 __all__ = ["Config", "DataConfig", "GATConfig", "GCNConfig", "GPipeEngineConfig", "FrameworkConfig",
            "MicrobatchConfig", "PipeliningEngineConfig", "PlanetoidConfig", "SingleEngineConfig",
-           "SCHEMAS", "SyntheticConfig", "TrainConfig", "register"]
+           "SCHEMAS", "SyntheticConfig", "TrainConfig", "compose_config", "config_dir", "register"]
 
 # Postponed annotations (from __future__) are resolved by OmegaConf through typing.get_type_hints, so
 # the typing names above must stay importable from this module.
@@ -193,6 +195,33 @@ SCHEMAS: list[tuple[str, str, type]] = [
     ("schema/engine", "gpipe", GPipeEngineConfig),
     ("schema/engine", "pipelining", PipeliningEngineConfig),
 ]
+
+
+def config_dir() -> Path:
+    """The folder of pipegnn's YAML configs: ``$PIPEGNN_CONF`` if set, else the source checkout's
+    ``conf/`` (beside the ``pipegnn`` package).
+
+    Raises:
+        ConfigError: neither holds a ``config.yaml`` (e.g. a non-editable install without the checkout).
+    """
+    from pipegnn.errors import ConfigError
+
+    env = os.environ.get("PIPEGNN_CONF")
+    folder = Path(env) if env else Path(__file__).resolve().parent.parent / "conf"
+    if not (folder / "config.yaml").is_file():
+        raise ConfigError(f"no config.yaml in {folder}: pipegnn's configs are the source checkout's conf/ "
+                          "folder; set $PIPEGNN_CONF to it")
+    return folder
+
+
+def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
+    """The run configuration Hydra composes from :func:`config_dir` with ``overrides`` (schemas
+    registered), as ``experiments/train.py`` would, for scripts, benchmarks and tests."""
+    from hydra import compose, initialize_config_dir
+
+    register()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
 
 
 def register() -> None:

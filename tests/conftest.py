@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from torch_geometric.utils import coalesce
 
 from pipegnn.data import Graph
+from pipegnn.schema import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -93,13 +93,9 @@ TINY_SYNTHETIC = ["dataset.num_nodes=400", "dataset.num_features=16", "dataset.n
 def make_cfg(*overrides: str) -> DictConfig:
     """The real config composed with Hydra, shrunk to 3 epochs and (unless another dataset is chosen)
     a tiny synthetic graph."""
-    from pipegnn.schema import register
-
-    register()  # the typed schemas behind the YAML groups (experiments/train.py does the same)
     other = any(o.startswith("dataset=") and o != "dataset=synthetic" for o in overrides)
     tiny = [] if other else TINY_SYNTHETIC
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=[*tiny, "train.epochs=3", *overrides])
+    return compose_config([*tiny, "train.epochs=3", *overrides])
 
 
 # --- Dataset caches: crafted files and unwritable folders --------------------------------------------

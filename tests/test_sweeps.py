@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
@@ -20,7 +19,7 @@ from pipegnn import run
 from pipegnn.config import check_config
 from pipegnn.errors import ConfigError
 from pipegnn.results import load, write_record
-from pipegnn.schema import register
+from pipegnn.schema import compose_config
 from pipegnn.sweep import EpochProgress, FailureSummary, completed_record, exit_code, planned_jobs, sweep_jobs
 
 from conftest import CONF, ROOT, TINY_SYNTHETIC, make_cfg
@@ -73,9 +72,9 @@ def _records(sweep: Path) -> dict[str, dict]:
 def _check_failures_named(text: str, sweep: Path) -> None:
     summary = text[text.index(f"sweep {sweep}: 4 jobs"):]
     assert "4 jobs: 2 completed" in summary and "1 failed" in summary and "1 invalid" in summary
-    assert f"job 2 [" in summary and "+variant=too_many_chunks" in summary
+    assert "job 2 [" in summary and "+variant=too_many_chunks" in summary
     assert f"] invalid: {INVALID_MESSAGE}" in summary
-    assert f"job 3 [" in summary and "+variant=diverging" in summary
+    assert "job 3 [" in summary and "+variant=diverging" in summary
     assert f"] failed: {NAN_MESSAGE}" in summary
     assert "+variant=exact] " not in summary and "+variant=naive] " not in summary
 
@@ -293,9 +292,7 @@ def test_progress_bar_follows_the_epoch_lines(monkeypatch: pytest.MonkeyPatch) -
 # --- presets -------------------------------------------------------------------------------------------
 
 def _compose(*overrides: str, hydra: bool = False):
-    register()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=hydra)
+    return compose_config(overrides, return_hydra_config=hydra)
 
 
 def _jobs(params: dict) -> list[list[str]]:

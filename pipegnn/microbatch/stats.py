@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from pipegnn.backends import get_backend
@@ -27,10 +26,10 @@ from pipegnn.errors import ConfigError
 from pipegnn.microbatch.halo import HALOS
 from pipegnn.microbatch.partition import PARTITIONERS
 from pipegnn.microbatch.plan import build_plan
+from pipegnn.schema import compose_config
 
 __all__ = ["main", "plan_table"]
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 _LISTS = {"chunks": "chunks", "model.layers": "layers", "microbatch.halo": "halo",
           "microbatch.partition": "partition"}
 
@@ -87,9 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--csv", type=Path, help="also write the table as CSV")
     args = parser.parse_args(argv)
     plain, lists = _split_lists(args.overrides)
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = OmegaConf.to_container(compose("config", overrides=plain), resolve=True)
     try:
+        cfg = OmegaConf.to_container(compose_config(plain), resolve=True)
         chunks = [int(c) for c in lists.get("chunks", [cfg["chunks"]])]
         layers = [int(n) for n in lists.get("layers", [cfg["model"]["layers"]])]
         halos = lists.get("halo", ["exact"])
