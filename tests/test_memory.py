@@ -65,18 +65,6 @@ def test_sparse_structure_is_a_csr_adjacency() -> None:
     assert get_backend("pyg").structure(edge_index, weight, 5, 3)[0] is edge_index  # messages: unchanged
 
 
-@pytest.mark.parametrize("model", ["gat", "gcn"])
-def test_dgl_aggregations_run_the_same_kernels(model: str) -> None:
-    """DGL has only its fused kernels: messages and sparse give the same losses."""
-    losses = {}
-    for aggregation in ("messages", "sparse"):
-        record = run(cfg("framework=dgl", f"model={model}", "model.dropout=0", "engine=single",
-                         "chunks=2", model__aggregation=aggregation))
-        assert record["status"] == "completed", record["error"]
-        losses[aggregation] = [e["train_loss"] for e in record["epochs"]]
-    assert losses["messages"] == losses["sparse"]
-
-
 def test_pyg_sparse_gcn_trains_like_messages() -> None:
     losses = {}
     for aggregation in ("messages", "sparse"):
