@@ -9,7 +9,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 
 
 def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = None,
-        choices: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        choices: Mapping[str, Any] | None = None,
+        on_epoch: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Train and evaluate one configuration and return its result record.
 
     Never raises for a failing run: an invalid configuration, an out-of-memory error or any other
@@ -45,6 +46,8 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
         output_dir: where ``result.json`` (and ``trace.json``, the timeline of ``engine.trace_epoch``)
             are written; when None nothing is written and the record keeps the trace under ``trace``.
         choices: Hydra's runtime choices of the config groups, stored in the record.
+        on_epoch: called with each finished epoch's entry of the record's ``epochs`` (a spawned
+            pipeline's rank 0 sends it to the launcher, which keeps it if the run fails later).
     """
     start = time.perf_counter()
     reset_peaks()
@@ -56,7 +59,7 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
     devices: list[torch.device] = []
     try:
         with memory_limit(memory_limit_bytes(container)):  # train.memory_limit_gb, restored on exit
-            devices = _train(container, record)
+            devices = _train(container, record, on_epoch)
         record["status"] = "completed"
     except ConfigError as e:
         record.update(status="invalid", error=str(e))
@@ -145,20 +148,22 @@ def memory_limit(limit: int | None) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def _train(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.device]:
+def _train(cfg: dict[str, Any], record: dict[str, Any],
+           on_epoch: Callable[[dict[str, Any]], Any] | None = None) -> list[torch.device]:
     check_config(cfg)
     engine = cfg["engine"]
     if engine["name"] == "pipelining":
         if engine["launcher"] == "spawn":  # this process starts one worker per rank and waits
-            return spawn(cfg, record)
+            return spawn(cfg, record, target=run)  # each worker runs `run` for its rank
         with process_group(engine):  # this process is one rank (a spawned worker or under torchrun)
-            devices = _train_rank(cfg, record)
+            devices = _train_rank(cfg, record, on_epoch)
             record["memory"] = gather_memory(devices)
             return devices
-    return _train_rank(cfg, record)
+    return _train_rank(cfg, record, on_epoch)
 
 
-def _train_rank(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.device]:
+def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
+                on_epoch: Callable[[dict[str, Any]], Any] | None = None) -> list[torch.device]:
     train_cfg, mb_cfg = cfg["train"], cfg["microbatch"]
     first = mb_cfg.get("first_transform", "once_per_step")
     torch.manual_seed(int(train_cfg["seed"]))
@@ -203,7 +208,7 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.devic
         with timed(engine.devices) as fill:
             model.refresh(eval_ids)
         record["timing"]["history_fill_s"] = fill.seconds
-    _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record)
+    _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record, on_epoch)
     return engine.devices
 
 
@@ -235,7 +240,7 @@ def _build_plans(cfg: dict[str, Any], graph: Graph, backend: Any,
 
 def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engine,
          train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan, train_ids: Tensor, eval_ids: Tensor,
-         record: dict[str, Any]) -> None:
+         record: dict[str, Any], on_epoch: Callable[[dict[str, Any]], Any] | None = None) -> None:
     train_cfg = cfg["train"]
     # A pipeline rank may hold no parameters (e.g. only the first layer's input rows and dropout).
     params = list(model.parameters())
@@ -279,6 +284,8 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
             epochs[-1]["pipeline"] = step_figures(boxes, engine.info)
             if epoch == trace_epoch:
                 record["trace"] = chrome_trace(boxes, engine.info, epoch)
+        if on_epoch is not None:
+            on_epoch(epochs[-1])
         log.info("epoch %3d  loss %.4f  train %.3f  val %.3f  test %.3f  epoch %.3fs  eval %.3fs",
                  epoch, loss, acc["train_acc"], acc["val_acc"], acc["test_acc"], step.seconds,
                  evaluation.seconds)

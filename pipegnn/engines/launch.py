@@ -1,31 +1,53 @@
 """``engine.launcher=spawn``: a run starts its pipeline's worker processes on this machine.
 
-The parent process (a normal ``run``, e.g. one job of a Hydra sweep) starts one worker per entry of
-``engine.devices`` with ``torch.multiprocessing.start_processes``. Each worker gets torchrun's
-environment (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT), so it runs exactly what a
-process started by ``torchrun`` with ``engine.launcher=external`` runs: the whole ``run`` for its rank.
-Workers write their result (rank 0: its record) into a temporary folder; the parent waits with a
-deadline (``engine.timeout_s``), and a worker that fails, crashes or outlives the deadline ends the
-others and becomes the parent's error. torch provides the process start and the failure detection
-(``ProcessContext.join`` terminates the rest when one exits non-zero); the environment, the result
-hand-over, the deadline and the logging set-up are written here.
+The parent process (the *launcher*: a normal ``run``, e.g. one job of a Hydra sweep) starts one worker
+per entry of ``engine.devices`` (``engine.start_method``: from a forkserver or as fresh interpreters).
+Each worker gets torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT),
+so it runs exactly what a process started by ``torchrun`` with ``engine.launcher=external`` runs: the
+whole run for its rank, i.e. the ``target`` the caller passes in (``pipegnn.train.run``; passed, not
+imported, so that this module does not depend on the trainer).
+
+What goes between the launcher and its workers goes through pipes, not files: a pipe is a kernel object
+that goes away with the last process holding it, so a launcher killed at any moment (kill -9, OOM
+killer) leaves no temporary folder behind, and there is nothing for a later run to clean up:
+
+- results: each worker sends its result (rank 0: its record) through its own pipe, and rank 0 also
+  every epoch as soon as it is finished, so a run that fails later keeps the epochs it trained;
+- a lifeline: a pipe whose only writing end the launcher holds and never writes to. The workers watch
+  its reading end; the end of file there means the launcher has exited (however it died), and the
+  worker exits at once. ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux) adds the kernel's guarantee where
+  the launcher is the worker's parent (``start_method=spawn``); under ``forkserver`` the parent is the
+  forkserver, which outlives the launcher as long as any worker lives, so the lifeline is what ends
+  the workers there.
+
+Deadline: the launcher waits until ``engine.timeout_s`` after the run's start, then terminates the
+workers and fails; each worker also stops itself at that same instant (with a clear error), so a
+launcher that cannot act (stopped, hung) does not leave them running.
+
+Failure: when a worker exits non-zero, the others get a grace period to exit by themselves (they usually
+fail at once with a lost connection to the dead peer), then are terminated. The cause named in the
+error is, in this order: a rank that found the configuration invalid or ran out of memory; a rank that
+died without reporting (killed by a signal, crashed), in the order the launcher saw the exits; a rank
+that reported a failure other than a lost connection; the first rank that reported a failure.
 """
 from __future__ import annotations
 
 import copy
+import ctypes
 import json
 import logging
 import os
+import signal
 import socket
 import sys
-import tempfile
+import threading
 import time
-from pathlib import Path
-from typing import Any
+import traceback
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable
 
 import torch
 import torch.multiprocessing as mp
-from torch.multiprocessing.spawn import ProcessException, ProcessRaisedException
 
 from pipegnn.errors import ConfigError
 from pipegnn.measure import peak_rss_bytes
@@ -35,8 +57,20 @@ __all__ = ["WorkerFailed", "spawn"]
 log = logging.getLogger(__name__)
 
 _FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
-#: Record fields the parent takes from rank 0's record.
+#: Record fields the parent takes from rank 0's record (on failure: all but the memory, see ``_merge``).
 _MERGED = ("dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace")
+#: After a worker fails, how long the others get to exit by themselves (and report) before they are
+#: terminated; also the grace of ``_stop``'s terminate before its kill.
+_GRACE_S = 5.0
+#: A reported error with one of these only says that the rank lost its peer (which failed first).
+_LOST_PEER = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",
+              "socket closed")
+#: Exit code of a worker that found its launcher gone.
+_ORPHANED = 3
+
+#: ``target(cfg, on_epoch=callback) -> record``: one rank's whole run (``pipegnn.train.run``); rank 0
+#: calls ``on_epoch(entry)`` with each finished epoch's entry of ``record["epochs"]``.
+Target = Callable[..., dict[str, Any]]
 
 
 class WorkerFailed(RuntimeError):
@@ -78,104 +112,272 @@ def _configure_logging(targets: dict[str, Any]) -> None:
     root.setLevel(targets["level"])
 
 
-def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], folder: str,
-            targets: dict[str, Any]) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    _configure_logging(targets)
-    from pipegnn.train import run
+class _Outbox:
+    """A worker's end of its result pipe: JSON messages ``[kind, payload]``, one writer at a time (the
+    training thread and the watchdog may both send)."""
 
-    cfg = copy.deepcopy(cfg)
-    cfg["engine"]["launcher"] = "external"  # this process is one rank, as under torchrun
-    record = run(cfg)
-    result = record if rank == 0 else {k: record.get(k) for k in ("status", "error", "traceback")}
-    path = Path(folder) / f"rank{rank}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, default=str))
-    os.replace(tmp, path)
-    if record["status"] != "completed":
-        sys.exit(1)  # the parent's join then ends the other ranks at once
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.lock = threading.Lock()
 
-
-def _results(folder: Path, world: int) -> dict[int, dict[str, Any]]:
-    results = {}
-    for rank in range(world):
-        path = folder / f"rank{rank}.json"
-        if path.is_file():
-            results[rank] = json.loads(path.read_text())
-    return results
+    def send(self, kind: str, payload: Any, wait_s: float = -1) -> bool:
+        """Send one message (waiting at most ``wait_s`` for the pipe, -1: as long as it takes);
+        False if it could not be sent (the launcher is gone, or the pipe stayed busy)."""
+        data = json.dumps([kind, payload], default=str).encode()
+        if not self.lock.acquire(timeout=wait_s):
+            return False
+        try:
+            self.conn.send_bytes(data)
+            return True
+        except OSError:  # the launcher is gone (broken pipe): the watchdog ends this process
+            return False
+        finally:
+            self.lock.release()
 
 
-def _stop(processes: list[Any], grace: float = 5.0) -> None:
+def _set_parent_death_signal(sig: int) -> None:
+    """Linux: the kernel sends ``sig`` to this process when its parent exits (``PR_SET_PDEATHSIG``);
+    elsewhere nothing (the lifeline still applies)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _log_to_files(level: int, message: str) -> None:
+    """Log only to the log files: the console may be a pipe that nobody reads any more (the launcher
+    is gone), and a blocked write would keep this process alive."""
+    record = log.makeRecord(log.name, level, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            try:
+                handler.handle(record)
+            except Exception:  # noqa: BLE001 - exiting anyway
+                pass
+
+
+def _guard(rank: int, parent: int | None, lifeline: Connection, deadline: float, timeout: float,
+           outbox: _Outbox) -> None:
+    """End this worker with its launcher, and at the run's deadline.
+
+    ``parent`` is the launcher's pid where it is this process's parent (``start_method=spawn``), else
+    None. The parent death signal only fires for a parent that exits after it is set: a launcher that
+    died before (its worker reparented) is caught by checking the parent and the lifeline right after.
+    ``deadline`` is on ``time.monotonic``'s clock, which is the same for every process of a machine.
+    """
+    _set_parent_death_signal(signal.SIGKILL)
+    if (parent is not None and os.getppid() != parent) or lifeline.poll(0):
+        os._exit(_ORPHANED)
+
+    def watch() -> None:
+        if lifeline.poll(max(0.0, deadline - time.monotonic())):  # end of file: the launcher exited
+            _log_to_files(logging.ERROR, f"pipeline worker rank {rank}: the launching process exited; "
+                                         "stopping")
+            os._exit(_ORPHANED)
+        message = (f"pipeline worker rank {rank} did not finish within engine.timeout_s={timeout:g}s "
+                   "of the run's start; it stopped itself")
+        _log_to_files(logging.ERROR, message)
+        outbox.send("result", {"status": "failed", "error": f"TimeoutError: {message}", "traceback": None},
+                    wait_s=1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pipegnn-launcher-watch", daemon=True).start()
+
+
+def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], target: Target, out: Connection,
+            lifeline: Connection, parent: int | None, deadline: float, targets: dict[str, Any]) -> None:
+    outbox = _Outbox(out)
+    _guard(rank, parent, lifeline, deadline, float(cfg["engine"]["timeout_s"]), outbox)
+    try:
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                          LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        _configure_logging(targets)
+        cfg = copy.deepcopy(cfg)
+        cfg["engine"]["launcher"] = "external"  # this process is one rank, as under torchrun
+        on_epoch = (lambda entry: outbox.send("epoch", entry)) if rank == 0 else None
+        record = target(cfg, on_epoch=on_epoch)
+        result = record if rank == 0 else {k: record.get(k) for k in ("status", "error", "traceback")}
+    except Exception as e:  # outside the run (which records its own failures)
+        result = {"status": "failed", "error": f"{type(e).__name__}: {e}",
+                  "traceback": traceback.format_exc()}
+    outbox.send("result", result)
+    out.close()
+    if result["status"] != "completed":
+        sys.exit(1)  # the launcher then ends the other ranks
+
+
+class _Inbox(threading.Thread):
+    """The launcher's reader of the workers' pipes (while they run, so no worker waits on a full pipe):
+    rank 0's finished epochs and every rank's result. A pipe ends when its worker has exited."""
+
+    def __init__(self, conns: list[Connection]):
+        super().__init__(name="pipegnn-launcher-inbox", daemon=True)
+        self.conns = conns
+        self.epochs: list[dict[str, Any]] = []
+        self.results: dict[int, dict[str, Any]] = {}
+
+    def run(self) -> None:
+        open_ = {conn: rank for rank, conn in enumerate(self.conns)}
+        while open_:
+            for conn in wait(list(open_)):
+                try:
+                    kind, payload = json.loads(conn.recv_bytes())
+                except (EOFError, OSError, ValueError):  # closed (or cut off by the worker's death)
+                    del open_[conn]
+                    continue
+                if kind == "epoch":
+                    self.epochs.append(payload)
+                else:
+                    self.results[open_[conn]] = payload
+
+
+def _wait(processes: list[Any], deadline: float, timeout: float) -> list[tuple[int, int]]:
+    """Wait for the workers; returns ``(rank, exit code)`` of the exits in the order they were seen.
+    After the first failed exit the others get ``_GRACE_S`` to exit too; those still running then are
+    left to ``_stop``.
+
+    Raises:
+        TimeoutError: the deadline passed before every worker exited (and none had failed).
+    """
+    pending = {p.sentinel: rank for rank, p in enumerate(processes)}
+    exits: list[tuple[int, int]] = []
+    until, failing = deadline, False
+    while pending:
+        ready = wait(list(pending), timeout=max(0.0, until - time.monotonic()))
+        # A worker that stopped itself at the deadline is seen after it, so it is reported as the timeout.
+        if not failing and time.monotonic() >= deadline:
+            raise TimeoutError(f"pipeline workers did not finish within engine.timeout_s={timeout:g}s; "
+                               "they were terminated")
+        if not ready:
+            break  # the grace after a failure is over
+        for sentinel in ready:
+            rank = pending.pop(sentinel)
+            processes[rank].join()
+            exits.append((rank, processes[rank].exitcode))
+        if not failing and any(code != 0 for _, code in exits):
+            failing, until = True, min(deadline, time.monotonic() + _GRACE_S)
+    return exits
+
+
+def _stop(processes: list[Any], grace: float = _GRACE_S) -> None:
     for p in processes:
         if p.is_alive():
             p.terminate()
-    deadline = time.monotonic() + grace
+    end = time.monotonic() + grace
     for p in processes:
-        p.join(max(0.0, deadline - time.monotonic()))
+        p.join(max(0.0, end - time.monotonic()))
         if p.is_alive():
             p.kill()
             p.join()
 
 
-def _failure(e: ProcessException, results: dict[int, dict[str, Any]]) -> Exception:
-    """The parent's exception for a failed worker: the worker's invalid configuration or out-of-memory
-    error as such, else ``WorkerFailed`` with the worker's message and traceback."""
-    failed = {r: res for r, res in results.items() if res.get("status") != "completed"}
-    # A rank that found an invalid configuration or ran out of memory is the cause; the others may only
-    # have lost their peer. Otherwise the rank that exited first.
-    rank = next((r for r, res in failed.items() if res["status"] in ("invalid", "oom")),
-                e.error_index if e.error_index in failed else next(iter(failed), e.error_index))
-    res = failed.get(rank)
-    if res is None:  # no result written: the worker crashed or raised outside the run
-        trace = str(e).strip() if isinstance(e, ProcessRaisedException) else None
-        last = trace.splitlines()[-1] if trace else str(e)
-        return WorkerFailed(f"pipeline worker rank {e.error_index} failed: {last}", trace)
-    if res["status"] == "invalid":
-        return ConfigError(res["error"])
-    if res["status"] == "oom":
-        return MemoryError(f"pipeline worker rank {rank}: {res['error']}")
-    return WorkerFailed(f"pipeline worker rank {rank} failed: {res['error']}", res.get("traceback"))
+def _death(rank: int, code: int) -> str:
+    if code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+        return f"pipeline worker rank {rank} {how} (exit code {code})"
+    return f"pipeline worker rank {rank} exited with exit code {code} without reporting a result"
 
 
-def spawn(cfg: dict[str, Any], record: dict[str, Any]) -> list[torch.device]:
+def _failure(exits: list[tuple[int, int]], results: dict[int, dict[str, Any]]) -> Exception | None:
+    """The parent's exception for the workers' exits (None: every rank completed): a worker's invalid
+    configuration or out-of-memory error as such, else ``WorkerFailed`` naming the rank that failed
+    first (see the module's docstring)."""
+    failed = [(r, code) for r, code in exits
+              if code != 0 or (results.get(r) or {}).get("status") != "completed"]
+    if not failed:
+        return None
+    reported = [(r, results[r]) for r, _ in failed if r in results]
+    for r, res in reported:
+        if res.get("status") == "invalid":
+            return ConfigError(res["error"])
+    for r, res in reported:
+        if res.get("status") == "oom":
+            return MemoryError(f"pipeline worker rank {r}: {res['error']}")
+    for r, code in failed:
+        if r not in results:
+            return WorkerFailed(_death(r, code))
+    r, res = next(((r, res) for r, res in reported
+                   if not any(m in str(res.get("error")).lower() for m in _LOST_PEER)), reported[0])
+    return WorkerFailed(f"pipeline worker rank {r} failed: {res.get('error')}", res.get("traceback"))
+
+
+def _merge(record: dict[str, Any], worker: dict[str, Any] | None, epochs: list[dict[str, Any]],
+           completed: bool) -> None:
+    """Rank 0's record into the parent's; after a failure its memory is left out (the parent records
+    its own) and the epochs are the ones rank 0 sent while it ran, if it could not report them all."""
+    for key in _MERGED:
+        if worker is not None and key in worker and (completed or key != "memory"):
+            record[key] = worker[key]
+    if len(epochs) > len(record.get("epochs") or []):
+        record["epochs"] = epochs
+
+
+def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target) -> list[torch.device]:
     """Run the pipeline in ``len(engine.devices)`` worker processes and merge rank 0's record into
     ``record``; returns the parent's devices (none).
+
+    Args:
+        cfg: the run's configuration (``engine.launcher=spawn``).
+        record: the parent's record; on failure it still gets the epochs rank 0 finished.
+        target: what each worker runs, ``target(cfg, on_epoch=...)`` returning its record (a picklable
+            module-level function: ``pipegnn.train.run``); ``forkserver`` preloads its module.
 
     Raises:
         ConfigError: a worker found the configuration invalid (e.g. chunks > targets).
         MemoryError: a worker ran out of memory.
-        WorkerFailed: a worker failed or crashed.
+        WorkerFailed: a worker failed, crashed or was killed.
         TimeoutError: the workers did not finish within ``engine.timeout_s``.
     """
     engine = cfg["engine"]
     world, timeout = len(engine["devices"]), float(engine["timeout_s"])
     method = engine.get("start_method", "spawn")
-    if method == "forkserver":  # workers fork from a server that imported pipegnn once
-        mp.get_context("forkserver").set_forkserver_preload(["pipegnn.train"])
+    context = mp.get_context(method)
+    if method == "forkserver":  # workers fork from a server that imported the target's module once
+        context.set_forkserver_preload([target.__module__])
     start = time.perf_counter()
     deadline = time.monotonic() + timeout
-    with tempfile.TemporaryDirectory(prefix="pipegnn-pipeline-") as folder:
-        log.info("starting %d pipeline workers (%s, schedule %s)", world, method, engine["schedule"])
-        context = mp.start_processes(_worker, args=(world, _free_port(), cfg, folder, _log_targets()),
-                                     nprocs=world, join=False, start_method=method)
-        try:
-            while not context.join(timeout=min(1.0, max(0.0, deadline - time.monotonic())),
-                                   grace_period=5.0):
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"pipeline workers did not finish within engine.timeout_s="
-                                       f"{timeout:g}s; they were terminated")
-        except ProcessException as e:
-            raise _failure(e, _results(Path(folder), world)) from None
-        finally:
-            _stop(context.processes)
-        results = _results(Path(folder), world)
-    if 0 not in results:
+    lifeline, alive = context.Pipe(duplex=False)  # alive: the only writing end; never written to
+    pipes = [context.Pipe(duplex=False) for _ in range(world)]
+    inbox = _Inbox([reader for reader, _ in pipes])
+    inbox.start()
+    parent = os.getpid() if method == "spawn" else None
+    args = (world, _free_port(), cfg, target)
+    processes: list[Any] = []
+    exits: list[tuple[int, int]] = []
+    finished = False
+    try:
+        for rank, (_, out) in enumerate(pipes):
+            p = context.Process(target=_worker, name=f"pipegnn-rank{rank}",
+                                args=(rank, *args, out, lifeline, parent, deadline, _log_targets()))
+            p.start()
+            processes.append(p)
+            out.close()  # the worker holds its writing end now: its exit ends the pipe
+        lifeline.close()
+        log.info("started %d pipeline workers (%s, schedule %s): pids %s", world, method,
+                 engine["schedule"], [p.pid for p in processes])
+        exits = _wait(processes, deadline, timeout)
+        finished = True
+    finally:
+        _stop(processes)
+        for conn in (lifeline, alive, *(out for _, out in pipes)):
+            conn.close()  # a worker still there exits; the pipes of workers never started end
+        inbox.join(_GRACE_S)  # the workers are gone: their pipes end once their messages are read
+        failure = _failure(exits, inbox.results) if finished else None
+        _merge(record, inbox.results.get(0), list(inbox.epochs), completed=finished and failure is None)
+        if not inbox.is_alive():  # (else a process that outlived its worker holds a pipe: left open)
+            for reader, _ in pipes:
+                reader.close()
+    if failure is not None:
+        raise failure
+    if 0 not in inbox.results:
         raise WorkerFailed("pipeline worker rank 0 exited without a result")
-    worker = results[0]
-    for key in _MERGED:
-        record[key] = worker.get(key, record.get(key))
-    timing = dict(worker.get("timing") or {})
+    timing = dict(inbox.results[0].get("timing") or {})
     timing["workers_total_s"] = timing.pop("total_s", None)
     timing["launch_s"] = time.perf_counter() - start
     record["timing"].update(timing)
