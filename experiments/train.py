@@ -40,8 +40,8 @@ def main(cfg: DictConfig) -> dict:
     # A progress bar over epochs on an interactive terminal, for jobs run in this process.
     bar = sys.stderr.isatty() and "BasicLauncher" in str(hc.launcher.get("_target_", ""))
     with sweep.EpochProgress(int(cfg.train.epochs), enabled=bar,
-                             desc=f"job {hc.job.num}" if multirun else "epochs"):
-        record = run(cfg, output_dir=out, choices=hc.runtime.choices)
+                             desc=f"job {hc.job.num}" if multirun else "epochs") as progress:
+        record = run(cfg, output_dir=out, choices=hc.runtime.choices, on_epoch=progress)
     if record["status"] != "completed":
         message = f"{record['status']}: {record['error']} (record in {out})"
         if not multirun:

@@ -399,34 +399,28 @@ class FailureSummary(Callback):
                 h.close()
 
 
-class EpochProgress(logging.Handler):
-    """A tqdm bar over a run's epochs, advanced by the trainer's per-epoch log records
-    (``pipegnn.train``'s ``epoch N  loss ...`` lines), which keep going to the job's log file.
+class EpochProgress:
+    """A tqdm bar over a run's epochs: pass it as ``pipegnn.run(..., on_epoch=progress)``, which calls
+    it with each finished epoch (for ``pipelining`` too: rank 0's epochs reach the launching process).
 
     Use as a context manager; it does nothing unless ``enabled`` (``experiments/train.py`` enables it
-    when stderr is a terminal). While active, the per-epoch lines are kept off the console handlers
-    that write to a terminal (the bar shows loss and validation accuracy instead).
+    when stderr is a terminal). While active, the trainer's per-epoch log lines (marked with
+    :data:`pipegnn.train.EPOCH_LINE`) are kept off the console handlers that write to a terminal (the bar shows loss
+    and validation accuracy instead); they still go to the job's log file.
     """
 
-    LOGGER = "pipegnn.train"
-
     def __init__(self, total: int, enabled: bool, desc: str | None = None) -> None:
-        super().__init__(level=logging.INFO)
         self.total, self.enabled, self.desc = total, enabled, desc
         self.bar = None
         self._muted: list[logging.Handler] = []
 
     @staticmethod
-    def _is_epoch(record: logging.LogRecord) -> bool:
-        return record.name == EpochProgress.LOGGER and str(record.msg).startswith("epoch ")
-
-    def _mute(self, record: logging.LogRecord) -> bool:
-        return not self._is_epoch(record)
+    def _mute(record: logging.LogRecord) -> bool:
+        return not getattr(record, "pipegnn_epoch", False)  # pipegnn.train.EPOCH_LINE (not imported: torch)
 
     def __enter__(self) -> "EpochProgress":
         if not self.enabled:
             return self
-        logging.getLogger(self.LOGGER).addHandler(self)
         for h in logging.getLogger().handlers:
             stream = getattr(h, "stream", None)
             if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler) \
@@ -435,8 +429,9 @@ class EpochProgress(logging.Handler):
                 self._muted.append(h)
         return self
 
-    def emit(self, record: logging.LogRecord) -> None:
-        if not self.enabled or not self._is_epoch(record):
+    def __call__(self, epoch: Mapping[str, Any]) -> None:
+        """Advance the bar to the finished ``epoch`` (an entry of the record's ``epochs``)."""
+        if not self.enabled:
             return
         try:
             if self.bar is None:  # drawn from the first epoch on, below the setup lines
@@ -444,9 +439,9 @@ class EpochProgress(logging.Handler):
 
                 self.bar = tqdm(total=self.total, desc=self.desc or "epochs", unit="epoch",
                                 file=sys.stderr, dynamic_ncols=True, leave=True)
-            epoch, loss, _train, val = record.args[:4]  # type: ignore[index,misc]
-            self.bar.set_postfix(loss=f"{loss:.4f}", val=f"{val:.3f}", refresh=False)
-            self.bar.update(int(epoch) + 1 - self.bar.n)
+            self.bar.set_postfix(loss=f"{epoch['train_loss']:.4f}", val=f"{epoch['val_acc']:.3f}",
+                                 refresh=False)
+            self.bar.update(int(epoch["epoch"]) + 1 - self.bar.n)
             if self.bar.n >= self.total:  # finish the line before the run's closing log line
                 self.bar.close()
         except Exception:  # noqa: BLE001 - a progress bar must never break a run
@@ -455,7 +450,6 @@ class EpochProgress(logging.Handler):
     def __exit__(self, *exc: Any) -> None:
         if not self.enabled:
             return
-        logging.getLogger(self.LOGGER).removeHandler(self)
         for h in self._muted:
             h.removeFilter(self._mute)
         self._muted.clear()

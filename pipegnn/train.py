@@ -25,12 +25,14 @@ from pipegnn.errors import ConfigError
 from pipegnn.measure import env_info, peak_device_bytes, peak_rss_bytes, reset_peaks, timed
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.models import build_model
-from pipegnn.results import write_record
+from pipegnn.records import write_record
 from pipegnn.timeline import TRACE_NAME, PipelineInfo, chrome_trace, medians, step_figures
 
 __all__ = ["run"]
 
 log = logging.getLogger(__name__)
+#: ``extra`` of the per-epoch log line, so that handlers can tell it apart (``sweep.EpochProgress``).
+EPOCH_LINE = {"pipegnn_epoch": True}
 
 
 def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = None,
@@ -154,7 +156,7 @@ def _train(cfg: dict[str, Any], record: dict[str, Any],
     engine = cfg["engine"]
     if engine["name"] == "pipelining":
         if engine["launcher"] == "spawn":  # this process starts one worker per rank and waits
-            return spawn(cfg, record, target=run)  # each worker runs `run` for its rank
+            return spawn(cfg, record, target=run, on_epoch=on_epoch)  # each worker runs `run`
         with process_group(engine):  # this process is one rank (a spawned worker or under torchrun)
             devices = _train_rank(cfg, record, on_epoch)
             record["memory"] = gather_memory(devices)
@@ -288,7 +290,7 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
             on_epoch(epochs[-1])
         log.info("epoch %3d  loss %.4f  train %.3f  val %.3f  test %.3f  epoch %.3fs  eval %.3fs",
                  epoch, loss, acc["train_acc"], acc["val_acc"], acc["test_acc"], step.seconds,
-                 evaluation.seconds)
+                 evaluation.seconds, extra=EPOCH_LINE)
     best = max(epochs, key=lambda e: e["val_acc"])  # first epoch with the best validation accuracy
     last = epochs[-1]
     record["final"] = {"train_acc": last["train_acc"], "val_acc": last["val_acc"],

@@ -104,6 +104,13 @@ def test_invalid_engine_config(tmp_path: Path, overrides: list[str], message: st
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "invalid"
 
 
+def test_launcher_hands_rank_zero_epochs_to_on_epoch() -> None:
+    seen: list[dict] = []
+    record = run(make_cfg("engine=pipelining"), on_epoch=seen.append)
+    assert record["status"] == "completed", record["error"]
+    assert seen == record["epochs"] and [e["epoch"] for e in seen] == [0, 1, 2]
+
+
 def test_external_launcher_needs_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(key, raising=False)

@@ -261,7 +261,11 @@ class _Terminal(io.StringIO):
         return True
 
 
-def test_progress_bar_follows_the_epoch_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_progress_bar_follows_the_epochs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bar advances with each finished epoch ``run`` hands to ``on_epoch``; the per-epoch log lines
+    stay off the terminal while it runs and come back after."""
+    from pipegnn.train import EPOCH_LINE
+
     term = _Terminal()
     monkeypatch.setattr(sys, "stderr", term)
     console = logging.StreamHandler(term)
@@ -271,21 +275,21 @@ def test_progress_bar_follows_the_epoch_lines(monkeypatch: pytest.MonkeyPatch) -
     level = logger.level
     logger.setLevel(logging.INFO)
     try:
-        with EpochProgress(3, enabled=True, desc="job 7"):
-            for epoch in range(3):
-                logger.info("epoch %3d  loss %.4f  train %.3f  val %.3f  test %.3f  epoch %.3fs  "
-                            "eval %.3fs", epoch, 1.25, 0.5, 0.625, 0.5, 0.1, 0.1)
-            logger.info("done")
-        logger.info("epoch %3d  after", 9)  # the bar is gone: epoch lines reach the console again
-        with EpochProgress(3, enabled=False):
-            logger.info("epoch %3d  loss %.4f  train %.3f  val %.3f", 0, 1.0, 0.5, 0.5)
+        with EpochProgress(3, enabled=True, desc="job 7") as progress:
+            record = run(make_cfg("train.epochs=3"), on_epoch=progress)
+        assert record["status"] == "completed", record["error"]
+        logger.info("epoch %3d  after", 9, extra=EPOCH_LINE)  # the bar is gone: lines reach the console
+        with EpochProgress(3, enabled=False) as off:
+            off({"epoch": 0, "train_loss": 1.0, "val_acc": 0.5})
     finally:
         root.removeHandler(console)
         logger.setLevel(level)
     text = term.getvalue()
-    assert "job 7: 100%" in text and "3/3" in text and "loss=1.2500, val=0.625" in text
-    assert "epoch   0  loss" not in text.split("3/3")[0]  # muted on the terminal while the bar ran
-    assert "done" in text and "epoch   9  after" in text and "epoch   0  loss 1.0000" in text
+    last = record["epochs"][-1]
+    assert "job 7: 100%" in text and "3/3" in text
+    assert f"loss={last['train_loss']:.4f}, val={last['val_acc']:.3f}" in text
+    assert "epoch   0  loss" not in text  # muted on the terminal while the bar ran
+    assert "done: test acc" in text and "epoch   9  after" in text
     assert console.filters == []
 
 

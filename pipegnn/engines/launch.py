@@ -213,9 +213,9 @@ class _Inbox(threading.Thread):
     """The launcher's reader of the workers' pipes (while they run, so no worker waits on a full pipe):
     rank 0's finished epochs and every rank's result. A pipe ends when its worker has exited."""
 
-    def __init__(self, conns: list[Connection]):
+    def __init__(self, conns: list[Connection], on_epoch: Callable[[dict[str, Any]], Any] | None = None):
         super().__init__(name="pipegnn-launcher-inbox", daemon=True)
-        self.conns = conns
+        self.conns, self.on_epoch = conns, on_epoch
         self.epochs: list[dict[str, Any]] = []
         self.results: dict[int, dict[str, Any]] = {}
 
@@ -230,6 +230,11 @@ class _Inbox(threading.Thread):
                     continue
                 if kind == "epoch":
                     self.epochs.append(payload)
+                    if self.on_epoch is not None:
+                        try:
+                            self.on_epoch(payload)
+                        except Exception:  # a progress callback must not stop the reading of pipes
+                            log.exception("on_epoch callback failed")
                 else:
                     self.results[open_[conn]] = payload
 
@@ -318,7 +323,8 @@ def _merge(record: dict[str, Any], worker: dict[str, Any] | None, epochs: list[d
         record["epochs"] = epochs
 
 
-def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target) -> list[torch.device]:
+def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
+          on_epoch: Callable[[dict[str, Any]], Any] | None = None) -> list[torch.device]:
     """Run the pipeline in ``len(engine.devices)`` worker processes and merge rank 0's record into
     ``record``; returns the parent's devices (none).
 
@@ -327,6 +333,7 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target) -> list[t
         record: the parent's record; on failure it still gets the epochs rank 0 finished.
         target: what each worker runs, ``target(cfg, on_epoch=...)`` returning its record (a picklable
             module-level function: ``pipegnn.train.run``); ``forkserver`` preloads its module.
+        on_epoch: called in this process with each epoch rank 0 finished (from a reader thread).
 
     Raises:
         ConfigError: a worker found the configuration invalid (e.g. chunks > targets).
@@ -344,7 +351,7 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target) -> list[t
     deadline = time.monotonic() + timeout
     lifeline, alive = context.Pipe(duplex=False)  # alive: the only writing end; never written to
     pipes = [context.Pipe(duplex=False) for _ in range(world)]
-    inbox = _Inbox([reader for reader, _ in pipes])
+    inbox = _Inbox([reader for reader, _ in pipes], on_epoch)
     inbox.start()
     parent = os.getpid() if method == "spawn" else None
     args = (world, _free_port(), cfg, target)
