@@ -7,9 +7,8 @@ import math
 import statistics
 import time
 import traceback
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -22,7 +21,8 @@ from pipegnn.engines import IGNORE, Engine, build_engine
 from pipegnn.engines.launch import spawn
 from pipegnn.engines.pipelining import gather_memory, is_secondary_rank, process_group
 from pipegnn.errors import ConfigError
-from pipegnn.measure import env_info, peak_device_bytes, peak_rss_bytes, reset_peaks, timed
+from pipegnn.measure import (env_info, memory_limit, out_of_memory, peak_device_bytes, peak_rss_bytes,
+                             reset_peaks, timed)
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.models import build_model
 from pipegnn.records import write_record
@@ -87,67 +87,6 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
             record.setdefault("pipeline", {})["trace"] = TRACE_NAME  # a failed run has no section yet
         write_record(output_dir, record)
     return record
-
-
-#: What a failed allocation raises: CUDA's torch.OutOfMemoryError; MemoryError from Python and NumPy;
-#: and on CPU a plain RuntimeError from torch's allocator (torch 2.13), recognised by its message.
-_CPU_ALLOCATOR_FAILURE = "DefaultCPUAllocator: can't allocate memory"
-
-
-def out_of_memory(e: BaseException) -> bool:
-    """True if ``e`` is a failed allocation (see ``_CPU_ALLOCATOR_FAILURE``)."""
-    return (isinstance(e, (torch.OutOfMemoryError, MemoryError))
-            or (isinstance(e, RuntimeError) and _CPU_ALLOCATOR_FAILURE in str(e)))
-
-
-def _address_space_bytes() -> int | None:
-    """This process's current virtual address space (Linux VmSize), or None."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-@contextmanager
-def memory_limit(limit: int | None) -> Iterator[None]:
-    """Cap this process's address space (``RLIMIT_AS`` soft limit) at ``limit`` bytes inside the block,
-    then restore the previous limit; no-op for None.
-
-    An allocation beyond the cap fails inside torch (or NumPy) and raises (see :func:`out_of_memory`)
-    instead of waking the kernel's OOM killer. The cap counts *virtual* memory: mapped libraries,
-    thread stacks and allocator reservations count too, so the peak RSS a run reaches under it is lower:
-    about 0.55 GiB lower with one thread after importing torch and PyG (their mapped but non-resident
-    pages), more with more threads (8 MiB stack and up to 64 MiB malloc arena each). Processes started
-    inside the block (``engine=pipelining`` ranks) inherit it. A C++ library that cannot handle a
-    failed allocation may still abort the process (DGL 1.1.3's kernels can, see the README).
-
-    Raises:
-        ConfigError: no ``resource`` module (not a Unix), or ``limit`` is already below this process's
-            address space (nothing could be allocated).
-    """
-    if limit is None:
-        yield
-        return
-    try:
-        import resource
-    except ImportError as e:
-        raise ConfigError("train.memory_limit_gb needs a Unix system (resource.RLIMIT_AS); use null") from e
-    used = _address_space_bytes()
-    if used is not None and limit <= used:
-        raise ConfigError(f"train.memory_limit_gb={limit / 2**30:.3g} is below this process's address "
-                          f"space before training ({used / 2**30:.2f} GiB, mostly libraries); use more")
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
-    if soft != resource.RLIM_INFINITY:
-        cap = min(cap, soft)  # never loosen a stricter cap set from outside
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def _train(cfg: dict[str, Any], record: dict[str, Any],

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from pipegnn import run
 from pipegnn.backends import get_backend
 from pipegnn.data import Graph
+from pipegnn.measure import address_space_bytes
 from pipegnn.models import build_model
 
 from conftest import make_cfg
@@ -97,17 +98,10 @@ def test_bad_memory_limit_is_invalid(value: Any) -> None:
     assert "train.memory_limit_gb must be a number of GiB > 0" in record["error"]
 
 
-def _address_space() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmSize:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmSize")
-
-
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
 def test_cap_below_the_process_is_invalid() -> None:
     limits = resource.getrlimit(resource.RLIMIT_AS)
-    record = run(cfg(train__memory_limit_gb=_address_space() / 2**30 / 2))
+    record = run(cfg(train__memory_limit_gb=address_space_bytes() / 2**30 / 2))
     assert record["status"] == "invalid"
     assert "below this process's address space" in record["error"]
     assert resource.getrlimit(resource.RLIMIT_AS) == limits
@@ -122,7 +116,7 @@ def test_over_the_cap_is_an_oom_record_and_the_cap_is_lifted(tmp_path: Path) -> 
     room = 160 * 2**20
     big = cfg("engine=single", "chunks=1", "microbatch.halo=none", "dataset.num_nodes=100000",
               "dataset.num_features=512", "dataset.avg_degree=4", "train.epochs=1",
-              train__memory_limit_gb=(_address_space() + room) / 2**30)
+              train__memory_limit_gb=(address_space_bytes() + room) / 2**30)
     record = run(big, output_dir=tmp_path)
     assert record["status"] == "oom", (record["status"], record["error"])
     assert "can't allocate memory" in record["error"] or "MemoryError" in record["error"]

@@ -98,10 +98,10 @@ def test_metis_out_of_memory_is_a_memory_error() -> None:
     script = """
 import torch
 from pipegnn.microbatch import partition
-from pipegnn.train import _address_space_bytes, memory_limit
+from pipegnn.measure import address_space_bytes, memory_limit
 n = 50_000
 edge_index = torch.randint(n, (2, 10 * n), generator=torch.Generator().manual_seed(0))
-with memory_limit(_address_space_bytes() + 60 * 2**20):  # room for the CSR, not for METIS
+with memory_limit(address_space_bytes() + 60 * 2**20):  # room for the CSR, not for METIS
     try:
         partition(edge_index, n, torch.arange(n), 8, "metis")
     except MemoryError as e:
