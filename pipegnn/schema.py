@@ -20,7 +20,7 @@ Registered (ConfigStore group: names):
 
 - ``schema``: ``config``, the primary config (chunks, microbatch, train, data, cache_root, resume)
 - ``schema/dataset``: ``cora``, ``citeseer``, ``pubmed`` (``name`` only), ``synthetic``
-- ``schema/model``: ``gat``, ``gcn``
+- ``schema/model``: ``gat``, ``gcn``, ``sage``
 - ``schema/framework``: ``pyg``, ``dgl``
 - ``schema/engine``: ``single``, ``gpipe``, ``pipelining``
 
@@ -36,8 +36,8 @@ from typing import Any, List, Optional, Sequence
 from omegaconf import MISSING, DictConfig
 
 __all__ = ["Config", "DataConfig", "GATConfig", "GCNConfig", "GPipeEngineConfig", "FrameworkConfig",
-           "MicrobatchConfig", "PipeliningEngineConfig", "PlanetoidConfig", "SingleEngineConfig",
-           "SCHEMAS", "SyntheticConfig", "TrainConfig", "compose_config", "config_dir", "register"]
+           "MicrobatchConfig", "PipeliningEngineConfig", "PlanetoidConfig", "SAGEConfig",
+           "SingleEngineConfig", "SCHEMAS", "SyntheticConfig", "TrainConfig", "compose_config", "config_dir", "register"]
 
 # Postponed annotations (from __future__) are resolved by OmegaConf through typing.get_type_hints, so
 # the typing names above must stay importable from this module.
@@ -88,6 +88,19 @@ class GATConfig:
 
 @dataclass
 class GCNConfig:
+    name: str = MISSING
+    layers: int = MISSING
+    hidden: int = MISSING
+    dropout: float = MISSING
+    aggregation: str = MISSING
+    lr: float = MISSING
+    weight_decay: float = MISSING
+
+
+@dataclass
+class SAGEConfig:
+    """``model=sage``: GraphSAGE with the mean aggregator (no heads)."""
+
     name: str = MISSING
     layers: int = MISSING
     hidden: int = MISSING
@@ -190,6 +203,7 @@ SCHEMAS: list[tuple[str, str, type]] = [
     ("schema/dataset", "synthetic", SyntheticConfig),
     ("schema/model", "gat", GATConfig),
     ("schema/model", "gcn", GCNConfig),
+    ("schema/model", "sage", SAGEConfig),
     *(("schema/framework", name, FrameworkConfig) for name in ("pyg", "dgl")),
     ("schema/engine", "single", SingleEngineConfig),
     ("schema/engine", "gpipe", GPipeEngineConfig),

@@ -19,7 +19,7 @@ from pipegnn.config import check_config, check_targets, eval_targets, memory_lim
 from pipegnn.data import Graph, load_graph
 from pipegnn.engines import IGNORE, Engine, build_engine
 from pipegnn.engines.launch import spawn
-from pipegnn.engines.pipelining import gather_memory, is_secondary_rank, process_group
+from pipegnn.engines.distributed import gather_memory, is_secondary_rank, process_group
 from pipegnn.errors import ConfigError
 from pipegnn.measure import (env_info, memory_limit, out_of_memory, peak_device_bytes, peak_rss_bytes,
                              reset_peaks, timed)
@@ -140,7 +140,7 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
     if halo == "historical" and cfg["engine"].get("balance") == "auto":
         model.eval()
         model.refresh(eval_ids)  # timing the units for balance=auto reads the history caches
-    engine = build_engine(cfg["engine"], model, int(cfg["chunks"]), train_ids)
+    engine = build_engine(cfg["engine"], model, train_ids)
     _log_pipeline(engine.info)
     reset_peaks(engine.devices)
     record["timing"].update(setup_s=setup.seconds, microbatch_build_s=build.seconds)

@@ -10,10 +10,11 @@ block in the form that choice needs, once per device:
 
 - ``messages``: the framework's message-passing path. PyG gathers one message row per edge
   (``[E, F]``, ``[E, heads, F]`` for GAT) and scatters them onto the targets.
-- ``sparse``: no per-edge message tensor. PyG GCN gets the block as a ``torch.sparse`` CSR adjacency
-  ``[num_dst, num_src]`` holding the edge weights and aggregates with a sparse-dense matmul
-  (``GCNConv.message_and_aggregate``). PyG GAT has no such path (attention needs per-edge values).
-- DGL: GraphConv and GATConv always run DGL's fused kernels (g-SpMM / g-SDDMM: no ``[E, F]`` message
+- ``sparse``: no per-edge message tensor. PyG GCN and SAGE get the block as a ``torch.sparse`` CSR
+  adjacency ``[num_dst, num_src]`` holding the edge weights (ones for SAGE) and aggregate with a
+  sparse-dense matmul (``message_and_aggregate``: a weighted sum, a mean). PyG GAT has no such path
+  (attention needs per-edge values).
+- DGL: GraphConv, SAGEConv and GATConv always run DGL's fused kernels (g-SpMM / g-SDDMM: no ``[E, F]`` message
   tensor; GAT keeps only its ``[E, heads]`` attention scores), whichever value is chosen; DGL has no
   per-edge-message path for its built-in layers, so both values run the same code.
 """

@@ -18,11 +18,11 @@ __all__ = ["AGGREGATIONS", "KINDS", "Adapter", "TakenOut", "aggregations", "chec
 #: ``model.aggregation`` values (which ones a framework offers per model: :func:`aggregations`).
 AGGREGATIONS = ("messages", "sparse")
 #: Model kinds (``model.name``) every adapter builds layers and computation graphs for.
-KINDS = ("gat", "gcn")
+KINDS = ("gat", "gcn", "sage")
 #: Aggregations each framework offers per model kind (kinds not listed: all of AGGREGATIONS).
 _AVAILABLE: dict[str, dict[str, tuple[str, ...]]] = {
-    "pyg": {"gcn": ("messages", "sparse"), "gat": ("messages",)},
-    "dgl": {"gcn": AGGREGATIONS, "gat": AGGREGATIONS},  # the same fused kernels either way
+    "pyg": {"gcn": ("messages", "sparse"), "gat": ("messages",), "sage": ("messages", "sparse")},
+    "dgl": {"gcn": AGGREGATIONS, "gat": AGGREGATIONS, "sage": AGGREGATIONS},  # fused kernels either way
 }
 _WHY = {("pyg", "gat"): "PyG's GATConv needs per-edge attention values, it has no sparse-matmul path"}
 

@@ -1,13 +1,14 @@
-"""DGL adapter: DGL's own GATConv/GraphConv over micro-batch blocks (``dgl.create_block``).
+"""DGL adapter: DGL's own GATConv/GraphConv/SAGEConv over micro-batch blocks (``dgl.create_block``).
 
 A micro-batch layer's local numbering (the rows it computes are a prefix of the rows it reads) is
 DGL's block convention (dst nodes are a prefix of src nodes), so a block is built directly from the
 local edges.
 
-Aggregation: DGL's GraphConv and GATConv aggregate with DGL's fused kernels (g-SpMM for the weighted
-sum, g-SDDMM for GAT's attention scores), so no ``[E, F]`` message tensor is ever materialised; GAT keeps
-only its per-edge attention scores ``[E, heads]``. DGL offers no per-edge-message path for these
-layers, so ``model.aggregation=messages`` and ``sparse`` run the same code (and give the same numbers).
+Aggregation: DGL's GraphConv, SAGEConv and GATConv aggregate with DGL's fused kernels (g-SpMM for the
+weighted sum and the mean, g-SDDMM for GAT's attention scores), so no ``[E, F]`` message tensor is ever
+materialised; GAT keeps only its per-edge attention scores ``[E, heads]``. DGL offers no
+per-edge-message path for these layers, so ``model.aggregation=messages`` and ``sparse`` run the same
+code (and give the same numbers).
 """
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ os.environ.setdefault("DGLBACKEND", "pytorch")  # before importing dgl: no backe
 
 import dgl  # noqa: E402
 import torch  # noqa: E402
-from dgl.nn.pytorch import EdgeWeightNorm, GATConv, GraphConv  # noqa: E402
+from dgl.nn.pytorch import EdgeWeightNorm, GATConv, GraphConv, SAGEConv  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 from pipegnn.backends.base import Adapter, TakenOut, check_aggregation, check_kind  # noqa: E402
+from pipegnn.models.sage import SAGETransform, neighbour_and_root  # noqa: E402
 from pipegnn.models.spec import LayerSpec  # noqa: E402
 
-__all__ = ["DglBackend", "HeadReducedGATConv", "WeightTransform"]
+__all__ = ["DglBackend", "HeadReducedGATConv", "SplitSAGEConv", "WeightTransform"]
 
 WEIGHT = "w"  # edata key of a block's edge weights
 
@@ -57,6 +59,25 @@ class WeightTransform(nn.Module):
         return torch.matmul(h, self.weight)
 
 
+class SplitSAGEConv(nn.Module):
+    """DGL's SAGEConv (mean aggregator) with ``fc_neigh`` and ``fc_self`` taken out (the bias of
+    ``fc_self`` went with them, into the :class:`~pipegnn.models.sage.SAGETransform`): over
+    ``[neighbour | root]`` rows it adds the mean of the neighbour half over each target's in-edges to the
+    root half of the target's own row (a block's first ``num_dst`` rows).
+
+    Args:
+        sage: the SAGEConv whose ``fc_neigh`` and ``fc_self`` were taken out.
+    """
+
+    def __init__(self, sage: SAGEConv):
+        super().__init__()
+        self.sage = sage
+
+    def forward(self, graph: dgl.DGLGraph, feat: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        neighbour, root = neighbour_and_root(feat)
+        return self.sage(graph, (neighbour, root[:graph.num_dst_nodes()]), edge_weight=edge_weight)
+
+
 class DglBackend(Adapter):
     """Builds DGL convolutions and runs them on DGL blocks of a micro-batch's local edges.
 
@@ -71,16 +92,21 @@ class DglBackend(Adapter):
                           dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor | None]:
         """Edges (and weights) the model's layers read, computed once on the full graph.
 
-        Both models: existing self-loops replaced by one self-loop per node. GCN also gets DGL's
+        GAT and GCN: existing self-loops replaced by one self-loop per node. GCN also gets DGL's
         symmetric normalisation (``EdgeWeightNorm(norm='both')``: ``1/sqrt(out_deg(src) * in_deg(dst))``)
         with *full-graph* degrees, so a micro-batch never renormalises with its subgraph's degrees.
+        SAGE: existing self-loops removed (a node reads its own row through the root term, never as its
+        own neighbour).
 
         Raises:
             ConfigError: ``kind`` is not one of the model kinds the adapters build (``base.KINDS``).
         """
         check_kind(kind)
         g = dgl.graph((edge_index[0], edge_index[1]), num_nodes=num_nodes)
-        g = dgl.add_self_loop(dgl.remove_self_loop(g))
+        g = dgl.remove_self_loop(g)
+        if kind == "sage":
+            return torch.stack(g.edges()), None
+        g = dgl.add_self_loop(g)
         edges = torch.stack(g.edges())
         if kind != "gcn":
             return edges, None
@@ -101,6 +127,8 @@ class DglBackend(Adapter):
         if kind == "gcn":
             conv = GraphConv(spec.in_dim, spec.out_dim, norm="none", weight=True, bias=True,
                              allow_zero_in_degree=True)
+        elif kind == "sage":
+            conv = SAGEConv(spec.in_dim, spec.out_dim, aggregator_type="mean")
         else:
             conv = HeadReducedGATConv(spec)
         return conv.to(torch.get_default_dtype())
@@ -112,8 +140,14 @@ class DglBackend(Adapter):
         GATConv: its ``fc`` Linear (applied to the input first, nothing else reads it). GraphConv: its
         ``weight`` parameter, moved into a :class:`WeightTransform`; a GraphConv without a weight only
         normalises and aggregates (DGL applies the weight before or after aggregating, which gives the
-        same result; with the weight taken out it is always applied before).
+        same result; with the weight taken out it is always applied before). SAGEConv: ``fc_neigh``
+        and ``fc_self`` (with the bias) become one :class:`SAGETransform`, the rest is a
+        :class:`SplitSAGEConv` (exact because the mean is linear; see :mod:`pipegnn.models.sage`).
         """
+        if isinstance(conv, SAGEConv):
+            transform = SAGETransform(conv.fc_neigh.weight, conv.fc_self.weight, conv.fc_self.bias)
+            conv.fc_neigh, conv.fc_self = TakenOut(), TakenOut()
+            return transform, SplitSAGEConv(conv)
         if isinstance(conv, HeadReducedGATConv):
             transform = conv.gat.fc
             conv.gat.fc = TakenOut()

@@ -1,8 +1,9 @@
-"""PyTorch Geometric adapter: PyG's own GATConv/GCNConv over micro-batch blocks.
+"""PyTorch Geometric adapter: PyG's own GATConv/GCNConv/SAGEConv over micro-batch blocks.
 
 ``aggregation="messages"`` passes a block's local ``edge_index`` (PyG gathers one message per edge and
-scatters them); ``aggregation="sparse"`` (GCN only) passes a ``torch.sparse`` CSR adjacency instead, and
-GCNConv then aggregates with a sparse-dense matmul (``message_and_aggregate``) without per-edge messages.
+scatters them); ``aggregation="sparse"`` (GCN and SAGE) passes a ``torch.sparse`` CSR adjacency instead,
+and GCNConv and SAGEConv then aggregate with a sparse-dense matmul (``message_and_aggregate``) without
+per-edge messages.
 """
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ import warnings
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.nn import GATConv, GCNConv
+from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops, to_torch_csr_tensor
 
 from pipegnn.backends.base import Adapter, TakenOut, check_aggregation, check_kind
+from pipegnn.models.sage import SAGETransform, neighbour_and_root
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["PygBackend", "sparse_adjacency"]
+__all__ = ["PygBackend", "SplitSAGEConv", "sparse_adjacency"]
 
 
 def sparse_adjacency(edge_index: Tensor, edge_weight: Tensor | None, num_src: int, num_dst: int) -> Tensor:
@@ -29,12 +31,32 @@ def sparse_adjacency(edge_index: Tensor, edge_weight: Tensor | None, num_src: in
         return to_torch_csr_tensor(edge_index.flip(0).long(), edge_weight, size=(num_dst, num_src))
 
 
+class SplitSAGEConv(nn.Module):
+    """PyG's SAGEConv with both linears taken out (its bias went with them, into the
+    :class:`~pipegnn.models.sage.SAGETransform`): over ``[neighbour | root]`` rows it adds the mean of the
+    neighbour half over each target's in-edges to the root half of the target's own row.
+
+    Args:
+        conv: the SAGEConv whose ``lin_l`` and ``lin_r`` were taken out.
+    """
+
+    def __init__(self, conv: SAGEConv):
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: Tensor, adj: Tensor) -> Tensor:
+        neighbour, root = neighbour_and_root(x)
+        if adj.layout == torch.sparse_csr:  # [num_dst, num_src]: the output has the targets' rows only
+            root = root[:adj.size(0)]
+        return self.conv((neighbour, root), adj)
+
+
 class PygBackend(Adapter):
     """Builds PyG convolutions and runs them on a block's local ``edge_index`` (and weights), or on its
     sparse adjacency with ``aggregation="sparse"``.
 
     Args:
-        aggregation: ``messages`` (default) or ``sparse`` (GCN only).
+        aggregation: ``messages`` (default) or ``sparse`` (GCN and SAGE).
     """
 
     name = "pyg"
@@ -45,7 +67,8 @@ class PygBackend(Adapter):
         """Edges (and weights) the model's layers read, computed once on the full graph.
 
         GCN: self-loops plus symmetric normalisation with *full-graph* degrees (``gcn_norm``), so a
-        micro-batch never renormalises with its subgraph's degrees. GAT: one self-loop per node.
+        micro-batch never renormalises with its subgraph's degrees. GAT: one self-loop per node. SAGE:
+        no self-loops (a node reads its own row through the root term, never as its own neighbour).
 
         Raises:
             ConfigError: ``kind`` is not one of the model kinds the adapters build (``base.KINDS``).
@@ -54,10 +77,14 @@ class PygBackend(Adapter):
         if kind == "gcn":
             return gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
         edge_index, _ = remove_self_loops(edge_index)
+        if kind == "sage":
+            return edge_index, None
         return add_self_loops(edge_index, num_nodes=num_nodes)[0], None
 
     def conv(self, kind: str, spec: LayerSpec) -> nn.Module:
         """A PyG convolution for one layer; self-loops and normalisation come from the computation graph.
+
+        SAGE: ``SAGEConv`` with the mean aggregator (its default), root weight and bias.
 
         Raises:
             ConfigError: unknown ``kind``, or ``sparse`` aggregation for GAT (no fused path in PyG).
@@ -66,6 +93,8 @@ class PygBackend(Adapter):
         check_aggregation(self.name, kind, self.aggregation)
         if kind == "gcn":
             return GCNConv(spec.in_dim, spec.out_dim, normalize=False, add_self_loops=False)
+        if kind == "sage":
+            return SAGEConv(spec.in_dim, spec.out_dim, aggr="mean")
         return GATConv(spec.in_dim, spec.out_dim, heads=spec.heads, concat=spec.concat,
                        dropout=spec.dropout, add_self_loops=False)
 
@@ -73,7 +102,14 @@ class PygBackend(Adapter):
     def split(conv: nn.Module) -> tuple[nn.Module, nn.Module]:
         """``(transform, rest)``: the layer's own ``lin`` (its node-wise dense transform) and the layer
         without it. GATConv and GCNConv apply ``self.lin`` to their input first and nothing else
-        touches it, so the rest computes what the whole layer computes from transformed rows."""
+        touches it, so the rest computes what the whole layer computes from transformed rows.
+
+        SAGEConv: ``lin_l`` (with the bias) and ``lin_r`` become one :class:`SAGETransform`, the rest is
+        a :class:`SplitSAGEConv` (exact because the mean is linear; see :mod:`pipegnn.models.sage`)."""
+        if isinstance(conv, SAGEConv):
+            transform = SAGETransform(conv.lin_l.weight, conv.lin_r.weight, conv.lin_l.bias)
+            conv.lin_l, conv.lin_r = TakenOut(), TakenOut()
+            return transform, SplitSAGEConv(conv)
         transform = conv.lin
         conv.lin = TakenOut()
         return transform, conv

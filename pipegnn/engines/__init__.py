@@ -10,8 +10,8 @@ from torch import Tensor
 from pipegnn.engines.balance import AUTO, auto_balance, even_balance, measure_unit_costs, unit_balance
 from pipegnn.engines.base import IGNORE, Engine, exact_loss, parse_device
 from pipegnn.engines.gpipe import CHECKPOINT_MODES, GPipeEngine
-from pipegnn.engines.pipelining import (DIST_BACKENDS, LAUNCHERS, SCHEDULES, START_METHODS,
-                                        PipeliningEngine, per_stage_balance, stage_units)
+from pipegnn.engines.distributed import DIST_BACKENDS, LAUNCHERS, START_METHODS
+from pipegnn.engines.pipelining import SCHEDULES, PipeliningEngine, per_stage_balance, stage_units
 from pipegnn.engines.single import SingleEngine
 from pipegnn.models.base import StagedGNN
 
@@ -22,10 +22,11 @@ __all__ = ["AUTO", "CHECKPOINT_MODES", "DIST_BACKENDS", "ENGINES", "IGNORE", "LA
 ENGINES = ("single", "gpipe", "pipelining")
 
 
-def build_engine(engine: Mapping[str, Any], model: StagedGNN, chunks: int, train_ids: Tensor) -> Engine:
+def build_engine(engine: Mapping[str, Any], model: StagedGNN, train_ids: Tensor) -> Engine:
     """The engine an (already validated) ``engine`` config describes (``pipelining``: this process's
-    rank, inside :func:`pipegnn.engines.pipelining.process_group`). ``train_ids`` are the training
-    micro-batches, timed per unit for ``engine.balance=auto``."""
+    rank, inside :func:`pipegnn.engines.distributed.process_group`) for the training micro-batches
+    ``train_ids`` (their number is the engine's chunks; timed per unit for ``engine.balance=auto``)."""
+    chunks = train_ids.numel()
     timeline = bool(engine.get("timeline", True))
     if engine["name"] == "single":
         return SingleEngine(model, parse_device(engine["device"]), chunks, timeline)

@@ -9,11 +9,12 @@ from pipegnn.errors import ConfigError
 from pipegnn.models.base import FIRST_TRANSFORMS, UNITS_PER_LAYER, Propagate, StagedGNN, Transform, Unit
 from pipegnn.models.gat import gat_layers
 from pipegnn.models.gcn import gcn_layers
+from pipegnn.models.sage import sage_layers
 from pipegnn.models.spec import LayerSpec
 
 __all__ = ["FIRST_TRANSFORMS", "MODELS", "UNITS_PER_LAYER", "LayerSpec", "Propagate", "StagedGNN", "Transform", "Unit", "build_model", "layer_specs"]
 
-MODELS = ("gat", "gcn")
+MODELS = ("gat", "gcn", "sage")
 
 
 def layer_specs(model: Mapping[str, Any], in_dim: int, num_classes: int) -> list[LayerSpec]:
@@ -26,6 +27,8 @@ def layer_specs(model: Mapping[str, Any], in_dim: int, num_classes: int) -> list
                           out_heads=int(model["out_heads"]), **common)
     if name == "gcn":
         return gcn_layers(in_dim, num_classes, **common)
+    if name == "sage":
+        return sage_layers(in_dim, num_classes, **common)
     raise ConfigError(f"unknown model {name!r}; valid: {', '.join(MODELS)}")
 
 

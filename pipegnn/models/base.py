@@ -4,7 +4,8 @@ Every message-passing layer is two units, so that a pipeline can cut inside a la
 
 - :class:`Transform` (node-wise): the layer's input rows (the node features on layer 0; with a history
   cache, the received rows plus cached halo rows), input dropout, and the layer's own dense transform
-  (the Linear the framework's layer was built with, taken out of it by the adapter's ``split``);
+  (the Linear the framework's layer was built with, taken out of it by the adapter's ``split``; both of
+  GraphSAGE's, side by side, see :mod:`pipegnn.models.sage`);
 - :class:`Propagate`: the framework's layer without its transform (attention or normalisation, and
   aggregation) over the micro-batch's block, the rows the layer computes, and the activation.
 
@@ -111,7 +112,7 @@ class Transform(Unit):
     kind = "transform"
 
     def __init__(self, layer: int, spec: LayerSpec, transform: nn.Module):
-        super().__init__(layer, spec, spec.out_dim * spec.heads)
+        super().__init__(layer, spec, spec.transform_width)
         self.transform = transform
         self.nodes = TensorList()  # global ids of each micro-batch's input rows (first layer only)
         self.received, self.pulled = TensorList(), TensorList()  # global ids, historical mode only
@@ -251,7 +252,7 @@ class StagedGNN(nn.Sequential):
     Args:
         specs: one LayerSpec per layer.
         backend: framework adapter.
-        kind: model kind (``gat`` or ``gcn``).
+        kind: model kind (one of ``pipegnn.models.MODELS``).
         features: node features ``[N, F]`` (kept on the first unit).
         history: give layers 2..L a history cache (for ``historical`` plans).
         first_transform: one of :data:`FIRST_TRANSFORMS`.

@@ -17,6 +17,8 @@ class LayerSpec:
         concat: concatenate heads (True) or average them (False).
         activation: ``elu``, ``relu`` or None (applied after the layer).
         dropout: dropout on the layer's input features and, for attention layers, on attention weights.
+        root: the layer also applies a weight of its own to each target's own row (GraphSAGE's root
+            term): its transform then emits the neighbour and the root products side by side.
     """
 
     in_dim: int
@@ -25,7 +27,13 @@ class LayerSpec:
     concat: bool = True
     activation: str | None = None
     dropout: float = 0.0
+    root: bool = False
 
     @property
     def out_features(self) -> int:
         return self.out_dim * self.heads if self.concat else self.out_dim
+
+    @property
+    def transform_width(self) -> int:
+        """Features per row out of the layer's transform: ``out_dim x heads``, twice that with ``root``."""
+        return self.out_dim * self.heads * (2 if self.root else 1)

@@ -1,0 +1,96 @@
+"""The process group of a ``pipelining`` run: joining it from torchrun's environment, the rank-prefixed
+logging of its processes, and the per-rank peak memory gathered at the end."""
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, Iterator, Mapping
+
+import torch
+import torch.distributed as dist
+
+from pipegnn.engines.base import parse_device
+from pipegnn.errors import ConfigError
+from pipegnn.measure import peak_device_bytes, peak_rss_bytes
+
+__all__ = ["DIST_BACKENDS", "LAUNCHERS", "START_METHODS", "dist_backend", "gather_memory", "is_secondary_rank",
+           "process_group"]
+
+LAUNCHERS = ("spawn", "external")
+DIST_BACKENDS = ("auto", "gloo", "nccl")
+START_METHODS = ("forkserver", "spawn")
+
+
+def dist_backend(engine: Mapping[str, Any]) -> str:
+    """The process-group backend: ``engine.backend``, or for ``auto`` nccl on CUDA and gloo on CPU."""
+    backend = engine.get("backend", "auto")
+    if backend == "auto":
+        return "nccl" if str(engine["devices"][0]).startswith("cuda") else "gloo"
+    return backend
+
+
+def is_secondary_rank(cfg: Mapping[str, Any]) -> bool:
+    """True in a process of an externally launched pipeline other than rank 0 (which writes no record)."""
+    engine = cfg.get("engine") or {}
+    return (engine.get("name") == "pipelining" and engine.get("launcher") == "external"
+            and int(os.environ.get("RANK", "0")) != 0)
+
+
+@contextmanager
+def process_group(engine: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
+    """Join the process group described by torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT) for the duration of the block; yields ``(rank, world_size)``. Log records of this
+    process are prefixed with its rank, and ranks other than 0 log warnings and errors only.
+
+    Raises:
+        ConfigError: the environment is missing or its world size is not ``len(engine.devices)``.
+    """
+    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise ConfigError(f"engine.launcher=external needs torchrun's environment ({', '.join(missing)} "
+                          "not set): start it with `torchrun --nproc-per-node N experiments/train.py "
+                          "engine=pipelining engine.launcher=external ...`, or use engine.launcher=spawn")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    devices = list(engine["devices"])
+    if world != len(devices):
+        raise ConfigError(f"torchrun started {world} process(es) but engine.devices={devices} has "
+                          f"{len(devices)} entries; one process per entry: make --nnodes x "
+                          f"--nproc-per-node equal {len(devices)}, or change engine.devices")
+    device = parse_device(devices[rank])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(dist_backend(engine), rank=rank, world_size=world,
+                            timeout=timedelta(seconds=float(engine["timeout_s"])),
+                            device_id=device if device.type == "cuda" else None)
+    factory = logging.getLogRecordFactory()
+
+    def prefixed(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        record.msg = f"[rank {rank}] {record.msg}"
+        return record
+
+    logging.setLogRecordFactory(prefixed)
+    package = logging.getLogger("pipegnn")
+    level = package.level
+    if rank != 0:
+        package.setLevel(logging.WARNING)
+    try:
+        yield rank, world
+    finally:
+        logging.setLogRecordFactory(factory)
+        package.setLevel(level)
+        dist.destroy_process_group()
+
+
+def gather_memory(devices: list[torch.device]) -> dict[str, Any]:
+    """Peak memory of every rank (a collective: call on all ranks): the largest peak RSS, the peak of
+    each rank, and the peak of each rank's CUDA device."""
+    mine = (peak_rss_bytes(), peak_device_bytes(devices))
+    ranks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, mine)
+    rss = [r[0] for r in ranks]
+    return {"peak_rss_bytes": max((r for r in rss if r is not None), default=None),
+            "peak_rss_bytes_per_rank": rss,
+            "peak_device_bytes": {f"rank{i}:{d}": b for i, r in enumerate(ranks) for d, b in r[1].items()}}

@@ -1,0 +1,72 @@
+"""GraphSAGE (Hamilton et al.) with the mean aggregator, ReLU between layers.
+
+A layer computes ``out_i = W_n mean_{j -> i} x_j + W_r x_i + b`` over the in-neighbours j of i (no
+self-loops: the root term is how a node reads its own row). PyG's ``SAGEConv`` holds ``W_n`` and ``b`` in
+``lin_l`` and ``W_r`` in ``lin_r``; DGL's ``SAGEConv(aggregator_type="mean")`` holds ``W_n`` in ``fc_neigh``
+and ``W_r`` and ``b`` in ``fc_self``.
+
+Split into units (the adapters' ``split``), exactly: the mean is linear, so ``W_n mean_j x_j =
+mean_j W_n x_j``, and both products can be taken node-wise before the aggregation. The transform
+(:class:`SAGETransform`) emits ``[x W_n^T | x W_r^T + b]`` for every row it is given (one matmul,
+``2 x out`` columns); the propagation is the library's ``SAGEConv`` with both linears taken out, fed the
+first half as the neighbours' rows and the second half as the targets' own rows, so it adds the mean of
+the first half over each target's in-edges to the second half of the target's own row. A block lists
+its targets first among the rows it reads, so a target's own row is always there. The bias sits in the
+root half because every target has its own row, while a target without in-edges aggregates nothing
+(the library layers give it ``W_r x_i + b`` too).
+
+This is cheaper than the other exact split (transform = dropout only, propagation = the whole
+``SAGEConv``) whenever ``out < in``, the usual case: the dense products run once per row in the
+transform, and once per step for the first layer (``microbatch.first_transform=once_per_step``), and the
+aggregation, the rows between the units and a pipeline's inter-stage tensors are ``out`` (``2 x out``)
+wide instead of ``in`` (DGL's own ``SAGEConv`` applies ``fc_neigh`` before aggregating for the same
+reason when ``in > out``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pipegnn.models.spec import LayerSpec
+
+__all__ = ["SAGETransform", "neighbour_and_root", "sage_layers"]
+
+
+def sage_layers(in_dim: int, num_classes: int, *, hidden: int = 16, layers: int = 2,
+                dropout: float = 0.5) -> list[LayerSpec]:
+    """Layer specs of an L-layer GraphSAGE-mean (defaults: GCN's Cora settings, 16 hidden units)."""
+    dims = [in_dim] + [hidden] * (layers - 1) + [num_classes]
+    return [LayerSpec(dims[i], dims[i + 1], 1, True, "relu" if i < layers - 1 else None, dropout, root=True)
+            for i in range(layers)]
+
+
+class SAGETransform(nn.Module):
+    """Both dense transforms of a SAGE layer, node-wise, side by side: ``[x W_n^T | x W_r^T + b]``.
+
+    Holds the library layer's own parameters (taken out of it by the adapter's ``split``), so they are
+    initialised as the library initialises them.
+
+    Args:
+        neighbour: ``W_n`` ``[out, in]``, applied to the rows the targets aggregate.
+        root: ``W_r`` ``[out, in]``, applied to the targets' own rows.
+        bias: ``b`` ``[out]`` (None: no bias), added to the root half.
+    """
+
+    def __init__(self, neighbour: nn.Parameter, root: nn.Parameter, bias: nn.Parameter | None):
+        super().__init__()
+        if neighbour.shape != root.shape:
+            raise ValueError(f"neighbour and root weights differ in shape: {tuple(neighbour.shape)} vs "
+                             f"{tuple(root.shape)}")
+        self.neighbour, self.root = neighbour, root
+        self.register_parameter("bias", bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        weight = torch.cat([self.neighbour, self.root])
+        bias = None if self.bias is None else torch.cat([torch.zeros_like(self.bias), self.bias])
+        return F.linear(x, weight, bias)
+
+
+def neighbour_and_root(h: Tensor) -> tuple[Tensor, Tensor]:
+    """The two halves of :class:`SAGETransform`'s output: the rows to aggregate and the root rows."""
+    return h.chunk(2, dim=1)  # type: ignore[return-value]
