@@ -304,6 +304,10 @@ def test_external_launcher_under_torchrun(tmp_path: Path) -> None:
     assert record["config"]["engine"]["launcher"] == "external"
     assert len(record["memory"]["peak_rss_bytes_per_rank"]) == 2
     assert "[rank 0] epoch   1  loss" in (out / "train.log").read_text()
+    # The same pipeline under the spawn launcher trains the same model.
+    spawned = run(make_cfg("train.epochs=2", "engine=pipelining"))
+    assert [e["train_loss"] for e in record["epochs"]] == \
+        pytest.approx([e["train_loss"] for e in spawned["epochs"]], rel=1e-6)
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from pipegnn.backends import get_backend
+from pipegnn.backends.base import check_choice
 from pipegnn.data import Graph, load_graph
 from pipegnn.errors import ConfigError
 from pipegnn.microbatch.halo import HALOS
@@ -94,8 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         partitions = lists.get("partition", list(PARTITIONERS))
         for value, valid, key in [(h, HALOS, "microbatch.halo") for h in halos] + \
                                  [(p, PARTITIONERS, "microbatch.partition") for p in partitions]:
-            if value not in valid:
-                raise ConfigError(f"{key}={value!r} is not valid; valid: {', '.join(valid)}")
+            check_choice(value, valid, key)
         graph = load_graph(cfg["dataset"], cfg["data"]["root"], cfg["data"]["cache"])
         table = plan_table(graph, cfg["model"]["name"], cfg["framework"]["name"],
                            cfg["microbatch"]["targets"], chunks, layers, halos, partitions,
