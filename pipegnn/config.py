@@ -16,11 +16,13 @@ from pipegnn.errors import ConfigError
 from pipegnn.microbatch import HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import FIRST_TRANSFORMS, MODELS, UNITS_PER_LAYER
 
-__all__ = ["EVAL_SPLITS", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
+__all__ = ["EVAL_SPLITS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
 
 #: Splits whose nodes are the evaluation targets (train accuracy is measured in the same pass).
 EVAL_SPLITS = ("train", "val", "test")
-
+#: Time-to-accuracy target without ``train.target_val_acc``: this fraction of the run's best validation
+#: accuracy.
+TTA_FRACTION = 0.98
 
 #: Largest seed: seeds go to torch.manual_seed, torch.Generator.manual_seed and METIS, which take
 #: 64-bit signed integers; like dataset.seed, a seed must be >= 0.
@@ -108,6 +110,15 @@ def _check_train(train: Mapping[str, Any]) -> None:
     _non_negative(train["lr"], "train.lr")
     _non_negative(train["weight_decay"], "train.weight_decay")
     _seed(train["seed"], "train.seed")
+    patience = train.get("patience")
+    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
+        raise ConfigError(f"train.patience must be a number of epochs >= 1 (or null: no early stopping), "
+                          f"got {patience!r}")
+    target = train.get("target_val_acc")
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
+                               or not 0 < target <= 1):
+        raise ConfigError(f"train.target_val_acc must be a validation accuracy in (0, 1] (or null: "
+                          f"{TTA_FRACTION} of the run's best), got {target!r}")
 
 
 def _check_timeline(engine: Mapping[str, Any]) -> None:

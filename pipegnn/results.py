@@ -71,6 +71,12 @@ COLUMNS: dict[str, str] = {
     "val_acc": "final validation accuracy (last epoch)",
     "best_val_acc": "best validation accuracy over epochs",
     "test_acc_at_best_val": "test accuracy at the first epoch with the best validation accuracy",
+    "best_epoch": "first epoch with the best validation accuracy",
+    "stopped_epoch": "last epoch when train.patience stopped the run early (NaN: ran every epoch)",
+    "tta_train_s": "time to accuracy: training seconds (steps only) until validation accuracy first "
+                   "reached tta_target_val_acc (NaN: never)",
+    "tta_epoch": "epoch at which validation accuracy first reached tta_target_val_acc",
+    "tta_target_val_acc": "the target: train.target_val_acc, else 0.98 x the run's best",
     "epoch_time_median_s": "median training-step time after the warm-up epoch",
     "eval_time_median_s": "median evaluation time after the warm-up epoch",
     "setup_s": "graph loading and model building", "microbatch_build_s": "building the micro-batch plans",
@@ -158,6 +164,7 @@ def flatten(record: Mapping[str, Any], path: str | Path | None = None) -> dict[s
     rss = _number(memory.get("peak_rss_bytes"))
     error = record.get("error")
     targets = _get(cfg, "microbatch", "targets") or mb.get("targets")
+    tta = _dict(final.get("time_to_accuracy"))
     row: dict[str, Any] = {
         "path": None if path is None else str(path),
         "status": record.get("status"),
@@ -169,7 +176,9 @@ def flatten(record: Mapping[str, Any], path: str | Path | None = None) -> dict[s
         "targets": "train" if targets is None else _leaf(targets),
         "seed": _get(cfg, "train", "seed"),
         "epochs": len(record.get("epochs") or []),
-        **{k: _number(final.get(k)) for k in ("test_acc", "val_acc", "best_val_acc", "test_acc_at_best_val")},
+        **{k: _number(final.get(k)) for k in ("test_acc", "val_acc", "best_val_acc", "test_acc_at_best_val",
+                                              "best_epoch", "stopped_epoch")},
+        **{f"tta_{k}": _number(tta.get(k)) for k in ("train_s", "epoch", "target_val_acc")},
         **{k: _number(timing.get(k)) for k in ("epoch_time_median_s", "eval_time_median_s", "setup_s",
                                                 "microbatch_build_s", "total_s")},
         "peak_rss_mb": rss / _MIB,

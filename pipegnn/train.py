@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
 from pipegnn.backends import get_backend
-from pipegnn.config import check_config, check_targets, eval_targets, memory_limit_bytes
+from pipegnn.config import TTA_FRACTION, check_config, check_targets, eval_targets, memory_limit_bytes
 from pipegnn.data import Graph, load_graph
 from pipegnn.engines import IGNORE, Engine, build_engine
 from pipegnn.engines.launch import spawn
@@ -28,7 +28,7 @@ from pipegnn.models import build_model
 from pipegnn.records import write_record
 from pipegnn.timeline import TRACE_NAME, PipelineInfo, chrome_trace, medians, step_figures
 
-__all__ = ["run"]
+__all__ = ["EPOCH_LINE", "run", "time_to_accuracy"]
 
 log = logging.getLogger(__name__)
 #: ``extra`` of the per-epoch log line, so that handlers can tell it apart (``sweep.EpochProgress``).
@@ -199,6 +199,7 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
     trace_epoch = cfg["engine"].get("trace_epoch")
     if trace_epoch is not None:
         trace_epoch = min(int(trace_epoch), int(train_cfg["epochs"]) - 1)
+    patience = train_cfg.get("patience")
     for epoch in range(int(train_cfg["epochs"])):
         model.train()
         if optimizer is not None:
@@ -230,11 +231,19 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
         log.info("epoch %3d  loss %.4f  train %.3f  val %.3f  test %.3f  epoch %.3fs  eval %.3fs",
                  epoch, loss, acc["train_acc"], acc["val_acc"], acc["test_acc"], step.seconds,
                  evaluation.seconds, extra=EPOCH_LINE)
+        best = max(epochs, key=lambda e: e["val_acc"])
+        if patience is not None and epoch - best["epoch"] >= int(patience):
+            log.info("early stop after epoch %d: validation accuracy not above %.3f (epoch %d) for %d "
+                     "epochs", epoch, best["val_acc"], best["epoch"], patience)
+            break
     best = max(epochs, key=lambda e: e["val_acc"])  # first epoch with the best validation accuracy
     last = epochs[-1]
+    stopped = last["epoch"] if last["epoch"] + 1 < int(train_cfg["epochs"]) else None
     record["final"] = {"train_acc": last["train_acc"], "val_acc": last["val_acc"],
                        "test_acc": last["test_acc"], "best_val_acc": best["val_acc"],
-                       "test_acc_at_best_val": best["test_acc"], "best_epoch": best["epoch"]}
+                       "test_acc_at_best_val": best["test_acc"], "best_epoch": best["epoch"],
+                       "stopped_epoch": stopped,
+                       "time_to_accuracy": time_to_accuracy(epochs, train_cfg.get("target_val_acc"))}
     timed_epochs = epochs[1:] or epochs  # the first epoch is a warm-up
     record["timing"].update(
         epoch_time_median_s=statistics.median(e["epoch_time_s"] for e in timed_epochs),
@@ -245,6 +254,24 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
              last["test_acc"], best["val_acc"], best["test_acc"], record["timing"]["epoch_time_median_s"])
     if "makespan_s" in record["pipeline"]:
         _log_figures(record["pipeline"])
+
+
+def time_to_accuracy(epochs: list[dict[str, Any]], target: float | None = None) -> dict[str, Any]:
+    """Training time (steps only, evaluation excluded) until validation accuracy first reaches
+    ``target``, or :data:`TTA_FRACTION` of the run's best when ``target`` is None.
+
+    Returns ``{"target_val_acc", "source" ("config" | "fraction_of_best"), "epoch", "train_s"}``;
+    ``epoch`` and ``train_s`` are None when the run never reached the target.
+    """
+    source = "config" if target is not None else "fraction_of_best"
+    if target is None:
+        target = TTA_FRACTION * max(e["val_acc"] for e in epochs)
+    elapsed = 0.0
+    for e in epochs:
+        elapsed += e["epoch_time_s"]
+        if e["val_acc"] >= target:
+            return {"target_val_acc": target, "source": source, "epoch": e["epoch"], "train_s": elapsed}
+    return {"target_val_acc": target, "source": source, "epoch": None, "train_s": None}
 
 
 def _log_pipeline(info: PipelineInfo) -> None:

@@ -98,6 +98,8 @@ def test_invalid_input_is_recorded_before_training(tmp_path: Path, overrides: li
     (["model.layers=-1"], "model.layers must be an integer >= 1, got -1"),
     (["model.dropout=1"], "model.dropout must be in [0, 1), got 1.0"),
     (["train.epochs=0"], "train.epochs must be >= 1, got 0"),
+    (["train.patience=0"], "train.patience must be a number of epochs >= 1 (or null: no early stopping), got 0"),
+    (["train.target_val_acc=1.5"], "train.target_val_acc must be a validation accuracy in (0, 1]"),
 ])
 def test_bad_numbers_are_invalid_before_training(tmp_path: Path, overrides: list[str], message: str) -> None:
     """A bad number is an ``invalid`` run naming the key, the value and what is valid, not torch's words

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -149,3 +150,38 @@ def test_evaluation_plan_reuses_the_training_partition(monkeypatch, halo: str, t
                           "microbatch.cache=null"))
     assert record["status"] == "completed", record["error"]
     assert (calls["partition"], calls["attach"]) == (partitions, plans)
+
+
+def test_early_stopping_records_the_stopped_epoch() -> None:
+    """With lr=0 the model never changes, so validation accuracy never beats epoch 0: patience 2 stops
+    after epoch 2."""
+    record = run(make_cfg("train.epochs=10", "train.lr=0", "train.patience=2"))
+    assert record["status"] == "completed", record["error"]
+    assert [e["epoch"] for e in record["epochs"]] == [0, 1, 2]
+    assert record["final"]["stopped_epoch"] == 2 and record["final"]["best_epoch"] == 0
+    full = run(make_cfg("train.epochs=3", "train.patience=5"))["final"]
+    assert full["stopped_epoch"] is None
+
+
+def test_time_to_accuracy_counts_training_time_only() -> None:
+    from pipegnn.train import time_to_accuracy
+
+    epochs = [{"epoch": i, "val_acc": v, "epoch_time_s": 2.0, "eval_time_s": 100.0}
+              for i, v in enumerate([0.2, 0.5, 0.7, 0.6, 0.8])]
+    assert time_to_accuracy(epochs, 0.65) == {"target_val_acc": 0.65, "source": "config", "epoch": 2,
+                                              "train_s": 6.0}
+    assert time_to_accuracy(epochs, 0.9)["train_s"] is None
+    own = time_to_accuracy(epochs)  # 0.98 x best (0.8) = 0.784: first reached at epoch 4
+    assert own["source"] == "fraction_of_best" and own["target_val_acc"] == pytest.approx(0.784)
+    assert (own["epoch"], own["train_s"]) == (4, 10.0)
+
+
+def test_record_has_time_to_accuracy() -> None:
+    record = run(make_cfg("train.epochs=4", "train.target_val_acc=0.01"))
+    tta = record["final"]["time_to_accuracy"]
+    assert tta["epoch"] == 0 and tta["train_s"] == record["epochs"][0]["epoch_time_s"]
+    from pipegnn.results import flatten
+
+    row = flatten(record)
+    assert (row["tta_epoch"], row["tta_train_s"], row["tta_target_val_acc"]) == (0, tta["train_s"], 0.01)
+    assert math.isnan(row["stopped_epoch"]) and row["best_epoch"] == record["final"]["best_epoch"]
