@@ -43,7 +43,7 @@ SETTINGS = ("dataset", "model", "num_nodes", "num_edges", "cfg.dataset.density",
             "halo", "partition", "targets", "cfg.model.hidden", "chunks")
 METRICS = ("test_acc", "test_acc_at_best_val", "epoch_time_median_s", "overhead", "peak_rss_mb",
            "inflation", "replication", "cut_edge_fraction", "pipeline_bubble", "pipeline_bubble_theoretical",
-           "pipeline_imbalance", "pipeline_ideal_speedup")
+           "pipeline_imbalance", "pipeline_ideal_speedup", "tta_train_s")
 #: File name: (figure function, its keyword arguments).
 FIGURES = {"epoch_time_vs_chunks.png": (analysis.plot_epoch_time_vs_chunks, {}),
            "accuracy_vs_chunks.png": (analysis.plot_accuracy_vs_chunks, {"metric": "test_acc_at_best_val"}),
@@ -52,7 +52,8 @@ FIGURES = {"epoch_time_vs_chunks.png": (analysis.plot_epoch_time_vs_chunks, {}),
            "scaling.png": (analysis.plot_scaling, {}),
            "scaling_edges.png": (analysis.plot_scaling, {"x": "num_edges"}),
            "scaling_hidden.png": (analysis.plot_scaling, {"x": "model.hidden"}),
-           "speedup_vs_chunks.png": (analysis.plot_speedup_vs_chunks, {})}
+           "speedup_vs_chunks.png": (analysis.plot_speedup_vs_chunks, {}),
+           "time_to_accuracy_vs_chunks.png": (analysis.plot_time_to_accuracy_vs_chunks, {})}
 
 #: The figures that mean something for a preset (others: every figure it has data for). The ablations
 #: run 5 epochs, so their accuracy is no result; the scaling presets have only chunks 1 and 8.

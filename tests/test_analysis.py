@@ -15,7 +15,7 @@ from matplotlib.collections import LineCollection
 
 from pipegnn import analysis
 from pipegnn.analysis import (NoData, device_type, draw, plot_accuracy_vs_chunks, plot_epoch_time_vs_chunks,
-                              plot_inflation_by_partitioner, plot_memory_vs_chunks, plot_scaling,
+                              plot_inflation_by_partitioner, plot_memory_vs_chunks, plot_scaling, plot_time_to_accuracy_vs_chunks,
                               plot_timeline, relative, setup_label, summarize)
 from pipegnn.results import flatten, load
 
@@ -31,6 +31,8 @@ def record(*, status: str = "completed", dataset: str = "cora", num_nodes: int =
     engine, dev = DEVICES[devices]
     engine_cfg = {"name": engine, **({"devices": dev} if engine == "gpipe" else {"device": dev})}
     final = {k: values[k] for k in ("test_acc", "val_acc") if k in values}
+    if "tta_train_s" in values:
+        final["time_to_accuracy"] = {"train_s": values["tta_train_s"], "epoch": 3, "target_val_acc": 0.7}
     timing = {k: values[k] for k in ("epoch_time_median_s",) if k in values}
     memory = {"peak_rss_bytes": values["rss_mb"] * 2 ** 20 if "rss_mb" in values else None,
               "peak_device_bytes": {"cuda:0": values["device_mb"] * 2 ** 20} if "device_mb" in values else {}}
@@ -179,6 +181,19 @@ def test_plot_accuracy_vs_chunks_lines_per_halo_with_error_bars(tmp_path: Path) 
     _png(tmp_path / "a.png", 1, 1)
 
 
+def test_plot_time_to_accuracy_leaves_out_runs_that_never_reached_it(tmp_path: Path) -> None:
+    records = [record(halo=h, chunks=c, seed=s, tta_train_s=(1.0 if h == "exact" else 2.0) * c + s)
+               for h in ("exact", "historical") for c in (1, 4) for s in (0, 1)]
+    records.append(record(halo="exact", chunks=4, seed=2))  # never reached its target: no time
+    fig = plot_time_to_accuracy_vs_chunks(frame(*records), tmp_path / "t.png")
+    (ax,) = fig.axes
+    assert ax.get_ylabel() == "time to accuracy (s of training)"
+    assert _legend(ax) == ["exact halo", "historical halo"]
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [1.5, 4.5])  # exact: mean of seeds 0, 1
+    np.testing.assert_allclose(ax.lines[1].get_ydata(), [2.5, 8.5])
+    _png(tmp_path / "t.png", 1, 1)
+
+
 def test_panels_split_settings_that_vary_off_the_axes(tmp_path: Path) -> None:
     records = [record(halo=h, chunks=c, framework=f, test_acc=0.5, epoch_time_median_s=0.1 * c)
                for h in ("none", "exact") for f in ("pyg", "dgl") for c in (1, 2)]
@@ -299,7 +314,7 @@ def test_no_data_raises_and_draw_skips(tmp_path: Path, capsys: pytest.CaptureFix
     assert capsys.readouterr().out.startswith("skipped scaling.png: ")
     failed = frame(record(status="failed"))
     for plot in (plot_epoch_time_vs_chunks, plot_accuracy_vs_chunks, plot_memory_vs_chunks,
-                 plot_inflation_by_partitioner):
+                 plot_inflation_by_partitioner, plot_time_to_accuracy_vs_chunks):
         with pytest.raises(NoData):
             plot(failed)
     with pytest.raises(NoData, match="matching"):
