@@ -8,6 +8,7 @@ import platform
 import socket
 import subprocess
 import time
+from datetime import datetime, timezone
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -67,6 +68,7 @@ def env_info() -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "gpus": gpus,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
 

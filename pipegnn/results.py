@@ -33,9 +33,9 @@ import pandas as pd
 from pipegnn.records import (RECORD_NAME, RecordError, check_record, find_records, load_record,
                              natural_key, write_record)
 
-__all__ = ["COLUMNS", "NO_RECORD", "RECORD_NAME", "ROW_STATUSES", "RecordError", "STATUSES", "TABLE_COLUMNS",
-           "UNREADABLE", "check_record", "column", "find_records", "flatten", "format_table", "load",
-           "load_record", "main", "select", "summary", "write_record"]
+__all__ = ["COLUMNS", "LEADERBOARD_SETTINGS", "NO_RECORD", "RECORD_NAME", "ROW_STATUSES", "RecordError",
+           "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "check_record", "column", "find_records", "flatten",
+           "format_table", "leaderboard", "load", "load_record", "main", "select", "summary", "write_record"]
 
 #: Statuses a run writes in its record.
 STATUSES = ("completed", "failed", "invalid", "oom")
@@ -91,6 +91,9 @@ COLUMNS: dict[str, str] = {
     "num_nodes": "graph nodes", "num_edges": "graph edges",
     "devices": "engine.devices joined by ',' (or engine.device)",
     "git_sha": "source commit of the run (-dirty when modified)",
+    "parameters": "model parameters",
+    "hardware": "the GPU model(s) of the run's process, else its CPU model",
+    "date": "day the run started (UTC, from the record's env.date)",
     "pipeline_schedule": "pipeline schedule: single | gpipe | 1f1b | interleaved1f1b",
     "pipeline_stages": "pipeline stages", "pipeline_balance": "units per stage joined by ',' (e.g. 1,3)",
     "pipeline_balance_source": "where the balance came from: auto (measured) | config | even",
@@ -107,7 +110,7 @@ COLUMNS: dict[str, str] = {
 }
 #: Columns that are None, not NaN, when missing (text, and the overlap flag).
 _TEXT = {"path", "status", "error", "dataset", "model", "framework", "engine", "halo", "partition",
-         "targets", "devices", "git_sha", "pipeline_schedule", "pipeline_balance", "pipeline_balance_source",
+         "targets", "devices", "git_sha", "hardware", "date", "pipeline_schedule", "pipeline_balance", "pipeline_balance_source",
          "pipeline_overlap"}
 _PIPELINE_FIGURES = ("bubble_theoretical", "bubble", "bubble_ideal", "makespan_s", "busy_s", "communication_s", "imbalance",
                      "ideal_makespan_s", "ideal_speedup")
@@ -189,6 +192,9 @@ def flatten(record: Mapping[str, Any], path: str | Path | None = None) -> dict[s
         "num_edges": _number(dataset.get("num_edges")),
         "devices": _leaf(devices) if devices is not None else engine.get("device"),
         "git_sha": _get(record, "env", "git_sha"),
+        "parameters": _number(_get(record, "model", "parameters")),
+        "hardware": _hardware(_dict(record.get("env"))),
+        "date": str(_get(record, "env", "date") or "")[:10] or None,
         "pipeline_schedule": pipeline.get("schedule"),
         "pipeline_stages": _number(pipeline.get("num_stages")),
         "pipeline_balance": _leaf(pipeline["balance"]) if "balance" in pipeline else None,
@@ -318,6 +324,47 @@ def _fmt(value: Any, integral: bool) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _hardware(env: Mapping[str, Any]) -> str | None:
+    gpus = env.get("gpus")
+    if isinstance(gpus, list) and gpus:
+        names = sorted(set(map(str, gpus)))
+        return ", ".join(f"{len([g for g in gpus if str(g) == n])}x {n}" for n in names)
+    return env.get("cpu") or None
+
+
+#: What a leaderboard row is (those of them the runs have): the method and the setting it ran in.
+LEADERBOARD_SETTINGS = ("dataset", "model", "framework", "engine", "devices", "chunks", "halo", "partition",
+                        "targets")
+
+
+def leaderboard(df: pd.DataFrame, by: Sequence[str] = LEADERBOARD_SETTINGS) -> pd.DataFrame:
+    """An OGB-style table of the completed runs: one row per setting of ``by``, with test accuracy
+    (at the best validation epoch) and best validation accuracy as mean and std (ddof=1) over the
+    runs, the number of runs and of distinct seeds, the model's parameters, the hardware and the
+    latest date. Text columns ``test`` and ``val`` show ``mean ± std`` in percent."""
+    done = df[df["status"] == "completed"]
+    keys = [k for k in by if k in done and done[k].notna().any()]
+    rows = []
+    for key, group in done.groupby(keys, dropna=False, sort=True) if keys else [((), done)]:
+        test, val = (pd.to_numeric(group[c], errors="coerce") for c in ("test_acc_at_best_val", "best_val_acc"))
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        row.update(test_mean=test.mean(), test_std=test.std(), val_mean=val.mean(), val_std=val.std(),
+                   runs=len(group), seeds=group["seed"].nunique(),
+                   parameters=group["parameters"].max(),
+                   hardware="; ".join(sorted(group["hardware"].dropna().astype(str).unique())) or None,
+                   date=group["date"].dropna().max() if group["date"].notna().any() else None)
+        row["test"] = _mean_std(row["test_mean"], row["test_std"])
+        row["val"] = _mean_std(row["val_mean"], row["val_std"])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _mean_std(mean: float, std: float) -> str:
+    if math.isnan(mean):
+        return "-"
+    return f"{100 * mean:.2f} ± {100 * std:.2f}" if not math.isnan(std) else f"{100 * mean:.2f}"
+
+
 def format_table(df: pd.DataFrame, columns: Sequence[str] = TABLE_COLUMNS) -> str:
     """``df[columns]`` as an aligned text table: numbers right-aligned, 3-4 significant digits."""
     cols, right = [], []
@@ -369,6 +416,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "values; the cfg. prefix is optional: model.hidden=64)")
     parser.add_argument("--columns", help="table columns, comma-separated (default: "
                                           f"{', '.join(TABLE_COLUMNS)})")
+    parser.add_argument("--table", action="store_true",
+                        help="an OGB-style table instead: one row per setting, test (at best validation) "
+                             "and validation accuracy mean ± std over seeds, seeds, parameters, hardware, "
+                             "date (--csv then writes it)")
     args = parser.parse_args(argv)
     args.paths += [Path(w) for w in args.where if "=" not in w]  # directories given after --where
     if not args.paths:
@@ -386,7 +437,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: no {RECORD_NAME} found under {', '.join(map(str, args.paths))}", file=sys.stderr)
             return 2
         df = select(everything, where)
-        table = format_table(df, columns)
+        board = leaderboard(df) if args.table else None
+        table = format_table(df, columns) if board is None else format_table(board, [
+            *(c for c in LEADERBOARD_SETTINGS if c in board), "test", "val", "seeds", "runs", "parameters",
+            "hardware", "date"])
     except (FileNotFoundError, KeyError) as e:
         print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return 2
@@ -403,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_unfinished_line(unfinished, len(everything), left_out=len(unfinished) - df["status"].isin(
             NO_RECORD).sum()), file=sys.stderr)
     if args.csv:
-        df.to_csv(args.csv, index=False)
+        (df if board is None else board).to_csv(args.csv, index=False)
     if args.parquet:
         _arrow_safe(df).to_parquet(args.parquet, index=False)
     return 0 if (df["status"] == "completed").all() and unfinished.empty else 1

@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -487,3 +488,38 @@ def test_load_record_errors_name_the_file(tmp_path: Path) -> None:
     assert load_record(bad) == COMPLETED
     with pytest.raises(FileNotFoundError):
         load_record(tmp_path / "nope")
+
+
+def _seeded(seed: int, test: float, val: float, chunks: int = 8, **env: Any) -> dict:
+    record = copy.deepcopy(COMPLETED)
+    record["config"]["train"] = {"seed": seed}
+    record["config"]["chunks"] = chunks
+    record["final"].update(test_acc_at_best_val=test, best_val_acc=val)
+    record["model"] = {"parameters": 92373}
+    record["env"] = {"git_sha": "abc", "cpu": "Some CPU", "gpus": [], "date": f"2026-11-2{seed}T10:00:00+00:00",
+                     **env}
+    return record
+
+
+def test_leaderboard_mean_std_over_seeds(tmp_path: Path) -> None:
+    from pipegnn.results import leaderboard, main
+
+    for i, (seed, test, val, chunks) in enumerate([(0, 0.80, 0.78, 8), (1, 0.82, 0.80, 8), (2, 0.84, 0.79, 8),
+                                                    (0, 0.70, 0.71, 1)]):
+        write_record(tmp_path / str(i), _seeded(seed, test, val, chunks))
+    write_record(tmp_path / "4", {**_seeded(3, 0.1, 0.1), "status": "failed"})  # not in the table
+    board = leaderboard(load(tmp_path))
+    assert list(board["chunks"]) == [1, 8]
+    row = board.iloc[1]
+    assert (row["runs"], row["seeds"], row["parameters"]) == (3, 3, 92373)
+    assert row["test_mean"] == pytest.approx(0.82) and row["test_std"] == pytest.approx(0.02)
+    assert row["test"] == "82.00 ± 2.00" and row["val"] == "79.00 ± 1.00"
+    assert row["hardware"] == "Some CPU" and row["date"] == "2026-11-22"
+    assert board.iloc[0]["test"] == "70.00"  # one run: no spread to show
+    assert main([str(tmp_path), "--table", "--csv", str(tmp_path / "board.csv")]) == 1  # a failed run
+    assert list(pd.read_csv(tmp_path / "board.csv")["test"]) == ["70.00", "82.00 ± 2.00"]
+
+
+def test_hardware_names_the_gpus() -> None:
+    row = flatten(_seeded(0, 0.8, 0.8, gpus=["NVIDIA H100", "NVIDIA H100"]))
+    assert row["hardware"] == "2x NVIDIA H100" and row["date"] == "2026-11-20"
