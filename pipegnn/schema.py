@@ -35,9 +35,10 @@ from typing import Any, List, Optional, Sequence
 
 from omegaconf import MISSING, DictConfig
 
-__all__ = ["Config", "DataConfig", "GATConfig", "GCNConfig", "GPipeEngineConfig", "FrameworkConfig",
-           "MicrobatchConfig", "PipeliningEngineConfig", "PlanetoidConfig", "SAGEConfig",
-           "SingleEngineConfig", "SCHEMAS", "SyntheticConfig", "TrainConfig", "compose_config", "config_dir", "register"]
+__all__ = ["Config", "DataConfig", "GATConfig", "GPipeEngineConfig", "FrameworkConfig",
+           "MicrobatchConfig", "ModelConfig", "PipeliningEngineConfig", "PlanetoidConfig",
+           "SingleEngineConfig", "SCHEMAS", "SyntheticConfig", "TrainConfig", "compose_config",
+           "config_dir", "register"]
 
 # Postponed annotations (from __future__) are resolved by OmegaConf through typing.get_type_hints, so
 # the typing names above must stay importable from this module.
@@ -74,40 +75,22 @@ class SyntheticConfig:
 
 
 @dataclass
-class GATConfig:
+class ModelConfig:
+    """``model=gcn`` and ``model=sage`` (and what every model has)."""
+
     name: str = MISSING
     layers: int = MISSING
     hidden: int = MISSING
+    dropout: float = MISSING
+    aggregation: str = MISSING
+    lr: float = MISSING
+    weight_decay: float = MISSING
+
+
+@dataclass
+class GATConfig(ModelConfig):
     heads: int = MISSING
     out_heads: int = MISSING
-    dropout: float = MISSING
-    aggregation: str = MISSING
-    lr: float = MISSING
-    weight_decay: float = MISSING
-
-
-@dataclass
-class GCNConfig:
-    name: str = MISSING
-    layers: int = MISSING
-    hidden: int = MISSING
-    dropout: float = MISSING
-    aggregation: str = MISSING
-    lr: float = MISSING
-    weight_decay: float = MISSING
-
-
-@dataclass
-class SAGEConfig:
-    """``model=sage``: GraphSAGE with the mean aggregator (no heads)."""
-
-    name: str = MISSING
-    layers: int = MISSING
-    hidden: int = MISSING
-    dropout: float = MISSING
-    aggregation: str = MISSING
-    lr: float = MISSING
-    weight_decay: float = MISSING
 
 
 @dataclass
@@ -167,6 +150,8 @@ class TrainConfig:
     lr: float = MISSING
     weight_decay: float = MISSING
     seed: int = MISSING
+    patience: Optional[int] = MISSING
+    target_val_acc: Optional[float] = MISSING
     memory_limit_gb: Optional[float] = MISSING
 
 
@@ -202,8 +187,8 @@ SCHEMAS: list[tuple[str, str, type]] = [
     *(("schema/dataset", name, PlanetoidConfig) for name in ("cora", "citeseer", "pubmed")),
     ("schema/dataset", "synthetic", SyntheticConfig),
     ("schema/model", "gat", GATConfig),
-    ("schema/model", "gcn", GCNConfig),
-    ("schema/model", "sage", SAGEConfig),
+    ("schema/model", "gcn", ModelConfig),
+    ("schema/model", "sage", ModelConfig),
     *(("schema/framework", name, FrameworkConfig) for name in ("pyg", "dgl")),
     ("schema/engine", "single", SingleEngineConfig),
     ("schema/engine", "gpipe", GPipeEngineConfig),

@@ -1,6 +1,8 @@
-"""Framework adapters: PyG and DGL layers compute the same function on the same block; DGL trains."""
+"""Framework adapters: PyG and DGL layers compute the same function on the same block, a layer split
+into transform and propagation computes what the library layer computes; DGL trains."""
 from __future__ import annotations
 
+import copy
 
 import pytest
 import torch
@@ -18,13 +20,13 @@ from conftest import make_cfg, random_graph
 PYG, DGL = get_backend("pyg"), get_backend("dgl")
 
 
-def first_layer_block(kind: str) -> tuple[MicroBatch, Tensor]:
-    """Layer 1 of a 2-layer exact micro-batch of the random graph (it reads a halo beyond its targets),
-    and float64 input rows for it."""
+def first_layer_block(kind: str, targets: Tensor | None = None) -> tuple[MicroBatch, Tensor]:
+    """Layer 1 of a 2-layer exact micro-batch of the random graph (by default it reads a halo beyond its
+    targets), and float64 input rows for it."""
     graph = random_graph()
     edge_index, weight = PYG.computation_graph(kind, graph.edge_index, graph.num_nodes, torch.float64)
-    mb = exact_block(InCSR(edge_index, graph.num_nodes, weight), torch.arange(0, 50, 3), num_layers=2)
-    assert mb.sizes[0] > mb.sizes[1]  # the block's sources extend beyond its targets
+    targets = torch.arange(0, 50, 3) if targets is None else targets
+    mb = exact_block(InCSR(edge_index, graph.num_nodes, weight), targets, num_layers=2)
     return mb, graph.x[mb.nodes].double()
 
 
@@ -37,6 +39,7 @@ def outputs(backend: Backend, conv: torch.nn.Module, mb: MicroBatch, h: Tensor) 
 @pytest.mark.usefixtures("float64")
 def test_gcn_layer_is_the_same_in_pyg_and_dgl() -> None:
     mb, h = first_layer_block("gcn")
+    assert mb.sizes[0] > mb.sizes[1]  # the block's sources extend beyond its targets
     spec = LayerSpec(h.size(1), 4)
     pyg, dgl = PYG.conv("gcn", spec), DGL.conv("gcn", spec)
     with torch.no_grad():
@@ -52,6 +55,7 @@ def test_gcn_layer_is_the_same_in_pyg_and_dgl() -> None:
 @pytest.mark.parametrize("concat", [True, False])
 def test_gat_layer_is_the_same_in_pyg_and_dgl(concat: bool) -> None:
     mb, h = first_layer_block("gat")
+    assert mb.sizes[0] > mb.sizes[1]
     spec = LayerSpec(h.size(1), 4, heads=3, concat=concat)
     pyg, dgl = PYG.conv("gat", spec), DGL.conv("gat", spec)
     with torch.no_grad():
@@ -65,6 +69,60 @@ def test_gat_layer_is_the_same_in_pyg_and_dgl(concat: bool) -> None:
     expected = outputs(PYG, pyg, mb, h)
     assert expected.shape == (mb.sizes[1], spec.out_features)
     torch.testing.assert_close(outputs(DGL, dgl, mb, h), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.usefixtures("float64")
+def test_sage_layer_is_the_same_in_pyg_and_dgl() -> None:
+    mb, h = first_layer_block("sage")
+    assert mb.sizes[0] > mb.sizes[1]
+    spec = LayerSpec(h.size(1), 4, root=True)
+    pyg, dgl = PYG.conv("sage", spec), DGL.conv("sage", spec)
+    with torch.no_grad():  # PyG: lin_l (neighbours, with the bias), lin_r (root); DGL: fc_neigh, fc_self
+        dgl.fc_neigh.weight.copy_(pyg.lin_l.weight)
+        dgl.fc_self.weight.copy_(pyg.lin_r.weight)
+        dgl.fc_self.bias.copy_(pyg.lin_l.bias)
+    expected = outputs(PYG, pyg, mb, h)
+    assert expected.shape == (mb.sizes[1], 4)
+    torch.testing.assert_close(outputs(DGL, dgl, mb, h), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.usefixtures("float64")
+@pytest.mark.parametrize("out_dim", [4, 9])  # below and above the 6 input features (DGL's two paths)
+@pytest.mark.parametrize("isolated", [False, True], ids=["halo", "no_in_edges"])
+@pytest.mark.parametrize("backend", [PYG, get_backend("pyg", "sparse"), DGL],
+                         ids=["pyg", "pyg_sparse", "dgl"])
+def test_split_sage_layer_computes_the_library_layer(backend: Backend, isolated: bool, out_dim: int) -> None:
+    """The SAGE transform (both linears, node-wise) followed by the propagation (the mean of the
+    neighbour half plus the target's own root half) equals the unsplit library layer with the same
+    weights, on a block with a halo and on one whose targets have no in-edges (bias only from the
+    root half)."""
+    mb, h = first_layer_block("sage", torch.arange(45, 50) if isolated else None)
+    assert (mb.edges[0].size(1) == 0) == isolated
+    spec = LayerSpec(h.size(1), out_dim, root=True)
+    conv = backend.conv("sage", spec)
+    with torch.no_grad():
+        for p in conv.parameters():
+            p.normal_()  # a non-zero bias too
+    expected = outputs(PYG if backend.name == "pyg" else DGL, copy.deepcopy(conv), mb, h)
+    transform, rest = backend.split(conv)
+    assert [p.shape for p in transform.parameters()] == [(out_dim, h.size(1))] * 2 + [(out_dim,)]
+    assert not list(rest.parameters())
+    x = transform(h)
+    assert x.shape == (mb.sizes[0], spec.transform_width) == (mb.sizes[0], 2 * out_dim)
+    torch.testing.assert_close(outputs(backend, rest, mb, x), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_sage_reads_no_self_loops() -> None:
+    """SAGE's computation graph is the graph's edges without its self-loops, in both adapters (the root
+    weight reads a node's own row), and without weights."""
+    graph = random_graph()
+    loops = graph.edge_index[0] == graph.edge_index[1]
+    assert loops.any()
+    expected = sorted_edges(graph.edge_index[:, ~loops], None)[0]
+    for backend in (PYG, DGL):
+        edges, weight = backend.computation_graph("sage", graph.edge_index, graph.num_nodes)
+        assert weight is None
+        assert torch.equal(sorted_edges(edges, None)[0], expected)
 
 
 def sorted_edges(edge_index: Tensor, weight: Tensor | None) -> tuple[Tensor, Tensor | None]:
@@ -105,11 +163,11 @@ def test_unknown_model_kind_is_named(backend: Backend) -> None:
     kind instead of treating it as GAT."""
     assert set(KINDS) == set(MODELS)
     graph = random_graph()
-    match = r"model.name='sage' is not valid; valid: gat, gcn"
+    match = r"model.name='gin' is not valid; valid: gat, gcn, sage"
     with pytest.raises(ConfigError, match=match):
-        backend.conv("sage", LayerSpec(graph.num_features, 4))
+        backend.conv("gin", LayerSpec(graph.num_features, 4))
     with pytest.raises(ConfigError, match=match):
-        backend.computation_graph("sage", graph.edge_index, graph.num_nodes)
+        backend.computation_graph("gin", graph.edge_index, graph.num_nodes)
 
 
 def _losses(*overrides: str) -> list[float]:
@@ -119,7 +177,7 @@ def _losses(*overrides: str) -> list[float]:
     return [e["train_loss"] for e in record["epochs"]]
 
 
-@pytest.mark.parametrize("model", ["gat", "gcn"])
+@pytest.mark.parametrize("model", MODELS)
 def test_dgl_training_is_transparent(model: str) -> None:
     """DGL runs complete; with dropout 0, full-batch, single-engine and GPipe micro-batches train the
     same model (per-epoch losses agree) and the model learns."""
@@ -131,7 +189,7 @@ def test_dgl_training_is_transparent(model: str) -> None:
     assert full[-1] < full[0]
 
 
-@pytest.mark.parametrize("model", ["gat", "gcn"])
+@pytest.mark.parametrize("model", MODELS)
 def test_dgl_historical_halo_trains_like_the_single_engine(model: str) -> None:
     """Historical blocks read more source rows than they receive (the cached halo); DGL blocks take
     them. The cache is filled before training, so the first step's loss is the full graph's; GPipe and

@@ -130,3 +130,26 @@ def test_config_dir_from_environment_or_checkout(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PIPEGNN_CONF", str(tmp_path))
     with pytest.raises(ConfigError, match=f"no config.yaml in {tmp_path}.*PIPEGNN_CONF"):
         compose_config(["chunks=2"])
+
+
+def test_sage_is_a_typed_valid_model() -> None:
+    """model=sage: GraphSAGE-mean with GCN's Cora settings, typed by its own schema (no heads), valid
+    with both aggregations; an unknown model name lists it."""
+    from hydra.errors import ConfigCompositionException
+
+    from pipegnn.errors import ConfigError
+
+    cfg = make_cfg("model=sage")
+    assert (cfg.model.name, cfg.model.layers, cfg.model.hidden, cfg.model.dropout) == ("sage", 2, 16, 0.5)
+    assert (cfg.train.lr, cfg.train.weight_decay) == (0.01, 5e-4)
+    assert OmegaConf.get_type(cfg.model).__name__ == "ModelConfig"
+    for framework in ("pyg", "dgl"):
+        for aggregation in ("messages", "sparse"):
+            sage = make_cfg("model=sage", f"framework={framework}", f"model.aggregation={aggregation}")
+            check_config(OmegaConf.to_container(sage, resolve=True))
+    with pytest.raises(ConfigCompositionException, match="model.heads"):
+        make_cfg("model=sage", "model.heads=2")  # SAGE has no heads
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container["model"]["name"] = "gin"
+    with pytest.raises(ConfigError, match=r"model.name='gin' is not valid; valid: gat, gcn, sage"):
+        check_config(container)

@@ -1,6 +1,8 @@
 """Transparency: micro-batched exact mode computes what full-graph training computes (dropout 0).
 
 For each framework adapter (PyG, DGL) the reference is that framework's plain full-graph layers.
+SAGE's plain layers run on the graph without self-loops (a node reads its own row through the root
+weight), GAT's and GCN's with one self-loop per node, as each framework's users add them.
 
 Run in float64 so that the comparison is tight (1e-9 relative): in float32, summing the same gradient
 in a different order (per micro-batch, then across micro-batches) leaves differences of up to ~1e-4
@@ -17,9 +19,10 @@ import dgl  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from dgl.nn.pytorch import GATConv as DglGATConv, GraphConv  # noqa: E402
+from dgl.nn.pytorch import GATConv as DglGATConv, GraphConv, SAGEConv as DglSAGEConv  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
-from torch_geometric.nn import GATConv, GCNConv  # noqa: E402
+from torch_geometric.nn import GATConv, GCNConv, SAGEConv  # noqa: E402
+from torch_geometric.utils import remove_self_loops  # noqa: E402
 
 from pipegnn.backends import FRAMEWORKS, get_backend  # noqa: E402
 from pipegnn.data import Graph  # noqa: E402
@@ -33,6 +36,14 @@ pytestmark = pytest.mark.usefixtures("float64")
 MODELS = {
     "gat": dict(name="gat", hidden=4, heads=3, out_heads=2, layers=2, dropout=0.0),
     "gcn": dict(name="gcn", hidden=8, layers=3, dropout=0.0),
+    "sage": dict(name="sage", hidden=8, layers=3, dropout=0.0),
+}
+#: Names of the transform unit's parameters in each plain layer, in the transform's order.
+TRANSFORM_PARAMETERS = {
+    ("pyg", "gat"): ["lin.weight"], ("pyg", "gcn"): ["lin.weight"],
+    ("pyg", "sage"): ["lin_l.weight", "lin_r.weight", "lin_l.bias"],
+    ("dgl", "gat"): ["fc.weight"], ("dgl", "gcn"): ["weight"],
+    ("dgl", "sage"): ["fc_neigh.weight", "fc_self.weight", "fc_self.bias"],
 }
 
 
@@ -45,6 +56,11 @@ def layers(model: StagedGNN) -> list[tuple[Transform, Propagate]]:
 def pyg_layer(transform: Transform, propagate: Propagate, kind: str) -> nn.Module:
     """A plain PyG layer (its own self-loop and normalisation handling) with the units' weights."""
     s = propagate.spec
+    if kind == "sage":
+        conv = SAGEConv(s.in_dim, s.out_dim, aggr="mean")
+        t = transform.transform
+        conv.load_state_dict({"lin_l.weight": t.neighbour, "lin_r.weight": t.root, "lin_l.bias": t.bias})
+        return conv
     conv = (GATConv(s.in_dim, s.out_dim, heads=s.heads, concat=s.concat) if kind == "gat"
             else GCNConv(s.in_dim, s.out_dim))
     conv.load_state_dict({**propagate.conv.state_dict(), "lin.weight": transform.transform.weight})
@@ -52,9 +68,14 @@ def pyg_layer(transform: Transform, propagate: Propagate, kind: str) -> nn.Modul
 
 
 def dgl_layer(transform: Transform, propagate: Propagate, kind: str) -> nn.Module:
-    """A plain DGL layer (``norm='both'`` for GCN) with the units' weights, in float64."""
+    """A plain DGL layer (``norm='both'`` for GCN, the mean aggregator for SAGE) with the units' weights,
+    in float64."""
     s = propagate.spec
-    if kind == "gat":
+    if kind == "sage":
+        conv = DglSAGEConv(s.in_dim, s.out_dim, "mean")
+        t = transform.transform
+        state = {"fc_neigh.weight": t.neighbour, "fc_self.weight": t.root, "fc_self.bias": t.bias}
+    elif kind == "gat":
         conv = DglGATConv(s.in_dim, s.out_dim, num_heads=s.heads)
         state = {**propagate.conv.gat.state_dict(), "fc.weight": transform.transform.weight}
     else:
@@ -67,14 +88,16 @@ def dgl_layer(transform: Transform, propagate: Propagate, kind: str) -> nn.Modul
 
 def full_graph_forward(framework: str, convs: list[nn.Module], model: StagedGNN, graph: Graph) -> Tensor:
     """All nodes' outputs of ``convs`` on the full graph, self-loops handled as each framework's
-    users do (PyG layers add them; DGL users replace them with one per node)."""
+    users do (PyG's GAT and GCN layers add them; DGL users replace them with one per node; SAGE reads
+    the graph without them)."""
     h = graph.x
+    edge_index = remove_self_loops(graph.edge_index)[0] if model.kind == "sage" else graph.edge_index
     if framework == "dgl":
-        g = dgl.graph((graph.edge_index[0], graph.edge_index[1]), num_nodes=graph.num_nodes)
-        g = dgl.add_self_loop(dgl.remove_self_loop(g))
+        g = dgl.remove_self_loop(dgl.graph((edge_index[0], edge_index[1]), num_nodes=graph.num_nodes))
+        g = g if model.kind == "sage" else dgl.add_self_loop(g)
     for (_, stage), conv in zip(layers(model), convs):
         if framework == "pyg":
-            h = conv(h, graph.edge_index)
+            h = conv(h, edge_index)
         else:
             h = conv(g, h)
             if model.kind == "gat":
@@ -86,16 +109,16 @@ def full_graph_forward(framework: str, convs: list[nn.Module], model: StagedGNN,
 def reference(framework: str, model: StagedGNN, graph: Graph, targets: Tensor) -> tuple[Tensor, list]:
     """Outputs of ``targets`` and parameter gradients of plain full-graph layers of ``framework``
     carrying the staged model's weights, in the staged model's parameter order (per layer: the
-    transform's weight, then the layer's other parameters)."""
+    transform's parameters, then the layer's other parameters)."""
     layer = pyg_layer if framework == "pyg" else dgl_layer
     convs = [layer(t, p, model.kind) for t, p in layers(model)]
     out = full_graph_forward(framework, convs, model, graph)[targets]
     F.cross_entropy(out, graph.y[targets], reduction="sum").div(targets.numel()).backward()
-    transform = {"pyg": "lin.weight", "dgl": "fc.weight" if model.kind == "gat" else "weight"}[framework]
+    transform = TRANSFORM_PARAMETERS[framework, model.kind]
     grads = []
     for conv in convs:
         named = dict(conv.named_parameters())
-        grads += [named.pop(transform).grad, *(p.grad for p in named.values())]
+        grads += [*(named.pop(name).grad for name in transform), *(p.grad for p in named.values())]
     return out.detach(), grads
 
 
@@ -134,7 +157,7 @@ def assert_close(actual: Tensor, expected: Tensor) -> None:
 @pytest.mark.parametrize("engine", ["single", "gpipe"])
 @pytest.mark.parametrize("partitioner", ["sequential", "metis"])
 @pytest.mark.parametrize("chunks", [1, 2, 3, 8])
-@pytest.mark.parametrize("kind", ["gat", "gcn"])
+@pytest.mark.parametrize("kind", list(MODELS))
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_exact_equals_full_graph(graph: Graph, framework: str, kind: str, chunks: int, partitioner: str,
                                  engine: str, first: str) -> None:
@@ -149,7 +172,7 @@ def test_exact_equals_full_graph(graph: Graph, framework: str, kind: str, chunks
         assert_close(g, e)
 
 
-@pytest.mark.parametrize("kind", ["gat", "gcn"])
+@pytest.mark.parametrize("kind", list(MODELS))
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_naive_mode_loses_cut_edges(graph: Graph, framework: str, kind: str) -> None:
     model = build_model(MODELS[kind], get_backend(framework), graph.x, graph.num_classes)
@@ -163,7 +186,7 @@ def test_naive_mode_loses_cut_edges(graph: Graph, framework: str, kind: str) -> 
 
 
 @pytest.mark.parametrize("engine", ["single", "gpipe"])
-@pytest.mark.parametrize("kind", ["gat", "gcn"])
+@pytest.mark.parametrize("kind", list(MODELS))
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_exact_on_cora(data_root, cache_dir, framework: str, kind: str, engine: str) -> None:
     graph = load_planetoid("cora", data_root, cache_dir)

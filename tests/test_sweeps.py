@@ -461,7 +461,7 @@ def test_schemas_type_each_group_and_allow_documented_nulls() -> None:
                          (cfg.microbatch, "MicrobatchConfig"), (cfg.framework, "FrameworkConfig")):
         assert OmegaConf.get_type(node).__name__ == schema
     assert (cfg.dataset.power_law, cfg.data.root, cfg.microbatch.cache) == (2.5, None, None)
-    assert OmegaConf.get_type(make_cfg("model=gcn").model).__name__ == "GCNConfig"
+    assert OmegaConf.get_type(make_cfg("model=gcn").model).__name__ == "ModelConfig"
     assert OmegaConf.get_type(make_cfg("engine=single").engine).__name__ == "SingleEngineConfig"
     with pytest.raises(ConfigCompositionException, match="model.heads"):
         make_cfg("model=gcn", "model.heads=2")  # GCN has no heads

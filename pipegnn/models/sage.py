@@ -15,11 +15,12 @@ its targets first among the rows it reads, so a target's own row is always there
 root half because every target has its own row, while a target without in-edges aggregates nothing
 (the library layers give it ``W_r x_i + b`` too).
 
-This is cheaper than the other exact split (transform = dropout only, propagation = the whole
-``SAGEConv``) whenever ``out < in``, the usual case: the dense products run once per row in the
-transform, and once per step for the first layer (``microbatch.first_transform=once_per_step``), and the
-aggregation, the rows between the units and a pipeline's inter-stage tensors are ``out`` (``2 x out``)
-wide instead of ``in`` (DGL's own ``SAGEConv`` applies ``fc_neigh`` before aggregating for the same
+The other exact split (transform = dropout only, propagation = the whole ``SAGEConv``) would leave the
+transform without parameters and move the dense products into every micro-batch's propagation; this
+one keeps them node-wise like GAT's and GCN's (for the first layer once per step,
+``microbatch.first_transform=once_per_step``), and whenever ``out < in``, the usual case, it
+aggregates ``out`` instead of ``in`` features per edge and passes ``2 x out`` instead of ``in`` features
+per row between the units (DGL's own ``SAGEConv`` applies ``fc_neigh`` before aggregating for the same
 reason when ``in > out``).
 """
 from __future__ import annotations
