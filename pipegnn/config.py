@@ -8,11 +8,11 @@ import torch
 from torch import Tensor
 
 from pipegnn.backends import FRAMEWORKS
-from pipegnn.backends.base import check_aggregation, check_choice
+from pipegnn.backends.base import check_aggregation
 from pipegnn.data import DATASETS, Graph
 from pipegnn.engines import (CHECKPOINT_MODES, DIST_BACKENDS, ENGINES, LAUNCHERS, SCHEDULES,
                              START_METHODS, even_balance, parse_device, unit_balance)
-from pipegnn.errors import ConfigError
+from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch import HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import FIRST_TRANSFORMS, MODELS, UNITS_PER_LAYER
 

@@ -1,7 +1,9 @@
 """Errors that end a run before training starts, with a message naming the bad value."""
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DatasetUnavailable", "RunFailed"]
+from typing import Any, Sequence
+
+__all__ = ["ConfigError", "DatasetUnavailable", "RunFailed", "check_choice"]
 
 
 class ConfigError(ValueError):
@@ -14,3 +16,10 @@ class DatasetUnavailable(ConfigError):
 
 class RunFailed(RuntimeError):
     """A run ended without completing; raised after its record was written (non-zero exit)."""
+
+
+def check_choice(value: Any, valid: Sequence[str], key: str) -> None:
+    """Raise ConfigError naming ``key``, ``value`` and the ``valid`` choices unless ``value`` is one of
+    them (the one check of a value against its choices)."""
+    if value not in valid:
+        raise ConfigError(f"{key}={value!r} is not valid; valid: {', '.join(valid)}")

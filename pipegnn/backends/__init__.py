@@ -25,9 +25,9 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from pipegnn.backends.base import (AGGREGATIONS, KINDS, Adapter, aggregations, check_aggregation,
-                                   check_choice)
+from pipegnn.backends.base import AGGREGATIONS, KINDS, Adapter, aggregations, check_aggregation
 from pipegnn.backends.pyg import PygBackend
+from pipegnn.errors import check_choice
 from pipegnn.models.spec import LayerSpec
 
 __all__ = ["AGGREGATIONS", "FRAMEWORKS", "KINDS", "Adapter", "Backend", "aggregations", "check_aggregation",

@@ -6,14 +6,11 @@ The adapters import only from here (never from the package ``__init__``, which i
 """
 from __future__ import annotations
 
-from typing import Any
-
 from torch import nn
 
-from pipegnn.errors import ConfigError
+from pipegnn.errors import ConfigError, check_choice
 
-__all__ = ["AGGREGATIONS", "KINDS", "Adapter", "TakenOut", "aggregations", "check_aggregation",
-           "check_choice", "check_kind"]
+__all__ = ["AGGREGATIONS", "KINDS", "Adapter", "TakenOut", "aggregations", "check_aggregation", "check_kind"]
 
 #: ``model.aggregation`` values (which ones a framework offers per model: :func:`aggregations`).
 AGGREGATIONS = ("messages", "sparse")
@@ -25,13 +22,6 @@ _AVAILABLE: dict[str, dict[str, tuple[str, ...]]] = {
     "dgl": {"gcn": AGGREGATIONS, "gat": AGGREGATIONS, "sage": AGGREGATIONS},  # fused kernels either way
 }
 _WHY = {("pyg", "gat"): "PyG's GATConv needs per-edge attention values, it has no sparse-matmul path"}
-
-
-def check_choice(value: Any, valid: tuple[str, ...], key: str) -> None:
-    """Raise ConfigError naming ``key``, ``value`` and the ``valid`` choices unless ``value`` is one of
-    them (the one check of a value against its choices, used by :mod:`pipegnn.config` too)."""
-    if value not in valid:
-        raise ConfigError(f"{key}={value!r} is not valid; valid: {', '.join(valid)}")
 
 
 def check_kind(kind: str) -> None:

@@ -21,9 +21,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from pipegnn.backends import get_backend
-from pipegnn.backends.base import check_choice
 from pipegnn.data import Graph, load_graph
-from pipegnn.errors import ConfigError
+from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch.halo import HALOS
 from pipegnn.microbatch.partition import PARTITIONERS
 from pipegnn.microbatch.plan import build_plan
