@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipegnn import analysis, results
+from pipegnn.sweep import unrecorded_jobs
 from pipegnn.timeline import TRACE_NAME
 
 #: Per-run columns of runs.csv.
@@ -99,7 +100,12 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     return table.dropna(axis="columns", how="all")
 
 
-def report(sweep: Path, out: Path) -> None:
+def report(sweep: Path, out: Path) -> int:
+    """Copy ``sweep``'s records to ``out`` and write its tables and figures; returns the number of the
+    sweep's jobs that left no record (incomplete or missing), which are named on stderr."""
+    unrecorded = unrecorded_jobs(sweep)
+    for job in unrecorded:
+        print(f"{sweep.name}: job {job.directory} has no record ({job.status})", file=sys.stderr)
     records = copy_records(sweep, out / "records")
     df = results.load(out / "records")
     print(f"{sweep.name}: {records} records copied to {out / 'records'}; {results.summary(df)}")
@@ -114,6 +120,7 @@ def report(sweep: Path, out: Path) -> None:
     if run is not None:
         print(f"timeline.png: the traced step of {run.relative_to(out)}")
         analysis.draw(analysis.plot_timeline, run, out / "timeline.png")
+    return len(unrecorded)
 
 
 def main(argv=None) -> int:
@@ -125,9 +132,10 @@ def main(argv=None) -> int:
     sweeps = sorted(p for p in args.sweeps.iterdir() if p.is_dir() and (not args.only or p.name in args.only))
     if not sweeps:
         parser.error(f"no sweep folder in {args.sweeps}" + (f" named {', '.join(args.only)}" if args.only else ""))
-    for sweep in sweeps:
-        report(sweep, args.out / sweep.name)
-    return 0
+    unrecorded = sum(report(sweep, args.out / sweep.name) for sweep in sweeps)
+    if unrecorded:
+        print(f"error: {unrecorded} job(s) left no record: the reference results miss them", file=sys.stderr)
+    return 1 if unrecorded else 0
 
 
 if __name__ == "__main__":

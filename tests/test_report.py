@@ -101,6 +101,19 @@ def test_report_names_a_missing_sweep(tmp_path: Path, capsys: pytest.CaptureFixt
     assert f"no sweep folder in {RECORDS} named poster_offline" in err
 
 
+def test_report_names_jobs_without_a_record_and_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweeps = tmp_path / "sweeps"
+    shutil.copytree(RECORDS, sweeps)
+    sweep = next(p for p in sorted(sweeps.iterdir()) if p.is_dir())
+    killed = sweep / "killed"
+    (killed / ".hydra").mkdir(parents=True)
+    (killed / ".hydra" / "config.yaml").write_text("chunks: 2\n")
+    assert _report().main([str(sweeps), str(tmp_path / "out"), "--only", sweep.name]) == 1
+    err = capsys.readouterr().err
+    assert f"job {killed} has no record (incomplete)" in err and "1 job(s) left no record" in err
+    assert (tmp_path / "out" / sweep.name / "runs.csv").is_file()  # the records it has are reported
+
+
 # report folders (a folder holding only a run directory, such as pipeline/timeline, is none)
 PRESETS = sorted(p.name for p in (ROOT / "results" / "reference").iterdir()
                  if (p / "summary.csv").is_file() or (p / "records").is_dir())
