@@ -29,6 +29,12 @@ fail at once with a lost connection to the dead peer), then are terminated. The 
 error is, in this order: a rank that found the configuration invalid or ran out of memory; a rank that
 died without reporting (killed by a signal, crashed), in the order the launcher saw the exits; a rank
 that reported a failure other than a lost connection; the first rank that reported a failure.
+
+Hand-written rather than ``torch.distributed.launcher.api.elastic_launch``: elastic's agent hands the
+workers' return values back only when all of them have finished (a failed run would lose the epochs rank
+0 trained unless they went through files, which a killed launcher leaves behind), runs the workers in its
+own process tree without a lifeline to a launcher that is one job of a Hydra sweep, and restarts or tears
+down by its own rendezvous rules, where a run here must fail once, with one record naming the rank.
 """
 from __future__ import annotations
 
