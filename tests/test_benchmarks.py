@@ -72,3 +72,19 @@ def test_pipeline_benchmark_table_records_and_figures(tmp_path) -> None:
     assert overhead["overhead"].tolist() == pytest.approx(list(overhead.timeline_on_s / overhead.timeline_off_s - 1))
     for name in ("single_k8/result.json", "single_k8/trace.json", "pipelining_gpipe_auto_k8/trace.json"):
         assert (out / name).is_file(), name
+
+
+def test_reference_accuracy_checks_pairs_and_published_figures() -> None:
+    spec = importlib.util.spec_from_file_location("reference_accuracy", ROOT / "benchmarks" / "reference_accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table = pd.DataFrame([
+        {"dataset": "cora", "model": "gcn", "implementation": "plain pyg", "mean": 0.815, "sem": 0.003},
+        {"dataset": "cora", "model": "gcn", "implementation": "pipegnn full batch", "mean": 0.812, "sem": 0.004},
+        {"dataset": "cora", "model": "gcn", "implementation": "pipegnn exact k=8", "mean": 0.790, "sem": 0.004}])
+    verdict = module.checks(table)
+    ok = dict(zip(verdict["check"], verdict["ok"]))
+    assert ok["plain pyg vs pipegnn full batch"]  # 0.3 points apart, bound 2 x 0.5 = 1.0
+    assert not ok["plain pyg vs pipegnn exact k=8"]  # 2.5 points apart
+    assert ok["pipegnn full batch vs published 81.5"] and not ok["pipegnn exact k=8 vs published 81.5"]
+    assert len(verdict) == 3 + 3
