@@ -45,6 +45,8 @@ bench: setup
 	for d in cora synthetic; do \
 	  $(PY) benchmarks/overhead.py --suite accuracy --dataset $$d --epochs 200 --seeds 3 --csv $(BENCH)/accuracy_$$d.csv | tee $(BENCH)/accuracy_$$d.txt; \
 	done; \
+	$(PY) benchmarks/overhead.py --suite accuracy_first --dataset cora --epochs 200 --seeds 10 --csv $(BENCH)/accuracy_first_cora.csv | tee $(BENCH)/accuracy_first_cora.txt; \
+	$(PY) benchmarks/reference_accuracy.py --seeds 10 | tee $(BENCH)/reference_accuracy.txt; \
 	$(PY) benchmarks/overhead.py --suite chunks --dataset pubmed_topology --epochs 30 --csv $(BENCH)/chunks_pubmed_topology.csv | tee $(BENCH)/chunks_pubmed_topology.txt; \
 	$(PY) benchmarks/overhead.py --suite engines --dataset synthetic --epochs 20 --csv $(BENCH)/engines_synthetic.csv | tee $(BENCH)/engines_synthetic.txt; \
 	$(PY) benchmarks/pipeline.py --epochs 4 --csv $(BENCH)/pipeline_synthetic.csv --out multirun/reference/pipeline | tee $(BENCH)/pipeline_synthetic.txt; \
