@@ -311,25 +311,29 @@ def _axes(cfg) -> dict[str, list[str]]:
     return {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
 
 
+#: Every preset but smoke sweeps 5 seeds.
+SEEDS = {"train.seed": ["0", "1", "2", "3", "4"]}
 PRESETS = {
     "poster_pubmed": {"framework": ["pyg", "dgl"], "chunks": ["1", "2", "4", "8", "16", "32"],
-                      "devices": ["cpu", "gpu", "gpu4"], "microbatch.halo": ["none", "exact"]},
+                      "devices": ["cpu", "gpu", "gpu4"], "microbatch.halo": ["none", "exact"], **SEEDS},
     "poster_offline": {"dataset": ["synthetic", "cora"], "framework": ["pyg", "dgl"], "devices": ["cpu2"],
-                       "chunks": ["1", "2", "4", "8", "16", "32"], "microbatch.halo": ["none", "exact"]},
+                       "chunks": ["1", "2", "4", "8", "16", "32"], "microbatch.halo": ["none", "exact"],
+                       **SEEDS},
     "halo_modes": {"microbatch.halo": ["none", "exact", "historical"],
                    "microbatch.partition": ["sequential", "random", "bfs", "metis"],
-                   "chunks": ["2", "8", "32"]},
+                   "chunks": ["2", "8", "32"], **SEEDS},
     "scaling": {"dataset.num_nodes": ["8192", "16384", "32768", "65536", "131072"], "chunks": ["1", "8"],
-                "model": ["gcn", "gat"]},
+                "model": ["gcn", "gat"], **SEEDS},
     "smoke": {"chunks": ["1", "2"], "microbatch.halo": ["none", "exact"]},
     **{f"ablation_{axis}": {key: values, "framework": ["pyg", "dgl"], "model": ["gcn", "gat"],
-                            "chunks": ["1", "8"]}
+                            "chunks": ["1", "8"], **SEEDS}
        for axis, key, values in (("nodes", "dataset.num_nodes", ["8000", "16000", "32000"]),
                                  ("density", "dataset.density", ["0.0002", "0.0004", "0.0008"]),
                                  ("hidden", "model.hidden", ["16", "32", "64"]))},
 }
-NUM_JOBS = {"poster_pubmed": 72, "poster_offline": 48, "halo_modes": 36, "scaling": 20, "smoke": 4,
-            "ablation_nodes": 24, "ablation_density": 24, "ablation_hidden": 24}
+#: Settings x 5 seeds; smoke, which reproduces no result, has no seed axis.
+NUM_JOBS = {"poster_pubmed": 360, "poster_offline": 240, "halo_modes": 180, "scaling": 100, "smoke": 4,
+            "ablation_nodes": 120, "ablation_density": 120, "ablation_hidden": 120}
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
