@@ -110,7 +110,11 @@ def report(sweep: Path, out: Path) -> int:
     df = results.load(out / "records")
     print(f"{sweep.name}: {records} records copied to {out / 'records'}; {results.summary(df)}")
     df[[results.column(df, c) for c in RUN_COLUMNS]].to_csv(out / "runs.csv", index=False)
-    summary_table(df).to_csv(out / "summary.csv", index=False, float_format="%.6g")
+    table = summary_table(df)
+    table.to_csv(out / "summary.csv", index=False, float_format="%.6g")
+    if "runs" in table and len(table):
+        low, high = int(table["runs"].min()), int(table["runs"].max())
+        print(f"{sweep.name}: {len(table)} settings, {low if low == high else f'{low}-{high}'} runs (seeds) each")
     for stale in out.glob("*.png"):
         stale.unlink()
     for name in PRESET_FIGURES.get(sweep.name, FIGURES):

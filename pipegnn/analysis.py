@@ -35,7 +35,8 @@ from pipegnn.results import column, select
 
 __all__ = ["DPI", "NoData", "PANEL_SIZE", "WITHIN", "device_type", "draw", "plot_accuracy_vs_chunks",
            "plot_epoch_time_vs_chunks", "plot_inflation_by_partitioner", "plot_memory_vs_chunks",
-           "plot_scaling", "plot_speedup_vs_chunks", "plot_time_to_accuracy_vs_chunks", "plot_timeline", "relative", "setup_label", "summarize", "with_setup"]
+           "plot_scaling", "plot_speedup_vs_chunks", "plot_time_to_accuracy_vs_chunks", "plot_timeline", "relative",
+           "repeats_note", "setup_label", "summarize", "with_setup"]
 
 #: Resolution of saved PNGs; a figure of r x c panels is (c * 4.8 * DPI) x (r * 3.6 * DPI) pixels.
 DPI = 100
@@ -296,6 +297,17 @@ def _log2_x(ax: Axes, values: Sequence[float]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
 
 
+def repeats_note(data: pd.DataFrame, point: Sequence[str]) -> str:
+    """How many runs (seeds) each point of a figure averages, for its title: ``mean ± std over 5 seeds``,
+    ``over 3-5 seeds`` when points differ, ``one run per point`` when none is repeated. ``point`` are
+    the columns that tell a figure's points apart (its panels, lines and x)."""
+    counts = data.groupby([column(data, k) for k in point if k in data], dropna=False).size()
+    low, high = int(counts.min()), int(counts.max())
+    if high == 1:
+        return "one run per point"
+    return f"mean ± std over {low if low == high else f'{low}-{high}'} seeds"
+
+
 def _finish(fig: Figure, title: str, path: str | Path | None) -> Figure:
     fig.suptitle(title)
     if path is not None:
@@ -321,7 +333,7 @@ def _vs_chunks(df: pd.DataFrame, path: str | Path | None, where: Mapping[str, An
                title=_panel_title(keys, key))
         ax.grid(alpha=0.3)
         ax.legend(title=legend, fontsize="small", title_fontsize="small")
-    return _finish(fig, title, path)
+    return _finish(fig, f"{title} ({repeats_note(data, [*keys, *lines, 'chunks'])})", path)
 
 
 def plot_epoch_time_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,
@@ -435,7 +447,7 @@ def plot_scaling(df: pd.DataFrame, path: str | Path | None = None, *, x: str = "
         top.set_title(_panel_title(keys, key))
     for ax in fig.axes:  # node and edge counts are large: keep the tick labels readable
         ax.tick_params(axis="x", labelrotation=30)
-    return _finish(fig, title, path)
+    return _finish(fig, f"{title} ({repeats_note(data, [*keys, 'batching', x])})", path)
 
 
 def plot_timeline(trace: Mapping[str, Any] | str | Path, path: str | Path | None = None, *,
@@ -535,7 +547,8 @@ def plot_speedup_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,
     ax.set_xlabel(_CHUNKS_LABEL)
     ax.set_ylabel("speedup over the single engine")
     ax.legend(fontsize=7, title="solid: measured, dashed: ideal", title_fontsize=7)
-    return _finish(fig, "pipeline speedup vs chunks", path)
+    note = repeats_note(piped, ["line", "chunks"]).replace("mean ± std", "mean")
+    return _finish(fig, f"pipeline speedup vs chunks ({note})", path)
 
 
 def draw(plot: Callable[..., Figure], df: Any, path: str | Path, **kwargs: Any) -> Figure | None:

@@ -16,7 +16,7 @@ from matplotlib.collections import LineCollection
 from pipegnn import analysis
 from pipegnn.analysis import (NoData, device_type, draw, plot_accuracy_vs_chunks, plot_epoch_time_vs_chunks,
                               plot_inflation_by_partitioner, plot_memory_vs_chunks, plot_scaling, plot_time_to_accuracy_vs_chunks,
-                              plot_timeline, relative, setup_label, summarize)
+                              plot_timeline, relative, repeats_note, setup_label, summarize)
 from pipegnn.results import flatten, load
 
 RECORDS = Path(__file__).resolve().parent / "data" / "records"
@@ -173,6 +173,7 @@ def test_plot_accuracy_vs_chunks_lines_per_halo_with_error_bars(tmp_path: Path) 
     (ax,) = fig.axes
     assert _legend(ax) == ["naive (no halo)", "exact halo", "historical halo"]
     assert len(ax.lines) == 3 and ax.get_ylabel() == "test accuracy (%)"
+    assert fig.get_suptitle() == "Accuracy vs micro-batches (mean ± std over 3 seeds)"
     np.testing.assert_allclose(ax.lines[0].get_ydata(), [82.0, 62.0, 42.0])  # mean of seeds, in %
     bars = [c for c in ax.collections if isinstance(c, LineCollection)]
     assert len(bars) == 3
@@ -188,6 +189,7 @@ def test_plot_time_to_accuracy_leaves_out_runs_that_never_reached_it(tmp_path: P
     fig = plot_time_to_accuracy_vs_chunks(frame(*records), tmp_path / "t.png")
     (ax,) = fig.axes
     assert ax.get_ylabel() == "time to accuracy (s of training)"
+    assert fig.get_suptitle() == "Time to accuracy vs micro-batches (mean ± std over 2 seeds)"
     assert _legend(ax) == ["exact halo", "historical halo"]
     np.testing.assert_allclose(ax.lines[0].get_ydata(), [1.5, 4.5])  # exact: mean of seeds 0, 1
     np.testing.assert_allclose(ax.lines[1].get_ydata(), [2.5, 8.5])
@@ -269,7 +271,7 @@ def test_plot_scaling_against_edges_or_hidden_size() -> None:
         return r
     records = [shaped(d, 8, m, c) for d in (0.0002, 0.0004, 0.0008) for m in ("gcn", "gat") for c in (1, 8)]
     fig = plot_scaling(frame(*records), x="num_edges")
-    assert fig.get_suptitle() == "Scaling with graph edges" and len(fig.axes) == 4
+    assert fig.get_suptitle() == "Scaling with graph edges (one run per point)" and len(fig.axes) == 4
     time_ax = fig.axes[0]
     assert time_ax.get_title() == "synthetic (32000 nodes) / gat"  # density is on the axis, not a panel
     assert time_ax.get_xlabel() == "graph edges"
@@ -278,7 +280,7 @@ def test_plot_scaling_against_edges_or_hidden_size() -> None:
     records = [shaped(0.0008, h, "gat", c) for h in (8, 16, 32) for c in (1, 8)]
     records.append(shaped(0.0002, 8, "gat", 1))  # another graph: its own panel, one value: not drawn
     fig = plot_scaling(frame(*records), x="model.hidden")
-    assert fig.get_suptitle() == "Scaling with hidden size" and len(fig.axes) == 2
+    assert fig.get_suptitle() == "Scaling with hidden size (one run per point)" and len(fig.axes) == 2
     assert fig.axes[0].get_title() == "synthetic (32000 nodes) / gat\ndensity=0.0008"
     assert list(fig.axes[0].lines[0].get_xdata()) == [8, 16, 32]
     with pytest.raises(NoData, match="model.hidden"):
@@ -421,3 +423,10 @@ def test_speedup_vs_chunks_is_over_the_single_engine_at_the_same_chunks() -> Non
     assert list(x) == sorted(gpipe.index) and list(y) == pytest.approx([single[k] / gpipe[k] for k in x])
     with pytest.raises(NoData, match="needs single-engine runs"):
         analysis.plot_speedup_vs_chunks(df[df.engine != "single"])
+
+
+def test_repeats_note_counts_the_runs_behind_each_point() -> None:
+    runs = frame(*[record(chunks=c, seed=s) for c in (1, 2) for s in range(5 if c == 1 else 3)])
+    assert repeats_note(runs, ["chunks"]) == "mean ± std over 3-5 seeds"
+    assert repeats_note(runs[runs["seed"] < 3], ["chunks"]) == "mean ± std over 3 seeds"
+    assert repeats_note(runs, ["chunks", "seed"]) == "one run per point"

@@ -24,7 +24,8 @@ def _report():
     return module
 
 
-def test_report_copies_records_and_writes_tables_and_figures(tmp_path: Path) -> None:
+def test_report_copies_records_and_writes_tables_and_figures(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
     report = _report()
     sweeps = tmp_path / "multirun"
     shutil.copytree(RECORDS, sweeps)
@@ -49,6 +50,7 @@ def test_report_copies_records_and_writes_tables_and_figures(tmp_path: Path) -> 
     assert list(summary[["halo", "chunks"]].itertuples(index=False, name=None)) == \
         [(h, c) for h in ("exact", "historical", "none") for c in (1, 2, 4)]
     assert (summary["runs"] == 2).all()
+    assert "halo: 9 settings, 2 runs (seeds) each" in capsys.readouterr().out
     row = summary[(summary.halo == "exact") & (summary.chunks == 4)].iloc[0]
     runs_of = source[(source.halo == "exact") & (source.chunks == 4)]
     assert row["test_acc_mean"] == pytest.approx(runs_of["test_acc"].mean(), rel=1e-5)
