@@ -1,4 +1,4 @@
-"""Peak memory of micro-batched training: what full-batch training cannot fit, and sparse aggregation.
+"""Peak memory of micro-batched training: what full-batch training cannot fit, sparse aggregation, bf16.
 
 Every case runs in its own subprocess (``python benchmarks/memory.py --child ...``) calling
 ``pipegnn.run``, so each peak resident set size (Linux VmHWM) is that case's alone. Besides the record's
@@ -16,6 +16,10 @@ is an ``oom`` row instead of a visit from the OOM killer.
     python benchmarks/memory.py --part a --nodes 100000 --epochs 1   # smaller, quicker
     python benchmarks/memory.py --part b --cap-gb 3 --community-size 2000 --tag _local dataset.homophily=0.95
     python benchmarks/memory.py --part a --halo historical --tag _historical
+    python benchmarks/memory.py --part d                       # train.precision fp32 vs bf16
+    python benchmarks/memory.py --part e                       # data.features disk vs memory
+    python benchmarks/memory.py --part f --cap-gb 3            # largest graph under a cap, features on disk
+    python benchmarks/memory.py --part d                       # bf16 vs fp32, GAT, 512 features
 
 Parts:
     a   peak(chunks=16) / peak(chunks=1) for a 2-layer GAT with targets=all, --halo halos (exact), METIS, engines
@@ -27,6 +31,25 @@ Parts:
     c   peak memory of GCN full batch with aggregation messages vs sparse (PyG) and DGL (both values,
         which run the same fused kernels), on a dense-ish synthetic graph (--c-nodes, --c-degree), for
         hidden sizes --c-hidden.
+    d   train.precision=bf16 vs fp32 at the same graph and chunks: peak memory and epoch time (median
+        after a warm-up epoch, --d-epochs) of a 2-layer GAT with targets=all on a synthetic graph with
+        wide features (--d-nodes 100000, avg degree 10, --d-features 512, so that the features weigh),
+        full batch (single engine) and exact chunks=16 (METIS) per engine of --engines; a second table
+        puts the bf16 / fp32 ratios side by side (memory_d_ratios.csv).
+
+    d   train.precision fp32 vs bf16 at the same graph and chunks (2-layer GAT, --d-nodes, --d-features):
+        peak memory and epoch time, bf16 / fp32 side by side.
+    e   data.features disk vs memory on a graph that fits both ways (--e-nodes, --e-features, avg
+        degree 10, 2-layer GAT, targets=all): full batch in memory, then chunks=--chunks exact METIS
+        micro-batches per engine and first_transform (per_micro_batch, once_per_step), memory against
+        disk; epoch time (the feature file was just written: a warm page cache), peak memory and the
+        bytes and read calls of a training step; disk / memory side by side.
+    f   the largest synthetic graph with --f-features features per node (avg degree --f-degree) that a
+        2-layer GAT trains on under --cap-gb, by doubling from --start-nodes up to --f-max-nodes: full
+        batch with the features in memory against exact METIS micro-batches (chunks=--chunks, single
+        engine, first transform per micro-batch) with the features on disk, for targets=all (every
+        node's output) and targets=train (what the loss reads). Each case writes its feature files
+        into a temporary cache, removed afterwards.
 
 Tables print side by side with ratios; CSVs go to results/benchmarks/memory_<part>.csv.
 """
@@ -54,6 +77,7 @@ METIS_ALL = ["microbatch.partition=metis", "microbatch.targets=all", "microbatch
 FULL = ["chunks=1", "microbatch.halo=none", "microbatch.targets=all"]
 # 2-layer GAT with its default 8 heads x 8 hidden; dropout stays on (it does not change the shapes).
 GAT = ["model=gat", "model.layers=2"]
+PRECISIONS = ("fp32", "bf16")  # part d: train.precision
 EXTRA: list[str] = []  # --overrides given on the command line, applied last to every case
 
 
@@ -109,8 +133,13 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             "train_mb": marks["train_peak"] / MiB if "train_peak" in marks else None,
             "held_mb": marks["held"] / MiB if "held" in marks else None, "base_mb": base / MiB,
             "edges": (record.get("dataset") or {}).get("num_edges"),
+            "feature_mb": ((record.get("dataset") or {}).get("feature_bytes") or 0) / MiB or None,
             "inflation": mb.get("inflation"), "replication": mb.get("replication"),
-            "epoch_s": record["timing"].get("epoch_time_median_s"), "total_s": seconds}
+            "epoch_s": record["timing"].get("epoch_time_median_s"), "total_s": seconds,
+            "load_s": record["timing"].get("load_s"), "order_s": record["timing"].get("features_order_s"),
+            "build_s": record["timing"].get("microbatch_build_s"),
+            "step_read_mb": ((record.get("features") or {}).get("train_bytes_mean") or 0) / MiB or None,
+            "step_read_calls": (record.get("features") or {}).get("train_calls_mean")}
 
 
 # ---------------------------------------------------------------------------------------------- parent
@@ -272,17 +301,126 @@ def part_c(args: argparse.Namespace) -> None:
           OUT / f"memory_c{args.tag}.csv")
 
 
+def side_by_side(rows: list[dict[str, Any]], axis: str, base: str, other: str, keys: tuple[str, ...],
+                 copied: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """One row per mode (in first-seen order) with the figures ``keys`` of its ``axis`` = ``base`` and
+    ``other`` runs side by side (``<base>_<key>``, ``<other>_<key>``) and their ratios other / base
+    (``peak_ratio`` for ``peak_mb``, ...), plus the ``copied`` figures of the ``other`` run; a ratio is
+    None unless both completed. E.g. ``axis="precision"``, ``base="fp32"``, ``other="bf16"``."""
+    out = []
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        pair = {r[axis]: r for r in rows if r["mode"] == mode}
+        first, second = pair.get(base, {}), pair.get(other, {})
+        ok = first.get("status") == second.get("status") == "completed"
+        row: dict[str, Any] = {"mode": mode, f"{base}_status": first.get("status"),
+                               f"{other}_status": second.get("status"), **{k: second.get(k) for k in copied}}
+        for key in keys:
+            a, b = first.get(key), second.get(key)
+            row[f"{base}_{key}"], row[f"{other}_{key}"] = a, b
+            row[f"{key.rsplit('_', 1)[0]}_ratio"] = b / a if ok and a and b else None
+        out.append(row)
+    return out
+
+
+def part_d(args: argparse.Namespace) -> None:
+    graph = [f"dataset.num_nodes={args.d_nodes}", "dataset.avg_degree=10",
+             f"dataset.num_features={args.d_features}", f"train.epochs={args.d_epochs}"]
+    modes = [("full batch", [*FULL, "engine=single"])] + [
+        (f"{engine} k={args.chunks}", [*METIS_ALL, "microbatch.halo=exact", f"engine={engine}",
+                                       f"chunks={args.chunks}"]) for engine in args.engines]
+    rows = []
+    for label, mode in modes:
+        for precision in PRECISIONS:
+            row = case([*graph, *GAT, *mode, f"train.precision={precision}"], {}, args.safety_gb, args.timeout)
+            _log(f"{label} {precision}", row)
+            rows.append({"mode": label, "precision": precision, **row})
+    about = (f"2-layer GAT, {args.d_nodes} nodes, avg degree 10, {args.d_features} features, targets=all, "
+             f"exact halos, METIS, {args.d_epochs} epochs")
+    _show(f"d. train.precision fp32 vs bf16: {about} (MiB; epoch_s = median after a warm-up epoch)", rows,
+          ["mode", "precision", "status", "peak_mb", "setup_mb", "train_mb", "held_mb", "feature_mb",
+           "base_mb", "epoch_s", "total_s", "error"], OUT / f"memory_d{args.tag}.csv")
+    ratios = side_by_side(rows, "precision", "fp32", "bf16", ("peak_mb", "train_mb", "held_mb", "feature_mb", "epoch_s"))
+    _show("d. bf16 / fp32 side by side (ratios < 1: bf16 needs less)", ratios,
+          ["mode", "fp32_peak_mb", "bf16_peak_mb", "peak_ratio", "fp32_train_mb", "bf16_train_mb",
+           "train_ratio", "held_ratio", "feature_ratio", "fp32_epoch_s", "bf16_epoch_s", "epoch_ratio"],
+          OUT / f"memory_d_ratios{args.tag}.csv")
+
+
+def part_e(args: argparse.Namespace) -> None:
+    graph = [f"dataset.num_nodes={args.e_nodes}", "dataset.avg_degree=10",
+             f"dataset.num_features={args.e_features}", f"train.epochs={args.e_epochs}"]
+    micro = ["microbatch.partition=metis", "microbatch.targets=all", "microbatch.halo=exact", f"chunks={args.chunks}"]
+    modes = [("full batch", [*FULL, "engine=single"])] + [
+        (f"{engine} k={args.chunks} {first}", [*micro, f"engine={engine}", f"microbatch.first_transform={first}"])
+        for engine in args.engines for first in ("per_micro_batch", "once_per_step")]
+    rows = []
+    for label, mode in modes:
+        for features in ("memory", "disk"):
+            row = case([*graph, *GAT, *mode, f"data.features={features}"], {}, args.safety_gb, args.timeout)
+            _log(f"{label} {features}", row)
+            rows.append({"mode": label, "features": features, **row})
+    about = (f"2-layer GAT, {args.e_nodes} nodes, avg degree 10, {args.e_features} features, targets=all, "
+             f"{args.e_epochs} epochs")
+    _show(f"e. data.features memory vs disk: {about} (MiB; epoch_s = median after a warm-up epoch, the feature "
+          "file in the page cache; step_read = bytes and read calls of a training step)", rows,
+          ["mode", "features", "status", "epoch_s", "peak_mb", "setup_mb", "train_mb", "held_mb", "step_read_mb",
+           "step_read_calls", "load_s", "order_s", "build_s", "total_s", "error"], OUT / f"memory_e{args.tag}.csv")
+    ratios = side_by_side(rows, "features", "memory", "disk", ("epoch_s", "peak_mb", "train_mb"),
+                          copied=("step_read_mb", "step_read_calls"))
+    _show("e. disk / memory side by side", ratios,
+          ["mode", "memory_epoch_s", "disk_epoch_s", "epoch_ratio", "memory_peak_mb", "disk_peak_mb", "peak_ratio",
+           "train_ratio", "step_read_mb", "step_read_calls"], OUT / f"memory_e_ratios{args.tag}.csv")
+
+
+def part_f(args: argparse.Namespace) -> None:
+    modes = {"full batch, memory": [*FULL, "engine=single", "data.features=memory"]}
+    for targets in ("all", "train"):
+        modes[f"single k={args.chunks} exact, disk, targets={targets}"] = [
+            "microbatch.partition=metis", f"microbatch.targets={targets}", "microbatch.halo=exact",
+            "microbatch.first_transform=per_micro_batch", "engine=single", f"chunks={args.chunks}",
+            "data.features=disk"]
+    rows: list[dict[str, Any]] = []
+    summary = []
+    for label, mode in modes.items():
+        nodes, fit, fail = args.start_nodes, None, None
+        while nodes <= args.f_max_nodes:
+            with tempfile.TemporaryDirectory(prefix="pipegnn-features-") as cache:
+                graph = [f"dataset.num_nodes={nodes}", f"dataset.avg_degree={args.f_degree}",
+                         f"dataset.num_features={args.f_features}", f"train.epochs={args.epochs}",
+                         f"cache_root={cache}"]
+                row = case([*graph, *GAT, *mode], {"train.memory_limit_gb": args.cap_gb}, args.cap_gb, args.timeout)
+            feature_gib = nodes * args.f_features * 4 / 2 ** 30
+            _log(f"{label} n={nodes} ({feature_gib:.2f} GiB of float32 features)", row)
+            rows.append({"mode": label, "nodes": nodes, "feature_gib": feature_gib, **row})
+            if row["status"] != "completed":
+                fail = nodes
+                break
+            fit, nodes = nodes, nodes * 2
+        summary.append({"mode": label, "largest_nodes": fit, "first_failure": fail,
+                        "largest_feature_gib": fit * args.f_features * 4 / 2 ** 30 if fit else None,
+                        "epoch_s": next((r["epoch_s"] for r in rows if r["mode"] == label and r["nodes"] == fit), None)})
+    about = (f"2-layer GAT, avg degree {args.f_degree}, {args.f_features} features, {args.epochs} epoch(s), "
+             f"under train.memory_limit_gb={args.cap_gb} (RLIMIT_AS)")
+    _show(f"f. doubling search, features in memory vs on disk: {about}", rows,
+          ["mode", "nodes", "feature_gib", "status", "peak_mb", "setup_mb", "train_mb", "epoch_s", "step_read_mb",
+           "load_s", "order_s", "build_s", "inflation", "total_s", "error"], OUT / f"memory_f{args.tag}.csv")
+    _show(f"f. largest graph that trains under {args.cap_gb} GiB (first_failure: the smallest size that did not; "
+          f"None = --f-max-nodes reached)", summary,
+          ["mode", "largest_nodes", "largest_feature_gib", "first_failure", "epoch_s"],
+          OUT / f"memory_f_summary{args.tag}.csv")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=["a", "b", "c", "all"], default="all")
+    parser.add_argument("--part", choices=["a", "b", "c", "d", "e", "f", "all"], default="all")
     parser.add_argument("--epochs", type=int, default=1, help="epochs per case (1-3)")
     parser.add_argument("--safety-gb", type=float, default=7.0,
                         help="train.memory_limit_gb of every case without its own cap (GiB)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per case")
     parser.add_argument("--nodes", type=int, default=300_000, help="part a: graph size")
-    parser.add_argument("--chunks", type=int, default=None, help="micro-batches (a: 16, b: 32)")
-    parser.add_argument("--engines", nargs="+", default=["single", "gpipe"], help="part a: engines")
+    parser.add_argument("--chunks", type=int, default=None, help="micro-batches (a, d: 16, b: 32)")
+    parser.add_argument("--engines", nargs="+", default=["single", "gpipe"], help="parts a, d: engines")
     parser.add_argument("--engine", default="single", help="part b: engine of the micro-batched runs")
     parser.add_argument("--halo", default="exact", choices=["exact", "historical"],
                         help="parts a, b: halo mode of the micro-batched runs")
@@ -295,6 +433,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--c-nodes", type=int, default=20_000, help="part c: graph size")
     parser.add_argument("--c-degree", type=float, default=200.0, help="part c: average degree")
     parser.add_argument("--c-hidden", type=int, nargs="+", default=[16, 64], help="part c: GCN hidden")
+    parser.add_argument("--d-nodes", type=int, default=100_000, help="part d: graph size")
+    parser.add_argument("--d-features", type=int, default=512, help="part d: feature width")
+    parser.add_argument("--d-epochs", type=int, default=3, help="part d: epochs per case (>= 2 for a "
+                        "median epoch time after the warm-up epoch)")
+    parser.add_argument("--e-nodes", type=int, default=200_000, help="part e: graph size")
+    parser.add_argument("--e-features", type=int, default=256, help="part e: feature width")
+    parser.add_argument("--e-epochs", type=int, default=4, help="part e: epochs per case")
+    parser.add_argument("--f-features", type=int, default=1024, help="part f: feature width")
+    parser.add_argument("--f-degree", type=float, default=4.5, help="part f: average degree")
+    parser.add_argument("--f-max-nodes", type=int, default=1_600_000, help="part f: stop doubling here")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every case, e.g. "
                         "dataset.num_communities=150 dataset.homophily=0.95 framework=dgl")
     parser.add_argument("--tag", default="", help="suffix of the CSV names (memory_<part><tag>.csv)")
@@ -307,11 +455,11 @@ def main(argv: list[str] | None = None) -> int:
     EXTRA.extend(args.overrides)
     if args.overrides:
         print(f"extra overrides for every case: {' '.join(args.overrides)}")
-    parts = ["a", "b", "c"] if args.part == "all" else [args.part]
+    parts = ["a", "b", "c", "d", "e", "f"] if args.part == "all" else [args.part]
     for part in parts:
         part_args = argparse.Namespace(**vars(args))
-        part_args.chunks = args.chunks or {"a": 16, "b": 32}.get(part)
-        {"a": part_a, "b": part_b, "c": part_c}[part](part_args)
+        part_args.chunks = args.chunks or {"a": 16, "b": 32, "d": 16, "e": 16, "f": 64}.get(part)
+        {"a": part_a, "b": part_b, "c": part_c, "d": part_d, "e": part_e, "f": part_f}[part](part_args)
     return 0
 
 

@@ -9,12 +9,12 @@ from torch import Tensor
 
 from pipegnn.backends import FRAMEWORKS
 from pipegnn.backends.base import check_aggregation
-from pipegnn.data import DATASETS, Graph
+from pipegnn.data import DATASETS, STORAGE, Graph
 from pipegnn.engines import (CHECKPOINT_MODES, DIST_BACKENDS, ENGINES, LAUNCHERS, SCHEDULES,
                              START_METHODS, even_balance, parse_device, unit_balance)
 from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch import HALOS, PARTITIONERS, TARGETS
-from pipegnn.models import FIRST_TRANSFORMS, MODELS, UNITS_PER_LAYER
+from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER
 
 __all__ = ["EVAL_SPLITS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
 
@@ -54,6 +54,7 @@ def check_config(cfg: Mapping[str, Any]) -> None:
         ConfigError: naming the bad key, its value and what would be valid.
     """
     check_choice(cfg["dataset"]["name"], DATASETS, "dataset.name")
+    check_choice(cfg["data"].get("features", "memory"), STORAGE, "data.features")
     check_choice(cfg["model"]["name"], MODELS, "model.name")
     check_choice(cfg["framework"]["name"], FRAMEWORKS, "framework.name")
     check_aggregation(cfg["framework"]["name"], cfg["model"]["name"],
@@ -104,12 +105,13 @@ def _check_model(model: Mapping[str, Any]) -> int:
 
 def _check_train(train: Mapping[str, Any]) -> None:
     """Epochs, the optimizer's settings (``train.lr`` and ``train.weight_decay``, which default to
-    ``model.lr`` and ``model.weight_decay``) and the seed."""
+    ``model.lr`` and ``model.weight_decay``), the seed and the precision."""
     if int(train["epochs"]) < 1:
         raise ConfigError(f"train.epochs must be >= 1, got {train['epochs']!r}")
     _non_negative(train["lr"], "train.lr")
     _non_negative(train["weight_decay"], "train.weight_decay")
     _seed(train["seed"], "train.seed")
+    check_choice(train.get("precision", "fp32"), PRECISIONS, "train.precision")
     patience = train.get("patience")
     if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
         raise ConfigError(f"train.patience must be a number of epochs >= 1 (or null: no early stopping), "

@@ -153,12 +153,14 @@ class TrainConfig:
     patience: Optional[int] = MISSING
     target_val_acc: Optional[float] = MISSING
     memory_limit_gb: Optional[float] = MISSING
+    precision: str = MISSING
 
 
 @dataclass
 class DataConfig:
     root: Optional[str] = MISSING
     cache: str = MISSING
+    features: str = MISSING
 
 
 @dataclass

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
+import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
 from pipegnn.backends import get_backend
 from pipegnn.config import TTA_FRACTION, check_config, check_targets, eval_targets, memory_limit_bytes
 from pipegnn.data import Graph, load_graph
+from pipegnn.data.features import DiskFeatureStore, FeatureRows, files_opened, partition_ordered
 from pipegnn.engines import IGNORE, Engine, build_engine
 from pipegnn.engines.launch import spawn
 from pipegnn.engines.distributed import gather_memory, is_secondary_rank, process_group
@@ -25,6 +27,7 @@ from pipegnn.measure import (env_info, memory_limit, out_of_memory, peak_device_
                              reset_peaks, timed)
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.models import build_model
+from pipegnn.models.precision import autocast_dtype, dtype_name
 from pipegnn.records import write_record
 from pipegnn.timeline import TRACE_NAME, PipelineInfo, chrome_trace, medians, step_figures
 
@@ -97,8 +100,10 @@ def _train(cfg: dict[str, Any], record: dict[str, Any],
         if engine["launcher"] == "spawn":  # this process starts one worker per rank and waits
             return spawn(cfg, record, target=run, on_epoch=on_epoch)  # each worker runs `run`
         with process_group(engine):  # this process is one rank (a spawned worker or under torchrun)
+            opened = files_opened()
             devices = _train_rank(cfg, record, on_epoch)
-            record["memory"] = gather_memory(devices)
+            record["memory"] = {**record["memory"], **gather_memory(devices)}
+            _gather_feature_files(record, files_opened() - opened)
             return devices
     return _train_rank(cfg, record, on_epoch)
 
@@ -107,16 +112,25 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
                 on_epoch: Callable[[dict[str, Any]], Any] | None = None) -> list[torch.device]:
     train_cfg, mb_cfg = cfg["train"], cfg["microbatch"]
     first = mb_cfg.get("first_transform", "once_per_step")
+    storage = cfg["data"].get("features", "memory")
     torch.manual_seed(int(train_cfg["seed"]))
     with timed() as setup:
-        graph = load_graph(cfg["dataset"], cfg["data"]["root"], cfg["data"]["cache"])
+        with timed() as loading:  # a synthetic graph is generated here (with disk: its feature file)
+            graph = load_graph(cfg["dataset"], cfg["data"]["root"], cfg["data"]["cache"],
+                               features="none" if storage == "disk" and not _reads_features(cfg) else storage)
         check_targets(cfg, graph)
+        precision = train_cfg.get("precision", "fp32")
+        low = autocast_dtype(precision)
+        if low is not None and graph.x is not None:  # bf16: the features are kept in bfloat16 (one copy,
+            graph = dataclasses.replace(graph, x=graph.x.to(low))  # shared with the model; on disk: below)
         backend = get_backend(cfg["framework"]["name"])
-        model = build_model(cfg["model"], backend, graph.x, graph.num_classes,
+        model = build_model(cfg["model"], backend, graph.feature_source, graph.num_classes,
                             history=mb_cfg["halo"] == "historical",
-                            first_transform=first)
+                            first_transform=first, precision=precision)
     record["dataset"] = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-                         "num_features": graph.num_features, "num_classes": graph.num_classes}
+                         "num_features": graph.num_features, "num_classes": graph.num_classes,
+                         "feature_dtype": dtype_name(model.feature_dtype),
+                         "feature_bytes": graph.num_nodes * graph.num_features * model.feature_dtype.itemsize}
     record["model"] = {"parameters": sum(p.numel() for p in model.parameters())}
     log.info("%s; %s with %d parameters", graph, cfg["model"]["name"], record["model"]["parameters"])
 
@@ -127,6 +141,7 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
     # Training reads the plans, the features (held by the model), the labels and the masks: let the
     # graph's edge list go, which on large graphs is a good share of what stays resident.
     graph = dataclasses.replace(graph, edge_index=torch.empty(2, 0, dtype=torch.long))
+    store, record["features"] = _feature_rows(model, graph, storage, train_plan.part)
     record["microbatch"] = {**_plan_summary(train_plan, eval_plan, first), "targets": mb_cfg["targets"],
                             "cached": train_cached, "eval_cached": eval_cached}
     log.info("micro-batches: %d x halo=%s partition=%s targets=%s, replication %.2f, inflation %.2f "
@@ -142,15 +157,53 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
         model.refresh(eval_ids)  # timing the units for balance=auto reads the history caches
     engine = build_engine(cfg["engine"], model, train_ids)
     _log_pipeline(engine.info)
+    record["memory"]["setup_peak_rss_bytes"] = peak_rss_bytes()  # loading, plans, model and engine
     reset_peaks(engine.devices)
-    record["timing"].update(setup_s=setup.seconds, microbatch_build_s=build.seconds)
+    record["timing"].update(setup_s=setup.seconds, load_s=loading.seconds, microbatch_build_s=build.seconds,
+                            features_order_s=record["features"].pop("order_s", 0.0))
     if halo == "historical":
         model.eval()
         with timed(engine.devices) as fill:
             model.refresh(eval_ids)
         record["timing"]["history_fill_s"] = fill.seconds
-    _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record, on_epoch)
+    _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record, on_epoch, store)
     return engine.devices
+
+
+def _reads_features(cfg: dict[str, Any]) -> bool:
+    """Whether this process runs the first layer's transform, which reads the features: every process
+    but a pipeline rank other than 0 (stage 0 runs on rank 0)."""
+    return cfg["engine"]["name"] != "pipelining" or dist.get_rank() == 0
+
+
+def _feature_rows(model: Any, graph: Graph, storage: str,
+                  part: Tensor) -> tuple[DiskFeatureStore | None, dict[str, Any]]:
+    """With features on disk and read by this process: give the model's first unit the rows of a copy
+    ordered by the training partition (written once, cached), and return its store. Also the record's
+    ``features`` section (storage, dtype, bytes; on disk: file, its bytes, row order, whether cached)."""
+    dtype = model.feature_dtype
+    info: dict[str, Any] = {"storage": storage, "dtype": str(dtype).removeprefix("torch."),
+                            "bytes": graph.num_nodes * graph.num_features * dtype.itemsize}
+    if graph.x is not None or graph.features.folder is None:  # in memory, or never read here
+        return None, info
+    source = DiskFeatureStore(graph.features.folder)
+    with timed() as ordering:
+        store, cached = partition_ordered(source, part, dtype)
+    model.set_features(FeatureRows(store))
+    path = store.file()
+    info.update(path=str(path), file_bytes=path.stat().st_size, source_path=str(source.file()),
+                order="node" if store is source else "partition", cached=cached, order_s=ordering.seconds)
+    log.info("features on disk: %s (%.1f MiB, %s, rows in %s order, %s in %.2fs)", path,
+             info["file_bytes"] / 2**20, info["dtype"], info["order"], "cached" if cached else "written",
+             ordering.seconds)
+    return store, info
+
+
+def _gather_feature_files(record: dict[str, Any], opened: int) -> None:
+    """Every pipeline rank's count of feature files opened for reading during the run (a collective)."""
+    ranks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, opened)
+    record.setdefault("features", {})["files_opened_per_rank"] = ranks
 
 
 def _build_plans(cfg: dict[str, Any], graph: Graph, backend: Any,
@@ -163,7 +216,8 @@ def _build_plans(cfg: dict[str, Any], graph: Graph, backend: Any,
     """
     mb_cfg = cfg["microbatch"]
     edge_index, edge_weight = backend.computation_graph(cfg["model"]["name"], graph.edge_index,
-                                                        graph.num_nodes, graph.x.dtype)
+                                                        graph.num_nodes,
+                                                        torch.promote_types(graph.feature_dtype, torch.float32))
 
     def plan(targets: Tensor, part: Tensor | None = None) -> tuple[MicroBatchPlan, bool]:
         return cached_plan(mb_cfg["cache"], edge_index, graph.num_nodes, targets, int(cfg["chunks"]),
@@ -181,7 +235,8 @@ def _build_plans(cfg: dict[str, Any], graph: Graph, backend: Any,
 
 def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engine,
          train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan, train_ids: Tensor, eval_ids: Tensor,
-         record: dict[str, Any], on_epoch: Callable[[dict[str, Any]], Any] | None = None) -> None:
+         record: dict[str, Any], on_epoch: Callable[[dict[str, Any]], Any] | None = None,
+         store: DiskFeatureStore | None = None) -> None:
     train_cfg = cfg["train"]
     # A pipeline rank may hold no parameters (e.g. only the first layer's input rows and dropout).
     params = list(model.parameters())
@@ -205,12 +260,14 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
         if optimizer is not None:
             optimizer.zero_grad(set_to_none=True)
         model.tick()
+        before = store.read_stats() if store is not None else None  # feature file reads so far
         with timed(engine.devices) as step:
             loss = engine.train_step(train_ids, train_labels, num_labelled)
             if optimizer is not None:
                 optimizer.step()
         boxes = engine.step_boxes()
         staleness = model.staleness()
+        trained = store.read_stats() if store is not None else None
         if not math.isfinite(loss):
             raise FloatingPointError(f"training loss is {loss} at epoch {epoch}")
         model.eval()
@@ -222,6 +279,8 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
         epochs.append({"epoch": epoch, "train_loss": loss, **acc, "epoch_time_s": step.seconds,
                        "eval_time_s": evaluation.seconds,
                        **({"staleness": staleness} if staleness is not None else {})})
+        if store is not None:
+            epochs[-1]["feature_reads"] = _feature_reads(before, trained, store.read_stats())
         if boxes is not None:
             epochs[-1]["pipeline"] = step_figures(boxes, engine.info)
             if epoch == trace_epoch:
@@ -238,6 +297,9 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
             break
     best = max(epochs, key=lambda e: e["val_acc"])  # first epoch with the best validation accuracy
     last = epochs[-1]
+    if store is not None:  # per training step and evaluation pass, the mean over epochs
+        for key in epochs[0]["feature_reads"]:
+            record["features"][f"{key}_mean"] = statistics.mean(e["feature_reads"][key] for e in epochs)
     stopped = last["epoch"] if last["epoch"] + 1 < int(train_cfg["epochs"]) else None
     record["final"] = {"train_acc": last["train_acc"], "val_acc": last["val_acc"],
                        "test_acc": last["test_acc"], "best_val_acc": best["val_acc"],
@@ -254,6 +316,15 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
              last["test_acc"], best["val_acc"], best["test_acc"], record["timing"]["epoch_time_median_s"])
     if "makespan_s" in record["pipeline"]:
         _log_figures(record["pipeline"])
+
+
+def _feature_reads(before: dict[str, int], trained: dict[str, int],
+                   evaluated: dict[str, int]) -> dict[str, int]:
+    """Bytes and read calls of the feature file in a training step and in an evaluation pass, from the
+    store's counts before the step, after it and after the evaluation."""
+    return {f"{phase}_{k}": b[k] - a[k] for phase, a, b in (("train", before, trained),
+                                                            ("eval", trained, evaluated))
+            for k in ("bytes", "calls")}
 
 
 def time_to_accuracy(epochs: list[dict[str, Any]], target: float | None = None) -> dict[str, Any]:

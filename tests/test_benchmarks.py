@@ -88,3 +88,57 @@ def test_reference_accuracy_checks_pairs_and_published_figures() -> None:
     assert not ok["plain pyg vs pipegnn exact k=8"]  # 2.5 points apart
     assert ok["pipegnn full batch vs published 81.5"] and not ok["pipegnn exact k=8 vs published 81.5"]
     assert len(verdict) == 3 + 3
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_memory_part_d_puts_bf16_over_fp32_side_by_side() -> None:
+    memory = _load("memory")
+    rows = [{"mode": "full batch", "precision": "fp32", "status": "completed", "peak_mb": 1000.0,
+             "train_mb": 900.0, "held_mb": 400.0, "feature_mb": 200.0, "epoch_s": 2.0},
+            {"mode": "full batch", "precision": "bf16", "status": "completed", "peak_mb": 800.0,
+             "train_mb": 720.0, "held_mb": 300.0, "feature_mb": 100.0, "epoch_s": 1.0},
+            {"mode": "single k=16", "precision": "fp32", "status": "completed", "peak_mb": 500.0,
+             "train_mb": 450.0, "held_mb": 400.0, "feature_mb": 200.0, "epoch_s": 4.0},
+            {"mode": "single k=16", "precision": "bf16", "status": "oom", "peak_mb": 600.0}]
+    full, chunked = memory.side_by_side(rows, "precision", "fp32", "bf16",
+                                        ("peak_mb", "train_mb", "held_mb", "feature_mb", "epoch_s"))
+    assert (full["mode"], chunked["mode"]) == ("full batch", "single k=16")
+    assert (full["fp32_peak_mb"], full["bf16_peak_mb"]) == (1000.0, 800.0)
+    assert [full[f"{k}_ratio"] for k in ("peak", "train", "held", "feature", "epoch")] == \
+        pytest.approx([0.8, 0.8, 0.75, 0.5, 0.5])
+    assert chunked["bf16_status"] == "oom" and chunked["peak_ratio"] is None and chunked["epoch_ratio"] is None
+
+
+def test_memory_side_by_side_copies_the_other_runs_figures() -> None:
+    memory = _load("memory")
+    rows = [{"mode": "single k=16", "features": "memory", "status": "completed", "epoch_s": 2.0, "peak_mb": 900.0},
+            {"mode": "single k=16", "features": "disk", "status": "completed", "epoch_s": 2.5, "peak_mb": 600.0,
+             "step_read_mb": 12.5, "step_read_calls": 40}]
+    (row,) = memory.side_by_side(rows, "features", "memory", "disk", ("epoch_s", "peak_mb"),
+                                 copied=("step_read_mb", "step_read_calls"))
+    assert (row["epoch_ratio"], row["peak_ratio"]) == pytest.approx((1.25, 2 / 3))
+    assert (row["step_read_mb"], row["step_read_calls"], row["disk_status"]) == (12.5, 40, "completed")
+
+
+def test_precision_benchmark_compares_means_within_one_point() -> None:
+    precision = _load("precision")
+    accs = {("cora", "gat", "fp32"): [0.80, 0.82, 0.84], ("cora", "gat", "bf16"): [0.805, 0.825, 0.845],
+            ("cora", "gcn", "fp32"): [0.80, 0.80, 0.80], ("cora", "gcn", "bf16"): [0.78, 0.79, 0.78]}
+    runs = pd.DataFrame([{"dataset": d, "model": m, "precision": p, "seed": s, "test_acc": a}
+                         for (d, m, p), values in accs.items() for s, a in enumerate(values)])
+    table = precision.compare(runs, tolerance=0.01)
+    assert table[["dataset", "model"]].values.tolist() == [["cora", "gat"], ["cora", "gcn"]]
+    assert table["fp32_mean"].tolist() == pytest.approx([0.82, 0.80])
+    assert table["bf16_mean"].tolist() == pytest.approx([0.825, 2.35 / 3])
+    assert table["fp32_std"].tolist() == pytest.approx([0.02, 0.0])
+    assert table["diff"].tolist() == pytest.approx([0.005, 2.35 / 3 - 0.8])
+    assert table["within"].tolist() == [True, False]
+    assert table["bf16_per_seed"].tolist() == ["0.805 0.825 0.845", "0.780 0.790 0.780"]
+    text = precision.report(table, 0.01, 200, [])
+    assert "82.00 ±  2.00" in text and "+0.50  yes" in text and "-1.67  no" in text

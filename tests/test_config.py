@@ -21,6 +21,7 @@ def test_defaults() -> None:
     assert (cfg.model.hidden, cfg.model.heads, cfg.model.dropout) == (8, 8, 0.6)
     assert (cfg.microbatch.halo, cfg.microbatch.partition) == ("exact", "metis")
     assert list(cfg.engine.devices) == ["cpu", "cpu"]
+    assert cfg.train.precision == "fp32"
     check_config(OmegaConf.to_container(cfg, resolve=True))
 
 
@@ -66,6 +67,7 @@ def test_unknown_dataset_group_fails_at_composition() -> None:
     (["microbatch.halo=fancy"], "microbatch.halo='fancy' is not valid; valid: none, exact, historical"),
     (["microbatch.targets=some"], "microbatch.targets='some' is not valid; valid: train, all"),
     (["microbatch.partition=kmeans"], "valid: sequential, random, bfs, metis"),
+    (["train.precision=fp16"], "train.precision='fp16' is not valid; valid: fp32, bf16"),
 ])
 def test_invalid_input_is_recorded_before_training(tmp_path: Path, overrides: list[str],
                                                     message: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+from pathlib import Path
 
 os.environ.setdefault("DGLBACKEND", "pytorch")  # before importing dgl: no backend warning
 
@@ -26,6 +27,7 @@ from torch_geometric.utils import remove_self_loops  # noqa: E402
 
 from pipegnn.backends import FRAMEWORKS, get_backend  # noqa: E402
 from pipegnn.data import Graph  # noqa: E402
+from pipegnn.data.features import DiskFeatureStore, FeatureRows, partition_ordered  # noqa: E402
 from pipegnn.data.planetoid import load_planetoid  # noqa: E402
 from pipegnn.engines import GPipeEngine, SingleEngine  # noqa: E402
 from pipegnn.microbatch import build_plan  # noqa: E402
@@ -123,14 +125,21 @@ def reference(framework: str, model: StagedGNN, graph: Graph, targets: Tensor) -
 
 
 def micro_batched(framework: str, model: StagedGNN, graph: Graph, targets: Tensor, chunks: int,
-                  partitioner: str, engine: str, halo: str = "exact") -> tuple[Tensor, list]:
-    """Outputs (in ``targets`` order) and gradients of the staged model run by ``engine``."""
+                  partitioner: str, engine: str, halo: str = "exact",
+                  disk: Path | None = None) -> tuple[Tensor, list]:
+    """Outputs (in ``targets`` order) and gradients of the staged model run by ``engine`` (with
+    ``disk``, reading the features from a file there ordered by the plan's partition, as
+    ``data.features=disk`` does)."""
     model = copy.deepcopy(model)
     backend = get_backend(framework)
     edge_index, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes,
                                                    graph.x.dtype)
     plan = build_plan(edge_index, graph.num_nodes, targets, chunks, num_layers=model.num_layers,
                       halo=halo, partitioner=partitioner, edge_weight=weight)
+    if disk is not None:
+        source = DiskFeatureStore(disk)
+        source.put_tensor(graph.x, "node", "x", index=None)
+        model.set_features(FeatureRows(partition_ordered(source, plan.part)[0]))
     ids = model.attach(plan)
     # GPipe's first stage holds only the first layer's transform: the boundary cuts a layer
     run = (SingleEngine(model, CPU, chunks) if engine == "single"
@@ -170,6 +179,24 @@ def test_exact_equals_full_graph(graph: Graph, framework: str, kind: str, chunks
     assert len(grads) == len(expected_grads)
     for g, e in zip(grads, expected_grads):
         assert_close(g, e)
+
+
+@pytest.mark.parametrize("first", FIRST_TRANSFORMS)
+@pytest.mark.parametrize("engine", ["single", "gpipe"])
+def test_exact_with_features_on_disk(graph: Graph, tmp_path: Path, engine: str, first: str) -> None:
+    """Features read per step from a file ordered by the partition (``data.features=disk``): outputs and
+    gradients equal full-graph training, and equal the same run with the features in memory."""
+    model = build_model(MODELS["gat"], get_backend("pyg"), graph.x, graph.num_classes, first_transform=first)
+    targets = graph.split("train")
+    expected, expected_grads = reference("pyg", copy.deepcopy(model), graph, targets)
+    out, grads = micro_batched("pyg", model, graph, targets, 3, "metis", engine, disk=tmp_path)
+    assert_close(out, expected)
+    assert len(grads) == len(expected_grads)
+    for g, e in zip(grads, expected_grads):
+        assert_close(g, e)
+    in_memory, memory_grads = micro_batched("pyg", model, graph, targets, 3, "metis", engine)
+    assert torch.equal(out, in_memory)
+    assert all(torch.equal(g, m) for g, m in zip(grads, memory_grads))
 
 
 @pytest.mark.parametrize("kind", list(MODELS))

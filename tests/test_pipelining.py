@@ -81,6 +81,21 @@ def test_other_schedules_are_transparent() -> None:
         pytest.approx(_losses(*deep, "engine=single"), rel=1e-4)
 
 
+def test_bf16_pipeline_trains_as_the_single_engine() -> None:
+    """train.precision=bf16 across 2 processes: bfloat16 activations and gradients between the ranks
+    (the stages' static shapes take the features' dtype), the same losses and accuracies as the single
+    engine at bf16."""
+    single = _run("chunks=4", "engine=single", "train.precision=bf16")
+    piped = _run("chunks=4", "engine=pipelining", "train.precision=bf16")
+    assert piped["status"] == "completed", (piped["error"], piped.get("traceback"))
+    assert piped["dataset"]["feature_dtype"] == "bfloat16"
+    losses = [e["train_loss"] for e in single["epochs"]]
+    assert [e["train_loss"] for e in piped["epochs"]] == pytest.approx(losses, rel=1e-3)
+    assert losses != [e["train_loss"] for e in _run("chunks=4", "engine=single")["epochs"]]
+    for key in ("val_acc", "test_acc"):
+        assert [e[key] for e in piped["epochs"]] == [e[key] for e in single["epochs"]]
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["engine.schedule=zigzag"], "engine.schedule='zigzag' is not valid; valid: gpipe, 1f1b, interleaved1f1b"),
     (["engine.launcher=ssh"], "engine.launcher='ssh' is not valid; valid: spawn, external"),

@@ -168,6 +168,13 @@ class DglBackend(Adapter):
 
     @staticmethod
     def apply(conv: nn.Module, h: Tensor, block: dgl.DGLGraph) -> Tensor:
-        """Run ``conv`` over one block; returns exactly the block's ``num_dst`` rows."""
+        """Run ``conv`` over one block; returns exactly the block's ``num_dst`` rows.
+
+        bfloat16 rows (``train.precision=bf16``) are cast to float32 first: DGL 1.1's kernels need node
+        and edge data (GCN's weights, GAT's attention scores from float32 parameters) of one dtype and
+        cast them under autocast only on CUDA, and on CPU the backward of its bfloat16 mean is far
+        less precise (SAGE's gradients 4e-2 off float32's instead of 5e-3). So DGL's propagation runs
+        in float32 on CPU; on CUDA DGL's own autocast support casts its kernels' operands to
+        bfloat16 again."""
         weight = block.edata[WEIGHT] if WEIGHT in block.edata else None
-        return conv(block, h, edge_weight=weight)
+        return conv(block, h.to(torch.promote_types(h.dtype, torch.float32)), edge_weight=weight)

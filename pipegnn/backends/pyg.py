@@ -125,9 +125,15 @@ class PygBackend(Adapter):
 
     @staticmethod
     def apply(conv: nn.Module, h: Tensor, block: tuple[Tensor, Tensor | None] | Tensor) -> Tensor:
-        """Run ``conv`` over one block; returns at least the block's target rows (callers slice)."""
+        """Run ``conv`` over one block; returns at least the block's target rows (callers slice).
+
+        Under autocast (``train.precision=bf16``) the message path runs as is (PyG's scatters promote
+        bfloat16 rows times float32 attention or weights to float32); the sparse path runs outside
+        autocast on rows cast to the adjacency's dtype: torch's sparse CSR matmul has no bfloat16
+        kernel on CPU and needs both operands in one dtype."""
         if isinstance(block, Tensor):  # sparse adjacency: weights are its values
-            return conv(h, block)
+            with torch.autocast(h.device.type, enabled=False):
+                return conv(h.to(block.dtype), block)
         edge_index, edge_weight = block
         # Plans keep int32 local ids (half the memory); PyG's scatters need int64: one copy of the
         # block's edges per call, small next to the layer's own per-edge work.

@@ -7,18 +7,34 @@ read with ``weights_only=True``, ``.npz`` files are read with ``allow_pickle=Fal
 files, pickles by their format, go through a restricted unpickler; keep them in a trusted
 ``data.root`` all the same (see :mod:`pipegnn.data.planetoid`). A cache folder that cannot be written
 is no error: the graph is built in memory, with one warning.
+
+With ``features="disk"`` (``data.features=disk``) the node features are kept in a feature file under
+``<cache>/features/`` (:mod:`pipegnn.data.features`) instead of memory: a synthetic graph writes them
+there block by block straight from its generator (the file is cached by the spec, so a graph larger
+than memory never exists whole); a real graph is loaded whole once, as in memory mode, and its
+features are written to the file once (cached by their content) and dropped from memory.
+``features="none"`` gives the topology, labels and split only (a pipeline rank that never reads
+features): a synthetic graph's features are not even generated.
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from pathlib import Path
 from typing import Any, Mapping
 
+import torch
+
+from pipegnn.data.features import STORAGE, FeatureMeta, cached_store
 from pipegnn.data.graph import Graph
 from pipegnn.data.planetoid import PLANETOID_NAMES, load_planetoid, load_pubmed_topology
-from pipegnn.data.synthetic import SyntheticSpec, make_synthetic
+from pipegnn.data.synthetic import SyntheticSpec, feature_key, make_synthetic
 from pipegnn.errors import ConfigError
 
-__all__ = ["DATASETS", "Graph", "SyntheticSpec", "load_graph", "make_synthetic"]
+__all__ = ["DATASETS", "FEATURES_DIR", "STORAGE", "Graph", "SyntheticSpec", "load_graph", "make_synthetic"]
+
+#: Folder of the feature files under a dataset cache (``data.cache``).
+FEATURES_DIR = "features"
 
 #: Large real graphs (pipegnn.data.large, imported on use: ogb pulls in scikit-learn).
 LARGE_NAMES = ("ogbn-arxiv", "ogbn-products", "reddit")
@@ -26,33 +42,64 @@ LARGE_NAMES = ("ogbn-arxiv", "ogbn-products", "reddit")
 DATASETS = (*PLANETOID_NAMES, "pubmed_topology", *LARGE_NAMES, "synthetic")
 
 
-def load_graph(dataset: Mapping[str, Any], root: str | Path | None, cache: str | Path) -> Graph:
+def load_graph(dataset: Mapping[str, Any], root: str | Path | None, cache: str | Path,
+               features: str = "memory") -> Graph:
     """Load the graph that a ``dataset`` config group describes.
 
     Args:
         dataset: the ``dataset`` config (``name`` plus, for synthetic graphs, SyntheticSpec fields; for
             pubmed_topology an optional feature ``seed``).
         root: read-only folder with raw files in each loader's layout (``<Name>/raw/...``), or None.
-        cache: folder where loaders keep downloads and processed graphs (may be read-only).
+        cache: folder where loaders keep downloads and processed graphs (may be read-only, except
+            with ``features="disk"``, which writes its feature file there).
+        features: ``memory`` (``graph.x``), ``disk`` (``graph.x`` None, ``graph.features`` describes
+            the feature file) or ``none`` (``graph.x`` None, ``graph.features`` only their shape).
 
     Raises:
-        ConfigError: unknown dataset name or synthetic parameter, or an invalid synthetic spec.
+        ConfigError: unknown dataset name or synthetic parameter, an invalid synthetic spec, or a
+            feature file that cannot be written.
         DatasetUnavailable: files missing and not downloadable.
     """
+    if features not in (*STORAGE, "none"):
+        raise ConfigError(f"features={features!r} is not valid; valid: {', '.join((*STORAGE, 'none'))}")
     name = dataset["name"]
-    if name in PLANETOID_NAMES:
-        return load_planetoid(name, root, cache)
-    if name == "pubmed_topology":
-        return load_pubmed_topology(root, cache, seed=int(dataset.get("seed", 0)))
-    if name in LARGE_NAMES:
-        from pipegnn.data.large import load_large
-        return load_large(name, root, cache)
     if name == "synthetic":
-        params = {k: v for k, v in dataset.items() if k not in ("name", "preset")}
-        try:
-            spec = SyntheticSpec(**params)
-        except TypeError as e:
-            raise ConfigError(f"dataset=synthetic: {e}; valid parameters: "
-                              f"{sorted(SyntheticSpec.__dataclass_fields__)}") from e
-        return make_synthetic(spec, name=str(dataset.get("preset", "synthetic")))
-    raise ConfigError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
+        return _synthetic(dataset, cache, features)
+    if name in PLANETOID_NAMES:
+        graph = load_planetoid(name, root, cache)
+    elif name == "pubmed_topology":
+        graph = load_pubmed_topology(root, cache, seed=int(dataset.get("seed", 0)))
+    elif name in LARGE_NAMES:
+        from pipegnn.data.large import load_large
+        graph = load_large(name, root, cache)
+    else:
+        raise ConfigError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
+    if features == "memory":
+        return graph
+    x = graph.x
+    meta = FeatureMeta(x.size(0), x.size(1), x.dtype)
+    if features == "disk":
+        key = hashlib.sha1(x.contiguous().view(-1).view(torch.uint8).numpy()).hexdigest()[:16]
+        store = cached_store(Path(cache) / FEATURES_DIR / f"{name}-{key}", key,
+                             lambda s: s.write([x], rows=x.size(0), cols=x.size(1), dtype=x.dtype, key=key))
+        meta = store.meta()
+    return dataclasses.replace(graph, x=None, features=meta)
+
+
+def _synthetic(dataset: Mapping[str, Any], cache: str | Path, features: str) -> Graph:
+    params = {k: v for k, v in dataset.items() if k not in ("name", "preset")}
+    try:
+        spec = SyntheticSpec(**params)
+    except TypeError as e:
+        raise ConfigError(f"dataset=synthetic: {e}; valid parameters: "
+                          f"{sorted(SyntheticSpec.__dataclass_fields__)}") from e
+    name = str(dataset.get("preset", "synthetic"))
+    if features != "disk":
+        return make_synthetic(spec, name=name, features=features)
+    generated: list[Graph] = []  # the graph, when its features had to be written
+    key = feature_key(spec)
+    store = cached_store(Path(cache) / FEATURES_DIR / f"synthetic-{key}", key,
+                         lambda s: generated.append(make_synthetic(spec, name=name, features="disk", store=s)))
+    if generated:
+        return generated[0]
+    return dataclasses.replace(make_synthetic(spec, name=name, features="none"), features=store.meta())

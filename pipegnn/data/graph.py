@@ -1,6 +1,10 @@
 """The framework-neutral graph every other module reads, its tensor-only file in a dataset cache, and
 the staging folder through which loaders download into that cache.
 
+A graph's node features are either in memory (``x``) or described by ``features`` (a
+:class:`~pipegnn.data.features.FeatureMeta`: on disk, ``data.features=disk``, or not read by this
+process at all, e.g. a pipeline rank without the first layer); every other field is always in memory.
+
 A saved graph holds plain tensors, a name, an int and a format number, and is read back with
 ``torch.load(..., weights_only=True)``: nothing read from a cache folder can execute code. A file that
 is unreadable or not the graph asked for is ignored with a warning (the loader rebuilds it). A cache
@@ -15,10 +19,13 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from pipegnn.data.features import FeatureMeta
 
 __all__ = ["GRAPH_FILE", "Graph", "load_saved_graph", "save_graph", "staging_folder"]
 
@@ -37,25 +44,32 @@ class Graph:
 
     Attributes:
         name: dataset name, for records and messages.
-        x: node features ``[N, F]`` (float32).
+        x: node features ``[N, F]`` (float32), or None when they are not in memory (``features``).
         y: node labels ``[N]`` (int64).
         edge_index: directed edges ``[2, E]`` as (source, target), coalesced.
         train_mask, val_mask, test_mask: boolean split masks ``[N]``.
         num_classes: number of label classes.
+        features: the features' shape and dtype, and their folder when they are on disk; None when
+            ``x`` holds them.
     """
 
     name: str
-    x: Tensor
+    x: Tensor | None
     y: Tensor
     edge_index: Tensor
     train_mask: Tensor
     val_mask: Tensor
     test_mask: Tensor
     num_classes: int
+    features: FeatureMeta | None = None
+
+    def __post_init__(self) -> None:
+        if (self.x is None) == (self.features is None):
+            raise ValueError("a Graph has its features either in memory (x) or described (features)")
 
     @property
     def num_nodes(self) -> int:
-        return int(self.x.size(0))
+        return int(self.y.size(0))
 
     @property
     def num_edges(self) -> int:
@@ -63,7 +77,16 @@ class Graph:
 
     @property
     def num_features(self) -> int:
-        return int(self.x.size(1))
+        return int(self.x.size(1)) if self.x is not None else self.features.cols
+
+    @property
+    def feature_dtype(self) -> torch.dtype:
+        return self.x.dtype if self.x is not None else self.features.dtype
+
+    @property
+    def feature_source(self) -> "Tensor | FeatureMeta":
+        """``x``, or the description of the features that are not in memory (sizes a model either way)."""
+        return self.x if self.x is not None else self.features
 
     def split(self, name: str) -> Tensor:
         """Node ids of split ``name`` (``train``, ``val``, ``test`` or ``all``), ascending."""

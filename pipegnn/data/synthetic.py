@@ -2,23 +2,37 @@
 
 Vectorised generation (no Python loop over nodes or edges) with bounded temporaries: edges are drawn in
 chunks of int32 node ids, deduplicated with one in-place sort, and the undirected edge list is built
-without a second coalesce; features are counted in node blocks straight into the output matrix, and
-topics are stored by their keywords only. The output dominates memory: N x F float32 features plus the
-[2, E] int64 edge list (5M nodes x 128 features: 2.5 GB; 50M directed edges: 0.8 GB).
+without a second coalesce; features are counted in node blocks, and topics are stored by their keywords
+only. In memory the output dominates: N x F float32 features plus the [2, E] int64 edge list (5M nodes x
+128 features: 2.5 GB; 50M directed edges: 0.8 GB).
+
+Features beyond memory (``features="disk"``): the feature matrix is written block by block into a
+feature file (:mod:`pipegnn.data.features`) and never exists whole. A row's TF-IDF weight needs every
+row's word counts (the document frequencies), so the blocks' draws run twice from the same generator
+state: a first pass counts the document frequencies (and leaves the generator where the in-memory path
+leaves it, so the split after it is the same), a second pass, replayed from the saved state, counts,
+weighs and row-normalises each block and writes it. Both paths run the same per-block code, so the
+values are identical to the in-memory graph's; the price is drawing the features twice. With
+``features="none"`` the feature draws are made and discarded without counting (only the split depends
+on them): topology, labels and split alone.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Iterator
 
 import torch
 from torch import Tensor
 
+from pipegnn.data.features import DiskFeatureStore, FeatureMeta
 from pipegnn.data.graph import Graph
 from pipegnn.edges import sorted_unique
 from pipegnn.errors import ConfigError
 
-__all__ = ["DEFAULT_AVG_DEGREE", "SyntheticSpec", "make_synthetic"]
+__all__ = ["DEFAULT_AVG_DEGREE", "SyntheticSpec", "feature_key", "make_synthetic"]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +40,7 @@ DEFAULT_AVG_DEGREE = 4.5  # PubMed's 88,648 directed edges over 19,717 nodes
 _FEATURE_BLOCK = 65536  # nodes per block when building features (fixes the random stream: keep)
 _CHUNK = 1 << 22  # edge draws per chunk when building edges (does not change the random stream)
 _TOP_UP_ROUNDS = 32  # extra draw rounds when duplicates left fewer distinct edges than requested
+_FEATURES_VERSION = 1  # bump when the feature values of a spec change (keys cached feature files)
 
 
 @dataclass(frozen=True)
@@ -136,17 +151,50 @@ class SyntheticSpec:
         return int(round(n * degree / 2))
 
 
-def make_synthetic(spec: SyntheticSpec, name: str = "synthetic") -> Graph:
-    """Generate the graph described by ``spec`` (deterministic for a given spec)."""
+def make_synthetic(spec: SyntheticSpec, name: str = "synthetic", *, features: str = "memory",
+                   store: DiskFeatureStore | None = None) -> Graph:
+    """Generate the graph described by ``spec`` (deterministic for a given spec).
+
+    Args:
+        spec: the graph's parameters.
+        name: the graph's name.
+        features: ``memory`` (``x`` holds them), ``disk`` (written block by block into ``store``,
+            keyed by :func:`feature_key`; ``x`` is None and ``features`` describes the file) or ``none``
+            (not generated: ``x`` is None and ``features`` holds only their shape and dtype). The
+            topology, labels, split and feature values are the same in every mode.
+        store: where ``disk`` writes them.
+    """
+    if features not in ("memory", "disk", "none") or (features == "disk") != (store is not None):
+        raise ValueError(f"features={features!r} (store {store!r}): memory, none, or disk with a store")
     g = torch.Generator().manual_seed(spec.seed)
     n = spec.num_nodes
     community = torch.randint(spec.num_communities, (n,), generator=g)
     y = community % spec.num_classes
     edge_index = _edges(spec, community, g)
-    x = _features(spec, y, g)
-    train, val, test = _split(spec, y, g)
+    topics = _topics(spec, g)
+    start = g.get_state()
+    x, meta = None, FeatureMeta(n, spec.num_features, torch.float32)
+    if features == "memory":
+        x = _features(spec, y, topics, g)
+    elif features == "disk":
+        idf = _idf(_document_frequency(spec, y, topics, g), n)
+    else:
+        _skip_features(spec, g)
+    train, val, test = _split(spec, y, g)  # the generator is where the in-memory features leave it
+    if store is not None:
+        replay = torch.Generator()
+        replay.set_state(start)
+        store.write(_feature_rows(spec, y, topics, idf, replay), rows=n, cols=spec.num_features,
+                    dtype=torch.float32, key=feature_key(spec))
+        meta = store.meta()
     return Graph(name=name, x=x, y=y, edge_index=edge_index, train_mask=train, val_mask=val,
-                 test_mask=test, num_classes=spec.num_classes)
+                 test_mask=test, num_classes=spec.num_classes, features=None if x is not None else meta)
+
+
+def feature_key(spec: SyntheticSpec) -> str:
+    """Key of the feature values ``spec`` generates (feature files are cached by it)."""
+    text = json.dumps({"generator": _FEATURES_VERSION, **asdict(spec)}, sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
 def _index_dtype(n: int) -> torch.dtype:
@@ -263,39 +311,98 @@ def _topics(spec: SyntheticSpec, g: torch.Generator) -> tuple[Tensor, Tensor]:
     return words, cdfs
 
 
-def _features(spec: SyntheticSpec, y: Tensor, g: torch.Generator) -> Tensor:
-    """Row-normalised TF-IDF of documents drawn from a class topic mixed with a background."""
-    n, f, words = spec.num_nodes, spec.num_features, spec.words_per_node
-    topic_words, cdfs = _topics(spec, g)
-    counts = torch.zeros(n, f, dtype=torch.float32)
+def _blocks(n: int) -> Iterator[tuple[int, int]]:
+    """``(first node, nodes)`` of every feature block."""
     for start in range(0, n, _FEATURE_BLOCK):
-        yb = y[start:start + _FEATURE_BLOCK]
-        b = yb.numel()
-        u = torch.rand(b, words, generator=g, dtype=torch.float64)
-        word = torch.randint(f, (b, words), generator=g)  # background words
-        # A fraction ``signal`` of the words comes from the node's class topic instead (inverse CDF);
-        # only those draws are looked up, one searchsorted per class.
-        picked = (torch.rand(b, words, generator=g) < spec.signal).view(-1).nonzero().view(-1)
-        u = u.view(-1)[picked]
-        cls = yb[picked // words]
-        by_class = torch.argsort(cls, stable=True)
-        topical = torch.empty_like(picked)
-        lo = 0
-        for c, size in enumerate(torch.bincount(cls, minlength=spec.num_classes).tolist()):
-            if size:
-                at = by_class[lo:lo + size]
-                topical[at] = topic_words[c][torch.searchsorted(cdfs[c], u[at])]
-                lo += size
-        word.view(-1)[picked] = topical
-        flat = word.add_(torch.arange(b).unsqueeze(1) * f).view(-1)
-        counts[start:start + b].view(-1).index_add_(0, flat, torch.ones(flat.numel()))
-    df = torch.zeros(f, dtype=torch.int64)  # documents containing each word, in bounded row blocks
-    rows = max(1, (1 << 22) // f)
-    for start in range(0, n, rows):
-        df += (counts[start:start + rows] > 0).sum(0)
-    idf = torch.log(n / (1.0 + df.double())).clamp_(min=0.0).float()
+        yield start, min(_FEATURE_BLOCK, n - start)
+
+
+def _draws(spec: SyntheticSpec, b: int, g: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+    """The random draws of one block of ``b`` documents: the inverse-CDF draw of every word, the
+    background words, and whether each word is a class keyword (the block's only draws from ``g``)."""
+    words = spec.words_per_node
+    u = torch.rand(b, words, generator=g, dtype=torch.float64)
+    word = torch.randint(spec.num_features, (b, words), generator=g)  # background words
+    picked = torch.rand(b, words, generator=g) < spec.signal
+    return u, word, picked
+
+
+def _count_block(spec: SyntheticSpec, yb: Tensor, topics: tuple[Tensor, Tensor], g: torch.Generator,
+                 out: Tensor) -> None:
+    """Add the word counts of the documents of nodes with labels ``yb`` to ``out`` (zeros ``[b, F]``)."""
+    f, words = spec.num_features, spec.words_per_node
+    topic_words, cdfs = topics
+    b = yb.numel()
+    u, word, picked = _draws(spec, b, g)
+    # A fraction ``signal`` of the words comes from the node's class topic instead (inverse CDF);
+    # only those draws are looked up, one searchsorted per class.
+    picked = picked.view(-1).nonzero().view(-1)
+    u = u.view(-1)[picked]
+    cls = yb[picked // words]
+    by_class = torch.argsort(cls, stable=True)
+    topical = torch.empty_like(picked)
+    lo = 0
+    for c, size in enumerate(torch.bincount(cls, minlength=spec.num_classes).tolist()):
+        if size:
+            at = by_class[lo:lo + size]
+            topical[at] = topic_words[c][torch.searchsorted(cdfs[c], u[at])]
+            lo += size
+    word.view(-1)[picked] = topical
+    flat = word.add_(torch.arange(b).unsqueeze(1) * f).view(-1)
+    out.view(-1).index_add_(0, flat, torch.ones(flat.numel()))
+
+
+def _skip_features(spec: SyntheticSpec, g: torch.Generator) -> None:
+    """Advance ``g`` past the feature draws without counting anything."""
+    for _, b in _blocks(spec.num_nodes):
+        _draws(spec, b, g)
+
+
+def _idf(df: Tensor, n: int) -> Tensor:
+    return torch.log(n / (1.0 + df.double())).clamp_(min=0.0).float()
+
+
+def _normalise(counts: Tensor, idf: Tensor) -> Tensor:
+    """Row-normalised TF-IDF of a block of word counts (in place)."""
     x = counts.mul_(idf)
     return x.div_(x.sum(1, keepdim=True).clamp_(min=1e-12))
+
+
+def _document_frequency(spec: SyntheticSpec, y: Tensor, topics: tuple[Tensor, Tensor],
+                        g: torch.Generator) -> Tensor:
+    """Documents containing each word, counted block by block (one block of counts in memory)."""
+    df = torch.zeros(spec.num_features, dtype=torch.int64)
+    counts = torch.empty(min(_FEATURE_BLOCK, spec.num_nodes), spec.num_features)
+    for start, b in _blocks(spec.num_nodes):
+        block = counts[:b].zero_()
+        _count_block(spec, y[start:start + b], topics, g, block)
+        df += (block > 0).sum(0)
+    return df
+
+
+def _feature_rows(spec: SyntheticSpec, y: Tensor, topics: tuple[Tensor, Tensor], idf: Tensor,
+                  g: torch.Generator) -> Iterator[Tensor]:
+    """The feature rows, block by block (``g`` at the state where the features' draws start)."""
+    for start, b in _blocks(spec.num_nodes):
+        block = torch.zeros(b, spec.num_features)
+        _count_block(spec, y[start:start + b], topics, g, block)
+        yield _normalise(block, idf)
+
+
+def _features(spec: SyntheticSpec, y: Tensor, topics: tuple[Tensor, Tensor], g: torch.Generator) -> Tensor:
+    """Row-normalised TF-IDF of documents drawn from a class topic mixed with a background, in memory:
+    the same blocks as :func:`_document_frequency` and :func:`_feature_rows`, counted once."""
+    n, f = spec.num_nodes, spec.num_features
+    counts = torch.zeros(n, f, dtype=torch.float32)
+    df = torch.zeros(f, dtype=torch.int64)
+    for start, b in _blocks(n):
+        block = counts[start:start + b]
+        _count_block(spec, y[start:start + b], topics, g, block)
+        df += (block > 0).sum(0)
+    idf = _idf(df, n)
+    for start, b in _blocks(n):
+        _normalise(counts[start:start + b], idf)
+    return counts
 
 
 def _split(spec: SyntheticSpec, y: Tensor, g: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:

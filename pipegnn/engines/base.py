@@ -41,7 +41,9 @@ def parse_device(name: str) -> torch.device:
 
 def exact_loss(logits: Tensor, labels: Tensor, num_targets: int) -> Tensor:
     """Sum of per-target cross-entropies over the global number of loss targets: summed over the
-    micro-batches, its gradient is the full-batch mean-loss gradient."""
+    micro-batches, its gradient is the full-batch mean-loss gradient. Logits of a lower precision
+    (bfloat16 under ``train.precision=bf16``) are cast to float32 first: the loss stays float32."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     return F.cross_entropy(logits, labels, reduction="sum", ignore_index=IGNORE) / num_targets
 
 

@@ -64,7 +64,7 @@ log = logging.getLogger(__name__)
 
 _FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 #: Record fields the parent takes from rank 0's record (on failure: all but the memory, see ``_merge``).
-_MERGED = ("dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace")
+_MERGED = ("dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace", "features")
 #: After a worker fails, how long the others get to exit by themselves (and report) before they are
 #: terminated; also the grace of ``_stop``'s terminate before its kill.
 _GRACE_S = 5.0

@@ -157,7 +157,7 @@ class PipeliningEngine(Engine):
         self.rows = [list(unit.rows) for unit in model]
         self.pad = [[0] * len(r) for r in self.rows]
         self.width = [unit.width for unit in model]
-        self.dtype = model[0].features.dtype
+        self.dtype = model.feature_dtype
         names = model.unit_names
         lanes = [s % self.world for s in range(self.num_stages)]
         self.info = PipelineInfo("pipelining", schedule, chunks, [names[r.start:r.stop] for r in self.units],

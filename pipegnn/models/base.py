@@ -17,6 +17,14 @@ through *every* output tensor of a checkpointed stage, so all of them must requi
 therefore travel as a float tensor that requires grad (see ``Engine.id_tensor``); its gradient is never
 used. Graph structure never travels through the pipe: each unit keeps what it reads per micro-batch
 (blocks, the first unit the node features) as non-persistent buffers, which move with the unit, once.
+The first unit's features may instead live out of core (``data.features=disk``): it then reads the
+rows it needs from a feature source (:class:`pipegnn.data.features.FeatureRows`, a CPU tensor per
+read) and moves them to its device.
+
+Precision (``train.precision``, :mod:`pipegnn.models.precision`): with ``bf16`` every unit runs its
+forward under ``torch.autocast`` and hands its output rows on in bfloat16; the first unit keeps the
+features in bfloat16. Entering autocast in the unit itself is what makes it reach torchgpipe's worker
+threads and its recomputations.
 """
 from __future__ import annotations
 
@@ -26,9 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pipegnn.data.features import FeatureMeta
 from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.microbatch.history import History
 from pipegnn.microbatch.plan import MicroBatchPlan
+from pipegnn.models.precision import autocast, autocast_dtype
 from pipegnn.models.spec import LayerSpec
 
 __all__ = ["FIRST_TRANSFORMS", "UNITS_PER_LAYER", "Propagate", "StagedGNN", "TensorList", "Transform", "Unit"]
@@ -65,12 +75,18 @@ class TensorList(nn.Module):
 class Unit(nn.Module):
     """One pipeline unit of layer ``layer``: what every unit knows about its micro-batches.
 
+    Subclasses implement :meth:`compute`; :meth:`forward` runs it under autocast when
+    :attr:`compute_dtype` is set (``train.precision=bf16``) and returns its rows in that dtype, so that
+    units, pipeline stages and history caches exchange one activation dtype.
+
     Attributes:
         rows: output rows of each micro-batch (by micro-batch id).
         width: output features per row.
+        compute_dtype: autocast dtype (None: no autocast, the parameters' dtype).
     """
 
     kind = ""
+    compute_dtype: torch.dtype | None = None
 
     def __init__(self, layer: int, spec: LayerSpec, width: int):
         super().__init__()
@@ -92,6 +108,20 @@ class Unit(nn.Module):
 
     def add_micro_batch(self, mb: MicroBatch) -> None:
         raise NotImplementedError
+
+    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+        """``(output rows, ids)`` of the micro-batch whose id ``inputs`` ends with."""
+        raise NotImplementedError
+
+    def forward(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+        # Entered here, in the thread that runs the unit: autocast state is thread-local.
+        with autocast(inputs[-1].device, self.compute_dtype):
+            h, ids = self.compute(inputs)
+        return self.lower(h), ids
+
+    def lower(self, h: Tensor) -> Tensor:
+        """``h`` in the activation dtype (unchanged without autocast)."""
+        return h if self.compute_dtype is None else h.to(self.compute_dtype)
 
 
 class Transform(Unit):
@@ -117,6 +147,8 @@ class Transform(Unit):
         self.nodes = TensorList()  # global ids of each micro-batch's input rows (first layer only)
         self.received, self.pulled = TensorList(), TensorList()  # global ids, historical mode only
         self.register_buffer("features", None, persistent=False)
+        self.stored: Any = None  # the features' rows out of core (FeatureRows), when not a buffer
+        self.reads_features = False  # the first layer's unit: its input rows are the features
         self.history: History | None = None
         self.once_per_step = False
         self._gathers: dict[tuple[int, ...], tuple[Tensor, dict[int, Tensor]]] = {}
@@ -124,11 +156,26 @@ class Transform(Unit):
         self._graph: Tensor | None = None  # the same rows with their autograd graph
         self._index: dict[int, Tensor] = {}  # micro-batch id -> its rows in _shared
 
-    def add_features(self, x: Tensor, once_per_step: bool = False) -> None:
-        """Keep the node features on this (first) unit; with ``once_per_step`` the transform runs once
-        per step (see the class doc)."""
-        self.features = x
+    def add_features(self, x: Any, once_per_step: bool = False) -> None:
+        """Make this the first unit, reading the node features ``x``: a Tensor ``[N, F]`` (kept as a
+        buffer, moved with the unit), a source of rows out of core (``x[ids]`` returns a CPU tensor,
+        e.g. :class:`pipegnn.data.features.FeatureRows`), or only their description
+        (:class:`pipegnn.data.features.FeatureMeta`: rows given later, or never, on a pipeline rank
+        without this unit). With ``once_per_step`` the transform runs once per step (see the class doc)."""
+        self.features = x if isinstance(x, Tensor) else None
+        self.stored = None if isinstance(x, (Tensor, FeatureMeta)) else x
+        self.reads_features = True
         self.once_per_step = once_per_step
+
+    def _rows(self, index: Tensor, everything: bool = False) -> Tensor:
+        """The feature rows of node ids ``index`` on this unit's device (``everything``: ``index`` is
+        every node in order, which in memory needs no copy)."""
+        if self.features is not None:
+            return self.features if everything else self.features[index]
+        if self.stored is None:
+            raise RuntimeError(f"{self.name} holds no features here (only their shape): give it rows with "
+                               "add_features first")
+        return self.stored[index.cpu()].to(self.device)
 
     def add_history(self, num_nodes: int, dtype: torch.dtype) -> None:
         """Keep a cache of this layer's input embeddings for halo rows (historical mode)."""
@@ -137,7 +184,7 @@ class Transform(Unit):
     def add_micro_batch(self, mb: MicroBatch) -> None:
         layer = self.layer
         self.rows.append(mb.sources[layer])
-        if self.features is not None:
+        if self.reads_features:
             self.nodes.append(mb.nodes)
         if self.history is not None:
             self.received.append(mb.nodes[:mb.sizes[layer]])
@@ -165,8 +212,9 @@ class Transform(Unit):
             return 0
         rows, self._index = self._gather(ids)
         # Sorted distinct rows as many as the nodes are all of them, in order: no copy of the features.
-        x = self.features if rows.numel() == self.features.size(0) else self.features[rows]
-        h = self.transform(F.dropout(x, self.spec.dropout, self.training))
+        x = self._rows(rows, everything=self.features is not None and rows.numel() == self.features.size(0))
+        with autocast(x.device, self.compute_dtype):
+            h = self.lower(self.transform(F.dropout(x, self.spec.dropout, self.training)))
         if h.requires_grad:
             self._graph, self._shared = h, h.detach().requires_grad_()
         else:
@@ -181,7 +229,7 @@ class Transform(Unit):
         self._graph = self._shared = None
         self._index = {}
 
-    def forward(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
         ids = inputs[-1]
         m = int(ids[0])  # host read of the micro-batch id (a sync on CUDA) selects its rows
         if self.once_per_step:
@@ -189,7 +237,7 @@ class Transform(Unit):
                 raise RuntimeError("first-layer transform once per step: call begin_step(ids) before "
                                    "running the micro-batches")
             return self._shared[self._index[m]], ids
-        h = self.features[self.nodes[m]] if self.features is not None else inputs[0]
+        h = self._rows(self.nodes[m]) if self.reads_features else inputs[0]
         if self.history is not None:
             self.history.push(self.received[m], h)
             if self.pulled[m].numel():
@@ -236,7 +284,7 @@ class Propagate(Unit):
                                                          self.rows[m])
         return self._structures[m]
 
-    def forward(self, inputs: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
         h, ids = inputs
         m = int(ids[0])
         h = self.backend.apply(self.conv, h, self.structure(m))[:self.rows[m]]
@@ -253,26 +301,45 @@ class StagedGNN(nn.Sequential):
         specs: one LayerSpec per layer.
         backend: framework adapter.
         kind: model kind (one of ``pipegnn.models.MODELS``).
-        features: node features ``[N, F]`` (kept on the first unit).
-        history: give layers 2..L a history cache (for ``historical`` plans).
+        features: node features ``[N, F]`` (kept on the first unit), a source of their rows out of
+            core, or only their description (shape and dtype; see :meth:`Transform.add_features` and
+            :meth:`set_features`).
+        history: give layers 2..L a history cache (for ``historical`` plans), in the features' dtype.
         first_transform: one of :data:`FIRST_TRANSFORMS`.
+        precision: one of :data:`~pipegnn.models.precision.PRECISIONS`; ``bf16`` keeps the features
+            in bfloat16 (converted here unless they already are) and runs every unit under autocast.
     """
 
-    def __init__(self, specs: list[LayerSpec], backend: Any, kind: str, features: Tensor,
-                 history: bool = False, first_transform: str = "once_per_step"):
+    def __init__(self, specs: list[LayerSpec], backend: Any, kind: str, features: Any,
+                 history: bool = False, first_transform: str = "once_per_step", precision: str = "fp32"):
         if first_transform not in FIRST_TRANSFORMS:
             raise ValueError(f"first_transform={first_transform!r}; valid: {', '.join(FIRST_TRANSFORMS)}")
+        dtype = autocast_dtype(precision)
         units: list[Unit] = []
         for i, spec in enumerate(specs):
             transform, conv = backend.split(backend.conv(kind, spec))
             units += [Transform(i, spec, transform), Propagate(i, spec, conv, backend)]
         super().__init__(*units)
+        if dtype is not None:
+            features = features.to(dtype)
+            for unit in units:
+                unit.compute_dtype = dtype
+        self.precision = precision
         self[0].add_features(features, once_per_step=first_transform == "once_per_step")
+        self.feature_dtype: torch.dtype = features.dtype
         if history:
             for unit in self.transforms()[1:]:
-                unit.add_history(features.size(0), features.dtype)
+                unit.add_history(features.shape[0], features.dtype)
         self.kind = kind
         self.num_micro_batches = 0
+
+    def set_features(self, features: Any) -> None:
+        """Give the first unit the features' rows (a Tensor or a source of rows out of core, read in
+        :attr:`feature_dtype`), e.g. once the feature file ordered by the plan's partition exists."""
+        first = self[0]
+        if features.shape[1] != first.spec.in_dim:
+            raise ValueError(f"features of width {features.shape[1]} for a model built for {first.spec.in_dim}")
+        first.add_features(features.to(self.feature_dtype), once_per_step=first.once_per_step)
 
     def transforms(self) -> list[Transform]:
         return [u for u in self if isinstance(u, Transform)]
