@@ -83,7 +83,17 @@ def main(argv: list[str] | None = None) -> int:
                          "val_std_last50_per_seed": " ".join(f"{v:.2f}" for v in spread)})
             print(f"{model} {case}: {rows[-1]['val_std_last50_per_seed']} / {rows[-1]['test_best_val_per_seed']}",
                   file=sys.stderr, flush=True)
-    table = pd.DataFrame(rows)
+    text = render(pd.DataFrame(rows), args.epochs, args.models, args.overrides)
+    print(text)
+    if args.csv:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_csv(args.csv, index=False, float_format="%.4f")
+        args.csv.with_suffix(".txt").write_text(text)
+    return 0
+
+
+def render(table: pd.DataFrame, epochs: int, models: list[str], overrides: list[str]) -> str:
+    """The printed table of :func:`main`'s rows."""
     shown = pd.DataFrame({
         "model": table.model, "case": table.case, "seeds": table.seeds,
         f"val std last {LAST} (pts) mean/max": [f"{m:.2f} / {x:.2f}" for m, x in
@@ -93,17 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         "test at best val": [f"{100 * m:.1f} +- {100 * s:.1f}" for m, s in
                              zip(table.test_best_val_mean, table.test_best_val_std)],
         "best epoch": [f"{v:.0f}" for v in table.best_epoch_mean]})
-    extra = f" ({' '.join(args.overrides)})" if args.overrides else ""
-    olds = "; ".join(f"{model}: {' '.join(OLD[model])}" for model in args.models)
-    text = (f"Learning curves on dataset=synthetic{extra}, {args.epochs} epochs; old defaults = "
+    extra = f" ({' '.join(overrides)})" if overrides else ""
+    olds = "; ".join(f"{model}: {' '.join(OLD[model])}" for model in models)
+    return (f"Learning curves on dataset=synthetic{extra}, {epochs} epochs; old defaults = "
             f"{olds}; accuracy in %, mean +- sample std over seeds\n"
             f"{shown.to_string(index=False)}\n")
-    print(text)
-    if args.csv:
-        args.csv.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.csv, index=False, float_format="%.4f")
-        args.csv.with_suffix(".txt").write_text(text)
-    return 0
 
 
 if __name__ == "__main__":
