@@ -180,10 +180,9 @@ def _feature_rows(model: Any, graph: Graph, storage: str,
                   part: Tensor) -> tuple[DiskFeatureStore | None, dict[str, Any]]:
     """With features on disk and read by this process: give the model's first unit the rows of a copy
     ordered by the training partition (written once, cached), and return its store. Also the record's
-    ``features`` section (storage, dtype, bytes; on disk: file, its bytes, row order, whether cached)."""
+    ``features`` section (storage; on disk: file, its bytes, row order, whether cached)."""
     dtype = model.feature_dtype
-    info: dict[str, Any] = {"storage": storage, "dtype": str(dtype).removeprefix("torch."),
-                            "bytes": graph.num_nodes * graph.num_features * dtype.itemsize}
+    info: dict[str, Any] = {"storage": storage}  # dtype and bytes: the record's dataset section
     if graph.x is not None or graph.features.folder is None:  # in memory, or never read here
         return None, info
     source = DiskFeatureStore(graph.features.folder)
@@ -194,7 +193,7 @@ def _feature_rows(model: Any, graph: Graph, storage: str,
     info.update(path=str(path), file_bytes=path.stat().st_size, source_path=str(source.file()),
                 order="node" if store is source else "partition", cached=cached, order_s=ordering.seconds)
     log.info("features on disk: %s (%.1f MiB, %s, rows in %s order, %s in %.2fs)", path,
-             info["file_bytes"] / 2**20, info["dtype"], info["order"], "cached" if cached else "written",
+             info["file_bytes"] / 2**20, dtype_name(dtype), info["order"], "cached" if cached else "written",
              ordering.seconds)
     return store, info
 
