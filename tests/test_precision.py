@@ -15,7 +15,7 @@ from pipegnn.engines import GPipeEngine, SingleEngine
 from pipegnn.engines.base import exact_loss
 from pipegnn.microbatch import build_plan
 from pipegnn.models import FIRST_TRANSFORMS, PRECISIONS, build_model
-from pipegnn.models.precision import autocast_dtype, check_precision, dtype_name
+from pipegnn.models.precision import autocast_dtype, dtype_name
 
 CPU = torch.device("cpu")
 MODELS = {
@@ -75,8 +75,8 @@ def test_precision_names() -> None:
     assert PRECISIONS == ("fp32", "bf16")
     assert autocast_dtype("fp32") is None and autocast_dtype("bf16") is torch.bfloat16
     assert dtype_name(torch.bfloat16) == "bfloat16"
-    with pytest.raises(ValueError, match="precision='fp16'; valid: fp32, bf16"):
-        check_precision("fp16")
+    with pytest.raises(ValueError, match="train.precision='fp16' is not valid; valid: fp32, bf16"):
+        autocast_dtype("fp16")
     with pytest.raises(ValueError, match="valid: fp32, bf16"):
         build_model(MODELS["gcn"], get_backend("pyg"), torch.randn(4, 3), 2, precision="half")
 

@@ -23,7 +23,9 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-__all__ = ["PRECISIONS", "autocast", "autocast_dtype", "check_precision", "dtype_name"]
+from pipegnn.errors import check_choice
+
+__all__ = ["PRECISIONS", "autocast", "autocast_dtype", "dtype_name"]
 
 #: ``train.precision`` values.
 PRECISIONS = ("fp32", "bf16")
@@ -31,16 +33,10 @@ PRECISIONS = ("fp32", "bf16")
 _AUTOCAST: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
 
 
-def check_precision(precision: str) -> None:
-    """Raise ValueError naming ``precision`` and the valid ones unless it is one of :data:`PRECISIONS`."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r}; valid: {', '.join(PRECISIONS)}")
-
-
 def autocast_dtype(precision: str) -> torch.dtype | None:
     """The dtype ``precision`` computes in under autocast, and stores features and activations in
     (None for ``fp32``: no autocast, the parameters' dtype)."""
-    check_precision(precision)
+    check_choice(precision, PRECISIONS, "train.precision")
     return _AUTOCAST[precision]
 
 
