@@ -19,7 +19,6 @@ is an ``oom`` row instead of a visit from the OOM killer.
     python benchmarks/memory.py --part d                       # train.precision fp32 vs bf16
     python benchmarks/memory.py --part e                       # data.features disk vs memory
     python benchmarks/memory.py --part f --cap-gb 3            # largest graph under a cap, features on disk
-    python benchmarks/memory.py --part d                       # bf16 vs fp32, GAT, 512 features
 
 Parts:
     a   peak(chunks=16) / peak(chunks=1) for a 2-layer GAT with targets=all, --halo halos (exact), METIS, engines
@@ -36,9 +35,6 @@ Parts:
         wide features (--d-nodes 100000, avg degree 10, --d-features 512, so that the features weigh),
         full batch (single engine) and exact chunks=16 (METIS) per engine of --engines; a second table
         puts the bf16 / fp32 ratios side by side (memory_d_ratios.csv).
-
-    d   train.precision fp32 vs bf16 at the same graph and chunks (2-layer GAT, --d-nodes, --d-features):
-        peak memory and epoch time, bf16 / fp32 side by side.
     e   data.features disk vs memory on a graph that fits both ways (--e-nodes, --e-features, avg
         degree 10, 2-layer GAT, targets=all): full batch in memory, then chunks=--chunks exact METIS
         micro-batches per engine and first_transform (per_micro_batch, once_per_step), memory against
@@ -104,6 +100,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     import pipegnn.train as train
     from pipegnn import run
     from pipegnn.measure import peak_rss_bytes, reset_peaks
+    from pipegnn.records import write_record
     from pipegnn.schema import compose_config
 
     cfg = OmegaConf.to_container(compose_config(spec["overrides"]), resolve=True)
@@ -126,6 +123,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     record = run(cfg)
     seconds = time.perf_counter() - start
+    if spec.get("record"):  # the run's whole record (config, versions, sha, history), kept as a result
+        write_record(Path(spec["record"]).parent, record, Path(spec["record"]).name)
     peak = max(marks.get("setup_peak", 0), record["memory"]["peak_rss_bytes"] or 0)
     mb = record.get("microbatch") or {}
     return {"status": record["status"], "error": (record["error"] or "")[:300],
@@ -143,12 +142,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- parent
-def case(overrides: list[str], sets: dict[str, Any], safety_gb: float, timeout: float) -> dict[str, Any]:
-    """One case in a fresh subprocess (OMP_NUM_THREADS=1); a child killed or timed out is a row too."""
+def case(overrides: list[str], sets: dict[str, Any], safety_gb: float, timeout: float,
+         record: Path | None = None) -> dict[str, Any]:
+    """One case in a fresh subprocess (OMP_NUM_THREADS=1); a child killed or timed out is a row too.
+    With ``record``, the child also writes the run's record there."""
     sets = {"train.memory_limit_gb": safety_gb, **sets}
     with tempfile.TemporaryDirectory(prefix="pipegnn-mem-") as tmp:
         out = Path(tmp) / "case.json"
-        spec = {"overrides": ["microbatch.cache=null", *overrides, *EXTRA], "set": sets}
+        spec = {"overrides": ["microbatch.cache=null", *overrides, *EXTRA], "set": sets,
+                "record": str(record) if record else None}
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
         cmd = [sys.executable, __file__, "--child", json.dumps(spec), "--child-out", str(out)]
         start = time.perf_counter()
@@ -373,22 +375,24 @@ def part_e(args: argparse.Namespace) -> None:
 
 
 def part_f(args: argparse.Namespace) -> None:
-    modes = {"full batch, memory": [*FULL, "engine=single", "data.features=memory"]}
+    modes = {"full batch, memory": ("full_memory", [*FULL, "engine=single", "data.features=memory"])}
     for targets in ("all", "train"):
-        modes[f"single k={args.chunks} exact, disk, targets={targets}"] = [
+        modes[f"single k={args.chunks} exact, disk, targets={targets}"] = (f"k{args.chunks}_disk_{targets}", [
             "microbatch.partition=metis", f"microbatch.targets={targets}", "microbatch.halo=exact",
             "microbatch.first_transform=per_micro_batch", "engine=single", f"chunks={args.chunks}",
-            "data.features=disk"]
+            "data.features=disk"])
+    records = OUT / f"memory_f{args.tag}_records"
     rows: list[dict[str, Any]] = []
     summary = []
-    for label, mode in modes.items():
+    for label, (slug, mode) in modes.items():
         nodes, fit, fail = args.start_nodes, None, None
         while nodes <= args.f_max_nodes:
             with tempfile.TemporaryDirectory(prefix="pipegnn-features-") as cache:
                 graph = [f"dataset.num_nodes={nodes}", f"dataset.avg_degree={args.f_degree}",
                          f"dataset.num_features={args.f_features}", f"train.epochs={args.epochs}",
                          f"cache_root={cache}"]
-                row = case([*graph, *GAT, *mode], {"train.memory_limit_gb": args.cap_gb}, args.cap_gb, args.timeout)
+                row = case([*graph, *GAT, *mode], {"train.memory_limit_gb": args.cap_gb}, args.cap_gb, args.timeout,
+                           record=records / f"{slug}_n{nodes}.json")
             feature_gib = nodes * args.f_features * 4 / 2 ** 30
             _log(f"{label} n={nodes} ({feature_gib:.2f} GiB of float32 features)", row)
             rows.append({"mode": label, "nodes": nodes, "feature_gib": feature_gib, **row})
@@ -408,6 +412,45 @@ def part_f(args: argparse.Namespace) -> None:
           f"None = --f-max-nodes reached)", summary,
           ["mode", "largest_nodes", "largest_feature_gib", "first_failure", "epoch_s"],
           OUT / f"memory_f_summary{args.tag}.csv")
+    figure = OUT / f"memory_f{args.tag}.png"
+    plot_f(rows, args.cap_gb, args.f_features, about, figure)
+    print(f"-> {figure.relative_to(ROOT)}; records: {records.relative_to(ROOT)}/")
+
+
+def plot_f(rows: list[dict[str, Any]], cap_gb: float, features: int, about: str, path: Path) -> Any:
+    """Part f's figure: peak memory (with the cap) and epoch time against the node count (top axis: the
+    float32 feature matrix in GiB), one line per mode; a cross marks a size that did not train under the cap.
+    Saved to ``path``; returns the figure."""
+    import pandas as pd
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    table = pd.DataFrame(rows)
+    fig = Figure(figsize=(11, 4.2))
+    FigureCanvasAgg(fig)
+    memory_ax, time_ax = fig.subplots(1, 2)
+    for mode, group in table.groupby("mode", sort=False):
+        done = group[group["status"] == "completed"]
+        line = memory_ax.plot(done["nodes"], done["peak_mb"] / 1024, marker="o", label=mode)[0]
+        failed = group[group["status"] != "completed"]
+        memory_ax.plot(failed["nodes"], [cap_gb] * len(failed), marker="x", markersize=10, linestyle="none",
+                       color=line.get_color())
+        time_ax.plot(done["nodes"], done["epoch_s"], marker="o", color=line.get_color(), label=mode)
+    memory_ax.axhline(cap_gb, color="black", linestyle="--", linewidth=1, label=f"cap {cap_gb:g} GiB")
+    memory_ax.set(ylabel="peak resident memory (GiB); x: did not fit", title="peak memory")
+    time_ax.set(ylabel="epoch time (s, median after warm-up)", title="epoch time", yscale="log")
+    for ax in (memory_ax, time_ax):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("nodes")
+        ax.grid(True, alpha=0.3)
+        gib = features * 4 / 2 ** 30
+        ax.secondary_xaxis("top", functions=(lambda n: n * gib, lambda g: g / gib)).set_xlabel(
+            "float32 features (GiB)")
+    memory_ax.legend(fontsize=8)
+    fig.suptitle(f"Largest graph under the cap: {about}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:

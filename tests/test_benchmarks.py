@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pandas as pd
 import pytest
@@ -142,3 +143,31 @@ def test_precision_benchmark_compares_means_within_one_point() -> None:
     assert table["bf16_per_seed"].tolist() == ["0.805 0.825 0.845", "0.780 0.790 0.780"]
     text = precision.report(table, 0.01, 200, [])
     assert "82.00 ±  2.00" in text and "+0.50  yes" in text and "-1.67  no" in text
+
+
+def test_memory_case_keeps_the_runs_record(tmp_path) -> None:
+    memory = _load("memory")
+    record = tmp_path / "records" / "tiny_n2000.json"
+    row = memory.case(["dataset=synthetic", "dataset.num_nodes=2000", "dataset.num_features=16", "train.epochs=2",
+                       "model=gat", "model.layers=2", "chunks=4", "microbatch.halo=exact", "data.features=disk",
+                       f"cache_root={tmp_path / 'cache'}"], {}, safety_gb=4.0, timeout=300, record=record)
+    assert row["status"] == "completed", row
+    kept = json.loads(record.read_text())
+    assert kept["status"] == "completed" and kept["config"]["dataset"]["num_nodes"] == 2000
+    assert kept["features"]["storage"] == "disk" and len(kept["epochs"]) == 2
+    assert row["step_read_mb"] == pytest.approx(kept["features"]["train_bytes_mean"] / 2 ** 20)
+
+
+def test_memory_part_f_figure_marks_the_sizes_that_did_not_fit(tmp_path) -> None:
+    memory = _load("memory")
+    rows = [{"mode": "full batch", "nodes": n, "status": s, "peak_mb": p, "epoch_s": e}
+            for n, s, p, e in [(1000, "completed", 900.0, 0.1), (2000, "oom", None, None)]]
+    rows += [{"mode": "k=64 disk", "nodes": n, "status": "completed", "peak_mb": 700.0, "epoch_s": 0.2}
+             for n in (1000, 2000, 4000)]
+    fig = memory.plot_f(rows, 3.0, 1024, "test", tmp_path / "f.png")
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    memory_ax, time_ax = fig.axes[:2]
+    crosses = [line for line in memory_ax.lines if line.get_marker() == "x"]
+    assert [list(line.get_xdata()) for line in crosses] == [[2000], []]  # full batch's failure, at the cap
+    assert [list(line.get_ydata()) for line in crosses] == [[3.0], []]
+    assert [list(line.get_xdata()) for line in time_ax.lines] == [[1000], [1000, 2000, 4000]]
