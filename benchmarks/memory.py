@@ -18,7 +18,8 @@ is an ``oom`` row instead of a visit from the OOM killer.
     python benchmarks/memory.py --part a --halo historical --tag _historical
     python benchmarks/memory.py --part d                       # train.precision fp32 vs bf16
     python benchmarks/memory.py --part e                       # data.features disk vs memory
-    python benchmarks/memory.py --part f --cap-gb 3            # largest graph under a cap, features on disk
+    python benchmarks/memory.py --part f --cap-gb 3 --epochs 2 --f-targets train   # largest graph under a cap, features on disk
+    python benchmarks/memory.py --part f --cap-gb 3 --epochs 2 --f-targets all --f-max-nodes 400000 --tag _all
 
 Parts:
     a   peak(chunks=16) / peak(chunks=1) for a 2-layer GAT with targets=all, --halo halos (exact), METIS, engines
@@ -43,9 +44,10 @@ Parts:
     f   the largest synthetic graph with --f-features features per node (avg degree --f-degree) that a
         2-layer GAT trains on under --cap-gb, by doubling from --start-nodes up to --f-max-nodes: full
         batch with the features in memory against exact METIS micro-batches (chunks=--chunks, single
-        engine, first transform per micro-batch) with the features on disk, for targets=all (every
-        node's output) and targets=train (what the loss reads). Each case writes its feature files
-        into a temporary cache, removed afterwards.
+        engine, first transform per micro-batch) with the features on disk, for each of --f-targets:
+        train (what the loss reads) and all (every node's output). Each case writes its feature files
+        into a temporary cache, removed afterwards, and its record into memory_f<tag>_records/; the
+        figure is memory_f<tag>.png.
 
 Tables print side by side with ratios; CSVs go to results/benchmarks/memory_<part>.csv.
 """
@@ -376,7 +378,7 @@ def part_e(args: argparse.Namespace) -> None:
 
 def part_f(args: argparse.Namespace) -> None:
     modes = {"full batch, memory": ("full_memory", [*FULL, "engine=single", "data.features=memory"])}
-    for targets in ("all", "train"):
+    for targets in args.f_targets:
         modes[f"single k={args.chunks} exact, disk, targets={targets}"] = (f"k{args.chunks}_disk_{targets}", [
             "microbatch.partition=metis", f"microbatch.targets={targets}", "microbatch.halo=exact",
             "microbatch.first_transform=per_micro_batch", "engine=single", f"chunks={args.chunks}",
@@ -486,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--f-features", type=int, default=1024, help="part f: feature width")
     parser.add_argument("--f-degree", type=float, default=4.5, help="part f: average degree")
     parser.add_argument("--f-max-nodes", type=int, default=1_600_000, help="part f: stop doubling here")
+    parser.add_argument("--f-targets", nargs="+", choices=["train", "all"], default=["train", "all"],
+                        help="part f: microbatch.targets of the micro-batched runs on disk (targets=all "
+                        "computes every node each step: hours at 1.6M nodes on one core)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every case, e.g. "
                         "dataset.num_communities=150 dataset.homophily=0.95 framework=dgl")
     parser.add_argument("--tag", default="", help="suffix of the CSV names (memory_<part><tag>.csv)")

@@ -11,6 +11,7 @@ import warnings
 
 import torch
 from torch import Tensor, nn
+from torch.func import functional_call
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops, to_torch_csr_tensor
@@ -29,6 +30,11 @@ def sparse_adjacency(edge_index: Tensor, edge_weight: Tensor | None, num_src: in
         warnings.filterwarnings("ignore", "Sparse (CSR tensor support is in beta|invariant checks)",
                                 UserWarning)
         return to_torch_csr_tensor(edge_index.flip(0).long(), edge_weight, size=(num_dst, num_src))
+
+
+def _autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype autocast computes in on ``device``'s type here, or None outside autocast."""
+    return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
 
 
 class SplitSAGEConv(nn.Module):
@@ -127,17 +133,23 @@ class PygBackend(Adapter):
     def apply(conv: nn.Module, h: Tensor, block: tuple[Tensor, Tensor | None] | Tensor) -> Tensor:
         """Run ``conv`` over one block; returns at least the block's target rows (callers slice).
 
-        Under autocast (``train.precision=bf16``) the message path runs as is (PyG's scatters promote
-        bfloat16 rows times float32 attention or weights to float32); the sparse path runs outside
-        autocast on rows cast to the adjacency's dtype: torch's sparse CSR matmul has no bfloat16
-        kernel on CPU and needs both operands in one dtype."""
+        Under autocast (``train.precision=bf16``) the message path runs on bfloat16 rows with the
+        layer's parameters (GAT's attention vectors, the bias) and the edge weights cast to bfloat16, so
+        that attention, messages and aggregation stay bfloat16: PyG multiplies rows by those float32
+        tensors outside any autocast rule, and type promotion would make every per-edge tensor and its
+        gradient float32 (more memory than float32 training itself). The casts are differentiable: the
+        gradients reach the float32 parameters, as autocast's own weight casts do. The sparse path runs
+        outside autocast on rows cast to the adjacency's dtype: torch's sparse CSR matmul has no
+        bfloat16 kernel on CPU and needs both operands in one dtype."""
         if isinstance(block, Tensor):  # sparse adjacency: weights are its values
             with torch.autocast(h.device.type, enabled=False):
                 return conv(h.to(block.dtype), block)
         edge_index, edge_weight = block
         # Plans keep int32 local ids (half the memory); PyG's scatters need int64: one copy of the
         # block's edges per call, small next to the layer's own per-edge work.
-        edge_index = edge_index.long()
-        if edge_weight is None:
-            return conv(h, edge_index)
-        return conv(h, edge_index, edge_weight)
+        args = (h, edge_index.long()) if edge_weight is None else (h, edge_index.long(), edge_weight)
+        low = _autocast_dtype(h.device)
+        if low is None or h.dtype != low:
+            return conv(*args)
+        params = {name: p.to(low) for name, p in conv.named_parameters()}
+        return functional_call(conv, params, tuple(a.to(low) if a.is_floating_point() else a for a in args))
