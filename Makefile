@@ -72,7 +72,7 @@ bench: setup
 	$(PY) benchmarks/memory.py --part c | tee $(BENCH)/memory_c.txt; \
 	$(PY) benchmarks/memory.py --part d | tee $(BENCH)/memory_d.txt; \
 	$(PY) benchmarks/memory.py --part e | tee $(BENCH)/memory_e.txt; \
-	$(PY) benchmarks/memory.py --part f --cap-gb 3 --epochs 2 --f-targets train | tee $(BENCH)/memory_f.txt; \
+	$(PY) benchmarks/memory.py --part f --cap-gb 3 --epochs 2 --chunks 16 --f-targets train | tee $(BENCH)/memory_f.txt; \
 	$(PY) benchmarks/memory.py --part f --cap-gb 3 --epochs 2 --f-targets all --f-max-nodes 400000 --tag _all | tee $(BENCH)/memory_f_all.txt
 
 # The reference results (results/reference/, see results/README.md): each preset's sweep into

@@ -18,7 +18,7 @@ is an ``oom`` row instead of a visit from the OOM killer.
     python benchmarks/memory.py --part a --halo historical --tag _historical
     python benchmarks/memory.py --part d                       # train.precision fp32 vs bf16
     python benchmarks/memory.py --part e                       # data.features disk vs memory
-    python benchmarks/memory.py --part f --cap-gb 3 --epochs 2 --f-targets train   # largest graph under a cap, features on disk
+    python benchmarks/memory.py --part f --cap-gb 3 --epochs 2 --chunks 16 --f-targets train   # largest graph under a cap, features on disk
     python benchmarks/memory.py --part f --cap-gb 3 --epochs 2 --f-targets all --f-max-nodes 400000 --tag _all
 
 Parts:
@@ -45,7 +45,8 @@ Parts:
         2-layer GAT trains on under --cap-gb, by doubling from --start-nodes up to --f-max-nodes: full
         batch with the features in memory against exact METIS micro-batches (chunks=--chunks, single
         engine, first transform per micro-batch) with the features on disk, for each of --f-targets:
-        train (what the loss reads) and all (every node's output). Each case writes its feature files
+        train (what the loss reads: the graph's PubMed-like split, 60 training nodes, so --chunks <= 60)
+        and all (every node's output). Each case writes its feature files
         into a temporary cache, removed afterwards, and its record into memory_f<tag>_records/; the
         figure is memory_f<tag>.png.
 
