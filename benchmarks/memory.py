@@ -128,10 +128,13 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     if spec.get("record"):  # the run's whole record (config, versions, sha, history), kept as a result
         write_record(Path(spec["record"]).parent, record, Path(spec["record"]).name)
-    peak = max(marks.get("setup_peak", 0), record["memory"]["peak_rss_bytes"] or 0)
+    # The run records its setup's peak and resets the counter before training (so does measured_fit,
+    # after its own reading): the case's peak is the larger of the two phases'.
+    setup_peak = max(marks.get("setup_peak", 0), record["memory"].get("setup_peak_rss_bytes") or 0)
+    peak = max(setup_peak, record["memory"]["peak_rss_bytes"] or 0)
     mb = record.get("microbatch") or {}
     return {"status": record["status"], "error": (record["error"] or "")[:300],
-            "peak_mb": peak / MiB, "setup_mb": marks.get("setup_peak", peak) / MiB,
+            "peak_mb": peak / MiB, "setup_mb": (setup_peak or peak) / MiB,
             "train_mb": marks["train_peak"] / MiB if "train_peak" in marks else None,
             "held_mb": marks["held"] / MiB if "held" in marks else None, "base_mb": base / MiB,
             "edges": (record.get("dataset") or {}).get("num_edges"),
