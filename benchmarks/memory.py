@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="train.memory_limit_gb of every case without its own cap (GiB)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per case")
     parser.add_argument("--nodes", type=int, default=300_000, help="part a: graph size")
-    parser.add_argument("--chunks", type=int, default=None, help="micro-batches (a, d: 16, b: 32)")
+    parser.add_argument("--chunks", type=int, default=None, help="micro-batches (a, d, e, f: 16, b: 32)")
     parser.add_argument("--engines", nargs="+", default=["single", "gpipe"], help="parts a, d: engines")
     parser.add_argument("--engine", default="single", help="part b: engine of the micro-batched runs")
     parser.add_argument("--halo", default="exact", choices=["exact", "historical"],
@@ -492,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--f-features", type=int, default=1024, help="part f: feature width")
     parser.add_argument("--f-degree", type=float, default=4.5, help="part f: average degree")
     parser.add_argument("--f-max-nodes", type=int, default=1_600_000, help="part f: stop doubling here")
-    parser.add_argument("--f-targets", nargs="+", choices=["train", "all"], default=["train", "all"],
+    parser.add_argument("--f-targets", nargs="+", choices=["train", "all"], default=["train"],
                         help="part f: microbatch.targets of the micro-batched runs on disk (targets=all "
                         "computes every node each step: hours at 1.6M nodes on one core)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every case, e.g. "
@@ -510,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = ["a", "b", "c", "d", "e", "f"] if args.part == "all" else [args.part]
     for part in parts:
         part_args = argparse.Namespace(**vars(args))
-        part_args.chunks = args.chunks or {"a": 16, "b": 32, "d": 16, "e": 16, "f": 64}.get(part)
+        part_args.chunks = args.chunks or {"a": 16, "b": 32, "d": 16, "e": 16, "f": 16}.get(part)
         {"a": part_a, "b": part_b, "c": part_c, "d": part_d, "e": part_e, "f": part_f}[part](part_args)
     return 0
 
