@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--f-max-nodes", type=int, default=1_600_000, help="part f: stop doubling here")
     parser.add_argument("--f-targets", nargs="+", choices=["train", "all"], default=["train"],
                         help="part f: microbatch.targets of the micro-batched runs on disk (targets=all "
-                        "computes every node each step: hours at 1.6M nodes on one core)")
+                        "computes every node's 2-hop halo each step)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every case, e.g. "
                         "dataset.num_communities=150 dataset.homophily=0.95 framework=dgl")
     parser.add_argument("--tag", default="", help="suffix of the CSV names (memory_<part><tag>.csv)")

@@ -17,6 +17,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops, to_torch_csr_tensor
 
 from pipegnn.backends.base import Adapter, TakenOut, check_aggregation, check_kind
+from pipegnn.models.precision import active_autocast_dtype
 from pipegnn.models.sage import SAGETransform, neighbour_and_root
 from pipegnn.models.spec import LayerSpec
 
@@ -30,11 +31,6 @@ def sparse_adjacency(edge_index: Tensor, edge_weight: Tensor | None, num_src: in
         warnings.filterwarnings("ignore", "Sparse (CSR tensor support is in beta|invariant checks)",
                                 UserWarning)
         return to_torch_csr_tensor(edge_index.flip(0).long(), edge_weight, size=(num_dst, num_src))
-
-
-def _autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The dtype autocast computes in on ``device``'s type here, or None outside autocast."""
-    return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
 
 
 class SplitSAGEConv(nn.Module):
@@ -148,7 +144,7 @@ class PygBackend(Adapter):
         # Plans keep int32 local ids (half the memory); PyG's scatters need int64: one copy of the
         # block's edges per call, small next to the layer's own per-edge work.
         args = (h, edge_index.long()) if edge_weight is None else (h, edge_index.long(), edge_weight)
-        low = _autocast_dtype(h.device)
+        low = active_autocast_dtype(h.device)
         if low is None or h.dtype != low:
             return conv(*args)
         params = {name: p.to(low) for name, p in conv.named_parameters()}

@@ -25,7 +25,7 @@ import torch
 
 from pipegnn.errors import check_choice
 
-__all__ = ["PRECISIONS", "autocast", "autocast_dtype", "dtype_name"]
+__all__ = ["PRECISIONS", "active_autocast_dtype", "autocast", "autocast_dtype", "dtype_name"]
 
 #: ``train.precision`` values.
 PRECISIONS = ("fp32", "bf16")
@@ -46,6 +46,11 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> AbstractContext
     if dtype is None:
         return nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def active_autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype autocast computes in on ``device``'s type in this thread now, or None outside autocast."""
+    return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
 
 
 def dtype_name(dtype: torch.dtype) -> str:
