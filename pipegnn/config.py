@@ -14,7 +14,7 @@ from pipegnn.engines import (CHECKPOINT_MODES, DIST_BACKENDS, ENGINES, LAUNCHERS
                              START_METHODS, even_balance, parse_device, unit_balance)
 from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch import HALOS, PARTITIONERS, TARGETS
-from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER
+from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER, units_per_layer
 
 __all__ = ["EVAL_SPLITS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
 
@@ -67,7 +67,8 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     check_choice(cfg["microbatch"].get("first_transform", "once_per_step"), FIRST_TRANSFORMS,
                  "microbatch.first_transform")
     _positive_int(cfg["chunks"], "chunks")
-    layers = _check_model(cfg["model"])
+    _check_model(cfg["model"])
+    layers = units_per_layer(cfg["model"])
     _check_train(cfg["train"])
     _seed(cfg["microbatch"]["seed"], "microbatch.seed")
     engine = cfg["engine"]
@@ -84,23 +85,34 @@ def check_config(cfg: Mapping[str, Any]) -> None:
         _check_pipelining(cfg, devices, layers)
         return
     check_choice(engine["checkpoint"], CHECKPOINT_MODES, "engine.checkpoint")
-    units = UNITS_PER_LAYER * layers
+    units = sum(layers)
     if unit_balance(engine["balance"], layers, len(devices)) is None and len(devices) > units:
         raise ConfigError(f"engine.devices has {len(devices)} devices but the model has only {units} "
-                          f"units (model.layers={layers}: a transform and a propagation per layer); "
-                          f"use at most {units} devices")
+                          f"units ({_units_note(layers)}); use at most {units} devices")
 
 
-def _check_model(model: Mapping[str, Any]) -> int:
-    """The model's sizes (GAT: also its heads) and dropout; returns ``model.layers``."""
-    layers = _positive_int(model["layers"], "model.layers")
+def _units_note(layers: list[int]) -> str:
+    """What the model's units are, for an error message."""
+    extra = ", and an input and an output Linear" if sum(layers) > UNITS_PER_LAYER * len(layers) else ""
+    return f"model.layers={len(layers)}: a transform and a propagation per layer{extra}"
+
+
+def _check_model(model: Mapping[str, Any]) -> None:
+    """The model's sizes (GAT: also its heads; GCNII: alpha and theta), dropout and residual flag."""
+    _positive_int(model["layers"], "model.layers")
     _positive_int(model["hidden"], "model.hidden")
     if model["name"] == "gat":
         _positive_int(model["heads"], "model.heads")
         _positive_int(model["out_heads"], "model.out_heads")
+    if model["name"] == "gcn2":
+        if not 0.0 <= float(model["alpha"]) <= 1.0:
+            raise ConfigError(f"model.alpha (GCNII's initial residual) must be in [0, 1], got {model['alpha']!r}")
+        if not float(model["theta"]) >= 0.0:
+            raise ConfigError(f"model.theta (GCNII's identity mapping) must be >= 0, got {model['theta']!r}")
+    if not isinstance(model.get("residual", False), bool):
+        raise ConfigError(f"model.residual must be true or false, got {model['residual']!r}")
     if not 0.0 <= float(model["dropout"]) < 1.0:
         raise ConfigError(f"model.dropout must be in [0, 1), got {model['dropout']!r}")
-    return layers
 
 
 def _check_train(train: Mapping[str, Any]) -> None:
@@ -110,6 +122,8 @@ def _check_train(train: Mapping[str, Any]) -> None:
         raise ConfigError(f"train.epochs must be >= 1, got {train['epochs']!r}")
     _non_negative(train["lr"], "train.lr")
     _non_negative(train["weight_decay"], "train.weight_decay")
+    if train.get("conv_weight_decay") is not None:
+        _non_negative(train["conv_weight_decay"], "train.conv_weight_decay")
     _seed(train["seed"], "train.seed")
     check_choice(train.get("precision", "fp32"), PRECISIONS, "train.precision")
     patience = train.get("patience")
@@ -132,7 +146,7 @@ def _check_timeline(engine: Mapping[str, Any]) -> None:
                           f"{epoch!r}")
 
 
-def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: int) -> None:
+def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[int]) -> None:
     """engine=pipelining: one process per entry of engine.devices, each with one stage (or
     engine.virtual_stages stages with schedule=interleaved1f1b)."""
     engine, chunks, ranks = cfg["engine"], int(cfg["chunks"]), len(devices)
@@ -150,29 +164,23 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: int) -
     if engine["backend"] == "nccl" and kinds != {"cuda"}:
         raise ConfigError(f"engine.backend=nccl needs CUDA devices, got engine.devices={devices}; use "
                           "backend=gloo (or auto) on CPU")
-    if cfg["microbatch"]["halo"] == "historical":
-        raise ConfigError("microbatch.halo=historical is not supported with engine=pipelining: its "
-                          "layer-wise refresh and evaluation need every layer in one process; use "
-                          "engine=gpipe or engine=single, or halo=exact|none")
     interleaved = engine["schedule"] == "interleaved1f1b"
     per_rank = _positive_int(engine["virtual_stages"], "engine.virtual_stages") if interleaved else 1
     if interleaved and per_rank < 2:
         raise ConfigError(f"schedule=interleaved1f1b needs engine.virtual_stages >= 2 stages per "
                           f"process, got {per_rank}; use schedule=1f1b for one stage per process")
-    units = UNITS_PER_LAYER * layers
+    units = sum(layers)
     # units per process (null and auto: even, which needs as many units as balance=auto's stages)
     balance = unit_balance(engine["balance"], layers, ranks, "process") or even_balance(units, ranks)
     if min(balance) < per_rank:
         if interleaved:
             raise ConfigError(f"schedule=interleaved1f1b puts engine.virtual_stages={per_rank} stages on "
                               f"each of the {ranks} processes, which needs >= {per_rank} units per "
-                              f"process, but the units per process are {balance} (model.layers={layers}: "
-                              f"{units} units, a transform and a propagation per layer); use "
-                              f"model.layers >= {-(-per_rank * ranks // UNITS_PER_LAYER)} or "
-                              "schedule=gpipe|1f1b")
+                              f"process, but the units per process are {balance} ({units} units, "
+                              f"{_units_note(layers)}); use model.layers >= "
+                              f"{-(-per_rank * ranks // UNITS_PER_LAYER)} or schedule=gpipe|1f1b")
         raise ConfigError(f"engine.devices has {ranks} devices but the model has only {units} units "
-                          f"(model.layers={layers}: a transform and a propagation per layer); use at "
-                          f"most {units} devices")
+                          f"({_units_note(layers)}); use at most {units} devices")
     if engine["schedule"] == "1f1b" and chunks < ranks:
         raise ConfigError(f"schedule=1f1b needs chunks >= the number of processes ({ranks}), got "
                           f"chunks={chunks}; use more chunks or schedule=gpipe")

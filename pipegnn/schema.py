@@ -20,7 +20,7 @@ Registered (ConfigStore group: names):
 
 - ``schema``: ``config``, the primary config (chunks, microbatch, train, data, cache_root, resume)
 - ``schema/dataset``: ``cora``, ``citeseer``, ``pubmed`` (``name`` only), ``synthetic``
-- ``schema/model``: ``gat``, ``gcn``, ``sage``
+- ``schema/model``: ``gat``, ``gcn``, ``sage``, ``gcn2``
 - ``schema/framework``: ``pyg``, ``dgl``
 - ``schema/engine``: ``single``, ``gpipe``, ``pipelining``
 
@@ -35,7 +35,7 @@ from typing import Any, List, Optional, Sequence
 
 from omegaconf import MISSING, DictConfig
 
-__all__ = ["Config", "DataConfig", "GATConfig", "GPipeEngineConfig", "FrameworkConfig",
+__all__ = ["Config", "DataConfig", "GATConfig", "GCN2Config", "GPipeEngineConfig", "FrameworkConfig",
            "MicrobatchConfig", "ModelConfig", "PipeliningEngineConfig", "PlanetoidConfig",
            "SingleEngineConfig", "SCHEMAS", "SyntheticConfig", "TrainConfig", "compose_config",
            "config_dir", "register"]
@@ -82,15 +82,25 @@ class ModelConfig:
     layers: int = MISSING
     hidden: int = MISSING
     dropout: float = MISSING
+    residual: bool = MISSING
     aggregation: str = MISSING
     lr: float = MISSING
     weight_decay: float = MISSING
+    conv_weight_decay: Optional[float] = MISSING
 
 
 @dataclass
 class GATConfig(ModelConfig):
     heads: int = MISSING
     out_heads: int = MISSING
+
+
+@dataclass
+class GCN2Config(ModelConfig):
+    """``model=gcn2`` (GCNII): initial residual and identity-mapping strength."""
+
+    alpha: float = MISSING
+    theta: float = MISSING
 
 
 @dataclass
@@ -149,6 +159,7 @@ class TrainConfig:
     epochs: int = MISSING
     lr: float = MISSING
     weight_decay: float = MISSING
+    conv_weight_decay: Optional[float] = MISSING
     seed: int = MISSING
     patience: Optional[int] = MISSING
     target_val_acc: Optional[float] = MISSING
@@ -191,6 +202,7 @@ SCHEMAS: list[tuple[str, str, type]] = [
     ("schema/model", "gat", GATConfig),
     ("schema/model", "gcn", ModelConfig),
     ("schema/model", "sage", ModelConfig),
+    ("schema/model", "gcn2", GCN2Config),
     *(("schema/framework", name, FrameworkConfig) for name in ("pyg", "dgl")),
     ("schema/engine", "single", SingleEngineConfig),
     ("schema/engine", "gpipe", GPipeEngineConfig),

@@ -164,7 +164,7 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
     if halo == "historical":
         model.eval()
         with timed(engine.devices) as fill:
-            model.refresh(eval_ids)
+            engine.refresh(model, eval_ids)
         record["timing"]["history_fill_s"] = fill.seconds
     _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record, on_epoch, store)
     return engine.devices
@@ -237,10 +237,7 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
          record: dict[str, Any], on_epoch: Callable[[dict[str, Any]], Any] | None = None,
          store: DiskFeatureStore | None = None) -> None:
     train_cfg = cfg["train"]
-    # A pipeline rank may hold no parameters (e.g. only the first layer's input rows and dropout).
-    params = list(model.parameters())
-    optimizer = torch.optim.Adam(params, lr=float(train_cfg["lr"]),
-                                 weight_decay=float(train_cfg["weight_decay"])) if params else None
+    optimizer = _optimizer(model, train_cfg)
     out = engine.output_device
     # Targets outside the training split are computed (targets=all) but not in the loss.
     train_labels = torch.where(graph.train_mask[train_plan.targets], graph.y[train_plan.targets],
@@ -265,19 +262,19 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
             if optimizer is not None:
                 optimizer.step()
         boxes = engine.step_boxes()
-        staleness = model.staleness()
+        history = engine.history_per_stage(model) if historical else None
         trained = store.read_stats() if store is not None else None
         if not math.isfinite(loss):
             raise FloatingPointError(f"training loss is {loss} at epoch {epoch}")
         model.eval()
         with timed(engine.devices) as evaluation:
             # Historical mode evaluates layer-wise, which also refreshes every cached row.
-            logits = model.refresh(eval_ids) if historical else engine.predict(eval_ids)
+            logits = engine.refresh(model, eval_ids) if historical else engine.predict(eval_ids)
             correct = logits.to(out).argmax(1) == eval_labels
         acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
         epochs.append({"epoch": epoch, "train_loss": loss, **acc, "epoch_time_s": step.seconds,
                        "eval_time_s": evaluation.seconds,
-                       **({"staleness": staleness} if staleness is not None else {})})
+                       **(_history_entry(history) if history is not None else {})})
         if store is not None:
             epochs[-1]["feature_reads"] = _feature_reads(before, trained, store.read_stats())
         if boxes is not None:
@@ -309,12 +306,38 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
     record["timing"].update(
         epoch_time_median_s=statistics.median(e["epoch_time_s"] for e in timed_epochs),
         eval_time_median_s=statistics.median(e["eval_time_s"] for e in timed_epochs))
+    if historical:  # per stage, the median over epochs of each step's historical traffic and age
+        record["microbatch"]["history_per_stage"] = [
+            {key: statistics.median(e["history"][s][key] for e in timed_epochs) if key not in ("stage", "caches")
+             else stage[key] for key in stage} for s, stage in enumerate(timed_epochs[0]["history"])]
     record["pipeline"] = {**engine.info.as_dict(), "timeline": engine.timeline is not None,
                           **medians(e["pipeline"] for e in timed_epochs if "pipeline" in e)}
     log.info("done: test acc %.3f (at best val %.3f: %.3f), median epoch %.4fs",
              last["test_acc"], best["val_acc"], best["test_acc"], record["timing"]["epoch_time_median_s"])
     if "makespan_s" in record["pipeline"]:
         _log_figures(record["pipeline"])
+
+
+def _optimizer(model: torch.nn.Module, train_cfg: dict[str, Any]) -> torch.optim.Optimizer | None:
+    """Adam over this process's parameters (None when it holds none: a pipeline rank may hold only the
+    first layer's input rows and dropout), with ``train.conv_weight_decay``, when set, on the
+    message-passing layers' parameters and ``train.weight_decay`` on the others (GCNII's Linear)."""
+    decay, conv_decay = float(train_cfg["weight_decay"]), train_cfg.get("conv_weight_decay")
+    layers: list[torch.nn.Parameter] = []
+    dense: list[torch.nn.Parameter] = []
+    for unit in model:
+        (dense if unit.kind in ("input", "output") else layers).extend(unit.parameters())
+    groups = [{"params": dense, "weight_decay": decay},
+              {"params": layers, "weight_decay": decay if conv_decay is None else float(conv_decay)}]
+    groups = [g for g in groups if g["params"]]
+    return torch.optim.Adam(groups, lr=float(train_cfg["lr"])) if groups else None
+
+
+def _history_entry(stages: list[dict[str, Any]]) -> dict[str, Any]:
+    """An epoch's historical figures: the mean age of the rows pulled (over the caches) and, per
+    stage, the rows and bytes pulled and pushed and their age."""
+    ages = [s["staleness"] for s in stages for _ in range(s["caches"])]
+    return {"staleness": sum(ages) / len(ages) if ages else 0.0, "history": stages}
 
 
 def _feature_reads(before: dict[str, int], trained: dict[str, int],

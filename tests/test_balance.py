@@ -16,13 +16,24 @@ from conftest import make_cfg
 
 
 def test_balance_in_layers_or_units() -> None:
-    assert unit_balance(None, 2, 2) is None and unit_balance("auto", 2, 2) is None
-    assert unit_balance([1, 1], 2, 2) == [2, 2]  # whole layers
-    assert unit_balance([1, 3], 2, 2) == [1, 3]  # units: the first stage holds transform0 only
-    assert unit_balance([2, 2, 1, 1], 3, 4) == [2, 2, 1, 1]  # 6 units of 3 layers
+    assert unit_balance(None, [2, 2], 2) is None and unit_balance("auto", [2, 2], 2) is None
+    assert unit_balance([1, 1], [2, 2], 2) == [2, 2]  # whole layers
+    assert unit_balance([1, 3], [2, 2], 2) == [1, 3]  # units: the first stage holds transform0 only
+    assert unit_balance([2, 2, 1, 1], [2, 2, 2], 4) == [2, 2, 1, 1]  # 6 units of 3 layers
     for bad in ([1, 2], [2, 2, 0], [0, 4], "even", [1.5, 2.5]):
         with pytest.raises(ConfigError, match="summing to model.layers=2 .whole layers. or to 4 .units"):
-            unit_balance(bad, 2, 2 if isinstance(bad, str) or len(bad) == 2 else 3)
+            unit_balance(bad, [2, 2], 2 if isinstance(bad, str) or len(bad) == 2 else 3)
+
+
+def test_balance_in_layers_keeps_the_input_and_output_linear_with_their_layers() -> None:
+    """GCNII's input Linear goes with the first layer and its output Linear with the last."""
+    layers = [3, 2, 2, 3]  # input + 2 units, 2, 2, 2 units + output
+    assert unit_balance([2, 2], layers, 2) == [5, 5]
+    assert unit_balance([1, 3], layers, 2) == [3, 7]
+    assert unit_balance([1, 9], layers, 2) == [1, 9]  # units: the input Linear alone
+    with pytest.raises(ConfigError, match="or to 10 .units: a transform and a propagation per layer, and "
+                                          "the input and output Linear"):
+        unit_balance([2, 3], layers, 2)
     assert even_balance(4, 3) == [2, 1, 1]
 
 

@@ -6,20 +6,25 @@ The adapters import only from here (never from the package ``__init__``, which i
 """
 from __future__ import annotations
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from pipegnn.errors import ConfigError, check_choice
 
-__all__ = ["AGGREGATIONS", "KINDS", "Adapter", "TakenOut", "aggregations", "check_aggregation", "check_kind"]
+__all__ = ["AGGREGATIONS", "KINDS", "NORMALISED", "Adapter", "TakenOut", "aggregations", "check_aggregation",
+           "check_kind", "rows_at_least"]
 
 #: ``model.aggregation`` values (which ones a framework offers per model: :func:`aggregations`).
 AGGREGATIONS = ("messages", "sparse")
 #: Model kinds (``model.name``) every adapter builds layers and computation graphs for.
-KINDS = ("gat", "gcn", "sage")
+KINDS = ("gat", "gcn", "sage", "gcn2")
+#: Kinds whose layers read GCN's symmetric normalisation (self-loops, full-graph degrees) as edge weights.
+NORMALISED = ("gcn", "gcn2")
 #: Aggregations each framework offers per model kind (kinds not listed: all of AGGREGATIONS).
 _AVAILABLE: dict[str, dict[str, tuple[str, ...]]] = {
-    "pyg": {"gcn": ("messages", "sparse"), "gat": ("messages",), "sage": ("messages", "sparse")},
-    "dgl": {"gcn": AGGREGATIONS, "gat": AGGREGATIONS, "sage": AGGREGATIONS},  # fused kernels either way
+    "pyg": {"gcn": ("messages", "sparse"), "gat": ("messages",), "sage": ("messages", "sparse"),
+            "gcn2": ("messages", "sparse")},
+    "dgl": {"gcn": AGGREGATIONS, "gat": AGGREGATIONS, "sage": AGGREGATIONS, "gcn2": AGGREGATIONS},  # fused
 }
 _WHY = {("pyg", "gat"): "PyG's GATConv needs per-edge attention values, it has no sparse-matmul path"}
 
@@ -43,6 +48,13 @@ def check_aggregation(framework: str, kind: str, aggregation: str) -> None:
         raise ConfigError(f"model.aggregation={aggregation!r} is not available for model={kind} with "
                           f"framework={framework}{f' ({why})' if why else ''}; available: "
                           f"{', '.join(available)}")
+
+
+def rows_at_least(x: Tensor, rows: int) -> Tensor:
+    """``x`` with zero rows appended up to ``rows`` (unchanged when it has as many). A GCNII layer
+    reads the initial representation of the rows it computes, but the library layers slice it to the
+    rows they aggregate over (``x_0[:x.size(0)]``), which include halo rows beyond those it computes."""
+    return x if x.size(0) >= rows else torch.cat([x, x.new_zeros(rows - x.size(0), x.size(1))])
 
 
 class Adapter:

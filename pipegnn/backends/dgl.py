@@ -18,14 +18,14 @@ os.environ.setdefault("DGLBACKEND", "pytorch")  # before importing dgl: no backe
 
 import dgl  # noqa: E402
 import torch  # noqa: E402
-from dgl.nn.pytorch import EdgeWeightNorm, GATConv, GraphConv, SAGEConv  # noqa: E402
+from dgl.nn.pytorch import EdgeWeightNorm, GATConv, GCN2Conv, GraphConv, SAGEConv  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from pipegnn.backends.base import Adapter, TakenOut, check_aggregation, check_kind  # noqa: E402
+from pipegnn.backends.base import NORMALISED, Adapter, TakenOut, check_aggregation, check_kind  # noqa: E402
 from pipegnn.models.sage import SAGETransform, neighbour_and_root  # noqa: E402
 from pipegnn.models.spec import LayerSpec  # noqa: E402
 
-__all__ = ["DglBackend", "HeadReducedGATConv", "SplitSAGEConv", "WeightTransform"]
+__all__ = ["BlockGCN2Conv", "DglBackend", "HeadReducedGATConv", "SplitSAGEConv", "WeightTransform"]
 
 WEIGHT = "w"  # edata key of a block's edge weights
 
@@ -78,6 +78,37 @@ class SplitSAGEConv(nn.Module):
         return self.sage(graph, (neighbour, root[:graph.num_dst_nodes()]), edge_weight=edge_weight)
 
 
+class BlockGCN2Conv(nn.Module):
+    """DGL's GCN2Conv over a block, with the edge weights of the computation graph as they are.
+
+    DGL's own ``forward`` cannot run on a micro-batch: without edge weights it normalises by the
+    degrees of the graph it is given, with them it renormalises them (``EdgeWeightNorm("both")``)
+    by the block's own degrees, and it reads ``graph.ndata``, which a block splits into source and
+    destination nodes. So the aggregation here is DGL's fused weighted sum (``dgl.ops.u_mul_e_sum``)
+    with the full-graph weights, and the rest is GCN2Conv's own formula (initial residual, identity
+    mapping, bias) with the layer's own parameters and ``alpha`` / ``beta``, written out here in
+    the library's order of operations.
+
+    Args:
+        gcn2: the DGL GCN2Conv (one shared weight, ``project_initial_features=True``).
+    """
+
+    def __init__(self, gcn2: GCN2Conv):
+        super().__init__()
+        self.gcn2 = gcn2
+
+    def forward(self, graph: dgl.DGLGraph, feat: Tensor, feat_0: Tensor,
+                edge_weight: Tensor | None = None) -> Tensor:
+        conv = self.gcn2
+        if edge_weight is None:
+            h = dgl.ops.copy_u_sum(graph, feat)
+        else:
+            h = dgl.ops.u_mul_e_sum(graph, feat, edge_weight.view(-1, 1).to(feat.dtype))
+        h = h * (1 - conv.alpha) + feat_0[:h.size(0)] * conv.alpha
+        out = (1 - conv.beta) * h + conv.beta * (h @ conv.weight1)
+        return out + conv.bias if conv._bias else out
+
+
 class DglBackend(Adapter):
     """Builds DGL convolutions and runs them on DGL blocks of a micro-batch's local edges.
 
@@ -108,7 +139,7 @@ class DglBackend(Adapter):
             return torch.stack(g.edges()), None
         g = dgl.add_self_loop(g)
         edges = torch.stack(g.edges())
-        if kind != "gcn":
+        if kind not in NORMALISED:
             return edges, None
         ones = torch.ones(g.num_edges(), dtype=dtype, device=edges.device)
         return edges, EdgeWeightNorm(norm="both")(g, ones)
@@ -129,6 +160,10 @@ class DglBackend(Adapter):
                              allow_zero_in_degree=True)
         elif kind == "sage":
             conv = SAGEConv(spec.in_dim, spec.out_dim, aggregator_type="mean")
+        elif kind == "gcn2":  # no bias, as PyG's GCN2Conv and the paper's layer
+            conv = BlockGCN2Conv(GCN2Conv(spec.in_dim, spec.index, alpha=spec.alpha, lambda_=spec.theta,
+                                          project_initial_features=True, allow_zero_in_degree=True,
+                                          bias=False))
         else:
             conv = HeadReducedGATConv(spec)
         return conv.to(torch.get_default_dtype())
@@ -144,6 +179,8 @@ class DglBackend(Adapter):
         and ``fc_self`` (with the bias) become one :class:`SAGETransform`, the rest is a
         :class:`SplitSAGEConv` (exact because the mean is linear; see :mod:`pipegnn.models.sage`).
         """
+        if isinstance(conv, BlockGCN2Conv):  # its weight comes after aggregating: nothing to take out
+            return nn.Identity(), conv
         if isinstance(conv, SAGEConv):
             transform = SAGETransform(conv.fc_neigh.weight, conv.fc_self.weight, conv.fc_self.bias)
             conv.fc_neigh, conv.fc_self = TakenOut(), TakenOut()
@@ -167,8 +204,9 @@ class DglBackend(Adapter):
         return block
 
     @staticmethod
-    def apply(conv: nn.Module, h: Tensor, block: dgl.DGLGraph) -> Tensor:
-        """Run ``conv`` over one block; returns exactly the block's ``num_dst`` rows.
+    def apply(conv: nn.Module, h: Tensor, block: dgl.DGLGraph, initial: Tensor | None = None) -> Tensor:
+        """Run ``conv`` over one block; returns exactly the block's ``num_dst`` rows. ``initial``: a
+        GCNII layer's initial representation (at least the block's ``num_dst`` rows).
 
         bfloat16 rows (``train.precision=bf16``) are cast to float32 first: DGL 1.1's kernels need node
         and edge data (GCN's weights, GAT's attention scores from float32 parameters) of one dtype and
@@ -177,4 +215,6 @@ class DglBackend(Adapter):
         in float32 on CPU; on CUDA DGL's own autocast support casts its kernels' operands to
         bfloat16 again."""
         weight = block.edata[WEIGHT] if WEIGHT in block.edata else None
-        return conv(block, h.to(torch.promote_types(h.dtype, torch.float32)), edge_weight=weight)
+        dtype = torch.promote_types(h.dtype, torch.float32)
+        rows = (h.to(dtype),) if initial is None else (h.to(dtype), initial.to(dtype))
+        return conv(block, *rows, edge_weight=weight)

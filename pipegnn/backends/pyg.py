@@ -12,11 +12,11 @@ import warnings
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
-from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+from torch_geometric.nn import GATConv, GCN2Conv, GCNConv, SAGEConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops, to_torch_csr_tensor
 
-from pipegnn.backends.base import Adapter, TakenOut, check_aggregation, check_kind
+from pipegnn.backends.base import NORMALISED, Adapter, TakenOut, check_aggregation, check_kind, rows_at_least
 from pipegnn.models.precision import active_autocast_dtype
 from pipegnn.models.sage import SAGETransform, neighbour_and_root
 from pipegnn.models.spec import LayerSpec
@@ -68,7 +68,7 @@ class PygBackend(Adapter):
                           dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor | None]:
         """Edges (and weights) the model's layers read, computed once on the full graph.
 
-        GCN: self-loops plus symmetric normalisation with *full-graph* degrees (``gcn_norm``), so a
+        GCN and GCNII: self-loops plus symmetric normalisation with *full-graph* degrees (``gcn_norm``), so a
         micro-batch never renormalises with its subgraph's degrees. GAT: one self-loop per node. SAGE:
         no self-loops (a node reads its own row through the root term, never as its own neighbour).
 
@@ -76,7 +76,7 @@ class PygBackend(Adapter):
             ConfigError: ``kind`` is not one of the model kinds the adapters build (``base.KINDS``).
         """
         check_kind(kind)
-        if kind == "gcn":
+        if kind in NORMALISED:
             return gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
         edge_index, _ = remove_self_loops(edge_index)
         if kind == "sage":
@@ -86,7 +86,8 @@ class PygBackend(Adapter):
     def conv(self, kind: str, spec: LayerSpec) -> nn.Module:
         """A PyG convolution for one layer; self-loops and normalisation come from the computation graph.
 
-        SAGE: ``SAGEConv`` with the mean aggregator (its default), root weight and bias.
+        SAGE: ``SAGEConv`` with the mean aggregator (its default), root weight and bias. GCNII:
+        ``GCN2Conv`` with one weight shared by the rows and the initial representation (the paper's).
 
         Raises:
             ConfigError: unknown ``kind``, or ``sparse`` aggregation for GAT (no fused path in PyG).
@@ -97,6 +98,9 @@ class PygBackend(Adapter):
             return GCNConv(spec.in_dim, spec.out_dim, normalize=False, add_self_loops=False)
         if kind == "sage":
             return SAGEConv(spec.in_dim, spec.out_dim, aggr="mean")
+        if kind == "gcn2":
+            return GCN2Conv(spec.in_dim, alpha=spec.alpha, theta=spec.theta, layer=spec.index,
+                            shared_weights=True, normalize=False, add_self_loops=False)
         return GATConv(spec.in_dim, spec.out_dim, heads=spec.heads, concat=spec.concat,
                        dropout=spec.dropout, add_self_loops=False)
 
@@ -107,7 +111,11 @@ class PygBackend(Adapter):
         touches it, so the rest computes what the whole layer computes from transformed rows.
 
         SAGEConv: ``lin_l`` (with the bias) and ``lin_r`` become one :class:`SAGETransform`, the rest is
-        a :class:`SplitSAGEConv` (exact because the mean is linear; see :mod:`pipegnn.models.sage`)."""
+        a :class:`SplitSAGEConv` (exact because the mean is linear; see :mod:`pipegnn.models.sage`).
+
+        GCN2Conv applies its weight after aggregating: nothing to take out (an identity transform)."""
+        if isinstance(conv, GCN2Conv):
+            return nn.Identity(), conv
         if isinstance(conv, SAGEConv):
             transform = SAGETransform(conv.lin_l.weight, conv.lin_r.weight, conv.lin_l.bias)
             conv.lin_l, conv.lin_r = TakenOut(), TakenOut()
@@ -126,8 +134,10 @@ class PygBackend(Adapter):
         return edge_index, edge_weight
 
     @staticmethod
-    def apply(conv: nn.Module, h: Tensor, block: tuple[Tensor, Tensor | None] | Tensor) -> Tensor:
+    def apply(conv: nn.Module, h: Tensor, block: tuple[Tensor, Tensor | None] | Tensor,
+              initial: Tensor | None = None) -> Tensor:
         """Run ``conv`` over one block; returns at least the block's target rows (callers slice).
+        ``initial``: a GCNII layer's initial representation (at least the block's target rows).
 
         Under autocast (``train.precision=bf16``) the message path runs on bfloat16 rows with the
         layer's parameters (GAT's attention vectors, the bias) and the edge weights cast to bfloat16, so
@@ -139,11 +149,13 @@ class PygBackend(Adapter):
         bfloat16 kernel on CPU and needs both operands in one dtype."""
         if isinstance(block, Tensor):  # sparse adjacency: weights are its values
             with torch.autocast(h.device.type, enabled=False):
-                return conv(h.to(block.dtype), block)
+                rows = (h.to(block.dtype),) if initial is None else (h.to(block.dtype), initial.to(block.dtype))
+                return conv(*rows, block)
         edge_index, edge_weight = block
         # Plans keep int32 local ids (half the memory); PyG's scatters need int64: one copy of the
         # block's edges per call, small next to the layer's own per-edge work.
-        args = (h, edge_index.long()) if edge_weight is None else (h, edge_index.long(), edge_weight)
+        rows = (h,) if initial is None else (h, rows_at_least(initial, h.size(0)))
+        args = (*rows, edge_index.long()) if edge_weight is None else (*rows, edge_index.long(), edge_weight)
         low = active_autocast_dtype(h.device)
         if low is None or h.dtype != low:
             return conv(*args)

@@ -57,6 +57,6 @@ def _balance(engine: Mapping[str, Any], model: StagedGNN, parts: int, per_part: 
             return [], AUTO, None
         costs = measure_unit_costs(model, train_ids, device)
         return auto_balance(costs, parts * per_part), AUTO, dict(zip(model.unit_names, costs))
-    units = unit_balance(balance, model.num_layers, parts)
+    units = unit_balance(balance, model.units_per_layer, parts)
     source = "config" if units is not None else "even"
     return per_stage_balance(units or even_balance(len(model), parts), per_part), source, None

@@ -1,11 +1,13 @@
 """Where a pipeline's stage boundaries fall: ``engine.balance`` in layers or units, or ``auto``.
 
 A model of L layers is 2L units (``transform<l>``, ``propagate<l>``, see :mod:`pipegnn.models.base`),
-and stage boundaries may fall between any two units. ``engine.balance`` is
+and GCNII's input and output Linear are two more; stage boundaries may fall between any two units.
+``engine.balance`` is
 
 - null: units as even as possible over the stages;
-- a list summing to ``model.layers``: whole layers per stage (each layer is its two units);
-- a list summing to ``2 * model.layers``: units per stage (a boundary may cut a layer);
+- a list summing to ``model.layers``: whole layers per stage (each layer is its two units, the first
+  layer with an input Linear and the last with an output Linear where the model has them);
+- a list summing to the number of units: units per stage (a boundary may cut a layer);
 - ``auto``: boundaries chosen from each unit's forward + backward time, measured on a few training
   micro-batches before training (:func:`measure_unit_costs`), as the contiguous partition whose busiest
   stage is cheapest (:func:`auto_balance`). Moving activations between stages is not counted: every
@@ -23,13 +25,14 @@ from __future__ import annotations
 
 import statistics
 import time
+from itertools import accumulate
 from typing import Any, Sequence
 
 import torch
 from torch import Tensor
 
 from pipegnn.errors import ConfigError
-from pipegnn.models.base import UNITS_PER_LAYER, StagedGNN
+from pipegnn.models.base import StagedGNN
 
 __all__ = ["AUTO", "auto_balance", "even_balance", "measure_unit_costs", "unit_balance"]
 
@@ -42,14 +45,15 @@ def even_balance(num_units: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-def unit_balance(balance: Any, num_layers: int, parts: int, what: str = "device") -> list[int] | None:
-    """``engine.balance`` as units per part (None for null or ``auto``).
+def unit_balance(balance: Any, layer_units: list[int], parts: int, what: str = "device") -> list[int] | None:
+    """``engine.balance`` as units per part (None for null or ``auto``), for a model whose layers have
+    ``layer_units`` units each.
 
     Raises:
-        ConfigError: not ``parts`` positive integers summing to ``num_layers`` (layers) or
-            ``3 * num_layers`` (units), and not null or ``auto``.
+        ConfigError: not ``parts`` positive integers summing to the number of layers or of units, and
+            not null or ``auto``.
     """
-    units = UNITS_PER_LAYER * num_layers
+    num_layers, units = len(layer_units), sum(layer_units)
     if balance is None or balance == AUTO:
         return None
     entries = list(balance) if isinstance(balance, (list, tuple)) else None
@@ -59,8 +63,13 @@ def unit_balance(balance: Any, num_layers: int, parts: int, what: str = "device"
     if not ok:
         raise ConfigError(f"engine.balance={balance!r} does not match the model: it needs one positive "
                           f"entry per {what} ({parts} {what}s) summing to model.layers={num_layers} "
-                          f"(whole layers) or to {units} (units: a transform and a propagation per layer), or null (even) or auto (measured)")
-    return [UNITS_PER_LAYER * b for b in entries] if sum(entries) == num_layers else entries
+                          f"(whole layers) or to {units} (units: a transform and a propagation per layer"
+                          f"{', and the input and output Linear' if units > 2 * num_layers else ''}), or null "
+                          "(even) or auto (measured)")
+    if sum(entries) == units:
+        return entries
+    ends = list(accumulate(entries))
+    return [sum(layer_units[a:b]) for a, b in zip([0, *ends], ends)]
 
 
 def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, passes: int = 2,

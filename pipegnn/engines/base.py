@@ -2,13 +2,13 @@
 stage timeline of each training step."""
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pipegnn.models.base import Transform
+from pipegnn.models.base import StagedGNN, Transform
 from pipegnn.timeline import Box, PipelineInfo, Timeline
 
 __all__ = ["IGNORE", "Engine", "exact_loss", "parse_device"]
@@ -129,6 +129,34 @@ class Engine:
         """The stage timeline of the last training step (every stage's boxes), or None without a
         timeline. Call once per step, after the step's closing synchronisation."""
         return self.timeline.end() if self.timeline is not None else None
+
+    @torch.no_grad()
+    def refresh(self, model: StagedGNN, ids: Tensor) -> Tensor:
+        """Layer-wise inference over ``ids``'s micro-batches, refreshing every history cache
+        (historical halos; :meth:`StagedGNN.refresh`); returns the logits in micro-batch order."""
+        return model.refresh(ids)
+
+    def history_traffic(self, model: StagedGNN) -> dict[str, dict[str, float]]:
+        """Every history cache's traffic in the current step, by unit name (a collective in a
+        multi-process pipeline: call on every rank)."""
+        return model.history_traffic()
+
+    def history_per_stage(self, model: StagedGNN) -> list[dict[str, Any]] | None:
+        """Per pipeline stage, the current training step's historical traffic: rows and bytes pulled
+        from and pushed to the stage's history caches and the mean age (steps) of the rows pulled,
+        per cache then averaged; None without history caches."""
+        traffic = self.history_traffic(model)
+        if not traffic:
+            return None
+        stages = []
+        for s, names in enumerate(self.info.stage_units):
+            mine = [traffic[n] for n in names if n in traffic]
+            stage: dict[str, Any] = {"stage": s, "caches": len(mine)}
+            for key in ("pulled_rows", "pushed_rows", "pulled_bytes", "pushed_bytes"):
+                stage[key] = sum(t[key] for t in mine)
+            stage["staleness"] = sum(t["staleness"] for t in mine) / len(mine) if mine else None
+            stages.append(stage)
+        return stages
 
     @torch.no_grad()
     def predict(self, ids: Tensor) -> Tensor:

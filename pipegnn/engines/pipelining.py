@@ -36,7 +36,7 @@ from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleG
 
 from pipegnn.engines.balance import even_balance
 from pipegnn.engines.base import IGNORE, Engine, exact_loss
-from pipegnn.models.base import StagedGNN, Unit
+from pipegnn.models.base import StagedGNN, Unit, layerwise
 from pipegnn.timeline import Box, PipelineInfo, Timeline
 
 __all__ = ["SCHEDULES", "PipeliningEngine", "per_stage_balance", "stage_units"]
@@ -60,24 +60,26 @@ def per_stage_balance(per_rank_units: list[int], per_rank: int = 1) -> list[int]
 class _PipeStage(nn.Module):
     """Consecutive units of the staged model as one pipeline stage with static shapes.
 
-    Receives ``(ids,)`` (first stage) or ``(h padded, ids)``, slices the real rows of micro-batch
-    ``ids[0]`` out of ``h``, runs its units and pads the output rows to ``pad[m]``; the last stage
+    Receives ``(ids,)`` (first stage) or ``(h padded, [x0 padded,] ids)``, slices the real rows of
+    micro-batch ``ids[0]`` out of each tensor (``rows_in``: per tensor, per micro-batch), runs its
+    units and pads each output tensor's rows to ``pad`` (per tensor, per micro-batch); the last stage
     returns only the padded logits (what the loss and the merged output take).
     """
 
-    def __init__(self, units: list[Unit], rows_in: list[int] | None, pad: list[int], last: bool):
+    def __init__(self, units: list[Unit], rows_in: list[list[int]] | None, pad: list[list[int]], last: bool):
         super().__init__()
         self.units = nn.ModuleList(units)
         self.rows_in, self.pad, self.last = rows_in, pad, last
 
-    def forward(self, *inputs: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+    def forward(self, *inputs: Tensor) -> Tensor | tuple[Tensor, ...]:
         ids = inputs[-1]
         m = int(ids[0])
-        x: tuple[Tensor, ...] = (ids,) if self.rows_in is None else (inputs[0][:self.rows_in[m]], ids)
+        x: tuple[Tensor, ...] = (ids,) if self.rows_in is None else (
+            *(t[:rows[m]] for t, rows in zip(inputs, self.rows_in)), ids)
         for unit in self.units:
             x = unit(x)
-        h = F.pad(x[0], (0, 0, 0, self.pad[m] - x[0].size(0)))
-        return h if self.last else (h, ids)
+        out = [F.pad(h, (0, 0, 0, pad[m] - h.size(0))) for h, pad in zip(x[:-1], self.pad)]
+        return out[0] if self.last else (*out, ids)
 
 
 class _TimedStage(PipelineStage):
@@ -153,10 +155,12 @@ class PipeliningEngine(Engine):
         self.local = [s for s in range(self.num_stages) if s % self.world == self.rank]
         self.last_rank = (self.num_stages - 1) % self.world
         _check_same_everywhere(model)
-        # Real output rows of every unit per micro-batch id, and the padded rows of the current call.
-        self.rows = [list(unit.rows) for unit in model]
-        self.pad = [[0] * len(r) for r in self.rows]
-        self.width = [unit.width for unit in model]
+        # Every unit's output tensors (rows, [x0]): real rows per micro-batch id, width, and the padded
+        # rows of the current call.
+        self.rows = [[list(unit.rows)] + ([list(unit.initial_rows)] if unit.carries_initial else [])
+                     for unit in model]
+        self.pad = [[[0] * len(r) for r in unit] for unit in self.rows]
+        self.width = [[unit.width] + ([unit.spec.in_dim] if unit.carries_initial else []) for unit in model]
         self.dtype = model.feature_dtype
         names = model.unit_names
         lanes = [s % self.world for s in range(self.num_stages)]
@@ -198,10 +202,11 @@ class PipeliningEngine(Engine):
         """The schedule of the micro-batches ``ids``, built on first use (same order on every rank)."""
         key = (tuple(ids), train)
         if key not in self._schedules:
-            for rows, pad in zip(self.rows, self.pad):
-                largest = max(rows[m] for m in ids)
-                for m in ids:
-                    pad[m] = largest
+            for unit_rows, unit_pad in zip(self.rows, self.pad):
+                for rows, pad in zip(unit_rows, unit_pad):
+                    largest = max(rows[m] for m in ids)
+                    for m in ids:
+                        pad[m] = largest
             self._schedules[key] = self._build_schedule(ids[0], train)
         return self._schedules[key]
 
@@ -209,15 +214,15 @@ class PipeliningEngine(Engine):
         device = self.devices[0]
         ids = torch.zeros(1, dtype=torch.long, device="meta")
 
-        def activation(unit: int) -> Tensor:
-            return torch.empty(self.pad[unit][m], self.width[unit], dtype=self.dtype, device="meta",
-                               requires_grad=train)
+        def activations(unit: int) -> tuple[Tensor, ...]:
+            return tuple(torch.empty(pad[m], width, dtype=self.dtype, device="meta", requires_grad=train)
+                         for pad, width in zip(self.pad[unit], self.width[unit]))
 
         stages = []
         for s in self.local:
             first, last = self.units[s].start, self.units[s].stop - 1
-            inputs = (ids,) if s == 0 else (activation(first - 1), ids)
-            outputs = activation(last) if s == self.num_stages - 1 else (activation(last), ids)
+            inputs = (ids,) if s == 0 else (*activations(first - 1), ids)
+            outputs = activations(last)[0] if s == self.num_stages - 1 else (*activations(last), ids)
             stages.append(_TimedStage(self.modules[s], s, self.num_stages, device, input_args=inputs,
                                       output_args=outputs, timeline=self.timeline))
         kind = SCHEDULES[self.schedule_name] if train else (
@@ -241,8 +246,8 @@ class PipeliningEngine(Engine):
             self.timeline.begin()
         self.begin_first(ids)
         if self.has_last:
-            sizes = [self.rows[-1][m] for m in order]  # labels of each micro-batch, padded with IGNORE
-            target = torch.full((len(order), self.pad[-1][order[0]]), IGNORE, dtype=labels.dtype,
+            sizes = [self.rows[-1][0][m] for m in order]  # labels of each micro-batch, padded with IGNORE
+            target = torch.full((len(order), self.pad[-1][0][order[0]]), IGNORE, dtype=labels.dtype,
                                 device=labels.device)
             for i, (n, start) in enumerate(zip(sizes, accumulate([0, *sizes]))):
                 target[i, :n] = labels[start:start + n]
@@ -274,17 +279,64 @@ class PipeliningEngine(Engine):
     def predict(self, ids: Tensor) -> Tensor:
         order = ids.tolist()
         schedule = self._schedule(order, train=False)
-        rows = [self.rows[-1][m] for m in order]
+        rows = [self.rows[-1][0][m] for m in order]
         self.begin_first(ids)
         out = schedule.step(*self._args(ids))
         self.end_first()
         if self.has_last:
-            padded = out.view(len(order), self.pad[-1][order[0]], -1)
+            padded = out.view(len(order), self.pad[-1][0][order[0]], -1)
             logits = torch.cat([padded[i, :n] for i, n in enumerate(rows)])
         else:
-            logits = torch.empty(sum(rows), self.width[-1], dtype=self.dtype, device=self.devices[0])
+            logits = torch.empty(sum(rows), self.width[-1][0], dtype=self.dtype, device=self.devices[0])
         dist.broadcast(logits, src=self.last_rank)
         return logits
+
+    @torch.no_grad()
+    def refresh(self, model: StagedGNN, ids: Tensor) -> Tensor:
+        """Layer-wise inference stage by stage (historical halos): each stage runs its units over all of
+        ``ids``'s micro-batches (:func:`~pipegnn.models.base.layerwise`, which also refreshes its
+        history caches) and sends every output to the next stage's rank in one message per tensor,
+        so no process holds more than its own layers. Returns the logits on every rank."""
+        order = ids.tolist()
+        device = self.devices[0]
+        if self.has_first:
+            self.first.begin_step(order)
+        carried: list[tuple[Tensor, ...]] = [() for _ in order]
+        for s in range(self.num_stages):
+            rank, before = s % self.world, (s - 1) % self.world
+            if rank != self.rank:
+                continue
+            if s > 0 and before != self.rank:
+                carried = self._receive(self.units[s].start - 1, order, before)
+            carried = layerwise(list(self.modules[s].units), ids, carried)
+            after = (s + 1) % self.world
+            if s + 1 < self.num_stages and after != self.rank:
+                for i, tensor in enumerate(zip(*carried)):
+                    dist.send(torch.cat(tensor).to(self.dtype).contiguous(), dst=after)
+        if self.has_first:
+            self.first.end_step()
+        rows = sum(self.rows[-1][0][m] for m in order)
+        logits = (torch.cat([out[0] for out in carried]) if self.has_last
+                  else torch.empty(rows, self.width[-1][0], dtype=self.dtype, device=device))
+        logits = logits.to(self.dtype)
+        dist.broadcast(logits, src=self.last_rank)
+        return logits
+
+    def history_traffic(self, model: StagedGNN) -> dict[str, dict[str, float]]:
+        ranks: list[Any] = [None] * self.world
+        dist.all_gather_object(ranks, model.history_traffic())
+        return {name: t for traffic in ranks for name, t in traffic.items()}
+
+    def _receive(self, unit: int, order: list[int], src: int) -> list[tuple[Tensor, ...]]:
+        """Unit ``unit``'s outputs for the micro-batches ``order``, sent by rank ``src`` (one message
+        per tensor, the micro-batches' rows one after another)."""
+        tensors = []
+        for rows, width in zip(self.rows[unit], self.width[unit]):
+            sizes = [rows[m] for m in order]
+            buffer = torch.empty(sum(sizes), width, dtype=self.dtype, device=self.devices[0])
+            dist.recv(buffer, src=src)
+            tensors.append(buffer.split(sizes))
+        return list(zip(*tensors))
 
 
 def _check_same_everywhere(model: StagedGNN) -> None:

@@ -26,17 +26,22 @@ class History(nn.Module):
         self.register_buffer("written", torch.full((num_nodes,), -1, dtype=torch.long), persistent=False)
         self.step = 0
         self._ages: dict[int, tuple[float, int]] = {}  # micro-batch -> (sum of ages, rows) this step
+        self._pushed: dict[int, int] = {}  # micro-batch -> rows pushed this step
 
     def tick(self) -> None:
         """Start a new training step (ages are counted in steps)."""
         self.step += 1
         self._ages.clear()
+        self._pushed.clear()
 
     @torch.no_grad()
-    def push(self, nodes: Tensor, h: Tensor) -> None:
-        """Store fresh embeddings ``h`` of ``nodes``."""
+    def push(self, nodes: Tensor, h: Tensor, micro_batch: int | None = None) -> None:
+        """Store fresh embeddings ``h`` of ``nodes`` (``micro_batch``, when given: counted once per
+        micro-batch and step toward :meth:`traffic`)."""
         self.rows[nodes] = h.detach().to(self.rows.dtype)
         self.written[nodes] = self.step
+        if micro_batch is not None:
+            self._pushed[micro_batch] = nodes.numel()
 
     def pull(self, nodes: Tensor, micro_batch: int | None = None) -> Tensor:
         """Cached embeddings of ``nodes``.
@@ -61,3 +66,12 @@ class History(nn.Module):
         total = sum(a for a, _ in self._ages.values())
         count = sum(n for _, n in self._ages.values())
         return total / count if count else 0.0
+
+    def traffic(self) -> dict[str, float]:
+        """The current training step's rows (and bytes) pulled from and pushed to this cache, and the
+        pulled rows' mean age (:meth:`staleness`)."""
+        pulled = sum(n for _, n in self._ages.values())
+        pushed = sum(self._pushed.values())
+        row = self.rows.size(1) * self.rows.element_size()
+        return {"staleness": self.staleness(), "pulled_rows": pulled, "pushed_rows": pushed,
+                "pulled_bytes": pulled * row, "pushed_bytes": pushed * row}

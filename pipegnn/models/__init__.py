@@ -4,31 +4,49 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from pipegnn.errors import ConfigError
-from pipegnn.models.base import FIRST_TRANSFORMS, UNITS_PER_LAYER, Propagate, StagedGNN, Transform, Unit
+from pipegnn.models.base import (FIRST_TRANSFORMS, UNITS_PER_LAYER, Propagate, Readout, StagedGNN, Transform,
+                                 Unit, layerwise)
 from pipegnn.models.gat import gat_layers
 from pipegnn.models.gcn import gcn_layers
+from pipegnn.models.gcn2 import gcn2_stack
 from pipegnn.models.precision import PRECISIONS
 from pipegnn.models.sage import sage_layers
-from pipegnn.models.spec import LayerSpec
+from pipegnn.models.spec import LayerSpec, Stack
 
-__all__ = ["FIRST_TRANSFORMS", "MODELS", "PRECISIONS", "UNITS_PER_LAYER", "LayerSpec", "Propagate", "StagedGNN", "Transform", "Unit", "build_model", "layer_specs"]
+__all__ = ["FIRST_TRANSFORMS", "MODELS", "PRECISIONS", "UNITS_PER_LAYER", "LayerSpec", "Propagate", "Readout",
+           "Stack", "StagedGNN", "Transform", "Unit", "build_model", "layerwise", "model_stack", "units_per_layer"]
 
-MODELS = ("gat", "gcn", "sage")
+MODELS = ("gat", "gcn", "sage", "gcn2")
 
 
-def layer_specs(model: Mapping[str, Any], in_dim: int, num_classes: int) -> list[LayerSpec]:
-    """Layer specs from the ``model`` config group."""
+def model_stack(model: Mapping[str, Any], in_dim: int, num_classes: int) -> Stack:
+    """The layers (and dense input/output units) the ``model`` config group describes."""
     name = model["name"]
     common = dict(hidden=int(model["hidden"]), layers=int(model["layers"]),
                   dropout=float(model["dropout"]))
+    if name == "gcn2":
+        return gcn2_stack(in_dim, num_classes, alpha=float(model["alpha"]), theta=float(model["theta"]),
+                          **common)
+    residual = bool(model.get("residual", False))
     if name == "gat":
-        return gat_layers(in_dim, num_classes, heads=int(model["heads"]),
-                          out_heads=int(model["out_heads"]), **common)
+        return Stack(gat_layers(in_dim, num_classes, heads=int(model["heads"]),
+                                out_heads=int(model["out_heads"]), residual=residual, **common))
     if name == "gcn":
-        return gcn_layers(in_dim, num_classes, **common)
+        return Stack(gcn_layers(in_dim, num_classes, residual=residual, **common))
     if name == "sage":
-        return sage_layers(in_dim, num_classes, **common)
+        return Stack(sage_layers(in_dim, num_classes, residual=residual, **common))
     raise ConfigError(f"unknown model {name!r}; valid: {', '.join(MODELS)}")
+
+
+def units_per_layer(model: Mapping[str, Any]) -> list[int]:
+    """Pipeline units of every layer of the ``model`` config, as :attr:`StagedGNN.units_per_layer`
+    counts them: two per layer, GCNII's input Linear with the first and its output Linear with the
+    last."""
+    counts = [UNITS_PER_LAYER] * int(model["layers"])
+    if model["name"] == "gcn2":
+        counts[0] += 1
+        counts[-1] += 1
+    return counts
 
 
 def build_model(model: Mapping[str, Any], backend: Any, features: Any, num_classes: int,
@@ -41,7 +59,7 @@ def build_model(model: Mapping[str, Any], backend: Any, features: Any, num_class
     ``features`` sizes the model (``shape``, ``dtype``) and feeds its first unit: the feature Tensor, a
     source of rows out of core (:class:`pipegnn.data.features.FeatureRows`), or only their description
     (:class:`pipegnn.data.features.FeatureMeta`; rows later with ``StagedGNN.set_features``)."""
-    specs = layer_specs(model, features.shape[1], num_classes)
+    specs = model_stack(model, features.shape[1], num_classes)
     if model.get("aggregation") is not None:
         backend = backend.with_aggregation(model["aggregation"])
     return StagedGNN(specs, backend, model["name"], features, history, first_transform, precision)

@@ -39,9 +39,10 @@ from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.microbatch.history import History
 from pipegnn.microbatch.plan import MicroBatchPlan
 from pipegnn.models.precision import autocast, autocast_dtype
-from pipegnn.models.spec import LayerSpec
+from pipegnn.models.spec import LayerSpec, Stack
 
-__all__ = ["FIRST_TRANSFORMS", "UNITS_PER_LAYER", "Propagate", "StagedGNN", "TensorList", "Transform", "Unit"]
+__all__ = ["FIRST_TRANSFORMS", "UNITS_PER_LAYER", "Propagate", "Readout", "StagedGNN", "TensorList", "Transform",
+           "Unit", "layerwise"]
 
 #: ``microbatch.first_transform``: ``once_per_step`` (the first layer's transform runs once per step
 #: over every row the step's micro-batches read, each micro-batch gathers its rows) or
@@ -79,9 +80,14 @@ class Unit(nn.Module):
     :attr:`compute_dtype` is set (``train.precision=bf16``) and returns its rows in that dtype, so that
     units, pipeline stages and history caches exchange one activation dtype.
 
+    A unit hands on ``(h, ids)`` or, inside a GCNII stack, ``(h, x0, ids)``: the initial representation
+    ``x0`` travels beside the rows (:attr:`carries_initial`), cut to the rows the next layers compute.
+
     Attributes:
         rows: output rows of each micro-batch (by micro-batch id).
         width: output features per row.
+        carries_initial: the output carries ``x0`` after ``h``.
+        initial_rows: rows of ``x0`` in the output, per micro-batch (when it carries it).
         compute_dtype: autocast dtype (None: no autocast, the parameters' dtype).
     """
 
@@ -92,11 +98,20 @@ class Unit(nn.Module):
         super().__init__()
         self.layer, self.spec, self.width = layer, spec, width
         self.rows: list[int] = []
+        self.carries_initial = False
+        self.initial_rows: list[int] = []
 
     @property
     def name(self) -> str:
         """``transform<l>`` or ``propagate<l>`` (layers counted from 0)."""
         return f"{self.kind}{self.layer}"
+
+    def out_shapes(self, m: int) -> list[tuple[int, int]]:
+        """``(rows, width)`` of every tensor the unit hands on for micro-batch ``m``, the ids aside."""
+        shapes = [(self.rows[m], self.width)]
+        if self.carries_initial:
+            shapes.append((self.initial_rows[m], self.spec.in_dim))
+        return shapes
 
     @property
     def device(self) -> torch.device:
@@ -109,15 +124,15 @@ class Unit(nn.Module):
     def add_micro_batch(self, mb: MicroBatch) -> None:
         raise NotImplementedError
 
-    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
-        """``(output rows, ids)`` of the micro-batch whose id ``inputs`` ends with."""
+    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        """``(output rows, [x0,] ids)`` of the micro-batch whose id ``inputs`` ends with."""
         raise NotImplementedError
 
-    def forward(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+    def forward(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         # Entered here, in the thread that runs the unit: autocast state is thread-local.
         with autocast(inputs[-1].device, self.compute_dtype):
-            h, ids = self.compute(inputs)
-        return self.lower(h), ids
+            *rows, ids = self.compute(inputs)
+        return (*(self.lower(h) for h in rows), ids)
 
     def lower(self, h: Tensor) -> Tensor:
         """``h`` in the activation dtype (unchanged without autocast)."""
@@ -133,16 +148,26 @@ class Transform(Unit):
     as in full-graph training), the micro-batches gather their rows from a detached copy of the result,
     and the gradient they accumulate there flows back through the transform once (:meth:`end_step`).
 
+    With ``spec.residual`` the unit emits its input rows beside the product (the propagation adds them
+    back); in a GCNII layer (``spec.initial``) it also hands on ``x0`` (the first layer's input rows,
+    later layers' received ``x0``).
+
+    The input unit of a stack with a dense input Linear (GCNII) is a Transform too (``kind="input"``):
+    it reads the features, and its ``transform`` is the Linear and its activation.
+
     Args:
         layer: index of the layer (0-based).
         spec: the layer's specification.
         transform: the layer's own transform module (from the adapter's ``split``).
+        kind: ``transform`` (a layer's) or ``input`` (a stack's input Linear).
     """
 
     kind = "transform"
 
-    def __init__(self, layer: int, spec: LayerSpec, transform: nn.Module):
+    def __init__(self, layer: int, spec: LayerSpec, transform: nn.Module, kind: str = "transform"):
         super().__init__(layer, spec, spec.transform_width)
+        self.kind = kind
+        self.carries_initial = spec.initial
         self.transform = transform
         self.nodes = TensorList()  # global ids of each micro-batch's input rows (first layer only)
         self.received, self.pulled = TensorList(), TensorList()  # global ids, historical mode only
@@ -177,6 +202,10 @@ class Transform(Unit):
                                "add_features first")
         return self.stored[index.cpu()].to(self.device)
 
+    @property
+    def name(self) -> str:
+        return self.kind if self.kind == "input" else super().name
+
     def add_history(self, num_nodes: int, dtype: torch.dtype) -> None:
         """Keep a cache of this layer's input embeddings for halo rows (historical mode)."""
         self.history = History(num_nodes, self.spec.in_dim, dtype)
@@ -184,6 +213,7 @@ class Transform(Unit):
     def add_micro_batch(self, mb: MicroBatch) -> None:
         layer = self.layer
         self.rows.append(mb.sources[layer])
+        self.initial_rows.append(mb.sizes[layer])
         if self.reads_features:
             self.nodes.append(mb.nodes)
         if self.history is not None:
@@ -214,7 +244,7 @@ class Transform(Unit):
         # Sorted distinct rows as many as the nodes are all of them, in order: no copy of the features.
         x = self._rows(rows, everything=self.features is not None and rows.numel() == self.features.size(0))
         with autocast(x.device, self.compute_dtype):
-            h = self.lower(self.transform(F.dropout(x, self.spec.dropout, self.training)))
+            h = self.lower(self.product(x))
         if h.requires_grad:
             self._graph, self._shared = h, h.detach().requires_grad_()
         else:
@@ -229,7 +259,13 @@ class Transform(Unit):
         self._graph = self._shared = None
         self._index = {}
 
-    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+    def product(self, h: Tensor) -> Tensor:
+        """Input dropout and the dense transform of rows ``h``; with ``spec.residual`` the rows
+        themselves beside the product."""
+        out = self.transform(F.dropout(h, self.spec.dropout, self.training))
+        return torch.cat([out, h.to(out.dtype)], 1) if self.spec.residual else out
+
+    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         ids = inputs[-1]
         m = int(ids[0])  # host read of the micro-batch id (a sync on CUDA) selects its rows
         if self.once_per_step:
@@ -238,12 +274,12 @@ class Transform(Unit):
                                    "running the micro-batches")
             return self._shared[self._index[m]], ids
         h = self._rows(self.nodes[m]) if self.reads_features else inputs[0]
+        initial = (inputs[1] if len(inputs) == 3 else h,) if self.carries_initial else ()
         if self.history is not None:
-            self.history.push(self.received[m], h)
+            self.history.push(self.received[m], h, m if self.training else None)
             if self.pulled[m].numel():
                 h = torch.cat([h, self.history.pull(self.pulled[m], m if self.training else None)])
-        h = F.dropout(h, self.spec.dropout, self.training)
-        return self.transform(h), ids
+        return self.product(h), *initial, ids
 
 
 class Propagate(Unit):
@@ -260,6 +296,7 @@ class Propagate(Unit):
 
     def __init__(self, layer: int, spec: LayerSpec, conv: nn.Module, backend: Any):
         super().__init__(layer, spec, spec.out_features)
+        self.carries_initial = spec.initial  # the last layer of a stack does not (StagedGNN sets it)
         self.conv, self.backend = conv, backend
         self.activation = _ACTIVATIONS[spec.activation] if spec.activation else None
         self.edges, self.weights = TensorList(), TensorList()
@@ -272,6 +309,7 @@ class Propagate(Unit):
         self.weights.append(mb.weights[layer])
         self.sources.append(mb.sources[layer])
         self.rows.append(mb.sizes[layer + 1])
+        self.initial_rows.append(mb.sizes[layer + 1])
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Propagate":
         self._structures.clear()  # buffers are moving: rebuild structures on the new device
@@ -284,21 +322,58 @@ class Propagate(Unit):
                                                          self.rows[m])
         return self._structures[m]
 
-    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
-        h, ids = inputs
-        m = int(ids[0])
-        h = self.backend.apply(self.conv, h, self.structure(m))[:self.rows[m]]
+    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        h, ids = inputs[0], inputs[-1]
+        m, rows, spec = int(ids[0]), self.rows[int(ids[0])], self.spec
+        skip = None
+        if spec.residual:
+            h, skip = h.split([spec.product_width, spec.in_dim], 1)
+        if spec.initial:
+            x0 = inputs[1]
+            out = self.backend.apply(self.conv, h, self.structure(m), initial=x0)[:rows]
+        else:
+            out = self.backend.apply(self.conv, h, self.structure(m))[:rows]
         if self.activation is not None:
-            h = self.activation(h)
-        return h, ids
+            out = self.activation(out)
+        if skip is not None:
+            out = out + skip[:rows]
+        return (out, x0[:rows], ids) if self.carries_initial else (out, ids)
+
+
+class Readout(Unit):
+    """A stack's output Linear (GCNII's) as its own unit: dropout and the Linear over the last layer's
+    rows (the targets); it hands on ``(logits, ids)``.
+
+    Args:
+        layer: index of the last layer.
+        spec: the Linear's specification (``in_dim`` -> ``out_dim``, ``dropout``).
+        linear: the Linear.
+    """
+
+    kind = "output"
+
+    def __init__(self, layer: int, spec: LayerSpec, linear: nn.Module):
+        super().__init__(layer, spec, spec.out_dim)
+        self.linear = linear
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    def add_micro_batch(self, mb: MicroBatch) -> None:
+        self.rows.append(mb.sizes[-1])
+
+    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        return self.linear(F.dropout(inputs[0], self.spec.dropout, self.training)), inputs[-1]
 
 
 class StagedGNN(nn.Sequential):
-    """An L-layer GNN as 2L units (transform, propagate per layer); ``model((ids,))`` returns
+    """An L-layer GNN as 2L units (transform, propagate per layer), with a stack's input and output
+    Linear as units of their own when it has them (GCNII); ``model((ids,))`` returns
     ``(logits of the targets, ids)``.
 
     Args:
-        specs: one LayerSpec per layer.
+        specs: the model's layers (a :class:`~pipegnn.models.spec.Stack`, or one LayerSpec per layer).
         backend: framework adapter.
         kind: model kind (one of ``pipegnn.models.MODELS``).
         features: node features ``[N, F]`` (kept on the first unit), a source of their rows out of
@@ -310,15 +385,21 @@ class StagedGNN(nn.Sequential):
             in bfloat16 (converted here unless they already are) and runs every unit under autocast.
     """
 
-    def __init__(self, specs: list[LayerSpec], backend: Any, kind: str, features: Any,
+    def __init__(self, specs: Stack | list[LayerSpec], backend: Any, kind: str, features: Any,
                  history: bool = False, first_transform: str = "once_per_step", precision: str = "fp32"):
         if first_transform not in FIRST_TRANSFORMS:
             raise ValueError(f"first_transform={first_transform!r}; valid: {', '.join(FIRST_TRANSFORMS)}")
+        stack = specs if isinstance(specs, Stack) else Stack(list(specs))
         dtype = autocast_dtype(precision)
         units: list[Unit] = []
-        for i, spec in enumerate(specs):
+        if stack.input is not None:
+            units.append(Transform(0, stack.input, _dense(stack.input), kind="input"))
+        for i, spec in enumerate(stack.layers):
             transform, conv = backend.split(backend.conv(kind, spec))
             units += [Transform(i, spec, transform), Propagate(i, spec, conv, backend)]
+        units[-1].carries_initial = False  # nothing after the last layer reads x0
+        if stack.output is not None:
+            units.append(Readout(len(stack.layers) - 1, stack.output, _dense(stack.output)))
         super().__init__(*units)
         if dtype is not None:
             features = features.to(dtype)
@@ -328,8 +409,9 @@ class StagedGNN(nn.Sequential):
         self[0].add_features(features, once_per_step=first_transform == "once_per_step")
         self.feature_dtype: torch.dtype = features.dtype
         if history:
-            for unit in self.transforms()[1:]:
-                unit.add_history(features.shape[0], features.dtype)
+            for unit in self.transforms():
+                if unit.kind == "transform" and unit.layer > 0:
+                    unit.add_history(features.shape[0], features.dtype)
         self.kind = kind
         self.num_micro_batches = 0
 
@@ -357,9 +439,22 @@ class StagedGNN(nn.Sequential):
         histories = self.histories()
         return sum(h.staleness() for h in histories) / len(histories) if histories else None
 
+    def history_traffic(self) -> dict[str, dict[str, float]]:
+        """Per unit with a history cache (by name), the current step's :meth:`History.traffic`."""
+        return {u.name: u.history.traffic() for u in self.transforms() if u.history is not None}
+
     @property
     def num_layers(self) -> int:
-        return len(self) // UNITS_PER_LAYER
+        return sum(isinstance(u, Propagate) for u in self)
+
+    @property
+    def units_per_layer(self) -> list[int]:
+        """Units of every layer, the input Linear counted with the first and the output Linear with
+        the last (what a balance in whole layers puts on a stage)."""
+        counts = [UNITS_PER_LAYER] * self.num_layers
+        counts[0] += int(self[0].kind == "input")
+        counts[-1] += int(isinstance(self[-1], Readout))
+        return counts
 
     @property
     def unit_names(self) -> list[str]:
@@ -367,30 +462,16 @@ class StagedGNN(nn.Sequential):
 
     @torch.no_grad()
     def refresh(self, ids: Tensor) -> Tensor:
-        """Layer-wise inference over the micro-batches ``ids``, filling every history cache.
-
-        Each unit runs over all micro-batches before the next one starts, and every cache first
-        receives all the fresh rows of its layer's input, so with a plan whose targets cover the graph
-        the halo rows read are current: the outputs equal full-graph outputs (GNNAutoScale's layer-wise
-        inference). Units run on the devices they were placed on.
+        """Layer-wise inference over the micro-batches ``ids``, filling every history cache
+        (:func:`layerwise` over all units).
 
         Returns:
             Logits of the targets of ``ids``'s micro-batches, concatenated in micro-batch order.
         """
-        hs: list[Tensor | None] = [None] * ids.numel()
         self[0].begin_step(ids.tolist())
-        for unit in self:
-            device = unit.device
-            moved = [None if h is None else h.to(device) for h in hs]
-            history = getattr(unit, "history", None)
-            if history is not None:
-                for m, h in zip(ids.tolist(), moved):
-                    history.push(unit.received[m], h)
-            mb_ids = ids.to(device, torch.float32)
-            hs = [unit((mb_ids[i:i + 1],) if h is None else (h, mb_ids[i:i + 1]))[0]
-                  for i, h in enumerate(moved)]
+        outputs = layerwise(list(self), ids, [() for _ in range(ids.numel())])
         self[0].end_step()
-        return torch.cat(hs)
+        return torch.cat([out[0] for out in outputs])
 
     def attach(self, plan: MicroBatchPlan) -> Tensor:
         """Give every unit its part of ``plan``; returns the ids that select its micro-batches (call
@@ -404,3 +485,39 @@ class StagedGNN(nn.Sequential):
         first = self.num_micro_batches
         self.num_micro_batches += plan.chunks
         return torch.arange(first, self.num_micro_batches)
+
+
+@torch.no_grad()
+def layerwise(units: list[Unit], ids: Tensor, inputs: list[tuple[Tensor, ...]]) -> list[tuple[Tensor, ...]]:
+    """Run consecutive ``units`` layer-wise over the micro-batches ``ids``: each unit over all
+    micro-batches before the next one starts, a cache first receiving all the fresh rows of its layer's
+    input. So with a plan whose targets cover the graph the halo rows read are current and the outputs
+    equal full-graph outputs (GNNAutoScale's layer-wise inference). Units run on their own devices.
+
+    Args:
+        units: consecutive units of a staged model (all of them, or one pipeline stage's).
+        ids: micro-batch ids.
+        inputs: per micro-batch, what the pipe hands the first of ``units`` without the id (``()`` for
+            the model's first unit).
+
+    Returns:
+        Per micro-batch, what the last of ``units`` hands on, without the id.
+    """
+    outs = inputs
+    for unit in units:
+        device = unit.device
+        moved = [tuple(t.to(device) for t in out) for out in outs]
+        history = getattr(unit, "history", None)
+        if history is not None:
+            for m, out in zip(ids.tolist(), moved):
+                history.push(unit.received[m], out[0])
+        mb_ids = ids.to(device, torch.float32)
+        outs = [unit((*out, mb_ids[i:i + 1]))[:-1] for i, out in enumerate(moved)]
+    return outs
+
+
+def _dense(spec: LayerSpec) -> nn.Module:
+    """A stack's input or output Linear (with its activation): torch's own, initialised as torch does
+    (PyG's GCNII example and GNNAutoScale use ``torch.nn.Linear`` for both)."""
+    linear = nn.Linear(spec.in_dim, spec.out_dim)
+    return nn.Sequential(linear, nn.ReLU()) if spec.activation == "relu" else linear

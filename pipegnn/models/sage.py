@@ -29,17 +29,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pipegnn.models.spec import LayerSpec
+from pipegnn.models.spec import LayerSpec, with_residual
 
 __all__ = ["SAGETransform", "neighbour_and_root", "sage_layers"]
 
 
 def sage_layers(in_dim: int, num_classes: int, *, hidden: int = 16, layers: int = 2,
-                dropout: float = 0.5) -> list[LayerSpec]:
+                dropout: float = 0.5, residual: bool = False) -> list[LayerSpec]:
     """Layer specs of an L-layer GraphSAGE-mean (defaults: GCN's Cora settings, 16 hidden units)."""
     dims = [in_dim] + [hidden] * (layers - 1) + [num_classes]
-    return [LayerSpec(dims[i], dims[i + 1], 1, True, "relu" if i < layers - 1 else None, dropout, root=True)
-            for i in range(layers)]
+    specs = [LayerSpec(dims[i], dims[i + 1], 1, True, "relu" if i < layers - 1 else None, dropout, root=True)
+             for i in range(layers)]
+    return with_residual(specs, residual)
 
 
 class SAGETransform(nn.Module):
