@@ -306,10 +306,8 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
     record["timing"].update(
         epoch_time_median_s=statistics.median(e["epoch_time_s"] for e in timed_epochs),
         eval_time_median_s=statistics.median(e["eval_time_s"] for e in timed_epochs))
-    if historical:  # per stage, the median over epochs of each step's historical traffic and age
-        record["microbatch"]["history_per_stage"] = [
-            {key: statistics.median(e["history"][s][key] for e in timed_epochs) if key not in ("stage", "caches")
-             else stage[key] for key in stage} for s, stage in enumerate(timed_epochs[0]["history"])]
+    if historical:
+        record["microbatch"]["history_per_stage"] = _history_medians(timed_epochs)
     record["pipeline"] = {**engine.info.as_dict(), "timeline": engine.timeline is not None,
                           **medians(e["pipeline"] for e in timed_epochs if "pipeline" in e)}
     log.info("done: test acc %.3f (at best val %.3f: %.3f), median epoch %.4fs",
@@ -338,6 +336,19 @@ def _history_entry(stages: list[dict[str, Any]]) -> dict[str, Any]:
     stage, the rows and bytes pulled and pushed and their age."""
     ages = [s["staleness"] for s in stages for _ in range(s["caches"])]
     return {"staleness": sum(ages) / len(ages) if ages else 0.0, "history": stages}
+
+
+def _history_medians(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per stage, the median over ``epochs`` of each step's historical traffic and age (a stage without
+    caches keeps None as its age)."""
+    stages = []
+    for s, stage in enumerate(epochs[0]["history"]):
+        entry = dict(stage)
+        for key, value in stage.items():
+            if key not in ("stage", "caches") and value is not None:
+                entry[key] = statistics.median(e["history"][s][key] for e in epochs)
+        stages.append(entry)
+    return stages
 
 
 def _feature_reads(before: dict[str, int], trained: dict[str, int],

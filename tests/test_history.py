@@ -137,3 +137,40 @@ def test_cora_gat_historical_accuracy_near_exact(data_root, tmp_path) -> None:
 
     exact, historical = accuracy("exact"), accuracy("historical")
     assert abs(historical - exact) <= 0.02, (exact, historical)
+
+
+def test_one_historical_chunk_over_every_node_is_full_batch() -> None:
+    """k=1 with targets=all: the one micro-batch computes every node, so no halo row is read from a
+    cache and historical training is full-batch training (losses and accuracies alike)."""
+    common = ("model=gcn", "model.layers=4", "model.dropout=0", "chunks=1", "microbatch.targets=all",
+              "engine=single", "train.epochs=4")
+    full = run(make_cfg(*common, "microbatch.halo=none"))
+    historical = run(make_cfg(*common, "microbatch.halo=historical"))
+    assert historical["status"] == full["status"] == "completed", historical["error"]
+    assert [e["train_loss"] for e in historical["epochs"]] == pytest.approx(
+        [e["train_loss"] for e in full["epochs"]], rel=1e-6)
+    assert [e["val_acc"] for e in historical["epochs"]] == [e["val_acc"] for e in full["epochs"]]
+    assert all(s["pulled_rows"] == 0 for e in historical["epochs"] for s in e["history"])
+
+
+def test_pipelined_historical_run_records_each_stage() -> None:
+    """engine=pipelining with historical halos (2 processes, 1F1B, a 6-layer residual GCN): the same
+    losses as the single engine, and per stage the caches, the rows and bytes pulled and pushed per
+    step and their age."""
+    common = ("model=gcn", "model.layers=6", "model.residual=true", "model.dropout=0", "chunks=4",
+              "microbatch.halo=historical")
+    single = run(make_cfg(*common, "engine=single"))
+    piped = run(make_cfg(*common, "engine=pipelining", "engine.schedule=1f1b", "engine.balance=[3,3]"))
+    assert single["status"] == piped["status"] == "completed", piped["error"]
+    assert [e["train_loss"] for e in piped["epochs"]] == pytest.approx(
+        [e["train_loss"] for e in single["epochs"]], rel=1e-5)
+    stages = piped["microbatch"]["history_per_stage"]
+    assert [s["stage"] for s in stages] == [0, 1] and [s["caches"] for s in stages] == [2, 3]  # layers 1-2, 3-5
+    width = 4 * 16  # float32 rows of 16 hidden features
+    for stage in stages:
+        assert stage["pulled_rows"] > 0 and stage["pushed_rows"] > 0
+        assert stage["pulled_bytes"] == stage["pulled_rows"] * width
+        assert 0.0 < stage["staleness"] <= 1.0
+    # per step, each cache pushes its layer's fresh rows: the training targets' (train split)
+    assert stages[1]["pushed_rows"] == 3 * sum(single["microbatch"]["targets_per_chunk"])
+    assert piped["epochs"][-1]["staleness"] == pytest.approx(single["epochs"][-1]["staleness"])

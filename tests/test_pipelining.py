@@ -108,7 +108,6 @@ def test_bf16_pipeline_trains_as_the_single_engine() -> None:
      "needs engine.virtual_stages >= 2"),
     (["engine.schedule=1f1b", "chunks=1"], "schedule=1f1b needs chunks >= the number of processes (2)"),
     (["engine.backend=nccl"], "engine.backend=nccl needs CUDA devices"),
-    (["microbatch.halo=historical"], "microbatch.halo=historical is not supported with engine=pipelining"),
     (["engine.timeout_s=0"], "engine.timeout_s must be a number of seconds > 0"),
 ])
 def test_invalid_engine_config(tmp_path: Path, overrides: list[str], message: str) -> None:
@@ -332,10 +331,14 @@ def test_spawn_start_method() -> None:
         pytest.approx(_losses("engine=single"), rel=1e-4)
 
 
+SPLITS = (("gpipe", 1, [2, 2]), ("gpipe", 4, [1, 3]), ("1f1b", 4, [3, 1]))
+
+
 def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str) -> None:
-    """One rank of a float64 pipeline on the random graph: for several models, schedules, chunk counts
-    and stage boundaries (inside layers too), the gradients of one step, gathered on rank 0 next to the
-    single engine's."""
+    """One rank of a float64 pipeline on the random graph: for several models (8-layer GCNII and residual
+    GCN among them), schedules, chunk counts, stage boundaries (inside layers too) and halos (exact and
+    historical), the gradients of one step, gathered on rank 0 next to the single engine's; historical
+    also the logits of the stage-by-stage refresh."""
     import torch.distributed as dist
 
     from pipegnn.backends import get_backend
@@ -353,27 +356,41 @@ def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str)
     graph.x = graph.x.double()
     backend = get_backend(framework)
     cases = {}
-    for kind, cfg in (("gat", dict(name="gat", hidden=4, heads=3, out_heads=2, layers=2, dropout=0.0)),
-                      ("gcn", dict(name="gcn", hidden=8, layers=2, dropout=0.0))):
-        edge_index, weight = backend.computation_graph(kind, graph.edge_index, graph.num_nodes, torch.float64)
-        for schedule, chunks, per_stage in (("gpipe", 1, [2, 2]), ("gpipe", 4, [1, 3]), ("1f1b", 4, [3, 1])):
-            plan = build_plan(edge_index, graph.num_nodes, graph.split("train"), chunks, num_layers=2,
-                              edge_weight=weight)
-            labels, n = graph.y[plan.targets], plan.targets.numel()
-            grads = []
-            for engine in ("single", "pipelining"):
-                torch.manual_seed(0)
-                model = build_model(cfg, backend, graph.x, graph.num_classes)
-                names = {id(p): name for name, p in model.named_parameters()}
-                ids = model.attach(plan)
-                run = (SingleEngine(model, torch.device("cpu"), chunks) if engine == "single" else
-                       PipeliningEngine(model, torch.device("cpu"), chunks, schedule, per_stage))
-                run.train_step(ids, labels, n)
-                mine = {names[id(p)]: p.grad for p in model.parameters()}
-                everyone: list = [None] * world
-                dist.all_gather_object(everyone, mine)
-                grads.append({k: v for d in everyone for k, v in d.items()})
-            cases[kind, schedule, chunks] = grads
+    deep = dict(hidden=8, layers=8, dropout=0.0)
+    for kind, cfg, splits in (
+            ("gat", dict(name="gat", hidden=4, heads=3, out_heads=2, layers=2, dropout=0.0), SPLITS),
+            ("gcn", dict(name="gcn", hidden=8, layers=2, dropout=0.0), SPLITS),
+            # 18 units: the input Linear, 8 layers, the output Linear; the boundary after transform3 sends
+            # x0 and the rows; the residual GCN's sends the rows and their skip.
+            ("gcn2", dict(name="gcn2", alpha=0.1, theta=0.5, **deep), (("gpipe", 4, [8, 10]), ("1f1b", 4, [11, 7]))),
+            ("residual", dict(name="gcn", residual=True, **deep), (("gpipe", 4, [7, 9]), ("1f1b", 4, [10, 6])))):
+        edge_index, weight = backend.computation_graph(cfg["name"], graph.edge_index, graph.num_nodes,
+                                                       torch.float64)
+        for halo in ("exact", "historical"):
+            for schedule, chunks, per_stage in splits:
+                if halo == "historical" and kind in ("gat", "gcn") and chunks == 1:
+                    continue
+                plans = [build_plan(edge_index, graph.num_nodes, t, chunks, num_layers=cfg["layers"],
+                                    edge_weight=weight, halo=halo) for t in (graph.split("train"), graph.split("all"))]
+                labels, n = graph.y[plans[0].targets], plans[0].targets.numel()
+                grads = []
+                for engine in ("single", "pipelining"):
+                    torch.manual_seed(0)
+                    model = build_model(cfg, backend, graph.x, graph.num_classes, history=halo == "historical")
+                    names = {id(p): name for name, p in model.named_parameters()}
+                    ids, all_ids = (model.attach(p) for p in plans)
+                    run = (SingleEngine(model, torch.device("cpu"), chunks) if engine == "single" else
+                           PipeliningEngine(model, torch.device("cpu"), chunks, schedule, per_stage))
+                    if halo == "historical":  # fill the caches stage by stage, then train on stale rows
+                        run.refresh(model, all_ids)
+                    run.train_step(ids, labels, n)
+                    mine = {names[id(p)]: p.grad for p in model.parameters()}
+                    if halo == "historical":  # the refreshed logits, on every rank
+                        mine["logits"] = run.refresh(model, all_ids)
+                    everyone: list = [None] * world
+                    dist.all_gather_object(everyone, mine)
+                    grads.append({k: v for d in everyone for k, v in d.items()})
+                cases[kind, halo, schedule, chunks] = grads
     if rank == 0:
         torch.save(cases, out)
     dist.destroy_process_group()
@@ -381,9 +398,12 @@ def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str)
 
 @pytest.mark.parametrize("framework", ["pyg", "dgl"])
 def test_pipelining_gradients_equal_the_single_engine_in_float64(tmp_path: Path, framework: str) -> None:
-    """2 processes, GPipe and 1F1B schedules, k in {1, 4}, boundaries between layers and inside them:
-    after one step every parameter's gradient equals the single engine's (float64, 1e-9), so no gradient
-    is scaled by the number of micro-batches and none is lost at a boundary."""
+    """2 processes, GPipe and 1F1B schedules, k in {1, 4}, boundaries between layers and inside them
+    (inside GCNII's and a residual stack's chain at depth 8): after one step every parameter's gradient
+    equals the single engine's (float64, 1e-9), so no gradient is scaled by the number of micro-batches
+    and none is lost at a boundary (x0's and a skip's included). Historical halos: the pipeline's
+    stage-by-stage refresh fills the same caches as the single engine's layer-wise one, its step reads
+    the same stale rows (same micro-batch order), and gradients and refreshed logits agree."""
     import socket
 
     import torch.multiprocessing as mp
@@ -394,7 +414,7 @@ def test_pipelining_gradients_equal_the_single_engine_in_float64(tmp_path: Path,
     out = tmp_path / "grads.pt"
     mp.start_processes(_gradient_worker, args=(2, port, framework, str(out)), nprocs=2, start_method="spawn")
     cases = torch.load(out, weights_only=True)
-    assert len(cases) == 6
+    assert len(cases) == 6 + 4 + 4 + 4  # gat and gcn x 3 splits x exact, 2 with historical; deep 2 x 2
     for case, (single, piped) in cases.items():
         assert sorted(single) == sorted(piped) and len(single) >= 4, case
         for name, expected in single.items():
