@@ -1,0 +1,166 @@
+"""Where do pipelines pay off? The depth map: deep GNNs, pipelines against what a user runs instead.
+
+For every graph, model (GCNII, residual GCN) and depth, in one run and side by side:
+
+- what a user with this machine's cores runs instead, one process with as many threads as the pipeline
+  has processes (``--threads``, 2): full batch, and the single engine on the same micro-batches;
+- the single engine with one thread (the pipeline's per-process budget: "same micro-batches" speedup);
+- ``engine=pipelining`` with 2 processes x 1 thread, GPipe and 1F1B schedules, ``balance=auto``;
+
+each for exact and historical halos at every k (``microbatch.targets=all``, METIS). Per case: median
+epoch time (after the first), training time to 98% of the run's best validation accuracy, peak memory
+per process, work inflation (rows computed / full graph's), measured bubble and imbalance. The summary
+gives, per depth, the best pipeline, the best single-process run on the same cores, and their ratio.
+Run with ``OMP_NUM_THREADS=1`` (the pipeline's workers take their thread count from it; the
+``--threads`` cases raise this process's own with ``torch.set_num_threads``). Time only on a quiet
+machine: two timings at once on these cores distort both.
+
+    OMP_NUM_THREADS=1 python benchmarks/depth.py --datasets synthetic --depths 8 16 --chunks 8 \\
+        --csv results/benchmarks/depth_synthetic.csv
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+from pipegnn import run  # noqa: E402
+from pipegnn.schema import compose_config  # noqa: E402
+
+#: model name in the table: overrides.
+MODELS = {"gcn2": ["model=gcn2"], "residual_gcn": ["model=gcn", "model.residual=true"]}
+#: case: (overrides, threads of this process; None: the --threads baseline count).
+SINGLE = {"single x1": (["engine=single"], 1), "single xT": (["engine=single"], None)}
+PIPELINES = {
+    "pipelining gpipe": ["engine=pipelining", "engine.schedule=gpipe", "engine.balance=auto"],
+    "pipelining 1f1b": ["engine=pipelining", "engine.schedule=1f1b", "engine.balance=auto"],
+}
+
+
+def _case(args: argparse.Namespace, overrides: list[str], threads: int, **labels: object) -> dict:
+    cfg = compose_config([f"train.epochs={args.epochs}", "microbatch.targets=all", *overrides, *args.overrides])
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        record = run(cfg)
+    finally:
+        torch.set_num_threads(before)
+    row = {**labels, "threads": threads, "status": record["status"]}
+    if record["status"] != "completed":
+        print(f"{labels}: {record['status']}: {record['error']}", file=sys.stderr, flush=True)
+        return row
+    memory, p = record["memory"], record["pipeline"]
+    rss = memory.get("peak_rss_bytes_per_rank") or [memory["peak_rss_bytes"]]
+    row.update(epoch_s=record["timing"]["epoch_time_median_s"],
+               tta_s=record["final"]["time_to_accuracy"]["train_s"],
+               best_val=record["final"]["best_val_acc"],
+               inflation=record["microbatch"].get("inflation"),
+               peak_mb_per_process=" ".join(f"{r / 2**20:.0f}" for r in rss),
+               bubble=p.get("bubble"), imbalance=p.get("imbalance"),
+               balance=",".join(map(str, p.get("balance", []))))
+    print(f"{labels} x{threads}: {row['epoch_s']:.3f} s", file=sys.stderr, flush=True)
+    return row
+
+
+def measure(args: argparse.Namespace) -> pd.DataFrame:
+    rows = []
+    for dataset in args.datasets:
+        for model in args.models:
+            for depth in args.depths:
+                base = [f"dataset={dataset}", *MODELS[model], f"model.layers={depth}",
+                        f"model.hidden={args.hidden}"]
+                where = dict(dataset=dataset, model=model, layers=depth)
+                for threads in sorted({1, args.threads}):
+                    rows.append(_case(args, [*base, "engine=single", "chunks=1", "microbatch.halo=none"],
+                                      threads, **where, case=f"full batch x{threads}", halo="full", k=1))
+                for k in args.chunks:
+                    for halo in args.halos:
+                        mb = [*base, f"chunks={k}", f"microbatch.halo={halo}"]
+                        for name, (overrides, threads) in SINGLE.items():
+                            threads = threads or args.threads
+                            rows.append(_case(args, [*mb, *overrides], threads, **where,
+                                              case=f"single x{threads}", halo=halo, k=k))
+                        for name, overrides in PIPELINES.items():
+                            rows.append(_case(args, [*mb, *overrides], 1, **where, case=name, halo=halo, k=k))
+    return pd.DataFrame(rows)
+
+
+def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
+    """Per graph, model and depth: the fastest pipeline, the fastest single-process run on the same
+    cores (``threads`` threads: full batch or micro-batched) and their ratio; and the pipeline's speedup
+    over the one-thread single engine on the same micro-batches (same k and halo)."""
+    done = table[table.status == "completed"]
+    rows = []
+    for (dataset, model, layers), group in done.groupby(["dataset", "model", "layers"]):
+        pipes = group[group.case.str.startswith("pipelining")]
+        alone = group[group.threads == threads]
+        alone = alone[~alone.case.str.startswith("pipelining")]
+        if pipes.empty or alone.empty:
+            continue
+        best_pipe, best_alone = pipes.loc[pipes.epoch_s.idxmin()], alone.loc[alone.epoch_s.idxmin()]
+        same = group[(group.case == "single x1") & (group.k == best_pipe.k) & (group.halo == best_pipe.halo)]
+        rows.append({"dataset": dataset, "model": model, "layers": layers,
+                     "best_pipeline": f"{best_pipe.case} {best_pipe.halo} k={best_pipe.k}",
+                     "pipeline_s": best_pipe.epoch_s,
+                     "best_alone": f"{best_alone.case} {best_alone.halo} k={best_alone.k}",
+                     "alone_s": best_alone.epoch_s, "speedup": best_alone.epoch_s / best_pipe.epoch_s,
+                     "vs_single_x1_same_mb": (same.epoch_s.iloc[0] / best_pipe.epoch_s) if len(same) else None,
+                     "pipeline_inflation": best_pipe.inflation, "pipeline_bubble": best_pipe.bubble})
+    return pd.DataFrame(rows)
+
+
+def figure(summary: pd.DataFrame, path: Path, threads: int) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for (dataset, model), group in summary.groupby(["dataset", "model"]):
+        ax.plot(group.layers, group.speedup, marker="o", label=f"{model}, {dataset}")
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("layers")
+    ax.set_ylabel(f"best pipeline (2 x 1 thread) / best\nsingle process ({threads} threads), speedup")
+    ax.set_title("Where pipelines pay off on this machine")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", nargs="+", default=["synthetic", "cora"])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--depths", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
+    parser.add_argument("--chunks", type=int, nargs="+", default=[4, 8, 16])
+    parser.add_argument("--halos", nargs="+", default=["exact", "historical"])
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2, help="threads of the single-process baselines "
+                        "(the pipeline's process count)")
+    parser.add_argument("--csv", type=Path, help="write the cases here, the summary beside it (_summary) "
+                        "and the figure (.png)")
+    parser.add_argument("overrides", nargs="*", help="extra config overrides for every case")
+    args = parser.parse_args(argv)
+    table = measure(args)
+    summary = summarise(table, args.threads)
+    print(f"\ncases ({args.epochs} epochs, median epoch after the first; tta: training seconds to 98% of the "
+          "run's best validation accuracy)")
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"\nbest pipeline (2 processes x 1 thread) against the best single process with {args.threads} threads")
+    print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if args.csv:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.csv, index=False)
+        summary.to_csv(args.csv.with_name(f"{args.csv.stem}_summary.csv"), index=False)
+        if not summary.empty:
+            figure(summary, args.csv.with_suffix(".png"), args.threads)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
