@@ -33,7 +33,8 @@ test-all: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest $(ARGS)
 
 # The benchmark tables behind the README's figures (results/benchmarks/*.csv and *.txt), one thread
-# per process so that ratios are not distorted by oversubscription. Takes about 3 hours on 2 cores.
+# per process so that ratios are not distorted by oversubscription. Takes about 3 hours on 2 cores, plus
+# the whole depth map (benchmarks/depth.py: 2 graphs x 2 models x 6 depths x 3 k), several hours more.
 BENCH := results/benchmarks
 bench: setup
 	mkdir -p $(BENCH)
@@ -51,6 +52,7 @@ bench: setup
 	$(PY) benchmarks/precision.py || echo "precision.py: a check did not hold, see $(BENCH)/precision_accuracy.txt"; \
 	$(PY) benchmarks/overhead.py --suite chunks --dataset pubmed_topology --epochs 30 --csv $(BENCH)/chunks_pubmed_topology.csv | tee $(BENCH)/chunks_pubmed_topology.txt; \
 	$(PY) benchmarks/overhead.py --suite engines --dataset synthetic --epochs 20 --csv $(BENCH)/engines_synthetic.csv | tee $(BENCH)/engines_synthetic.txt; \
+	$(PY) benchmarks/depth.py --epochs 5 --csv $(BENCH)/depth.csv | tee $(BENCH)/depth.txt; \
 	$(PY) benchmarks/pipeline.py --epochs 4 --csv $(BENCH)/pipeline_synthetic.csv --out multirun/reference/pipeline | tee $(BENCH)/pipeline_synthetic.txt; \
 	$(PY) experiments/report.py multirun/reference results/reference --only pipeline; \
 	for d in synthetic pubmed_topology; do for t in train all; do \

@@ -325,14 +325,16 @@ PRESETS = {
     "scaling": {"dataset.num_nodes": ["8192", "16384", "32768", "65536", "131072"], "chunks": ["1", "8"],
                 "model": ["gcn", "gat"], **SEEDS},
     "smoke": {"chunks": ["1", "2"], "microbatch.halo": ["none", "exact"]},
+    "deep": {"dataset": ["cora", "citeseer"], "+deep": ["full", "historical_k2", "historical_k4", "historical_k8"],
+             "train.seed": [str(s) for s in range(10)]},
     **{f"ablation_{axis}": {key: values, "framework": ["pyg", "dgl"], "model": ["gcn", "gat"],
                             "chunks": ["1", "8"], **SEEDS}
        for axis, key, values in (("nodes", "dataset.num_nodes", ["8000", "16000", "32000"]),
                                  ("density", "dataset.density", ["0.0002", "0.0004", "0.0008"]),
                                  ("hidden", "model.hidden", ["16", "32", "64"]))},
 }
-#: Settings x 5 seeds; smoke, which reproduces no result, has no seed axis.
-NUM_JOBS = {"poster_pubmed": 360, "poster_offline": 240, "halo_modes": 180, "scaling": 100, "smoke": 4,
+#: Settings x 5 seeds (deep: 10, as its headline table); smoke, which reproduces no result, has no seed axis.
+NUM_JOBS = {"deep": 80, "poster_pubmed": 360, "poster_offline": 240, "halo_modes": 180, "scaling": 100, "smoke": 4,
             "ablation_nodes": 120, "ablation_density": 120, "ablation_hidden": 120}
 
 
@@ -499,8 +501,8 @@ def test_preset_first_job_runs(tmp_path: Path, name: str) -> None:
     assert record["choices"]["experiment"] == name and len(record["epochs"]) == 1
     for override in job:
         key, value = override.split("=", 1)
-        if key in ("framework", "model", "devices"):
-            assert record["choices"][key] == value
+        if key in ("framework", "model", "devices") or key.startswith("+"):
+            assert record["choices"][key.lstrip("+")] == value
         else:
             node = record["config"]
             for part in key.split("."):
