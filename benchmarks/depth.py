@@ -36,8 +36,6 @@ from pipegnn.schema import compose_config  # noqa: E402
 
 #: model name in the table: overrides.
 MODELS = {"gcn2": ["model=gcn2"], "residual_gcn": ["model=gcn", "model.residual=true"]}
-#: case: (overrides, threads of this process; None: the --threads baseline count).
-SINGLE = {"single x1": (["engine=single"], 1), "single xT": (["engine=single"], None)}
 PIPELINES = {
     "pipelining gpipe": ["engine=pipelining", "engine.schedule=gpipe", "engine.balance=auto"],
     "pipelining 1f1b": ["engine=pipelining", "engine.schedule=1f1b", "engine.balance=auto"],
@@ -83,9 +81,8 @@ def measure(args: argparse.Namespace) -> pd.DataFrame:
                 for k in args.chunks:
                     for halo in args.halos:
                         mb = [*base, f"chunks={k}", f"microbatch.halo={halo}"]
-                        for name, (overrides, threads) in SINGLE.items():
-                            threads = threads or args.threads
-                            rows.append(_case(args, [*mb, *overrides], threads, **where,
+                        for threads in sorted({1, args.threads}):  # the pipeline's budget, and the cores'
+                            rows.append(_case(args, [*mb, "engine=single"], threads, **where,
                                               case=f"single x{threads}", halo=halo, k=k))
                         for name, overrides in PIPELINES.items():
                             rows.append(_case(args, [*mb, *overrides], 1, **where, case=name, halo=halo, k=k))

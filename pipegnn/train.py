@@ -26,6 +26,7 @@ from pipegnn.errors import ConfigError
 from pipegnn.measure import (env_info, memory_limit, out_of_memory, peak_device_bytes, peak_rss_bytes,
                              reset_peaks, timed)
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
+from pipegnn.microbatch.history import epoch_figures, stage_medians
 from pipegnn.models import build_model
 from pipegnn.models.precision import autocast_dtype, dtype_name
 from pipegnn.records import write_record
@@ -274,7 +275,7 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
         acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
         epochs.append({"epoch": epoch, "train_loss": loss, **acc, "epoch_time_s": step.seconds,
                        "eval_time_s": evaluation.seconds,
-                       **(_history_entry(history) if history is not None else {})})
+                       **(epoch_figures(history) if history is not None else {})})
         if store is not None:
             epochs[-1]["feature_reads"] = _feature_reads(before, trained, store.read_stats())
         if boxes is not None:
@@ -307,7 +308,7 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
         epoch_time_median_s=statistics.median(e["epoch_time_s"] for e in timed_epochs),
         eval_time_median_s=statistics.median(e["eval_time_s"] for e in timed_epochs))
     if historical:
-        record["microbatch"]["history_per_stage"] = _history_medians(timed_epochs)
+        record["microbatch"]["history_per_stage"] = stage_medians(timed_epochs)
     record["pipeline"] = {**engine.info.as_dict(), "timeline": engine.timeline is not None,
                           **medians(e["pipeline"] for e in timed_epochs if "pipeline" in e)}
     log.info("done: test acc %.3f (at best val %.3f: %.3f), median epoch %.4fs",
@@ -329,26 +330,6 @@ def _optimizer(model: torch.nn.Module, train_cfg: dict[str, Any]) -> torch.optim
               {"params": layers, "weight_decay": decay if conv_decay is None else float(conv_decay)}]
     groups = [g for g in groups if g["params"]]
     return torch.optim.Adam(groups, lr=float(train_cfg["lr"])) if groups else None
-
-
-def _history_entry(stages: list[dict[str, Any]]) -> dict[str, Any]:
-    """An epoch's historical figures: the mean age of the rows pulled (over the caches) and, per
-    stage, the rows and bytes pulled and pushed and their age."""
-    ages = [s["staleness"] for s in stages for _ in range(s["caches"])]
-    return {"staleness": sum(ages) / len(ages) if ages else 0.0, "history": stages}
-
-
-def _history_medians(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per stage, the median over ``epochs`` of each step's historical traffic and age (a stage without
-    caches keeps None as its age)."""
-    stages = []
-    for s, stage in enumerate(epochs[0]["history"]):
-        entry = dict(stage)
-        for key, value in stage.items():
-            if key not in ("stage", "caches") and value is not None:
-                entry[key] = statistics.median(e["history"][s][key] for e in epochs)
-        stages.append(entry)
-    return stages
 
 
 def _feature_reads(before: dict[str, int], trained: dict[str, int],

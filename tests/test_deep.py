@@ -147,7 +147,7 @@ def test_gcn2_balance_in_layers_keeps_linears_with_their_layers(graph: Graph) ->
 def test_64_layer_gcn2_trains() -> None:
     """GCNII at depth 64 (the paper's Cora depth, dropout 0 for a steady signal) learns the tiny
     synthetic graph's training labels within 60 epochs, without diverging; a plain 64-layer GCN is
-    allowed to fail (over-smoothing: measured at 0.43 train accuracy there, against 0.83 for GCNII)."""
+    allowed to fail (over-smoothing), so nothing is asserted of it."""
     record = run(make_cfg("model=gcn2", "model.layers=64", "model.hidden=16", "model.dropout=0",
                           "engine=single", "chunks=1", "microbatch.halo=none", "train.epochs=60"))
     assert record["status"] == "completed", record["error"]

@@ -97,13 +97,9 @@ class BlockGCN2Conv(nn.Module):
         super().__init__()
         self.gcn2 = gcn2
 
-    def forward(self, graph: dgl.DGLGraph, feat: Tensor, feat_0: Tensor,
-                edge_weight: Tensor | None = None) -> Tensor:
-        conv = self.gcn2
-        if edge_weight is None:
-            h = dgl.ops.copy_u_sum(graph, feat)
-        else:
-            h = dgl.ops.u_mul_e_sum(graph, feat, edge_weight.view(-1, 1).to(feat.dtype))
+    def forward(self, graph: dgl.DGLGraph, feat: Tensor, feat_0: Tensor, edge_weight: Tensor) -> Tensor:
+        conv = self.gcn2  # the computation graph of GCNII always carries its normalised weights
+        h = dgl.ops.u_mul_e_sum(graph, feat, edge_weight.view(-1, 1).to(feat.dtype))
         h = h * (1 - conv.alpha) + feat_0[:h.size(0)] * conv.alpha
         out = (1 - conv.beta) * h + conv.beta * (h @ conv.weight1)
         return out + conv.bias if conv._bias else out

@@ -8,7 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pipegnn.models.base import StagedGNN, Transform
+from pipegnn.microbatch.history import per_stage
+from pipegnn.models.base import StagedGNN
+from pipegnn.models.units import Transform
 from pipegnn.timeline import Box, PipelineInfo, Timeline
 
 __all__ = ["IGNORE", "Engine", "exact_loss", "parse_device"]
@@ -146,17 +148,7 @@ class Engine:
         from and pushed to the stage's history caches and the mean age (steps) of the rows pulled,
         per cache then averaged; None without history caches."""
         traffic = self.history_traffic(model)
-        if not traffic:
-            return None
-        stages = []
-        for s, names in enumerate(self.info.stage_units):
-            mine = [traffic[n] for n in names if n in traffic]
-            stage: dict[str, Any] = {"stage": s, "caches": len(mine)}
-            for key in ("pulled_rows", "pushed_rows", "pulled_bytes", "pushed_bytes"):
-                stage[key] = sum(t[key] for t in mine)
-            stage["staleness"] = sum(t["staleness"] for t in mine) / len(mine) if mine else None
-            stages.append(stage)
-        return stages
+        return per_stage(traffic, self.info.stage_units) if traffic else None
 
     @torch.no_grad()
     def predict(self, ids: Tensor) -> Tensor:

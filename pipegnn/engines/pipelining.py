@@ -157,10 +157,9 @@ class PipeliningEngine(Engine):
         _check_same_everywhere(model)
         # Every unit's output tensors (rows, [x0]): real rows per micro-batch id, width, and the padded
         # rows of the current call.
-        self.rows = [[list(unit.rows)] + ([list(unit.initial_rows)] if unit.carries_initial else [])
-                     for unit in model]
+        self.rows = [[list(rows) for rows, _ in unit.outputs()] for unit in model]
         self.pad = [[[0] * len(r) for r in unit] for unit in self.rows]
-        self.width = [[unit.width] + ([unit.spec.in_dim] if unit.carries_initial else []) for unit in model]
+        self.width = [[width for _, width in unit.outputs()] for unit in model]
         self.dtype = model.feature_dtype
         names = model.unit_names
         lanes = [s % self.world for s in range(self.num_stages)]
@@ -311,14 +310,13 @@ class PipeliningEngine(Engine):
             carried = layerwise(list(self.modules[s].units), ids, carried)
             after = (s + 1) % self.world
             if s + 1 < self.num_stages and after != self.rank:
-                for i, tensor in enumerate(zip(*carried)):
+                for tensor in zip(*carried):
                     dist.send(torch.cat(tensor).to(self.dtype).contiguous(), dst=after)
         if self.has_first:
             self.first.end_step()
         rows = sum(self.rows[-1][0][m] for m in order)
-        logits = (torch.cat([out[0] for out in carried]) if self.has_last
+        logits = (torch.cat([out[0] for out in carried]).to(self.dtype) if self.has_last
                   else torch.empty(rows, self.width[-1][0], dtype=self.dtype, device=device))
-        logits = logits.to(self.dtype)
         dist.broadcast(logits, src=self.last_rank)
         return logits
 

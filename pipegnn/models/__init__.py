@@ -4,14 +4,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from pipegnn.errors import ConfigError
-from pipegnn.models.base import (FIRST_TRANSFORMS, UNITS_PER_LAYER, Propagate, Readout, StagedGNN, Transform,
-                                 Unit, layerwise)
+from pipegnn.models.base import FIRST_TRANSFORMS, UNITS_PER_LAYER, StagedGNN, layerwise
 from pipegnn.models.gat import gat_layers
 from pipegnn.models.gcn import gcn_layers
 from pipegnn.models.gcn2 import gcn2_stack
 from pipegnn.models.precision import PRECISIONS
 from pipegnn.models.sage import sage_layers
 from pipegnn.models.spec import LayerSpec, Stack
+from pipegnn.models.units import Propagate, Readout, Transform, Unit
 
 __all__ = ["FIRST_TRANSFORMS", "MODELS", "PRECISIONS", "UNITS_PER_LAYER", "LayerSpec", "Propagate", "Readout",
            "Stack", "StagedGNN", "Transform", "Unit", "build_model", "layerwise", "model_stack", "units_per_layer"]
@@ -39,14 +39,9 @@ def model_stack(model: Mapping[str, Any], in_dim: int, num_classes: int) -> Stac
 
 
 def units_per_layer(model: Mapping[str, Any]) -> list[int]:
-    """Pipeline units of every layer of the ``model`` config, as :attr:`StagedGNN.units_per_layer`
-    counts them: two per layer, GCNII's input Linear with the first and its output Linear with the
-    last."""
-    counts = [UNITS_PER_LAYER] * int(model["layers"])
-    if model["name"] == "gcn2":
-        counts[0] += 1
-        counts[-1] += 1
-    return counts
+    """Pipeline units of every layer of the ``model`` config (:attr:`Stack.units_per_layer`), known
+    before any graph is loaded: the counts do not depend on the input and output widths."""
+    return model_stack(model, 1, 1).units_per_layer
 
 
 def build_model(model: Mapping[str, Any], backend: Any, features: Any, num_classes: int,

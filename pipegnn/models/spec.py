@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-__all__ = ["LayerSpec", "Stack", "with_residual"]
+__all__ = ["UNITS_PER_LAYER", "LayerSpec", "Stack", "with_residual"]
+
+#: Units of every message-passing layer: transform, propagate.
+UNITS_PER_LAYER = 2
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,16 @@ class Stack:
     layers: list[LayerSpec] = field(default_factory=list)
     input: LayerSpec | None = None
     output: LayerSpec | None = None
+
+    @property
+    def units_per_layer(self) -> list[int]:
+        """Pipeline units of every layer: a transform and a propagation each, the input Linear counted
+        with the first layer and the output Linear with the last (what a balance in whole layers puts
+        on a stage)."""
+        counts = [UNITS_PER_LAYER] * len(self.layers)
+        counts[0] += int(self.input is not None)
+        counts[-1] += int(self.output is not None)
+        return counts
 
 
 def with_residual(specs: list[LayerSpec], residual: bool) -> list[LayerSpec]:

@@ -1,0 +1,360 @@
+"""Pipeline units: the pieces a staged GNN is cut into, each passing one tuple of tensors.
+
+Every message-passing layer is two units, so that a pipeline can cut inside a layer:
+
+- :class:`Transform` (node-wise): the layer's input rows (the node features on layer 0; with a history
+  cache, the received rows plus cached halo rows), input dropout, and the layer's own dense transform
+  (the Linear the framework's layer was built with, taken out of it by the adapter's ``split``; both of
+  GraphSAGE's, side by side, see :mod:`pipegnn.models.sage`);
+- :class:`Propagate`: the framework's layer without its transform (attention or normalisation, and
+  aggregation) over the micro-batch's block, the rows the layer computes, and the activation.
+
+A stack with dense input and output Linear (GCNII) has them as units of their own: a Transform of kind
+``input`` (it reads the features) and a :class:`Readout`.
+
+The pipe carries ``(micro_batch_ids,)`` into the first unit and ``(h, micro_batch_ids)`` between units:
+dim 0 of the id tensor is the micro-batch axis, so torchgpipe's ``torch.chunk`` hands each micro-batch
+its own id, and ``h`` only ever holds that micro-batch's rows. ``h`` comes first because torchgpipe's
+checkpointing hooks recomputation onto the first tensor of a stage's output, and it back-propagates
+through *every* output tensor of a checkpointed stage, so all of them must require grad: the ids
+therefore travel as a float tensor that requires grad (see ``Engine.id_tensor``); its gradient is never
+used. Graph structure never travels through the pipe: each unit keeps what it reads per micro-batch
+(blocks, the first unit the node features) as non-persistent buffers, which move with the unit, once.
+The first unit's features may instead live out of core (``data.features=disk``): it then reads the
+rows it needs from a feature source (:class:`pipegnn.data.features.FeatureRows`, a CPU tensor per
+read) and moves them to its device.
+
+Precision (``train.precision``, :mod:`pipegnn.models.precision`): with ``bf16`` every unit runs its
+forward under ``torch.autocast`` and hands its output rows on in bfloat16; the first unit keeps the
+features in bfloat16. Entering autocast in the unit itself is what makes it reach torchgpipe's worker
+threads and its recomputations.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pipegnn.data.features import FeatureMeta
+from pipegnn.microbatch.halo import MicroBatch
+from pipegnn.microbatch.history import History
+from pipegnn.models.precision import autocast
+from pipegnn.models.spec import LayerSpec
+
+__all__ = ["Propagate", "Readout", "TensorList", "Transform", "Unit"]
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"elu": F.elu, "relu": F.relu}
+
+
+class TensorList(nn.Module):
+    """A list of tensors held as non-persistent buffers (moved by ``.to``; not in ``state_dict``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._count = 0
+
+    def append(self, tensor: Tensor | None) -> None:
+        self.register_buffer(f"t{self._count}", tensor, persistent=False)
+        self._count += 1
+
+    def __getitem__(self, i: int) -> Tensor | None:
+        return getattr(self, f"t{i}")
+
+    def __len__(self) -> int:
+        return self._count
+
+
+class Unit(nn.Module):
+    """One pipeline unit of layer ``layer``: what every unit knows about its micro-batches.
+
+    Subclasses implement :meth:`compute`; :meth:`forward` runs it under autocast when
+    :attr:`compute_dtype` is set (``train.precision=bf16``) and returns its rows in that dtype, so that
+    units, pipeline stages and history caches exchange one activation dtype.
+
+    A unit hands on ``(h, ids)`` or, inside a GCNII stack, ``(h, x0, ids)``: the initial representation
+    ``x0`` travels beside the rows (:attr:`carries_initial`), cut to the rows the next layers compute.
+
+    Attributes:
+        rows: output rows of each micro-batch (by micro-batch id).
+        width: output features per row.
+        carries_initial: the output carries ``x0`` after ``h``.
+        initial_rows: rows of ``x0`` in the output, per micro-batch (when it carries it).
+        compute_dtype: autocast dtype (None: no autocast, the parameters' dtype).
+    """
+
+    kind = ""
+    compute_dtype: torch.dtype | None = None
+
+    def __init__(self, layer: int, spec: LayerSpec, width: int):
+        super().__init__()
+        self.layer, self.spec, self.width = layer, spec, width
+        self.rows: list[int] = []
+        self.carries_initial = False
+        self.initial_rows: list[int] = []
+
+    @property
+    def name(self) -> str:
+        """``transform<l>`` or ``propagate<l>`` (layers counted from 0)."""
+        return f"{self.kind}{self.layer}"
+
+    def outputs(self) -> list[tuple[list[int], int]]:
+        """Every tensor the unit hands on, the ids aside: its rows per micro-batch and its width."""
+        shapes = [(self.rows, self.width)]
+        if self.carries_initial:
+            shapes.append((self.initial_rows, self.spec.in_dim))
+        return shapes
+
+    @property
+    def device(self) -> torch.device:
+        """The device this unit's parameters (or buffers) are on."""
+        tensor = next(self.parameters(), None)
+        if tensor is None:
+            tensor = next(self.buffers(), None)
+        return torch.device("cpu") if tensor is None else tensor.device
+
+    def add_micro_batch(self, mb: MicroBatch) -> None:
+        raise NotImplementedError
+
+    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        """``(output rows, [x0,] ids)`` of the micro-batch whose id ``inputs`` ends with."""
+        raise NotImplementedError
+
+    def forward(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        # Entered here, in the thread that runs the unit: autocast state is thread-local.
+        with autocast(inputs[-1].device, self.compute_dtype):
+            *rows, ids = self.compute(inputs)
+        return (*(self.lower(h) for h in rows), ids)
+
+    def lower(self, h: Tensor) -> Tensor:
+        """``h`` in the activation dtype (unchanged without autocast)."""
+        return h if self.compute_dtype is None else h.to(self.compute_dtype)
+
+
+class Transform(Unit):
+    """The node-wise part of a layer: input rows, input dropout, the layer's dense transform.
+
+    The first layer's transform can run once per step (:meth:`begin_step`) instead of once per
+    micro-batch: its input (the features) does not depend on the micro-batch, so every row any of the
+    step's micro-batches reads is dropped out and transformed once (one dropout mask per node and step,
+    as in full-graph training), the micro-batches gather their rows from a detached copy of the result,
+    and the gradient they accumulate there flows back through the transform once (:meth:`end_step`).
+
+    With ``spec.residual`` the unit emits its input rows beside the product (the propagation adds them
+    back); in a GCNII layer (``spec.initial``) it also hands on ``x0`` (the first layer's input rows,
+    later layers' received ``x0``).
+
+    The input unit of a stack with a dense input Linear (GCNII) is a Transform too (``kind="input"``):
+    it reads the features, and its ``transform`` is the Linear and its activation.
+
+    Args:
+        layer: index of the layer (0-based).
+        spec: the layer's specification.
+        transform: the layer's own transform module (from the adapter's ``split``).
+        kind: ``transform`` (a layer's) or ``input`` (a stack's input Linear).
+    """
+
+    kind = "transform"
+
+    def __init__(self, layer: int, spec: LayerSpec, transform: nn.Module, kind: str = "transform"):
+        super().__init__(layer, spec, spec.transform_width)
+        self.kind = kind
+        self.carries_initial = spec.initial
+        self.transform = transform
+        self.nodes = TensorList()  # global ids of each micro-batch's input rows (first layer only)
+        self.received, self.pulled = TensorList(), TensorList()  # global ids, historical mode only
+        self.register_buffer("features", None, persistent=False)
+        self.stored: Any = None  # the features' rows out of core (FeatureRows), when not a buffer
+        self.reads_features = False  # the first layer's unit: its input rows are the features
+        self.history: History | None = None
+        self.once_per_step = False
+        self._gathers: dict[tuple[int, ...], tuple[Tensor, dict[int, Tensor]]] = {}
+        self._shared: Tensor | None = None  # this step's transformed rows (a leaf while training)
+        self._graph: Tensor | None = None  # the same rows with their autograd graph
+        self._index: dict[int, Tensor] = {}  # micro-batch id -> its rows in _shared
+
+    def add_features(self, x: Any, once_per_step: bool = False) -> None:
+        """Make this the first unit, reading the node features ``x``: a Tensor ``[N, F]`` (kept as a
+        buffer, moved with the unit), a source of rows out of core (``x[ids]`` returns a CPU tensor,
+        e.g. :class:`pipegnn.data.features.FeatureRows`), or only their description
+        (:class:`pipegnn.data.features.FeatureMeta`: rows given later, or never, on a pipeline rank
+        without this unit). With ``once_per_step`` the transform runs once per step (see the class doc)."""
+        self.features = x if isinstance(x, Tensor) else None
+        self.stored = None if isinstance(x, (Tensor, FeatureMeta)) else x
+        self.reads_features = True
+        self.once_per_step = once_per_step
+
+    def _rows(self, index: Tensor, everything: bool = False) -> Tensor:
+        """The feature rows of node ids ``index`` on this unit's device (``everything``: ``index`` is
+        every node in order, which in memory needs no copy)."""
+        if self.features is not None:
+            return self.features if everything else self.features[index]
+        if self.stored is None:
+            raise RuntimeError(f"{self.name} holds no features here (only their shape): give it rows with "
+                               "add_features first")
+        return self.stored[index.cpu()].to(self.device)
+
+    @property
+    def name(self) -> str:
+        return self.kind if self.kind == "input" else super().name
+
+    def add_history(self, num_nodes: int, dtype: torch.dtype) -> None:
+        """Keep a cache of this layer's input embeddings for halo rows (historical mode)."""
+        self.history = History(num_nodes, self.spec.in_dim, dtype)
+
+    def add_micro_batch(self, mb: MicroBatch) -> None:
+        layer = self.layer
+        self.rows.append(mb.sources[layer])
+        self.initial_rows.append(mb.sizes[layer])
+        if self.reads_features:
+            self.nodes.append(mb.nodes)
+        if self.history is not None:
+            self.received.append(mb.nodes[:mb.sizes[layer]])
+            self.pulled.append(mb.nodes[mb.sizes[layer]:mb.sources[layer]])
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Transform":
+        self._gathers.clear()  # index tensors live on the old device
+        return super()._apply(fn, *args, **kwargs)
+
+    def _gather(self, ids: list[int]) -> tuple[Tensor, dict[int, Tensor]]:
+        """The distinct rows micro-batches ``ids`` read and, per micro-batch, where its rows are among
+        them (built once per set of micro-batches)."""
+        key = tuple(ids)
+        if key not in self._gathers:
+            rows, inverse = torch.unique(torch.cat([self.nodes[m] for m in ids]), return_inverse=True)
+            parts = inverse.split([self.nodes[m].numel() for m in ids])
+            self._gathers[key] = rows, dict(zip(ids, parts))
+        return self._gathers[key]
+
+    def begin_step(self, ids: list[int]) -> int:
+        """Transform every row micro-batches ``ids`` read, once (no-op unless ``once_per_step``);
+        while training with gradients, keep the graph for :meth:`end_step`. Returns the rows
+        transformed."""
+        if not self.once_per_step:
+            return 0
+        rows, self._index = self._gather(ids)
+        # Sorted distinct rows as many as the nodes are all of them, in order: no copy of the features.
+        x = self._rows(rows, everything=self.features is not None and rows.numel() == self.features.size(0))
+        with autocast(x.device, self.compute_dtype):
+            h = self.lower(self.product(x))
+        if h.requires_grad:
+            self._graph, self._shared = h, h.detach().requires_grad_()
+        else:
+            self._graph, self._shared = None, h
+        return rows.numel()
+
+    def end_step(self) -> None:
+        """Back-propagate the gradient the micro-batches accumulated in the shared rows through the
+        transform (once), and forget the step's rows."""
+        if self._graph is not None and self._shared is not None and self._shared.grad is not None:
+            self._graph.backward(self._shared.grad)
+        self._graph = self._shared = None
+        self._index = {}
+
+    def product(self, h: Tensor) -> Tensor:
+        """Input dropout and the dense transform of rows ``h``; with ``spec.residual`` the rows
+        themselves beside the product."""
+        out = self.transform(F.dropout(h, self.spec.dropout, self.training))
+        return torch.cat([out, h.to(out.dtype)], 1) if self.spec.residual else out
+
+    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        ids = inputs[-1]
+        m = int(ids[0])  # host read of the micro-batch id (a sync on CUDA) selects its rows
+        if self.once_per_step:
+            if self._shared is None:
+                raise RuntimeError("first-layer transform once per step: call begin_step(ids) before "
+                                   "running the micro-batches")
+            return self._shared[self._index[m]], ids
+        h = self._rows(self.nodes[m]) if self.reads_features else inputs[0]
+        initial = (inputs[1] if len(inputs) == 3 else h,) if self.carries_initial else ()
+        if self.history is not None:
+            self.history.push(self.received[m], h, m if self.training else None)
+            if self.pulled[m].numel():
+                h = torch.cat([h, self.history.pull(self.pulled[m], m if self.training else None)])
+        return self.product(h), *initial, ids
+
+
+class Propagate(Unit):
+    """The graph part of a layer: the framework's layer without its transform, over a block.
+
+    Args:
+        layer: index of the layer (0-based).
+        spec: the layer's specification.
+        conv: the framework's layer with its transform taken out (the adapter's ``split``).
+        backend: framework adapter that builds blocks and applies ``conv``.
+    """
+
+    kind = "propagate"
+
+    def __init__(self, layer: int, spec: LayerSpec, conv: nn.Module, backend: Any):
+        super().__init__(layer, spec, spec.out_features)
+        self.carries_initial = spec.initial  # the last layer of a stack does not (StagedGNN sets it)
+        self.conv, self.backend = conv, backend
+        self.activation = _ACTIVATIONS[spec.activation] if spec.activation else None
+        self.edges, self.weights = TensorList(), TensorList()
+        self.sources: list[int] = []  # source rows each micro-batch reads
+        self._structures: dict[int, Any] = {}  # framework structure per micro-batch, on this device
+
+    def add_micro_batch(self, mb: MicroBatch) -> None:
+        layer = self.layer
+        self.edges.append(mb.edges[layer])
+        self.weights.append(mb.weights[layer])
+        self.sources.append(mb.sources[layer])
+        self.rows.append(mb.sizes[layer + 1])
+        self.initial_rows.append(mb.sizes[layer + 1])
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Propagate":
+        self._structures.clear()  # buffers are moving: rebuild structures on the new device
+        return super()._apply(fn, *args, **kwargs)
+
+    def structure(self, m: int) -> Any:
+        """The framework's structure of micro-batch ``m`` for this layer, built once on this device."""
+        if m not in self._structures:
+            self._structures[m] = self.backend.structure(self.edges[m], self.weights[m], self.sources[m],
+                                                         self.rows[m])
+        return self._structures[m]
+
+    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        h, ids = inputs[0], inputs[-1]
+        m, rows, spec = int(ids[0]), self.rows[int(ids[0])], self.spec
+        skip = None
+        if spec.residual:
+            h, skip = h.split([spec.product_width, spec.in_dim], 1)
+        if spec.initial:
+            x0 = inputs[1]
+            out = self.backend.apply(self.conv, h, self.structure(m), initial=x0)[:rows]
+        else:
+            out = self.backend.apply(self.conv, h, self.structure(m))[:rows]
+        if self.activation is not None:
+            out = self.activation(out)
+        if skip is not None:
+            out = out + skip[:rows]
+        return (out, x0[:rows], ids) if self.carries_initial else (out, ids)
+
+
+class Readout(Unit):
+    """A stack's output Linear (GCNII's) as its own unit: dropout and the Linear over the last layer's
+    rows (the targets); it hands on ``(logits, ids)``.
+
+    Args:
+        layer: index of the last layer.
+        spec: the Linear's specification (``in_dim`` -> ``out_dim``, ``dropout``).
+        linear: the Linear.
+    """
+
+    kind = "output"
+
+    def __init__(self, layer: int, spec: LayerSpec, linear: nn.Module):
+        super().__init__(layer, spec, spec.out_dim)
+        self.linear = linear
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    def add_micro_batch(self, mb: MicroBatch) -> None:
+        self.rows.append(mb.sizes[-1])
+
+    def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        return self.linear(F.dropout(inputs[0], self.spec.dropout, self.training)), inputs[-1]
