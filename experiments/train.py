@@ -3,7 +3,10 @@
 A job never raises for a failing run: ``pipegnn.run`` records the failure (status invalid, failed or
 oom, with the error and traceback) and the job returns, so a sweep goes on. At the end of a sweep the
 ``FailureSummary`` callback (conf/config.yaml) names the jobs that did not complete and the command
-exits with 1; a single run (no -m) that did not complete raises, so it exits with 1 too.
+exits with 1; a single run (no -m) that did not complete raises, so it exits with 1 too. SIGTERM or
+SIGINT ends the running job with its record (status interrupted), then the command, with 128 + the
+signal's number (143, 130); with ``resume=true`` a job that left a checkpoint (``train.checkpoint_every``)
+continues from it.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from pipegnn import RunFailed, schema, sweep
+from pipegnn.preemption import Interrupted
 
 # The typed schemas behind the YAML groups must be in the ConfigStore before Hydra composes.
 schema.register()
@@ -52,5 +56,9 @@ def main(cfg: DictConfig) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Interrupted as e:  # the run recorded it (status interrupted); a sweep stops here, as Hydra's does
+        log.warning("%s: record written; exiting with %d", e, e.exit_code)
+        sys.exit(e.exit_code)
     sys.exit(sweep.exit_code())

@@ -117,7 +117,7 @@ def _check_model(model: Mapping[str, Any]) -> None:
 
 def _check_train(train: Mapping[str, Any]) -> None:
     """Epochs, the optimizer's settings (``train.lr`` and ``train.weight_decay``, which default to
-    ``model.lr`` and ``model.weight_decay``), the seed and the precision."""
+    ``model.lr`` and ``model.weight_decay``), the seed, the precision, early stopping and checkpoints."""
     if int(train["epochs"]) < 1:
         raise ConfigError(f"train.epochs must be >= 1, got {train['epochs']!r}")
     _non_negative(train["lr"], "train.lr")
@@ -126,10 +126,10 @@ def _check_train(train: Mapping[str, Any]) -> None:
         _non_negative(train["conv_weight_decay"], "train.conv_weight_decay")
     _seed(train["seed"], "train.seed")
     check_choice(train.get("precision", "fp32"), PRECISIONS, "train.precision")
-    patience = train.get("patience")
-    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
-        raise ConfigError(f"train.patience must be a number of epochs >= 1 (or null: no early stopping), "
-                          f"got {patience!r}")
+    for key, null in (("patience", "no early stopping"), ("checkpoint_every", "no checkpoints")):
+        value = train.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"train.{key} must be a number of epochs >= 1 (or null: {null}), got {value!r}")
     target = train.get("target_val_acc")
     if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
                                or not 0 < target <= 1):

@@ -38,7 +38,7 @@ __all__ = ["COLUMNS", "LEADERBOARD_SETTINGS", "NO_RECORD", "RECORD_NAME", "ROW_S
            "format_table", "leaderboard", "load", "load_record", "main", "select", "summary", "write_record"]
 
 #: Statuses a run writes in its record.
-STATUSES = ("completed", "failed", "invalid", "oom")
+STATUSES = ("completed", "failed", "invalid", "oom", "interrupted")
 #: Status of a row whose record file cannot be used (not valid JSON, or not shaped like a record).
 UNREADABLE = "unreadable"
 #: Statuses of a sweep's jobs without a record: ``incomplete`` (Hydra started the job: its folder holds
@@ -56,7 +56,7 @@ ROW_STATUSES = (*STATUSES, UNREADABLE, *NO_RECORD)
 #: leaf as ``cfg.<dotted key>`` (lists joined by ',').
 COLUMNS: dict[str, str] = {
     "path": "the result.json file (where it would be for an incomplete or missing job)",
-    "status": "completed | failed | invalid | oom (the record's) | unreadable (not valid JSON, or not shaped "
+    "status": "completed | failed | invalid | oom | interrupted (the record's) | unreadable (not valid JSON, or not shaped "
               "like a record) | incomplete (a sweep job Hydra started that wrote no record) | missing (a job "
               "the sweep planned that never started)",
     "error": "first line of the error message (None when completed; why, for the other statuses)",

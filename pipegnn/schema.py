@@ -165,6 +165,7 @@ class TrainConfig:
     target_val_acc: Optional[float] = MISSING
     memory_limit_gb: Optional[float] = MISSING
     precision: str = MISSING
+    checkpoint_every: Optional[int] = MISSING
 
 
 @dataclass

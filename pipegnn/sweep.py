@@ -105,7 +105,7 @@ class Job:
     directory: Path
     num: int | None
     overrides: str
-    #: completed | failed | invalid | oom (its record's) | unreadable (record not valid JSON or malformed)
+    #: completed | failed | invalid | oom | interrupted (its record's) | unreadable (record not valid JSON or malformed)
     #: | incomplete (started, no record) | missing (planned, never started: no folder)
     status: str
     error: str | None

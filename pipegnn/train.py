@@ -29,6 +29,7 @@ from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.microbatch.history import epoch_figures, stage_medians
 from pipegnn.models import build_model
 from pipegnn.models.precision import autocast_dtype, dtype_name
+from pipegnn.preemption import Interrupted, checkpoint_path, interruptible, resume, save, training_state
 from pipegnn.records import write_record
 from pipegnn.timeline import TRACE_NAME, PipelineInfo, chrome_trace, medians, step_figures
 
@@ -41,11 +42,15 @@ EPOCH_LINE = {"pipegnn_epoch": True}
 
 def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = None,
         choices: Mapping[str, Any] | None = None,
-        on_epoch: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+        on_epoch: Callable[[dict[str, Any]], Any] | None = None,
+        state_dir: str | Path | None = None) -> dict[str, Any]:
     """Train and evaluate one configuration and return its result record.
 
     Never raises for a failing run: an invalid configuration, an out-of-memory error or any other
-    exception becomes the record's ``status`` (``invalid``, ``oom``, ``failed``) and ``error``.
+    exception becomes the record's ``status`` (``invalid``, ``oom``, ``failed``) and ``error``. A
+    SIGTERM or SIGINT ends the run with status ``interrupted`` (the epochs finished so far, the signal
+    under ``interrupted``); the record is written, then :class:`~pipegnn.preemption.Interrupted` is
+    raised with it attached, so that the process (or sweep) stops as the signal asked.
 
     Args:
         cfg: the resolved run configuration (see ``conf/config.yaml``).
@@ -54,6 +59,8 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
         choices: Hydra's runtime choices of the config groups, stored in the record.
         on_epoch: called with each finished epoch's entry of the record's ``epochs`` (a spawned
             pipeline's rank 0 sends it to the launcher, which keeps it if the run fails later).
+        state_dir: where the training state is saved every ``train.checkpoint_every`` epochs and, with
+            ``resume=true``, read back (default: ``output_dir``; none: no checkpoints).
     """
     start = time.perf_counter()
     reset_peaks()
@@ -63,54 +70,72 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
         "env": env_info(), "epochs": [], "final": {}, "timing": {}, "memory": {}, "microbatch": {},
     }
     devices: list[torch.device] = []
-    try:
-        with memory_limit(memory_limit_bytes(container)):  # train.memory_limit_gb, restored on exit
-            devices = _train(container, record, on_epoch)
-        record["status"] = "completed"
-    except ConfigError as e:
-        record.update(status="invalid", error=str(e))
-        log.error("invalid configuration: %s", e)
-    except Exception as e:  # the record must survive any failure of the run
-        if out_of_memory(e):
-            record.update(status="oom", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
-            log.error("out of memory: %s", e)
-        else:
-            # A pipeline worker's failure carries the worker's traceback.
-            record.update(status="failed", error=f"{type(e).__name__}: {e}",
-                          traceback=getattr(e, "worker_traceback", None) or traceback.format_exc())
-            log.exception("run failed")
-    record["timing"]["total_s"] = time.perf_counter() - start
-    # A pipeline's peaks of every rank (set during training) take precedence over this process's.
-    record["memory"] = {"peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": peak_device_bytes(devices),
-                        **record["memory"]}
-    # Under torchrun (engine.launcher=external) only rank 0 writes the record (and the trace).
-    if output_dir is not None and not is_secondary_rank(container):
-        trace = record.pop("trace", None)
-        if trace is not None:
-            write_record(output_dir, trace, TRACE_NAME)
-            record.setdefault("pipeline", {})["trace"] = TRACE_NAME  # a failed run has no section yet
-        write_record(output_dir, record)
+    interrupted: Interrupted | None = None
+    with interruptible() as guard:
+        try:
+            with memory_limit(memory_limit_bytes(container)):  # train.memory_limit_gb, restored on exit
+                devices = _train(container, record, on_epoch, state_dir if state_dir is not None else output_dir)
+            record["status"] = "completed"
+        except Interrupted as e:
+            interrupted = e
+            record.update(status="interrupted", error=str(e),
+                          interrupted={"signal": e.name, "epochs_finished": len(record["epochs"])})
+            log.warning("%s after %d finished epochs", e, len(record["epochs"]))
+        except ConfigError as e:
+            record.update(status="invalid", error=str(e))
+            log.error("invalid configuration: %s", e)
+        except Exception as e:  # the record must survive any failure of the run
+            if out_of_memory(e):
+                record.update(status="oom", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+                log.error("out of memory: %s", e)
+            else:
+                # A pipeline worker's failure carries the worker's traceback.
+                record.update(status="failed", error=f"{type(e).__name__}: {e}",
+                              traceback=getattr(e, "worker_traceback", None) or traceback.format_exc())
+                log.exception("run failed")
+        guard.hold()  # a signal from here on waits for the record
+        record["timing"]["total_s"] = time.perf_counter() - start
+        # A pipeline's peaks of every rank (set during training) take precedence over this process's.
+        record["memory"] = {"peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": peak_device_bytes(devices),
+                            **record["memory"]}
+        # Under torchrun (engine.launcher=external) only rank 0 writes the record (and the trace).
+        if output_dir is not None and not is_secondary_rank(container):
+            trace = record.pop("trace", None)
+            if trace is not None:
+                write_record(output_dir, trace, TRACE_NAME)
+                record.setdefault("pipeline", {})["trace"] = TRACE_NAME  # a failed run has no section yet
+            write_record(output_dir, record)
+    if interrupted is None and guard.signum is not None:  # the signal came while the record was written
+        interrupted = Interrupted(guard.signum)
+    if interrupted is not None:
+        interrupted.record = record
+        raise interrupted
     return record
 
 
 def _train(cfg: dict[str, Any], record: dict[str, Any],
-           on_epoch: Callable[[dict[str, Any]], Any] | None = None) -> list[torch.device]:
+           on_epoch: Callable[[dict[str, Any]], Any] | None = None,
+           state_dir: str | Path | None = None) -> list[torch.device]:
     check_config(cfg)
+    if cfg["train"].get("checkpoint_every") is not None and state_dir is None:
+        raise ConfigError("train.checkpoint_every is set but the run has no output directory to keep "
+                          "checkpoints in; give run() an output_dir (or state_dir), or set it to null")
     engine = cfg["engine"]
     if engine["name"] == "pipelining":
         if engine["launcher"] == "spawn":  # this process starts one worker per rank and waits
-            return spawn(cfg, record, target=run, on_epoch=on_epoch)  # each worker runs `run`
+            return spawn(cfg, record, target=run, on_epoch=on_epoch, state_dir=state_dir)  # workers run `run`
         with process_group(engine):  # this process is one rank (a spawned worker or under torchrun)
             opened = files_opened()
-            devices = _train_rank(cfg, record, on_epoch)
+            devices = _train_rank(cfg, record, on_epoch, state_dir)
             record["memory"] = {**record["memory"], **gather_memory(devices)}
             _gather_feature_files(record, files_opened() - opened)
             return devices
-    return _train_rank(cfg, record, on_epoch)
+    return _train_rank(cfg, record, on_epoch, state_dir)
 
 
 def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
-                on_epoch: Callable[[dict[str, Any]], Any] | None = None) -> list[torch.device]:
+                on_epoch: Callable[[dict[str, Any]], Any] | None = None,
+                state_dir: str | Path | None = None) -> list[torch.device]:
     train_cfg, mb_cfg = cfg["train"], cfg["microbatch"]
     first = mb_cfg.get("first_transform", "once_per_step")
     storage = cfg["data"].get("features", "memory")
@@ -167,7 +192,8 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
         with timed(engine.devices) as fill:
             engine.refresh(model, eval_ids)
         record["timing"]["history_fill_s"] = fill.seconds
-    _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record, on_epoch, store)
+    _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record, on_epoch, store,
+         None if state_dir is None else checkpoint_path(state_dir, dist.get_rank() if dist.is_initialized() else 0))
     return engine.devices
 
 
@@ -236,9 +262,18 @@ def _build_plans(cfg: dict[str, Any], graph: Graph, backend: Any,
 def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engine,
          train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan, train_ids: Tensor, eval_ids: Tensor,
          record: dict[str, Any], on_epoch: Callable[[dict[str, Any]], Any] | None = None,
-         store: DiskFeatureStore | None = None) -> None:
+         store: DiskFeatureStore | None = None, state_path: Path | None = None) -> None:
     train_cfg = cfg["train"]
     optimizer = _optimizer(model, train_cfg)
+    every = train_cfg.get("checkpoint_every")
+    epochs = record["epochs"]
+    if cfg.get("resume") and state_path is not None:
+        epochs.extend(resume(cfg, state_path, model, optimizer))
+        if epochs:
+            record["resumed"] = {"checkpoint": str(state_path), "epochs_restored": len(epochs)}
+        for entry in epochs:  # a spawned pipeline's launcher keeps them too
+            if on_epoch is not None:
+                on_epoch(entry)
     out = engine.output_device
     # Targets outside the training split are computed (targets=all) but not in the loss.
     train_labels = torch.where(graph.train_mask[train_plan.targets], graph.y[train_plan.targets],
@@ -247,12 +282,11 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
     historical = train_plan.halo == "historical"
     eval_labels = graph.y[eval_plan.targets].to(out)
     masks = {s: getattr(graph, f"{s}_mask")[eval_plan.targets].to(out) for s in ("train", "val", "test")}
-    epochs = record["epochs"]
     trace_epoch = cfg["engine"].get("trace_epoch")
     if trace_epoch is not None:
         trace_epoch = min(int(trace_epoch), int(train_cfg["epochs"]) - 1)
     patience = train_cfg.get("patience")
-    for epoch in range(int(train_cfg["epochs"])):
+    for epoch in range(len(epochs), int(train_cfg["epochs"])):
         model.train()
         if optimizer is not None:
             optimizer.zero_grad(set_to_none=True)
@@ -287,6 +321,8 @@ def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engi
         log.info("epoch %3d  loss %.4f  train %.3f  val %.3f  test %.3f  epoch %.3fs  eval %.3fs",
                  epoch, loss, acc["train_acc"], acc["val_acc"], acc["test_acc"], step.seconds,
                  evaluation.seconds, extra=EPOCH_LINE)
+        if every is not None and state_path is not None and (epoch + 1) % int(every) == 0:
+            save(state_path, training_state(cfg, model, optimizer, epochs))
         best = max(epochs, key=lambda e: e["val_acc"])
         if patience is not None and epoch - best["epoch"] >= int(patience):
             log.info("early stop after epoch %d: validation accuracy not above %.3f (epoch %d) for %d "

@@ -325,7 +325,7 @@ PRESETS = {
     "scaling": {"dataset.num_nodes": ["8192", "16384", "32768", "65536", "131072"], "chunks": ["1", "8"],
                 "model": ["gcn", "gat"], **SEEDS},
     "smoke": {"chunks": ["1", "2"], "microbatch.halo": ["none", "exact"]},
-    "deep": {"dataset": ["cora", "citeseer"], "+deep": ["full", "historical_k2", "historical_k4", "historical_k8"],
+    "deep": {"dataset": ["cora", "citeseer"], "deep": ["full", "historical_k2", "historical_k4", "historical_k8"],
              "train.seed": [str(s) for s in range(10)]},
     **{f"ablation_{axis}": {key: values, "framework": ["pyg", "dgl"], "model": ["gcn", "gat"],
                             "chunks": ["1", "8"], **SEEDS}
@@ -501,7 +501,7 @@ def test_preset_first_job_runs(tmp_path: Path, name: str) -> None:
     assert record["choices"]["experiment"] == name and len(record["epochs"]) == 1
     for override in job:
         key, value = override.split("=", 1)
-        if key in ("framework", "model", "devices") or key.startswith("+"):
+        if key in ("framework", "model", "devices", "deep") or key.startswith("+"):
             assert record["choices"][key.lstrip("+")] == value
         else:
             node = record["config"]

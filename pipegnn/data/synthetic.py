@@ -349,7 +349,7 @@ def _count_block(spec: SyntheticSpec, yb: Tensor, topics: tuple[Tensor, Tensor],
             lo += size
     word.view(-1)[picked] = topical
     flat = word.add_(torch.arange(b).unsqueeze(1) * f).view(-1)
-    out.view(-1).index_add_(0, flat, torch.ones(flat.numel()))
+    out.view(-1).index_add_(0, flat, torch.ones(flat.numel(), dtype=out.dtype))
 
 
 def _skip_features(spec: SyntheticSpec, g: torch.Generator) -> None:

@@ -57,6 +57,7 @@ import torch.multiprocessing as mp
 
 from pipegnn.errors import ConfigError
 from pipegnn.measure import peak_rss_bytes
+from pipegnn.preemption import Interrupted
 
 __all__ = ["WorkerFailed", "spawn"]
 
@@ -64,7 +65,8 @@ log = logging.getLogger(__name__)
 
 _FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 #: Record fields the parent takes from rank 0's record (on failure: all but the memory, see ``_merge``).
-_MERGED = ("dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace", "features")
+_MERGED = ("dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace", "features",
+           "resumed")
 #: After a worker fails, how long the others get to exit by themselves (and report) before they are
 #: terminated; also the grace of ``_stop``'s terminate before its kill.
 _GRACE_S = 5.0
@@ -194,8 +196,9 @@ def _guard(rank: int, parent: int | None, lifeline: Connection, deadline: float,
 
 
 def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], target: Target, out: Connection,
-            lifeline: Connection, parent: int | None, deadline: float, targets: dict[str, Any]) -> None:
-    outbox = _Outbox(out)
+            lifeline: Connection, parent: int | None, deadline: float, targets: dict[str, Any],
+            state_dir: str | None) -> None:
+    outbox, code = _Outbox(out), 1
     _guard(rank, parent, lifeline, deadline, float(cfg["engine"]["timeout_s"]), outbox)
     try:
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
@@ -204,15 +207,20 @@ def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], target: Targe
         cfg = copy.deepcopy(cfg)
         cfg["engine"]["launcher"] = "external"  # this process is one rank, as under torchrun
         on_epoch = (lambda entry: outbox.send("epoch", entry)) if rank == 0 else None
-        record = target(cfg, on_epoch=on_epoch)
-        result = record if rank == 0 else {k: record.get(k) for k in ("status", "error", "traceback")}
+        try:
+            record = target(cfg, on_epoch=on_epoch, state_dir=state_dir)
+        except Interrupted as e:  # the run recorded it: report the record, exit as the signal asks
+            record, code = e.record or {"status": "interrupted", "error": str(e)}, e.exit_code
+            record.setdefault("interrupted", {"signal": e.name})
+        keys = ("status", "error", "traceback", "interrupted")
+        result = record if rank == 0 else {k: record.get(k) for k in keys}
     except Exception as e:  # outside the run (which records its own failures)
         result = {"status": "failed", "error": f"{type(e).__name__}: {e}",
                   "traceback": traceback.format_exc()}
     outbox.send("result", result)
     out.close()
     if result["status"] != "completed":
-        sys.exit(1)  # the launcher then ends the other ranks
+        sys.exit(code)  # the launcher then ends the other ranks
 
 
 class _Inbox(threading.Thread):
@@ -310,6 +318,9 @@ def _failure(exits: list[tuple[int, int]], results: dict[int, dict[str, Any]]) -
     for r, res in reported:
         if res.get("status") == "oom":
             return MemoryError(f"pipeline worker rank {r}: {res['error']}")
+    for r, res in reported:  # a worker stopped by a signal (a scheduler's): the run is interrupted
+        if res.get("status") == "interrupted":
+            return Interrupted(signal.Signals[res["interrupted"]["signal"]])
     for r, code in failed:
         if r not in results:
             return WorkerFailed(_death(r, code))
@@ -330,7 +341,8 @@ def _merge(record: dict[str, Any], worker: dict[str, Any] | None, epochs: list[d
 
 
 def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
-          on_epoch: Callable[[dict[str, Any]], Any] | None = None) -> list[torch.device]:
+          on_epoch: Callable[[dict[str, Any]], Any] | None = None,
+          state_dir: str | os.PathLike | None = None) -> list[torch.device]:
     """Run the pipeline in ``len(engine.devices)`` worker processes and merge rank 0's record into
     ``record``; returns the parent's devices (none).
 
@@ -340,11 +352,13 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
         target: what each worker runs, ``target(cfg, on_epoch=...)`` returning its record (a picklable
             module-level function: ``pipegnn.train.run``); ``forkserver`` preloads its module.
         on_epoch: called in this process with each epoch rank 0 finished (from a reader thread).
+        state_dir: where each rank keeps its checkpoints (``train.checkpoint_every``), if anywhere.
 
     Raises:
         ConfigError: a worker found the configuration invalid (e.g. chunks > targets).
         MemoryError: a worker ran out of memory.
         WorkerFailed: a worker failed, crashed or was killed.
+        Interrupted: a worker was stopped by SIGTERM or SIGINT (and recorded it), or this process was.
         TimeoutError: the workers did not finish within ``engine.timeout_s``.
     """
     engine = cfg["engine"]
@@ -361,13 +375,14 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
     inbox.start()
     parent = os.getpid() if method == "spawn" else None
     args = (world, _free_port(), cfg, target)
+    where = None if state_dir is None else os.fspath(state_dir)
     processes: list[Any] = []
     exits: list[tuple[int, int]] = []
     finished = False
     try:
         for rank, (_, out) in enumerate(pipes):
             p = context.Process(target=_worker, name=f"pipegnn-rank{rank}",
-                                args=(rank, *args, out, lifeline, parent, deadline, _log_targets()))
+                                args=(rank, *args, out, lifeline, parent, deadline, _log_targets(), where))
             p.start()
             processes.append(p)
             out.close()  # the worker holds its writing end now: its exit ends the pipe

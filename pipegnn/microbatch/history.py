@@ -30,6 +30,7 @@ class History(nn.Module):
         self.register_buffer("rows", torch.zeros(num_nodes, dim, dtype=dtype), persistent=False)
         self.register_buffer("written", torch.full((num_nodes,), -1, dtype=torch.long), persistent=False)
         self.step = 0
+        self._filled = False  # every row written at least once
         self._ages: dict[int, tuple[float, int]] = {}  # micro-batch -> (sum of ages, rows) this step
         self._pushed: dict[int, int] = {}  # micro-batch -> rows pushed this step
 
@@ -43,8 +44,8 @@ class History(nn.Module):
     def push(self, nodes: Tensor, h: Tensor, micro_batch: int | None = None) -> None:
         """Store fresh embeddings ``h`` of ``nodes`` (``micro_batch``, when given: counted once per
         micro-batch and step toward :meth:`traffic`)."""
-        self.rows[nodes] = h.detach().to(self.rows.dtype)
-        self.written[nodes] = self.step
+        self.rows.index_copy_(0, nodes, h.detach().to(self.rows.dtype))
+        self.written.index_fill_(0, nodes, self.step)
         if micro_batch is not None:
             self._pushed[micro_batch] = nodes.numel()
 
@@ -59,12 +60,17 @@ class History(nn.Module):
         Raises:
             RuntimeError: some rows were never written (fill the cache with a refresh pass first).
         """
-        written = self.written[nodes]
-        if bool((written < 0).any()):
-            raise RuntimeError("history cache read before it was filled: run a refresh pass first")
-        if micro_batch is not None and micro_batch not in self._ages:
-            self._ages[micro_batch] = (float((self.step - written).sum()), nodes.numel())
-        return self.rows[nodes]
+        counted = micro_batch is not None and micro_batch not in self._ages
+        if not self._filled or counted:
+            written = self.written.index_select(0, nodes)
+            if not self._filled:
+                if bool((written < 0).any()):
+                    raise RuntimeError("history cache read before it was filled: run a refresh pass first")
+                # rows are never unwritten again: once every row is written, reads need no check
+                self._filled = bool((self.written >= 0).all())
+            if counted:
+                self._ages[micro_batch] = (float((self.step - written).sum()), nodes.numel())
+        return self.rows.index_select(0, nodes)
 
     def staleness(self) -> float:
         """Mean age in steps of the rows pulled during the current step (0 when none)."""

@@ -1,0 +1,171 @@
+"""Runs that survive preemption: a signal ends a run with a record, and a checkpoint lets it continue.
+
+- :func:`interruptible`: while a run trains, SIGTERM (a scheduler's preemption or time limit) and SIGINT
+  (Ctrl-C) raise :class:`Interrupted` in the main thread, so the run unwinds, records ``status:
+  interrupted`` with the epochs finished so far and the signal, and then ends (exit code 128 + signal,
+  as a process killed by it reports). Later signals while the run unwinds, and any while it writes its
+  record, wait for the record.
+- :func:`save` / :func:`load`: the training state of one process (``train.checkpoint_every``):
+  parameters, optimizer, the finished epochs' entries (best-validation bookkeeping is computed from
+  them), RNG states and history caches, written atomically beside the record as
+  ``checkpoint-rank<r>.pt`` (one per pipeline rank: each holds its own stages' state). They are read
+  with ``torch.load(weights_only=True)``, which builds tensors and plain containers only, never code.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+__all__ = ["SIGNALS", "Guard", "Interrupted", "checkpoint_path", "config_key", "interruptible", "load", "restore",
+           "resume", "save", "training_state"]
+
+log = logging.getLogger(__name__)
+
+#: The signals that end a run with a record.
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Interrupted(BaseException):
+    """The run was stopped by a signal (``signum``). A BaseException, as KeyboardInterrupt is, so that
+    no ``except Exception`` on the way records it as a failure; :func:`pipegnn.run` records it and
+    raises it again with the record attached (``record``)."""
+
+    def __init__(self, signum: int, record: dict[str, Any] | None = None):
+        self.signum = int(signum)
+        self.name = signal.Signals(self.signum).name
+        self.record = record
+        super().__init__(f"interrupted by {self.name}")
+
+    @property
+    def exit_code(self) -> int:
+        """What a shell reports for a process killed by the signal: 128 + its number."""
+        return 128 + self.signum
+
+
+class Guard:
+    """The signal handling of one :func:`interruptible` block: ``signum`` of the first signal (None if
+    none came) and whether it raises now or is held (:meth:`hold`)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.held = False
+
+    def handler(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            return  # the run is already unwinding: let it write its record
+        self.signum = signum
+        if not self.held:
+            raise Interrupted(signum)
+
+    def hold(self) -> None:
+        """From now on a signal is only noted in ``signum`` (the caller is writing the record, and raises
+        :class:`Interrupted` for it afterwards)."""
+        self.held = True
+
+
+@contextmanager
+def interruptible() -> Iterator[Guard]:
+    """Inside the block the first SIGTERM or SIGINT raises :class:`Interrupted` (later ones are ignored,
+    so that the record gets written); after :meth:`Guard.hold` it is only noted in the guard. Off the main thread, where Python cannot install signal handlers, nothing changes."""
+    guard = Guard()
+    if threading.current_thread() is not threading.main_thread():
+        yield guard
+        return
+    previous = {s: signal.signal(s, guard.handler) for s in SIGNALS}
+    try:
+        yield guard
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def checkpoint_path(directory: str | Path, rank: int = 0) -> Path:
+    """Where rank ``rank``'s training state is kept in ``directory`` (the run's output directory)."""
+    return Path(directory) / f"checkpoint-rank{rank}.pt"
+
+
+def save(path: str | Path, state: dict[str, Any]) -> None:
+    """Write ``state`` (tensors, numbers, strings, lists and dicts of them) to ``path`` atomically: a
+    reader, or a run killed while writing, never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load(path: str | Path) -> dict[str, Any] | None:
+    """The state :func:`save` wrote at ``path`` (None when there is none), read with
+    ``weights_only=True``: tensors and plain containers, nothing that runs code."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def config_key(config: dict[str, Any]) -> str:
+    """What a checkpoint must have been made with to be resumed: the resolved config as JSON, without
+    ``resume`` (which does not change what a run computes)."""
+    return json.dumps({k: v for k, v in config.items() if k != "resume"}, sort_keys=True, default=str)
+
+
+def training_state(config: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                   epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One process's training state after ``epochs`` (the record's entries, from which the best
+    validation epoch and early stopping are computed): parameters, optimizer, RNG states, and each
+    history cache's rows, write steps and step counter (by unit name)."""
+    return {"config": config_key(config), "epochs": epochs, "model": model.state_dict(),
+            "optimizer": None if optimizer is None else optimizer.state_dict(),
+            "rng": {"cpu": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+            "history": {u.name: {"rows": u.history.rows, "written": u.history.written, "step": u.history.step}
+                        for u in model.transforms() if u.history is not None}}
+
+
+def resume(config: dict[str, Any], path: str | Path, model: torch.nn.Module,
+           optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
+    """The finished epochs of the checkpoint at ``path``, its state put back (:func:`restore`); none when
+    there is no checkpoint there, or one made with another configuration (left to be replaced)."""
+    state = load(path)
+    if state is None:
+        return []
+    if state["config"] != config_key(config):
+        log.warning("resume: the checkpoint %s was made with another configuration; training from epoch 0",
+                    path)
+        return []
+    epochs = restore(state, model, optimizer)
+    log.info("resume: continuing after epoch %d from %s", len(epochs) - 1, path)
+    return epochs
+
+
+def restore(state: dict[str, Any], model: torch.nn.Module,
+            optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
+    """Put :func:`training_state`'s ``state`` back into ``model`` and ``optimizer`` (and the RNGs);
+    returns the finished epochs' entries."""
+    model.load_state_dict(state["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"]["cpu"])
+    if state["rng"]["cuda"]:
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    for unit in model.transforms():
+        if unit.history is not None:
+            saved = state["history"][unit.name]
+            unit.history.rows.copy_(saved["rows"])
+            unit.history.written.copy_(saved["written"])
+            unit.history.step = int(saved["step"])
+    return list(state["epochs"])

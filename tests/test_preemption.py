@@ -1,0 +1,162 @@
+"""Runs that survive preemption: SIGTERM/SIGINT end a run with a record, checkpoints let it continue."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from pipegnn import run
+from pipegnn.preemption import Interrupted, checkpoint_path, load, save
+from pipegnn.results import load as load_table
+
+from conftest import ROOT, TINY_SYNTHETIC, CodeMarker, make_cfg
+
+
+def _interrupt_at(epoch: int, signum: int = signal.SIGTERM):
+    """An ``on_epoch`` callback that sends this process ``signum`` once epoch ``epoch`` is finished (a
+    scheduler's preemption at a known point)."""
+    def on_epoch(entry: dict) -> None:
+        if entry["epoch"] == epoch:
+            os.kill(os.getpid(), signum)
+    return on_epoch
+
+
+def _losses(record: dict) -> list[float]:
+    assert record["status"] == "completed", (record["error"], record.get("traceback"))
+    return [e["train_loss"] for e in record["epochs"]]
+
+
+@pytest.mark.parametrize("overrides", [
+    ("model=gcn", "engine=single", "chunks=4", "model.dropout=0"),
+    ("model=gat", "engine=gpipe", "chunks=4", "microbatch.halo=historical", "model.dropout=0"),
+    ("model=gcn2", "model.layers=4", "engine=single", "chunks=2", "microbatch.halo=historical",
+     "model.dropout=0.5"),
+])
+def test_resumed_run_equals_an_uninterrupted_one(tmp_path: Path, overrides: tuple) -> None:
+    """SIGTERM after epoch 4 of 7 with a checkpoint every 2 epochs: the record says interrupted (5
+    epochs, the signal), and resume=true continues after epoch 3 (parameters, Adam, history caches, RNG
+    restored): every epoch's loss and accuracy equal the uninterrupted run's bit for bit (the same
+    operations in the same order; with dropout too, since the RNG states come back)."""
+    cfg = [*overrides, "train.epochs=7", "train.checkpoint_every=2"]
+    whole = run(make_cfg(*cfg), output_dir=tmp_path / "whole")
+    with pytest.raises(Interrupted) as stop:
+        run(make_cfg(*cfg), output_dir=tmp_path, on_epoch=_interrupt_at(4))
+    record = json.loads((tmp_path / "result.json").read_text())
+    assert stop.value.record["status"] == record["status"] == "interrupted"
+    assert record["interrupted"] == {"signal": "SIGTERM", "epochs_finished": 5}
+    assert record["error"] == "interrupted by SIGTERM" and len(record["epochs"]) == 5
+    assert load(checkpoint_path(tmp_path))["epochs"][-1]["epoch"] == 3
+    resumed = run(make_cfg(*cfg, "resume=true"), output_dir=tmp_path)
+    assert resumed["resumed"]["epochs_restored"] == 4
+    assert [e["epoch"] for e in resumed["epochs"]] == list(range(7))
+    assert _losses(resumed) == _losses(whole)
+    for key in ("train_acc", "val_acc", "test_acc"):
+        assert [e[key] for e in resumed["epochs"]] == [e[key] for e in whole["epochs"]]
+    assert resumed["final"]["best_epoch"] == whole["final"]["best_epoch"]
+
+
+def test_pipelining_resumes_on_every_rank(tmp_path: Path) -> None:
+    """engine=pipelining (2 spawned workers): a SIGTERM to the launcher stops the workers, the record
+    keeps rank 0's finished epochs, each rank left its own checkpoint, and the resumed run's losses equal
+    an uninterrupted run's."""
+    cfg = ["engine=pipelining", "chunks=2", "model.dropout=0", "train.epochs=6", "train.checkpoint_every=2"]
+    whole = run(make_cfg(*cfg), output_dir=tmp_path / "whole")
+    with pytest.raises(Interrupted):
+        run(make_cfg(*cfg), output_dir=tmp_path, on_epoch=_interrupt_at(2))
+    record = json.loads((tmp_path / "result.json").read_text())
+    assert record["status"] == "interrupted" and record["interrupted"]["signal"] == "SIGTERM"
+    assert [e["epoch"] for e in record["epochs"]][:3] == [0, 1, 2]
+    assert all(checkpoint_path(tmp_path, r).is_file() for r in (0, 1))
+    resumed = run(make_cfg(*cfg, "resume=true"), output_dir=tmp_path)
+    assert resumed["resumed"]["epochs_restored"] >= 2
+    assert _losses(resumed) == pytest.approx(_losses(whole), rel=1e-5)
+
+
+def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path: Path) -> None:
+    common = ["model.dropout=0", "train.checkpoint_every=1", "train.epochs=2"]
+    run(make_cfg(*common, "train.lr=0.01"), output_dir=tmp_path)
+    resumed = run(make_cfg(*common, "train.lr=0.02", "resume=true"), output_dir=tmp_path)
+    assert resumed["status"] == "completed" and "resumed" not in resumed
+    assert load(checkpoint_path(tmp_path))["epochs"][-1]["train_loss"] == resumed["epochs"][-1]["train_loss"]
+
+
+def test_a_checkpoint_never_runs_code(tmp_path: Path) -> None:
+    """A checkpoint is read with weights_only=True: one that would build an object fails the run, and
+    the object's code never runs."""
+    marker = tmp_path / "code-ran"
+    torch.save({"config": CodeMarker(marker)}, checkpoint_path(tmp_path))
+    record = run(make_cfg("train.checkpoint_every=1", "resume=true"), output_dir=tmp_path)
+    assert record["status"] == "failed" and "weights_only" in record["error"], record["error"]
+    assert not marker.exists()
+
+
+def test_save_is_atomic(tmp_path: Path) -> None:
+    """A save that fails half-way leaves the previous checkpoint and no temporary file."""
+    path = checkpoint_path(tmp_path)
+    save(path, {"epochs": [1]})
+
+    class Unsaveable:
+        def __reduce__(self):
+            raise RuntimeError("cannot pickle")
+
+    with pytest.raises(RuntimeError):
+        save(path, {"epochs": [Unsaveable()]})
+    assert load(path) == {"epochs": [1]} and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, True])
+def test_bad_checkpoint_every_is_invalid(value: object) -> None:
+    """Refused before training, naming the key (a config given as a plain dict has no schema to catch
+    1.5 or true at composition)."""
+    cfg = OmegaConf.to_container(make_cfg(), resolve=True)
+    cfg["train"]["checkpoint_every"] = value
+    record = run(cfg)
+    assert record["status"] == "invalid" and "train.checkpoint_every must be" in record["error"], record["error"]
+    assert record["epochs"] == []
+
+
+def test_checkpoints_need_an_output_directory() -> None:
+    record = run(make_cfg("train.checkpoint_every=2"))
+    assert record["status"] == "invalid" and "no output directory" in record["error"], record["error"]
+
+
+def _wait_for_epoch(log: Path, epoch: int, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    end = time.monotonic() + timeout
+    while f"epoch {epoch:3d} " not in (log.read_text() if log.is_file() else ""):
+        assert proc.poll() is None and time.monotonic() < end, (log.read_text() if log.is_file() else "")
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("engine, signum", [("single", signal.SIGTERM), ("pipelining", signal.SIGINT)])
+def test_a_signal_to_a_sweep_leaves_an_interrupted_record(tmp_path: Path, engine: str, signum: int) -> None:
+    """The CLI, as a scheduler preempts it: SIGTERM (or Ctrl-C's SIGINT) to a sweep's process while its
+    first job trains. The job's record says interrupted with its finished epochs, the command exits with
+    128 + the signal, the sweep stops (as Hydra's does), and the results table lists the job."""
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "experiments" / "train.py"), "-m", *TINY_SYNTHETIC,
+                             f"engine={engine}", "chunks=2", "train.epochs=100000", "train.seed=0,1",
+                             f"hydra.sweep.dir={sweep}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_epoch(sweep / "0" / "train.log", 2, proc)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, err[-3000:]
+    record = json.loads((sweep / "0" / "result.json").read_text())
+    assert record["status"] == "interrupted", record.get("error")
+    assert record["interrupted"]["signal"] == signal.Signals(signum).name
+    assert record["interrupted"]["epochs_finished"] == len(record["epochs"]) >= 3
+    assert not (sweep / "1").exists()
+    table = load_table(sweep)
+    assert list(table.sort_values("seed")["status"]) == ["interrupted", "missing"]
