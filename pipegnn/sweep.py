@@ -89,10 +89,10 @@ def completed_record(output_dir: str | Path, config: Mapping[str, Any] | DictCon
     status = record.get("status")
     if status != "completed":
         return None, f"previous record is {status}"
-    old = comparable_config(record.get("config") or {}, output_dir)
-    new = comparable_config(config, output_dir)
-    if old != new:
-        diff = _differences(old, new)
+    # A key an older record lacks and this config leaves null (a later option's default) is no change.
+    diff = _differences(comparable_config(record.get("config") or {}, output_dir),
+                        comparable_config(config, output_dir))
+    if diff:
         more = f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""
         return None, f"config changed since the completed record: {'; '.join(diff[:3])}{more}"
     return record, "completed"

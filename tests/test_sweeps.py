@@ -172,6 +172,11 @@ def test_resume_keeps_only_a_completed_record_of_the_same_config(tmp_path: Path)
     write_record(tmp_path, {"status": "completed", "config": cfg})
     record, reason = completed_record(tmp_path, _container("chunks=4"))
     assert record is None and reason == "config changed since the completed record: chunks: 2 -> 4"
+    # a record older than a key that this config leaves null (a later option's default) is kept
+    older = {**cfg, "train": {k: v for k, v in cfg["train"].items() if k != "checkpoint_every"}}
+    write_record(tmp_path, {"status": "completed", "config": older})
+    assert cfg["train"]["checkpoint_every"] is None and completed_record(tmp_path, cfg)[0] is not None
+    assert completed_record(tmp_path, _container("chunks=2", "train.checkpoint_every=5"))[0] is None
     (tmp_path / "result.json").write_text("{not json")
     assert completed_record(tmp_path, cfg)[1].startswith("previous record unreadable")
 
