@@ -150,6 +150,17 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[i
     """engine=pipelining: one process per entry of engine.devices, each with one stage (or
     engine.virtual_stages stages with schedule=interleaved1f1b)."""
     engine, chunks, ranks = cfg["engine"], int(cfg["chunks"]), len(devices)
+    replicas = _positive_int(engine.get("data_parallel", 1), "engine.data_parallel")
+    if replicas > 1:  # D pipelines of len(devices) / D processes, each running chunks / D micro-batches
+        if ranks % replicas:
+            raise ConfigError(f"engine.data_parallel={replicas} pipeline replicas need one process per replica "
+                              f"and stage, so len(engine.devices) must be a multiple of {replicas}; "
+                              f"engine.devices={devices} has {ranks} entries (e.g. give {replicas * 2} "
+                              f"devices for {replicas} x 2 stages)")
+        if chunks % replicas:
+            raise ConfigError(f"engine.data_parallel={replicas} shares each step's micro-batches out across "
+                              f"the replicas, so chunks must be a multiple of {replicas}; got chunks={chunks}")
+        ranks, chunks = ranks // replicas, chunks // replicas
     check_choice(engine["schedule"], tuple(SCHEDULES), "engine.schedule")
     check_choice(engine["launcher"], LAUNCHERS, "engine.launcher")
     check_choice(engine["backend"], DIST_BACKENDS, "engine.backend")
@@ -182,8 +193,9 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[i
         raise ConfigError(f"engine.devices has {ranks} devices but the model has only {units} units "
                           f"({_units_note(layers)}); use at most {units} devices")
     if engine["schedule"] == "1f1b" and chunks < ranks:
-        raise ConfigError(f"schedule=1f1b needs chunks >= the number of processes ({ranks}), got "
-                          f"chunks={chunks}; use more chunks or schedule=gpipe")
+        raise ConfigError(f"schedule=1f1b needs chunks >= the number of processes ({ranks}) per pipeline "
+                          f"replica, got {chunks}{' per replica' if replicas > 1 else ''}; use more chunks "
+                          "or schedule=gpipe")
     if interleaved:
         rounds = max(1, chunks // ranks)
         if chunks % rounds:

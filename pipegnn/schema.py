@@ -136,6 +136,7 @@ class PipeliningEngineConfig:
     balance: Any = MISSING
     schedule: str = MISSING
     virtual_stages: int = MISSING
+    data_parallel: int = MISSING
     launcher: str = MISSING
     start_method: str = MISSING
     backend: str = MISSING

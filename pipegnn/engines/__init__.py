@@ -31,17 +31,18 @@ def build_engine(engine: Mapping[str, Any], model: StagedGNN, train_ids: Tensor)
     if engine["name"] == "single":
         return SingleEngine(model, parse_device(engine["device"]), chunks, timeline)
     if engine["name"] == "pipelining":
-        rank, world = dist.get_rank(), dist.get_world_size()
+        rank, replicas = dist.get_rank(), int(engine.get("data_parallel", 1))
+        ranks = dist.get_world_size() // replicas  # processes of one pipeline
         per_rank = int(engine["virtual_stages"]) if engine["schedule"] == "interleaved1f1b" else 1
         device = parse_device(engine["devices"][rank])
-        per_stage, source, costs = _balance(engine, model, world, per_rank, train_ids, device,
+        per_stage, source, costs = _balance(engine, model, ranks, per_rank, train_ids, device,
                                             measure=rank == 0)
         if source == AUTO:  # rank 0 measured: every rank takes its balance
             shared = [per_stage, costs]
             dist.broadcast_object_list(shared, src=0)
             per_stage, costs = shared
         return PipeliningEngine(model, device, chunks, engine["schedule"], per_stage, timeline, source,
-                                costs)
+                                costs, replicas)
     devices = [parse_device(d) for d in engine["devices"]]
     per_stage, source, costs = _balance(engine, model, len(devices), 1, train_ids, devices[0])
     return GPipeEngine(model, devices, per_stage, chunks, engine["checkpoint"], timeline, source, costs)

@@ -23,6 +23,7 @@ dim 0) and the per-micro-batch loss. Hand-written here because torch has no equi
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from itertools import accumulate
 from typing import Any, Iterator
@@ -31,6 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
                                           ScheduleInterleaved1F1B)
 
@@ -142,14 +144,25 @@ class PipeliningEngine(Engine):
             ``interleaved1f1b``).
         timeline: record the stage timeline of every training step.
         balance_source, unit_costs: how the balance was chosen, for the record.
+        data_parallel: pipeline replicas D (the world is D x pipeline ranks; global rank
+            ``replica * ranks + r`` is rank r of its replica): each replica runs ``chunks / D`` of a
+            step's micro-batches (a contiguous share), and the gradients are summed over the replicas'
+            ``dp`` dimension of a :class:`~torch.distributed.device_mesh.DeviceMesh` once per step (the
+            loss is already divided by the global labelled count, so the sum is the exact gradient).
     """
 
     def __init__(self, model: StagedGNN, device: torch.device, chunks: int, schedule: str,
                  per_stage: list[int], timeline: bool = True, balance_source: str = "config",
-                 unit_costs: dict[str, float] | None = None):
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+                 unit_costs: dict[str, float] | None = None, data_parallel: int = 1):
+        self.replicas = data_parallel
+        self.world = dist.get_world_size() // data_parallel  # processes of one pipeline
+        self.replica, self.rank = divmod(dist.get_rank(), self.world)
+        self.pp_group = self.dp_group = None  # None: the whole world (one replica)
+        if data_parallel > 1:
+            mesh = init_device_mesh(device.type, (data_parallel, self.world), mesh_dim_names=("dp", "pp"))
+            self.pp_group, self.dp_group = mesh.get_group("pp"), mesh.get_group("dp")
         self.devices = [device]
-        self.chunks, self.schedule_name = chunks, schedule
+        self.chunks, self.schedule_name = chunks // data_parallel, schedule
         self.units = stage_units(per_stage)
         self.num_stages = len(self.units)
         self.local = [s for s in range(self.num_stages) if s % self.world == self.rank]
@@ -162,13 +175,16 @@ class PipeliningEngine(Engine):
         self.width = [[width for _, width in unit.outputs()] for unit in model]
         self.dtype = model.feature_dtype
         names = model.unit_names
-        lanes = [s % self.world for s in range(self.num_stages)]
-        self.info = PipelineInfo("pipelining", schedule, chunks, [names[r.start:r.stop] for r in self.units],
+        # The timeline's stages: every replica's, replica by replica; lane = global rank.
+        lanes = [d * self.world + s % self.world for d in range(data_parallel) for s in range(self.num_stages)]
+        prefix = [f"replica{d}:" if data_parallel > 1 else "" for d in range(data_parallel)]
+        self.info = PipelineInfo("pipelining", schedule, chunks,
+                                 [[f"{p}{n}" for n in names[r.start:r.stop]] for p in prefix for r in self.units],
                                  lanes, [f"rank{r}:{device.type}" for r in lanes],
-                                 overlap_possible=self.world > 1,
-                                 overlap_note=None if self.world > 1 else "one process",
+                                 overlap_possible=self.world * data_parallel > 1,
+                                 overlap_note=None if self.world * data_parallel > 1 else "one process",
                                  balance_source=balance_source, unit_costs_s=unit_costs,
-                                 per_lane=self.num_stages // self.world)
+                                 per_lane=self.num_stages // self.world, replicas=data_parallel)
         units = list(model)
         self.modules = {s: _PipeStage(units[self.units[s].start:self.units[s].stop],
                                       None if s == 0 else self.rows[self.units[s].start - 1],
@@ -183,8 +199,28 @@ class PipeliningEngine(Engine):
         self._num_targets = 1
         if timeline:
             dist.barrier()  # every rank counts time from the same moment
-            self.timeline = Timeline([device] * self.num_stages, lanes)
+            mine = lanes[self.replica * self.num_stages:(self.replica + 1) * self.num_stages]
+            self.timeline = Timeline([device] * self.num_stages, mine)
             self.timeline.set_origin()
+
+    def _global(self, rank: int) -> int:
+        """The global rank of pipeline rank ``rank`` of this replica."""
+        return self.replica * self.world + rank
+
+    def _share(self, ids: Tensor) -> Tensor:
+        """This replica's contiguous share of a call's micro-batches."""
+        per = ids.numel() // self.replicas
+        if per * self.replicas != ids.numel() or per != self.chunks:
+            raise ValueError(f"pipelining engine runs {self.chunks} micro-batches per call and replica "
+                             f"({self.replicas} replicas), got {ids.numel()}")
+        return ids[self.replica * per:(self.replica + 1) * per]
+
+    def _reduce_gradients(self, params: list[Tensor]) -> None:
+        """Sum this rank's gradients over the replicas (the ``dp`` group); one all-reduce per tensor."""
+        for p in params:
+            if p.grad is None:  # a replica whose micro-batches left it unused still takes part
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad, group=self.dp_group)
 
     @property
     def has_first(self) -> bool:
@@ -223,7 +259,7 @@ class PipeliningEngine(Engine):
             inputs = (ids,) if s == 0 else (*activations(first - 1), ids)
             outputs = activations(last)[0] if s == self.num_stages - 1 else (*activations(last), ids)
             stages.append(_TimedStage(self.modules[s], s, self.num_stages, device, input_args=inputs,
-                                      output_args=outputs, timeline=self.timeline))
+                                      output_args=outputs, group=self.pp_group, timeline=self.timeline))
         kind = SCHEDULES[self.schedule_name] if train else (
             ScheduleInterleaved1F1B if len(stages) > 1 else ScheduleGPipe)
         loss = self._loss if train else None
@@ -235,8 +271,12 @@ class PipeliningEngine(Engine):
         return (ids.to(self.devices[0], torch.long),) if self.has_first else ()
 
     def train_step(self, ids: Tensor, labels: Tensor, num_targets: int) -> float:
-        if ids.numel() != self.chunks:
-            raise ValueError(f"pipelining engine runs {self.chunks} micro-batches per call, got {ids.numel()}")
+        everything = ids
+        ids = self._share(ids)
+        if self.replicas > 1:  # this replica's labels: its micro-batches' rows among everyone's
+            sizes = [self.rows[-1][0][m] for m in everything.tolist()]
+            before = sum(sizes[:self.replica * self.chunks])
+            labels = labels[before:before + sum(sizes[self.replica * self.chunks:(self.replica + 1) * self.chunks])]
         order = ids.tolist()
         schedule = self._schedule(order, train=True)
         self._num_targets = num_targets
@@ -258,15 +298,20 @@ class PipeliningEngine(Engine):
         self.end_first()
         if self.timeline is not None:
             self.timeline.recording = False  # the broadcast below is not part of the pipeline
-        dist.broadcast(total, src=self.last_rank)
+        if self.replicas > 1:
+            self._reduce_gradients([p for m in self.modules.values() for p in m.parameters()])
+        dist.broadcast(total, src=self._global(self.last_rank), group=self.pp_group)
+        if self.replicas > 1:
+            dist.all_reduce(total, group=self.dp_group)
         return float(total)
 
     def step_boxes(self) -> list[Box] | None:
         """Every rank's boxes of the last training step (a collective: call on all ranks)."""
         if self.timeline is None:
             return None
-        mine = self.timeline.end()
-        ranks: list[Any] = [None] * self.world
+        offset = self.replica * self.num_stages  # the timeline's stages: replica after replica
+        mine = [dataclasses.replace(b, stage=b.stage + offset) for b in self.timeline.end()]
+        ranks: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, mine)
         return sorted((b for boxes in ranks for b in boxes), key=lambda b: (b.start, b.stage))
 
@@ -276,6 +321,23 @@ class PipeliningEngine(Engine):
 
     @torch.no_grad()
     def predict(self, ids: Tensor) -> Tensor:
+        if self.replicas > 1:  # each replica predicts its share; the logits are gathered in ids' order
+            everything, ids = ids.tolist(), self._share(ids)
+            return self._gather_replicas(self._predict(ids), everything)
+        return self._predict(ids)
+
+    def _gather_replicas(self, logits: Tensor, order: list[int]) -> Tensor:
+        """Every replica's ``logits`` (of its share of ``order``'s micro-batches) on every rank, in
+        ``order``: one all-gather over the replicas, padded to the largest share."""
+        rows = [sum(self.rows[-1][0][m] for m in order[d * self.chunks:(d + 1) * self.chunks])
+                for d in range(self.replicas)]
+        padded = F.pad(logits, (0, 0, 0, max(rows) - logits.size(0)))
+        parts = [torch.empty_like(padded) for _ in rows]
+        dist.all_gather(parts, padded.contiguous(), group=self.dp_group)
+        return torch.cat([part[:n] for part, n in zip(parts, rows)])
+
+    def _predict(self, ids: Tensor) -> Tensor:
+        """The logits of this replica's micro-batches ``ids`` on every rank of the replica."""
         order = ids.tolist()
         schedule = self._schedule(order, train=False)
         rows = [self.rows[-1][0][m] for m in order]
@@ -287,7 +349,7 @@ class PipeliningEngine(Engine):
             logits = torch.cat([padded[i, :n] for i, n in enumerate(rows)])
         else:
             logits = torch.empty(sum(rows), self.width[-1][0], dtype=self.dtype, device=self.devices[0])
-        dist.broadcast(logits, src=self.last_rank)
+        dist.broadcast(logits, src=self._global(self.last_rank), group=self.pp_group)
         return logits
 
     @torch.no_grad()
@@ -295,7 +357,10 @@ class PipeliningEngine(Engine):
         """Layer-wise inference stage by stage (historical halos): each stage runs its units over all of
         ``ids``'s micro-batches (:func:`~pipegnn.models.base.layerwise`, which also refreshes its
         history caches) and sends every output to the next stage's rank in one message per tensor,
-        so no process holds more than its own layers. Returns the logits on every rank."""
+        so no process holds more than its own layers. Returns the logits on every rank. Every replica
+        refreshes over all of ``ids`` (so all replicas' caches hold the same rows after it: during
+        training each replica's caches get only its own micro-batches' pushes, one step of extra
+        staleness for the others' rows, which the staleness figures count)."""
         order = ids.tolist()
         device = self.devices[0]
         if self.has_first:
@@ -311,19 +376,22 @@ class PipeliningEngine(Engine):
             after = (s + 1) % self.world
             if s + 1 < self.num_stages and after != self.rank:
                 for tensor in zip(*carried):
-                    dist.send(torch.cat(tensor).to(self.dtype).contiguous(), dst=after)
+                    dist.send(torch.cat(tensor).to(self.dtype).contiguous(), dst=self._global(after))
         if self.has_first:
             self.first.end_step()
         rows = sum(self.rows[-1][0][m] for m in order)
         logits = (torch.cat([out[0] for out in carried]).to(self.dtype) if self.has_last
                   else torch.empty(rows, self.width[-1][0], dtype=self.dtype, device=device))
-        dist.broadcast(logits, src=self.last_rank)
+        dist.broadcast(logits, src=self._global(self.last_rank), group=self.pp_group)
         return logits
 
     def history_traffic(self, model: StagedGNN) -> dict[str, dict[str, float]]:
-        ranks: list[Any] = [None] * self.world
+        """Every cache's traffic of the step, by unit name as in ``info.stage_units`` (``replica<d>:``
+        before it with replicas: each replica's caches are its own)."""
+        ranks: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, model.history_traffic())
-        return {name: t for traffic in ranks for name, t in traffic.items()}
+        prefix = [f"replica{d}:" if self.replicas > 1 else "" for d in range(self.replicas)]
+        return {f"{prefix[r // self.world]}{name}": t for r, traffic in enumerate(ranks) for name, t in traffic.items()}
 
     def _receive(self, unit: int, order: list[int], src: int) -> list[tuple[Tensor, ...]]:
         """Unit ``unit``'s outputs for the micro-batches ``order``, sent by rank ``src`` (one message
@@ -332,7 +400,7 @@ class PipeliningEngine(Engine):
         for rows, width in zip(self.rows[unit], self.width[unit]):
             sizes = [rows[m] for m in order]
             buffer = torch.empty(sum(sizes), width, dtype=self.dtype, device=self.devices[0])
-            dist.recv(buffer, src=src)
+            dist.recv(buffer, src=self._global(src))
             tensors.append(buffer.split(sizes))
         return list(zip(*tensors))
 

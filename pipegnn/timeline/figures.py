@@ -60,6 +60,8 @@ class PipelineInfo:
         unit_costs_s: with ``balance=auto``, the measured forward + backward seconds of every unit per
             micro-batch.
         per_lane: stages per lane (``interleaved1f1b``'s virtual stages; 1 otherwise).
+        replicas: pipeline replicas (``engine.data_parallel``): the stages and lanes are every
+            replica's, replica after replica, and each replica runs ``chunks / replicas`` micro-batches.
     """
 
     engine: str
@@ -73,6 +75,7 @@ class PipelineInfo:
     balance_source: str = "even"
     unit_costs_s: dict[str, float] | None = None
     per_lane: int = 1
+    replicas: int = 1
 
     @property
     def num_stages(self) -> int:
@@ -90,8 +93,8 @@ class PipelineInfo:
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "num_stages": self.num_stages, "num_lanes": self.num_lanes,
                 "balance": self.balance,
-                "bubble_theoretical": theoretical_bubble(self.schedule, self.num_lanes, self.chunks,
-                                                         self.per_lane)}
+                "bubble_theoretical": theoretical_bubble(self.schedule, self.num_lanes // self.replicas,
+                                                         self.chunks // self.replicas, self.per_lane)}
 
 
 def step_figures(boxes: list[Box], info: PipelineInfo) -> dict[str, Any]:
@@ -108,10 +111,13 @@ def step_figures(boxes: list[Box], info: PipelineInfo) -> dict[str, Any]:
     makespan = max(b.end for b in boxes) - min(b.start for b in boxes) if boxes else 0.0
     busy = [s["busy_s"] for s in stages]
     total = sum(busy)
-    if info.overlap_possible:
+    if info.overlap_possible:  # the slowest replica's ideal pipeline
         v = info.per_lane if info.schedule == "interleaved1f1b" else 1
-        per_mb = [busy_l / info.chunks for busy_l in lanes.values()]
-        ideal = (sum(per_mb) + (v * info.chunks - 1) * max(per_mb)) / v
+        chunks, per_replica = info.chunks // info.replicas, len(lanes) // info.replicas
+        ideal = 0.0
+        for d in range(info.replicas):
+            per_mb = [busy_l / chunks for i, busy_l in enumerate(lanes.values()) if i // per_replica == d]
+            ideal = max(ideal, (sum(per_mb) + (v * chunks - 1) * max(per_mb)) / v)
     else:
         ideal = total
     return {
