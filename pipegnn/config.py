@@ -168,6 +168,10 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[i
     timeout = engine["timeout_s"]
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ConfigError(f"engine.timeout_s must be a number of seconds > 0, got {timeout!r}")
+    cap = engine.get("memory_limit_gb")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
+        raise ConfigError(f"engine.memory_limit_gb must be a number of GiB > 0 per stage process (or null for "
+                          f"no cap), got {cap!r}")
     kinds = {str(d).split(":")[0] for d in devices}
     if len(kinds) > 1:
         raise ConfigError(f"engine.devices={devices} mixes CPU and CUDA; the processes of one pipeline "

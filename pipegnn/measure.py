@@ -131,10 +131,17 @@ class timed:
 _CPU_ALLOCATOR_FAILURE = "DefaultCPUAllocator: can't allocate memory"
 
 
-def out_of_memory(e: BaseException) -> bool:
-    """True if ``e`` is a failed allocation (see ``_CPU_ALLOCATOR_FAILURE``)."""
-    return (isinstance(e, (torch.OutOfMemoryError, MemoryError))
-            or (isinstance(e, RuntimeError) and _CPU_ALLOCATOR_FAILURE in str(e)))
+def out_of_memory(e: BaseException | None) -> bool:
+    """True if ``e``, or an exception it was raised from (torch.distributed.pipelining wraps a stage's
+    error in its own), is a failed allocation (see ``_CPU_ALLOCATOR_FAILURE``)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if (isinstance(e, (torch.OutOfMemoryError, MemoryError))
+                or (isinstance(e, RuntimeError) and _CPU_ALLOCATOR_FAILURE in str(e))):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def address_space_bytes() -> int | None:

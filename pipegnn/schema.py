@@ -137,6 +137,7 @@ class PipeliningEngineConfig:
     schedule: str = MISSING
     virtual_stages: int = MISSING
     data_parallel: int = MISSING
+    memory_limit_gb: Optional[float] = MISSING
     launcher: str = MISSING
     start_method: str = MISSING
     backend: str = MISSING

@@ -23,7 +23,7 @@ from pipegnn.engines import IGNORE, Engine, build_engine
 from pipegnn.engines.launch import spawn
 from pipegnn.engines.distributed import gather_memory, is_secondary_rank, process_group
 from pipegnn.errors import ConfigError
-from pipegnn.measure import (env_info, memory_limit, out_of_memory, peak_device_bytes, peak_rss_bytes,
+from pipegnn.measure import (address_space_bytes, env_info, memory_limit, out_of_memory, peak_device_bytes, peak_rss_bytes,
                              reset_peaks, timed)
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.microbatch.history import epoch_figures, stage_medians
@@ -187,14 +187,27 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
     reset_peaks(engine.devices)
     record["timing"].update(setup_s=setup.seconds, load_s=loading.seconds, microbatch_build_s=build.seconds,
                             features_order_s=record["features"].pop("order_s", 0.0))
-    if halo == "historical":
-        model.eval()
-        with timed(engine.devices) as fill:
-            engine.refresh(model, eval_ids)
-        record["timing"]["history_fill_s"] = fill.seconds
-    _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record, on_epoch, store,
-         None if state_dir is None else checkpoint_path(state_dir, dist.get_rank() if dist.is_initialized() else 0))
+    with memory_limit(_stage_limit(cfg["engine"], record)):  # engine.memory_limit_gb: a device's memory
+        if halo == "historical":
+            model.eval()
+            with timed(engine.devices) as fill:
+                engine.refresh(model, eval_ids)
+            record["timing"]["history_fill_s"] = fill.seconds
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record, on_epoch, store,
+             None if state_dir is None else checkpoint_path(state_dir, rank))
     return engine.devices
+
+
+def _stage_limit(engine: dict[str, Any], record: dict[str, Any]) -> int | None:
+    """The address-space cap of this stage process while it trains (``engine.memory_limit_gb`` above
+    what it holds once set up, as a device of that size would allow; None: no cap)."""
+    gb = engine.get("memory_limit_gb")
+    if gb is None:
+        return None
+    base = address_space_bytes() or 0
+    record["memory"]["stage_limit_bytes"] = int(gb * 2**30)
+    return base + int(gb * 2**30)
 
 
 def _reads_features(cfg: dict[str, Any]) -> bool:

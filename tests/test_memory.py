@@ -3,6 +3,7 @@ caps are clear config errors; a run over its memory cap is an ``oom`` record and
 from __future__ import annotations
 
 import copy
+import json
 import re
 import resource
 from pathlib import Path
@@ -126,3 +127,26 @@ def test_over_the_cap_is_an_oom_record_and_the_cap_is_lifted(tmp_path: Path) -> 
     assert int(torch.empty(2 * room, dtype=torch.uint8).fill_(1)[-1]) == 1
     after = run(cfg("engine=single", "chunks=2"))
     assert after["status"] == "completed", after["error"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_a_stage_beyond_its_device_memory_is_an_oom_record_naming_the_rank(tmp_path: Path) -> None:
+    """engine.memory_limit_gb caps each pipeline stage process while it trains, as a device of that
+    size would: the first stage's dense transform (4000 x 8192 float32 = 131 MB in one tensor) does not
+    fit in 64 MiB, so the run is an ``oom`` naming rank 0, with the cap in the record; with 1 GiB the
+    same pipeline trains."""
+    big = ("engine=pipelining", "model=gcn", "model.hidden=8192", "dataset.num_nodes=4000", "chunks=2",
+           "train.epochs=1")
+    record = run(cfg(*big, "engine.memory_limit_gb=0.0625"), output_dir=tmp_path)
+    assert record["status"] == "oom", (record["status"], record["error"])
+    assert record["error"].startswith("MemoryError: pipeline worker rank 0: "), record["error"]
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "oom"
+    fits = run(cfg(*big, "engine.memory_limit_gb=1"))
+    assert fits["status"] == "completed", fits["error"]
+    assert fits["memory"]["stage_limit_bytes"] == 2**30
+
+
+@pytest.mark.parametrize("value", [0, -1, True, "a lot"])
+def test_bad_stage_memory_limit_is_invalid(value: Any) -> None:
+    record = run(cfg("engine=pipelining", engine__memory_limit_gb=value))
+    assert record["status"] == "invalid" and "engine.memory_limit_gb must be a number of GiB > 0" in record["error"]
