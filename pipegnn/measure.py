@@ -17,7 +17,7 @@ import torch
 
 from pipegnn.errors import ConfigError
 
-__all__ = ["address_space_bytes", "env_info", "git_sha", "memory_limit", "out_of_memory", "peak_device_bytes",
+__all__ = ["address_space_bytes", "allocation_failure", "env_info", "git_sha", "memory_limit", "peak_device_bytes",
            "peak_rss_bytes", "reset_peaks", "timed"]
 
 _PACKAGES = ("torch", "torch_geometric", "dgl", "torchgpipe", "hydra-core", "pymetis", "numpy")
@@ -131,17 +131,17 @@ class timed:
 _CPU_ALLOCATOR_FAILURE = "DefaultCPUAllocator: can't allocate memory"
 
 
-def out_of_memory(e: BaseException | None) -> bool:
-    """True if ``e``, or an exception it was raised from (torch.distributed.pipelining wraps a stage's
-    error in its own), is a failed allocation (see ``_CPU_ALLOCATOR_FAILURE``)."""
+def allocation_failure(e: BaseException | None) -> BaseException | None:
+    """The failed allocation (see ``_CPU_ALLOCATOR_FAILURE``) that ``e`` is, or was raised from
+    (torch.distributed.pipelining wraps a stage's error in its own), else None."""
     seen = set()
     while e is not None and id(e) not in seen:
         if (isinstance(e, (torch.OutOfMemoryError, MemoryError))
                 or (isinstance(e, RuntimeError) and _CPU_ALLOCATOR_FAILURE in str(e))):
-            return True
+            return e
         seen.add(id(e))
         e = e.__cause__ or e.__context__
-    return False
+    return None
 
 
 def address_space_bytes() -> int | None:
@@ -154,7 +154,7 @@ def memory_limit(limit: int | None) -> Iterator[None]:
     """Cap this process's address space (``RLIMIT_AS`` soft limit) at ``limit`` bytes inside the block,
     then restore the previous limit; no-op for None.
 
-    An allocation beyond the cap fails inside torch (or NumPy) and raises (see :func:`out_of_memory`)
+    An allocation beyond the cap fails inside torch (or NumPy) and raises (see :func:`allocation_failure`)
     instead of waking the kernel's OOM killer. The cap counts *virtual* memory: mapped libraries,
     thread stacks and allocator reservations count too, so the peak RSS a run reaches under it is lower:
     about 0.55 GiB lower with one thread after importing torch and PyG (their mapped but non-resident

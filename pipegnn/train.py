@@ -23,8 +23,8 @@ from pipegnn.engines import IGNORE, Engine, build_engine
 from pipegnn.engines.launch import spawn
 from pipegnn.engines.distributed import gather_memory, is_secondary_rank, process_group
 from pipegnn.errors import ConfigError
-from pipegnn.measure import (address_space_bytes, env_info, memory_limit, out_of_memory, peak_device_bytes, peak_rss_bytes,
-                             reset_peaks, timed)
+from pipegnn.measure import (address_space_bytes, allocation_failure, env_info, memory_limit, peak_device_bytes,
+                             peak_rss_bytes, reset_peaks, timed)
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.microbatch.history import epoch_figures, stage_medians
 from pipegnn.models import build_model
@@ -85,9 +85,11 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
             record.update(status="invalid", error=str(e))
             log.error("invalid configuration: %s", e)
         except Exception as e:  # the record must survive any failure of the run
-            if out_of_memory(e):
-                record.update(status="oom", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
-                log.error("out of memory: %s", e)
+            failure = allocation_failure(e)
+            if failure is not None:
+                record.update(status="oom", error=f"{type(failure).__name__}: {failure}",
+                              traceback=traceback.format_exc())
+                log.error("out of memory: %s", failure)
             else:
                 # A pipeline worker's failure carries the worker's traceback.
                 record.update(status="failed", error=f"{type(e).__name__}: {e}",

@@ -173,3 +173,21 @@ def test_memory_part_f_figure_marks_the_sizes_that_did_not_fit(tmp_path) -> None
     assert [list(line.get_xdata()) for line in crosses] == [[2000], []]  # full batch's failure, at the cap
     assert [list(line.get_ydata()) for line in crosses] == [[3.0], []]
     assert [list(line.get_xdata()) for line in time_ax.lines] == [[1000], [1000, 2000, 4000]]
+
+
+def test_capacity_search_finds_the_largest_size_within_its_resolution() -> None:
+    """benchmarks/capacity.py's search: doubling, then bisection down to the resolution; the largest
+    size that fitted comes back with its probe's result, and 0 when even the first does not fit."""
+    spec = importlib.util.spec_from_file_location("capacity", ROOT / "benchmarks" / "capacity.py")
+    capacity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(capacity)
+    tried: list[int] = []
+
+    def fits(n: int) -> dict:
+        tried.append(n)
+        return {"fits": n <= 37, "n": n}
+
+    assert capacity.largest(fits, 8, lambda n: 8) == (32, {"fits": True, "n": 32})
+    assert tried == [8, 16, 32, 64, 48, 40]
+    assert capacity.largest(fits, 8, lambda n: 1) == (37, {"fits": True, "n": 37})
+    assert capacity.largest(fits, 64, lambda n: 8) == (0, {})
