@@ -5,7 +5,7 @@ Here every pipeline stage is a process capped as a device would be (``engine.mem
 2 GiB each: what it may allocate while training, beyond its set-up footprint). For GCNII and residual
 GCN, exact and historical halos, on 1, 2 and 4 stages (``engine=pipelining``, GPipe, k micro-batches,
 ``microbatch.targets=all``): the deepest model that trains one epoch, found by doubling the depth from
-``--start`` and bisecting to ``--resolution`` layers; and (``--graph-depth``) the largest synthetic graph
+``--start`` and bisecting to 1/8 of it; and (``--graph-depth``) the largest synthetic graph
 (nodes, doubling then bisecting to 1/8) that trains at that depth. Beside each: the peak RSS of every
 rank in the deepest (largest) run that trained. A probe that fails for another reason than memory is
 reported and counts as not fitting.
@@ -76,14 +76,14 @@ def measure(args: argparse.Namespace) -> pd.DataFrame:
                 setting = [*MODELS[model], f"microbatch.halo={halo}", f"engine.devices=[{','.join(['cpu'] * stages)}]"]
                 print(f"{model} {halo} {stages} stage(s)", file=sys.stderr, flush=True)
                 depth, at = largest(lambda n: probe(args, [*setting, f"model.layers={n}"]), args.start,
-                                    lambda n: args.resolution)
+                                    lambda n: max(1, n // 8))
                 row = {"model": model, "halo": halo, "stages": stages, "what": "layers", "largest": depth,
                        "peak_mb_per_rank": at.get("peak_mb_per_rank")}
                 rows.append(row)
                 if args.graph_depth:
                     nodes, at = largest(lambda n: probe(args, [*setting, f"model.layers={args.graph_depth}",
                                                                f"dataset.num_nodes={n}"]),
-                                        args.start_nodes, lambda n: n // 8)
+                                        args.start_nodes, lambda n: max(1, n // 8))
                     rows.append({**row, "what": f"nodes at {args.graph_depth} layers", "largest": nodes,
                                  "peak_mb_per_rank": at.get("peak_mb_per_rank")})
     return pd.DataFrame(rows)
@@ -113,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap-gb", type=float, default=2.0, help="memory of each stage process (GiB)")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--chunks", type=int, default=8)
-    parser.add_argument("--start", type=int, default=8, help="first depth tried (then doubled)")
-    parser.add_argument("--resolution", type=int, default=8, help="bisect the depth to this many layers")
+    parser.add_argument("--start", type=int, default=2, help="first depth tried (then doubled)")
     parser.add_argument("--graph-depth", type=int, default=0, help="also the largest graph at this depth")
     parser.add_argument("--start-nodes", type=int, default=8192)
     parser.add_argument("--csv", type=Path, help="write the table here and the figure beside it (.png)")
