@@ -109,7 +109,7 @@ def report(sweep: Path, out: Path) -> int:
     records = copy_records(sweep, out / "records")
     df = results.load(out / "records")
     print(f"{sweep.name}: {records} records copied to {out / 'records'}; {results.summary(df)}")
-    df[[results.column(df, c) for c in RUN_COLUMNS]].to_csv(out / "runs.csv", index=False)
+    results.integers(df[[results.column(df, c) for c in RUN_COLUMNS]]).to_csv(out / "runs.csv", index=False)
     table = summary_table(df)
     table.to_csv(out / "summary.csv", index=False, float_format="%.6g")
     if "runs" in table and len(table):

@@ -75,6 +75,12 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     _check_timeline(engine)
     if engine["name"] == "single":
         _device(engine["device"], "engine.device")
+        extra = sorted(set(engine) & {"balance", "devices", "schedule", "data_parallel",
+                                      "memory_limit_gb", "checkpoint", "virtual_stages"})
+        if extra:
+            raise ConfigError(f"engine={engine['name']} runs the whole model as one stage in one process, so "
+                              f"{', '.join(f'engine.{k}' for k in extra)} would have no effect; use "
+                              "engine=gpipe or engine=pipelining for stages, or leave it out")
         return
     devices = list(engine["devices"])
     if not devices:

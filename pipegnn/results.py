@@ -33,9 +33,9 @@ import pandas as pd
 from pipegnn.records import (RECORD_NAME, RecordError, check_record, find_records, load_record,
                              natural_key, write_record)
 
-__all__ = ["COLUMNS", "LEADERBOARD_SETTINGS", "NO_RECORD", "RECORD_NAME", "ROW_STATUSES", "RecordError",
+__all__ = ["COLUMNS", "INTEGER_COLUMNS", "LEADERBOARD_SETTINGS", "NO_RECORD", "RECORD_NAME", "ROW_STATUSES", "RecordError",
            "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "check_record", "column", "find_records", "flatten",
-           "format_table", "leaderboard", "load", "load_record", "main", "select", "summary", "write_record"]
+           "format_table", "integers", "leaderboard", "load", "load_record", "main", "select", "summary", "write_record"]
 
 #: Statuses a run writes in its record.
 STATUSES = ("completed", "failed", "invalid", "oom", "interrupted")
@@ -49,6 +49,9 @@ NO_RECORD = ("incomplete", "missing")
 ROW_STATUSES = (*STATUSES, UNREADABLE, *NO_RECORD)
 
 
+#: Columns of counts (NaN where unknown, so float columns in :func:`load`'s table; :func:`integers` gives
+#: them back as integers, for a file).
+INTEGER_COLUMNS = ("chunks", "seed", "epochs", "best_epoch", "stopped_epoch", "num_nodes", "num_edges")
 #: Columns of :func:`flatten` / :func:`load`, in order, with their meaning. Missing values are NaN
 #: (numbers) or None (text, flags); records without a ``pipeline`` section (older ones) have none of the
 #: ``pipeline_*`` values. After them come ``pipeline_stage<s>_busy_s`` (stage s's forward + backward +
@@ -64,7 +67,7 @@ COLUMNS: dict[str, str] = {
                                                                       "engine")},
     "chunks": "config chunks (micro-batches per step)",
     "halo": "config microbatch.halo", "partition": "config microbatch.partition",
-    "targets": "config microbatch.targets, else 'train' (older records)", "seed": "config train.seed",
+    "targets": "config microbatch.targets, else 'train' (older records; None without a config)", "seed": "config train.seed",
     "epochs": "epochs completed (len of the record's epochs, NaN without a record; requested: "
               "cfg.train.epochs)",
     "test_acc": "final test accuracy (last epoch)",
@@ -176,7 +179,7 @@ def flatten(record: Mapping[str, Any], path: str | Path | None = None) -> dict[s
         "chunks": cfg.get("chunks", mb.get("chunks")),
         "halo": _get(cfg, "microbatch", "halo") or mb.get("halo"),
         "partition": _get(cfg, "microbatch", "partition") or mb.get("partition"),
-        "targets": "train" if targets is None else _leaf(targets),
+        "targets": _leaf(targets) if targets is not None else ("train" if cfg else None),  # older records
         "seed": _get(cfg, "train", "seed"),
         "epochs": len(record.get("epochs") or []),
         **{k: _number(final.get(k)) for k in ("test_acc", "val_acc", "best_val_acc", "test_acc_at_best_val",
@@ -265,6 +268,18 @@ def load(path: str | Path | Iterable[str | Path],
     extra = sorted({k for row in rows for k in row if k not in COLUMNS},
                    key=lambda k: (k.startswith("cfg."), natural_key(k)))
     return select(pd.DataFrame(rows, columns=[*COLUMNS, *extra]), where)
+
+
+def integers(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its :data:`INTEGER_COLUMNS` (those it has, holding whole numbers only) as pandas'
+    nullable integers, so that a CSV says ``2``, not ``2.0`` (and nothing where unknown)."""
+    table = table.copy()
+    for name in INTEGER_COLUMNS:
+        known = table[name].dropna() if name in table else ()
+        if len(known) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer()
+                              for v in known):
+            table[name] = table[name].astype("Float64").astype("Int64")
+    return table
 
 
 def _record_row(file: Path) -> dict[str, Any]:
@@ -457,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_unfinished_line(unfinished, len(everything), left_out=len(unfinished) - df["status"].isin(
             NO_RECORD).sum()), file=sys.stderr)
     if args.csv:
-        (df if board is None else board).to_csv(args.csv, index=False)
+        integers(df if board is None else board).to_csv(args.csv, index=False)
     if args.parquet:
         _arrow_safe(df).to_parquet(args.parquet, index=False)
     return 0 if (df["status"] == "completed").all() and unfinished.empty else 1

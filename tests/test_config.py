@@ -65,6 +65,8 @@ def test_unknown_dataset_group_fails_at_composition() -> None:
     (["engine.devices=[cpu,cpu,cpu,cpu,cpu]"], "has 5 devices but the model has only 4 units"),
     (["engine.devices=[cpu,tpu]"], "engine.devices[1]"),
     (["engine=single", "engine.device=cuda:0"], "CUDA is not available"),
+    (["engine=single", "+engine.balance=auto"], "engine=single runs the whole model as one stage in one "
+                                                "process, so engine.balance would have no effect"),
     (["dataset.name=imagenet"], "dataset.name='imagenet' is not valid"),
     (["microbatch.halo=fancy"], "microbatch.halo='fancy' is not valid; valid: none, exact, historical"),
     (["microbatch.targets=some"], "microbatch.targets='some' is not valid; valid: train, all"),

@@ -101,6 +101,7 @@ def test_bf16_pipeline_trains_as_the_single_engine() -> None:
     (["engine.schedule=zigzag"], "engine.schedule='zigzag' is not valid; valid: gpipe, 1f1b, interleaved1f1b"),
     (["engine.launcher=ssh"], "engine.launcher='ssh' is not valid; valid: spawn, external"),
     (["engine.balance=[2,1]"], "engine.balance=[2, 1] does not match the model"),
+    (["engine.balance=[1,1,1]"], "one positive entry per process (2 processes)"),
     (["engine.balance=[1,2]"], "summing to model.layers=2 (whole layers) or to 4 (units"),
     (["engine.devices=[cpu,cpu,cpu,cpu,cpu]"], "has 5 devices but the model has only 4 units"),
     (["model.layers=1", "engine.schedule=interleaved1f1b"],

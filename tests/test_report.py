@@ -44,6 +44,7 @@ def test_report_copies_records_and_writes_tables_and_figures(tmp_path: Path,
     runs = pd.read_csv(out / "halo" / "runs.csv")
     source = load(RECORDS / "halo")
     assert len(runs) == 18 and list(runs.columns) == list(report.RUN_COLUMNS)
+    assert runs["chunks"].dtype.kind == "i" and runs["seed"].dtype.kind == "i"  # 2, not 2.0
     assert sorted(runs["epoch_time_median_s"]) == pytest.approx(sorted(source["epoch_time_median_s"]))
 
     summary = pd.read_csv(out / "halo" / "summary.csv")

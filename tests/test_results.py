@@ -214,6 +214,7 @@ def test_unreadable_record_and_empty_dir(tmp_path: Path) -> None:
     (tmp_path / "0" / "result.json").write_text("{not json")
     df = load(tmp_path)
     assert list(df["status"]) == ["unreadable"] and df.loc[0, "error"].startswith("JSONDecodeError")
+    assert df.loc[0, "targets"] is None  # nothing known of it (an older record with a config: train)
     (tmp_path / "empty").mkdir()
     empty = load(tmp_path / "empty")
     assert empty.empty and list(empty.columns) == list(COLUMNS)

@@ -62,7 +62,7 @@ def unit_balance(balance: Any, layer_units: list[int], parts: int, what: str = "
           and sum(entries) in (num_layers, units))
     if not ok:
         raise ConfigError(f"engine.balance={balance!r} does not match the model: it needs one positive "
-                          f"entry per {what} ({parts} {what}s) summing to model.layers={num_layers} "
+                          f"entry per {what} ({parts} {what}{'es' if what.endswith('s') else 's'}) summing to model.layers={num_layers} "
                           f"(whole layers) or to {units} (units: a transform and a propagation per layer"
                           f"{', and the input and output Linear' if units > 2 * num_layers else ''}), or null "
                           "(even) or auto (measured)")
