@@ -192,6 +192,7 @@ class Config:
     cache_root: str = MISSING
     data: DataConfig = field(default_factory=DataConfig)
     resume: bool = MISSING
+    logger: Any = None  # the trackers chosen in the logger group (none: absent)
 
 
 #: (ConfigStore group, name, schema). The primary config's defaults list pulls ``schema/<group>`` in

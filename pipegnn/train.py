@@ -29,6 +29,7 @@ from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.microbatch.history import epoch_figures, stage_medians
 from pipegnn.models import build_model
 from pipegnn.models.precision import autocast_dtype, dtype_name
+from pipegnn.loggers import Loggers
 from pipegnn.preemption import Interrupted, checkpoint_path, interruptible, resume, save, training_state
 from pipegnn.records import write_record
 from pipegnn.timeline import TRACE_NAME, PipelineInfo, chrome_trace, medians, step_figures
@@ -71,8 +72,13 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
     }
     devices: list[torch.device] = []
     interrupted: Interrupted | None = None
+    loggers: Loggers | None = None
     with interruptible() as guard:
         try:
+            # the trackers (logger=...) of the process that writes the record, fed every finished epoch
+            if output_dir is not None and container.get("logger") and not is_secondary_rank(container):
+                loggers = Loggers(output_dir, container)
+                on_epoch = _then(loggers.epoch, on_epoch)
             with memory_limit(memory_limit_bytes(container)):  # train.memory_limit_gb, restored on exit
                 devices = _train(container, record, on_epoch, state_dir if state_dir is not None else output_dir)
             record["status"] = "completed"
@@ -107,12 +113,24 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
                 write_record(output_dir, trace, TRACE_NAME)
                 record.setdefault("pipeline", {})["trace"] = TRACE_NAME  # a failed run has no section yet
             write_record(output_dir, record)
+        if loggers is not None:
+            loggers.finish(record)
     if interrupted is None and guard.signum is not None:  # the signal came while the record was written
         interrupted = Interrupted(guard.signum)
     if interrupted is not None:
         interrupted.record = record
         raise interrupted
     return record
+
+
+def _then(first: Callable[[dict[str, Any]], Any],
+          then: Callable[[dict[str, Any]], Any] | None) -> Callable[[dict[str, Any]], Any]:
+    """An ``on_epoch`` callback calling ``first``, then ``then`` (if any)."""
+    def both(entry: dict[str, Any]) -> None:
+        first(entry)
+        if then is not None:
+            then(entry)
+    return both
 
 
 def _train(cfg: dict[str, Any], record: dict[str, Any],
