@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-import statistics
 import time
 import traceback
 from pathlib import Path
@@ -16,29 +14,27 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
 from pipegnn.backends import get_backend
-from pipegnn.config import TTA_FRACTION, check_config, check_targets, eval_targets, memory_limit_bytes
+from pipegnn.config import check_config, check_targets, eval_targets, memory_limit_bytes
 from pipegnn.data import Graph, load_graph
 from pipegnn.data.features import DiskFeatureStore, FeatureRows, files_opened, partition_ordered
-from pipegnn.engines import IGNORE, Engine, build_engine
+from pipegnn.engines import build_engine
 from pipegnn.engines.launch import spawn
 from pipegnn.engines.distributed import gather_memory, is_secondary_rank, process_group
 from pipegnn.errors import ConfigError
+from pipegnn.fit import EPOCH_LINE, fit, time_to_accuracy
+from pipegnn.loggers import Loggers
 from pipegnn.measure import (address_space_bytes, allocation_failure, env_info, memory_limit, peak_device_bytes,
                              peak_rss_bytes, reset_peaks, timed)
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
-from pipegnn.microbatch.history import epoch_figures, stage_medians
 from pipegnn.models import build_model
 from pipegnn.models.precision import autocast_dtype, dtype_name
-from pipegnn.loggers import Loggers
-from pipegnn.preemption import Interrupted, checkpoint_path, interruptible, resume, save, training_state
+from pipegnn.preemption import Interrupted, checkpoint_path, interruptible
 from pipegnn.records import write_record
-from pipegnn.timeline import TRACE_NAME, PipelineInfo, chrome_trace, medians, step_figures
+from pipegnn.timeline import TRACE_NAME, PipelineInfo
 
-__all__ = ["EPOCH_LINE", "run", "time_to_accuracy"]
+__all__ = ["EPOCH_LINE", "run", "time_to_accuracy"]  # the last two: pipegnn.fit's
 
 log = logging.getLogger(__name__)
-#: ``extra`` of the per-epoch log line, so that handlers can tell it apart (``sweep.EpochProgress``).
-EPOCH_LINE = {"pipegnn_epoch": True}
 
 
 def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = None,
@@ -196,6 +192,11 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
              record["microbatch"]["inflation"], first, 100 * train_plan.stats.cut_edge_fraction,
              "cached" if train_cached else "built", build.seconds)
 
+    if halo == "historical" and mb_cfg["targets"] == "train" and train_plan.chunks > 1:
+        log.warning("historical halos with microbatch.targets=train: each micro-batch computes only its "
+                    "training nodes, and every neighbour's deeper rows come from the caches (written by the "
+                    "last evaluation, no gradient through them); microbatch.targets=all computes every node "
+                    "of a part, as GNNAutoScale does (2.4 points more on Cora: results/reference/historical_gap)")
     train_ids = model.attach(train_plan)
     eval_ids = train_ids if eval_plan is train_plan else model.attach(eval_plan)
     if halo == "historical" and cfg["engine"].get("balance") == "auto":
@@ -214,7 +215,7 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
                 engine.refresh(model, eval_ids)
             record["timing"]["history_fill_s"] = fill.seconds
         rank = dist.get_rank() if dist.is_initialized() else 0
-        _fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record, on_epoch, store,
+        fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record, on_epoch, store,
              None if state_dir is None else checkpoint_path(state_dir, rank))
     return engine.devices
 
@@ -292,142 +293,6 @@ def _build_plans(cfg: dict[str, Any], graph: Graph, backend: Any,
     return train, plan(evaluated)
 
 
-def _fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engine,
-         train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan, train_ids: Tensor, eval_ids: Tensor,
-         record: dict[str, Any], on_epoch: Callable[[dict[str, Any]], Any] | None = None,
-         store: DiskFeatureStore | None = None, state_path: Path | None = None) -> None:
-    train_cfg = cfg["train"]
-    optimizer = _optimizer(model, train_cfg)
-    every = train_cfg.get("checkpoint_every")
-    epochs = record["epochs"]
-    if cfg.get("resume") and state_path is not None:
-        epochs.extend(resume(cfg, state_path, model, optimizer))
-        if epochs:
-            record["resumed"] = {"checkpoint": str(state_path), "epochs_restored": len(epochs)}
-        for entry in epochs:  # a spawned pipeline's launcher keeps them too
-            if on_epoch is not None:
-                on_epoch(entry)
-    out = engine.output_device
-    # Targets outside the training split are computed (targets=all) but not in the loss.
-    train_labels = torch.where(graph.train_mask[train_plan.targets], graph.y[train_plan.targets],
-                               IGNORE).to(out)
-    num_labelled = int(graph.train_mask[train_plan.targets].sum())
-    historical = train_plan.halo == "historical"
-    eval_labels = graph.y[eval_plan.targets].to(out)
-    masks = {s: getattr(graph, f"{s}_mask")[eval_plan.targets].to(out) for s in ("train", "val", "test")}
-    trace_epoch = cfg["engine"].get("trace_epoch")
-    if trace_epoch is not None:
-        trace_epoch = min(int(trace_epoch), int(train_cfg["epochs"]) - 1)
-    patience = train_cfg.get("patience")
-    for epoch in range(len(epochs), int(train_cfg["epochs"])):
-        model.train()
-        if optimizer is not None:
-            optimizer.zero_grad(set_to_none=True)
-        model.tick()
-        before = store.read_stats() if store is not None else None  # feature file reads so far
-        with timed(engine.devices) as step:
-            loss = engine.train_step(train_ids, train_labels, num_labelled)
-            if optimizer is not None:
-                optimizer.step()
-        boxes = engine.step_boxes()
-        history = engine.history_per_stage(model) if historical else None
-        trained = store.read_stats() if store is not None else None
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"training loss is {loss} at epoch {epoch}")
-        model.eval()
-        with timed(engine.devices) as evaluation:
-            # Historical mode evaluates layer-wise, which also refreshes every cached row.
-            logits = engine.refresh(model, eval_ids) if historical else engine.predict(eval_ids)
-            correct = logits.to(out).argmax(1) == eval_labels
-        acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
-        epochs.append({"epoch": epoch, "train_loss": loss, **acc, "epoch_time_s": step.seconds,
-                       "eval_time_s": evaluation.seconds,
-                       **(epoch_figures(history) if history is not None else {})})
-        if store is not None:
-            epochs[-1]["feature_reads"] = _feature_reads(before, trained, store.read_stats())
-        if boxes is not None:
-            epochs[-1]["pipeline"] = step_figures(boxes, engine.info)
-            if epoch == trace_epoch:
-                record["trace"] = chrome_trace(boxes, engine.info, epoch)
-        if on_epoch is not None:
-            on_epoch(epochs[-1])
-        log.info("epoch %3d  loss %.4f  train %.3f  val %.3f  test %.3f  epoch %.3fs  eval %.3fs",
-                 epoch, loss, acc["train_acc"], acc["val_acc"], acc["test_acc"], step.seconds,
-                 evaluation.seconds, extra=EPOCH_LINE)
-        if every is not None and state_path is not None and (epoch + 1) % int(every) == 0:
-            save(state_path, training_state(cfg, model, optimizer, epochs))
-        best = max(epochs, key=lambda e: e["val_acc"])
-        if patience is not None and epoch - best["epoch"] >= int(patience):
-            log.info("early stop after epoch %d: validation accuracy not above %.3f (epoch %d) for %d "
-                     "epochs", epoch, best["val_acc"], best["epoch"], patience)
-            break
-    best = max(epochs, key=lambda e: e["val_acc"])  # first epoch with the best validation accuracy
-    last = epochs[-1]
-    if store is not None:  # per training step and evaluation pass, the mean over epochs
-        for key in epochs[0]["feature_reads"]:
-            record["features"][f"{key}_mean"] = statistics.mean(e["feature_reads"][key] for e in epochs)
-    stopped = last["epoch"] if last["epoch"] + 1 < int(train_cfg["epochs"]) else None
-    record["final"] = {"train_acc": last["train_acc"], "val_acc": last["val_acc"],
-                       "test_acc": last["test_acc"], "best_val_acc": best["val_acc"],
-                       "test_acc_at_best_val": best["test_acc"], "best_epoch": best["epoch"],
-                       "stopped_epoch": stopped,
-                       "time_to_accuracy": time_to_accuracy(epochs, train_cfg.get("target_val_acc"))}
-    timed_epochs = epochs[1:] or epochs  # the first epoch is a warm-up
-    record["timing"].update(
-        epoch_time_median_s=statistics.median(e["epoch_time_s"] for e in timed_epochs),
-        eval_time_median_s=statistics.median(e["eval_time_s"] for e in timed_epochs))
-    if historical:
-        record["microbatch"]["history_per_stage"] = stage_medians(timed_epochs)
-    record["pipeline"] = {**engine.info.as_dict(), "timeline": engine.timeline is not None,
-                          **medians(e["pipeline"] for e in timed_epochs if "pipeline" in e)}
-    log.info("done: test acc %.3f (at best val %.3f: %.3f), median epoch %.4fs",
-             last["test_acc"], best["val_acc"], best["test_acc"], record["timing"]["epoch_time_median_s"])
-    if "makespan_s" in record["pipeline"]:
-        _log_figures(record["pipeline"])
-
-
-def _optimizer(model: torch.nn.Module, train_cfg: dict[str, Any]) -> torch.optim.Optimizer | None:
-    """Adam over this process's parameters (None when it holds none: a pipeline rank may hold only the
-    first layer's input rows and dropout), with ``train.conv_weight_decay``, when set, on the
-    message-passing layers' parameters and ``train.weight_decay`` on the others (GCNII's Linear)."""
-    decay, conv_decay = float(train_cfg["weight_decay"]), train_cfg.get("conv_weight_decay")
-    layers: list[torch.nn.Parameter] = []
-    dense: list[torch.nn.Parameter] = []
-    for unit in model:
-        (dense if unit.kind in ("input", "output") else layers).extend(unit.parameters())
-    groups = [{"params": dense, "weight_decay": decay},
-              {"params": layers, "weight_decay": decay if conv_decay is None else float(conv_decay)}]
-    groups = [g for g in groups if g["params"]]
-    return torch.optim.Adam(groups, lr=float(train_cfg["lr"])) if groups else None
-
-
-def _feature_reads(before: dict[str, int], trained: dict[str, int],
-                   evaluated: dict[str, int]) -> dict[str, int]:
-    """Bytes and read calls of the feature file in a training step and in an evaluation pass, from the
-    store's counts before the step, after it and after the evaluation."""
-    return {f"{phase}_{k}": b[k] - a[k] for phase, a, b in (("train", before, trained),
-                                                            ("eval", trained, evaluated))
-            for k in ("bytes", "calls")}
-
-
-def time_to_accuracy(epochs: list[dict[str, Any]], target: float | None = None) -> dict[str, Any]:
-    """Training time (steps only, evaluation excluded) until validation accuracy first reaches
-    ``target``, or :data:`TTA_FRACTION` of the run's best when ``target`` is None.
-
-    Returns ``{"target_val_acc", "source" ("config" | "fraction_of_best"), "epoch", "train_s"}``;
-    ``epoch`` and ``train_s`` are None when the run never reached the target.
-    """
-    source = "config" if target is not None else "fraction_of_best"
-    if target is None:
-        target = TTA_FRACTION * max(e["val_acc"] for e in epochs)
-    elapsed = 0.0
-    for e in epochs:
-        elapsed += e["epoch_time_s"]
-        if e["val_acc"] >= target:
-            return {"target_val_acc": target, "source": source, "epoch": e["epoch"], "train_s": elapsed}
-    return {"target_val_acc": target, "source": source, "epoch": None, "train_s": None}
-
-
 def _log_pipeline(info: PipelineInfo) -> None:
     stages = " | ".join(" ".join(units) for units in info.stage_units)
     log.info("pipeline: %s, schedule %s, %d stage(s) [%s] (balance: %s), theoretical bubble %.1f%%",
@@ -435,14 +300,6 @@ def _log_pipeline(info: PipelineInfo) -> None:
              100 * info.as_dict()["bubble_theoretical"])
     if info.num_stages > 1 and not info.overlap_possible:
         log.warning("pipeline stages cannot overlap: %s", info.overlap_note)
-
-
-def _log_figures(p: dict[str, Any]) -> None:
-    busy = ", ".join(f"{s['busy_s']:.3f}s" for s in p["stages"])
-    log.info("pipeline (median step): makespan %.3fs, busy per stage [%s], bubble %.1f%% (schedule "
-             "alone %.1f%%, with this imbalance %.1f%%), imbalance %.2f, communication %.3fs, ideal "
-             "speedup %.2fx", p["makespan_s"], busy, 100 * p["bubble"], 100 * p["bubble_theoretical"],
-             100 * p["bubble_ideal"], p["imbalance"], p["communication_s"], p["ideal_speedup"])
 
 
 def _plan_summary(train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan, first: str) -> dict[str, Any]:

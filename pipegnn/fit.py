@@ -1,0 +1,177 @@
+"""The epoch loop of one run: a training step, an evaluation (a refresh of the history caches with
+historical halos), the epoch's record entry and log line, early stopping, checkpoints; then the run's
+final figures."""
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from pipegnn.config import TTA_FRACTION
+from pipegnn.data import Graph
+from pipegnn.data.features import DiskFeatureStore
+from pipegnn.engines import IGNORE, Engine
+from pipegnn.measure import timed
+from pipegnn.microbatch import MicroBatchPlan
+from pipegnn.microbatch.history import epoch_figures, stage_medians
+from pipegnn.preemption import resume, save, training_state
+from pipegnn.timeline import chrome_trace, medians, step_figures
+
+__all__ = ["EPOCH_LINE", "fit", "time_to_accuracy"]
+
+log = logging.getLogger("pipegnn.train")  # the run's log (train.log's lines keep their logger name)
+#: ``extra`` of the per-epoch log line, so that handlers can tell it apart (``sweep.EpochProgress``).
+EPOCH_LINE = {"pipegnn_epoch": True}
+
+
+def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engine,
+        train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan, train_ids: Tensor, eval_ids: Tensor,
+        record: dict[str, Any], on_epoch: Callable[[dict[str, Any]], Any] | None = None,
+        store: DiskFeatureStore | None = None, state_path: Path | None = None) -> None:
+    """Train ``model`` through ``engine`` for ``train.epochs`` (or until ``train.patience``), filling
+    ``record``'s ``epochs``, ``final``, timing medians and ``pipeline`` figures; with ``state_path``,
+    resume from the checkpoint there (``resume=true``) and save one every ``train.checkpoint_every``."""
+    train_cfg = cfg["train"]
+    optimizer = _optimizer(model, train_cfg)
+    every = train_cfg.get("checkpoint_every")
+    epochs = record["epochs"]
+    if cfg.get("resume") and state_path is not None:
+        epochs.extend(resume(cfg, state_path, model, optimizer))
+        if epochs:
+            record["resumed"] = {"checkpoint": str(state_path), "epochs_restored": len(epochs)}
+        for entry in epochs:  # a spawned pipeline's launcher keeps them too
+            if on_epoch is not None:
+                on_epoch(entry)
+    out = engine.output_device
+    # Targets outside the training split are computed (targets=all) but not in the loss.
+    train_labels = torch.where(graph.train_mask[train_plan.targets], graph.y[train_plan.targets],
+                               IGNORE).to(out)
+    num_labelled = int(graph.train_mask[train_plan.targets].sum())
+    historical = train_plan.halo == "historical"
+    eval_labels = graph.y[eval_plan.targets].to(out)
+    masks = {s: getattr(graph, f"{s}_mask")[eval_plan.targets].to(out) for s in ("train", "val", "test")}
+    trace_epoch = cfg["engine"].get("trace_epoch")
+    if trace_epoch is not None:
+        trace_epoch = min(int(trace_epoch), int(train_cfg["epochs"]) - 1)
+    patience = train_cfg.get("patience")
+    for epoch in range(len(epochs), int(train_cfg["epochs"])):
+        model.train()
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=True)
+        model.tick()
+        before = store.read_stats() if store is not None else None  # feature file reads so far
+        with timed(engine.devices) as step:
+            loss = engine.train_step(train_ids, train_labels, num_labelled)
+            if optimizer is not None:
+                optimizer.step()
+        boxes = engine.step_boxes()
+        history = engine.history_per_stage(model) if historical else None
+        trained = store.read_stats() if store is not None else None
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"training loss is {loss} at epoch {epoch}")
+        model.eval()
+        with timed(engine.devices) as evaluation:
+            # Historical mode evaluates layer-wise, which also refreshes every cached row.
+            logits = engine.refresh(model, eval_ids) if historical else engine.predict(eval_ids)
+            correct = logits.to(out).argmax(1) == eval_labels
+        acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
+        epochs.append({"epoch": epoch, "train_loss": loss, **acc, "epoch_time_s": step.seconds,
+                       "eval_time_s": evaluation.seconds,
+                       **(epoch_figures(history) if history is not None else {})})
+        if store is not None:
+            epochs[-1]["feature_reads"] = _feature_reads(before, trained, store.read_stats())
+        if boxes is not None:
+            epochs[-1]["pipeline"] = step_figures(boxes, engine.info)
+            if epoch == trace_epoch:
+                record["trace"] = chrome_trace(boxes, engine.info, epoch)
+        if on_epoch is not None:
+            on_epoch(epochs[-1])
+        log.info("epoch %3d  loss %.4f  train %.3f  val %.3f  test %.3f  epoch %.3fs  eval %.3fs",
+                 epoch, loss, acc["train_acc"], acc["val_acc"], acc["test_acc"], step.seconds,
+                 evaluation.seconds, extra=EPOCH_LINE)
+        if every is not None and state_path is not None and (epoch + 1) % int(every) == 0:
+            save(state_path, training_state(cfg, model, optimizer, epochs))
+        best = max(epochs, key=lambda e: e["val_acc"])
+        if patience is not None and epoch - best["epoch"] >= int(patience):
+            log.info("early stop after epoch %d: validation accuracy not above %.3f (epoch %d) for %d "
+                     "epochs", epoch, best["val_acc"], best["epoch"], patience)
+            break
+    best = max(epochs, key=lambda e: e["val_acc"])  # first epoch with the best validation accuracy
+    last = epochs[-1]
+    if store is not None:  # per training step and evaluation pass, the mean over epochs
+        for key in epochs[0]["feature_reads"]:
+            record["features"][f"{key}_mean"] = statistics.mean(e["feature_reads"][key] for e in epochs)
+    stopped = last["epoch"] if last["epoch"] + 1 < int(train_cfg["epochs"]) else None
+    record["final"] = {"train_acc": last["train_acc"], "val_acc": last["val_acc"],
+                       "test_acc": last["test_acc"], "best_val_acc": best["val_acc"],
+                       "test_acc_at_best_val": best["test_acc"], "best_epoch": best["epoch"],
+                       "stopped_epoch": stopped,
+                       "time_to_accuracy": time_to_accuracy(epochs, train_cfg.get("target_val_acc"))}
+    timed_epochs = epochs[1:] or epochs  # the first epoch is a warm-up
+    record["timing"].update(
+        epoch_time_median_s=statistics.median(e["epoch_time_s"] for e in timed_epochs),
+        eval_time_median_s=statistics.median(e["eval_time_s"] for e in timed_epochs))
+    if historical:
+        record["microbatch"]["history_per_stage"] = stage_medians(timed_epochs)
+    record["pipeline"] = {**engine.info.as_dict(), "timeline": engine.timeline is not None,
+                          **medians(e["pipeline"] for e in timed_epochs if "pipeline" in e)}
+    log.info("done: test acc %.3f (at best val %.3f: %.3f), median epoch %.4fs",
+             last["test_acc"], best["val_acc"], best["test_acc"], record["timing"]["epoch_time_median_s"])
+    if "makespan_s" in record["pipeline"]:
+        _log_figures(record["pipeline"])
+
+
+def _optimizer(model: torch.nn.Module, train_cfg: dict[str, Any]) -> torch.optim.Optimizer | None:
+    """Adam over this process's parameters (None when it holds none: a pipeline rank may hold only the
+    first layer's input rows and dropout), with ``train.conv_weight_decay``, when set, on the
+    message-passing layers' parameters and ``train.weight_decay`` on the others (GCNII's Linear)."""
+    decay, conv_decay = float(train_cfg["weight_decay"]), train_cfg.get("conv_weight_decay")
+    layers: list[torch.nn.Parameter] = []
+    dense: list[torch.nn.Parameter] = []
+    for unit in model:
+        (dense if unit.kind in ("input", "output") else layers).extend(unit.parameters())
+    groups = [{"params": dense, "weight_decay": decay},
+              {"params": layers, "weight_decay": decay if conv_decay is None else float(conv_decay)}]
+    groups = [g for g in groups if g["params"]]
+    return torch.optim.Adam(groups, lr=float(train_cfg["lr"])) if groups else None
+
+
+def _feature_reads(before: dict[str, int], trained: dict[str, int],
+                   evaluated: dict[str, int]) -> dict[str, int]:
+    """Bytes and read calls of the feature file in a training step and in an evaluation pass, from the
+    store's counts before the step, after it and after the evaluation."""
+    return {f"{phase}_{k}": b[k] - a[k] for phase, a, b in (("train", before, trained),
+                                                            ("eval", trained, evaluated))
+            for k in ("bytes", "calls")}
+
+
+def time_to_accuracy(epochs: list[dict[str, Any]], target: float | None = None) -> dict[str, Any]:
+    """Training time (steps only, evaluation excluded) until validation accuracy first reaches
+    ``target``, or :data:`TTA_FRACTION` of the run's best when ``target`` is None.
+
+    Returns ``{"target_val_acc", "source" ("config" | "fraction_of_best"), "epoch", "train_s"}``;
+    ``epoch`` and ``train_s`` are None when the run never reached the target.
+    """
+    source = "config" if target is not None else "fraction_of_best"
+    if target is None:
+        target = TTA_FRACTION * max(e["val_acc"] for e in epochs)
+    elapsed = 0.0
+    for e in epochs:
+        elapsed += e["epoch_time_s"]
+        if e["val_acc"] >= target:
+            return {"target_val_acc": target, "source": source, "epoch": e["epoch"], "train_s": elapsed}
+    return {"target_val_acc": target, "source": source, "epoch": None, "train_s": None}
+
+
+def _log_figures(p: dict[str, Any]) -> None:
+    busy = ", ".join(f"{s['busy_s']:.3f}s" for s in p["stages"])
+    log.info("pipeline (median step): makespan %.3fs, busy per stage [%s], bubble %.1f%% (schedule "
+             "alone %.1f%%, with this imbalance %.1f%%), imbalance %.2f, communication %.3fs, ideal "
+             "speedup %.2fx", p["makespan_s"], busy, 100 * p["bubble"], 100 * p["bubble_theoretical"],
+             100 * p["bubble_ideal"], p["imbalance"], p["communication_s"], p["ideal_speedup"])
+
