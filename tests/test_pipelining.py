@@ -365,16 +365,12 @@ def test_external_launcher_under_torchrun(tmp_path: Path) -> None:
         pytest.approx([e["train_loss"] for e in spawned["epochs"]], rel=1e-6)
 
 
-def _data_parallel_worker(rank: int, world: int, port: int, framework: str, out: str) -> None:
-    """One of 4 ranks: 2 replicas x 2 stages of a float64 pipeline (exact halos, k=4: 2 micro-batches per
-    replica) for GAT and GCN, GPipe and 1F1B; after one step every rank's gradients, and the logits of a
-    prediction, gathered on rank 0 beside the single engine's."""
+def _float64_rank(rank: int, world: int, port: int, framework: str) -> tuple:
+    """A spawned test rank's setup: float64 default, one thread, the gloo group, and the float64 random
+    graph with ``framework``'s adapter."""
     import torch.distributed as dist
 
     from pipegnn.backends import get_backend
-    from pipegnn.engines import PipeliningEngine, SingleEngine
-    from pipegnn.microbatch import build_plan
-    from pipegnn.models import build_model
 
     from conftest import random_graph
 
@@ -384,7 +380,20 @@ def _data_parallel_worker(rank: int, world: int, port: int, framework: str, out:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     graph = random_graph()
     graph.x = graph.x.double()
-    backend = get_backend(framework)
+    return graph, get_backend(framework)
+
+
+def _data_parallel_worker(rank: int, world: int, port: int, framework: str, out: str) -> None:
+    """One of 4 ranks: 2 replicas x 2 stages of a float64 pipeline (exact halos, k=4: 2 micro-batches per
+    replica) for GAT and GCN, GPipe and 1F1B; after one step every rank's gradients, and the logits of a
+    prediction, gathered on rank 0 beside the single engine's."""
+    import torch.distributed as dist
+
+    from pipegnn.engines import PipeliningEngine, SingleEngine
+    from pipegnn.microbatch import build_plan
+    from pipegnn.models import build_model
+
+    graph, backend = _float64_rank(rank, world, port, framework)
     cases = {}
     for cfg in (dict(name="gat", hidden=4, heads=3, out_heads=2, layers=2, dropout=0.0),
                 dict(name="gcn", hidden=8, layers=2, dropout=0.0)):
@@ -495,20 +504,11 @@ def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str)
     also the logits of the stage-by-stage refresh."""
     import torch.distributed as dist
 
-    from pipegnn.backends import get_backend
     from pipegnn.engines import PipeliningEngine, SingleEngine
     from pipegnn.microbatch import build_plan
     from pipegnn.models import build_model
 
-    from conftest import random_graph
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_default_dtype(torch.float64)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    graph = random_graph()
-    graph.x = graph.x.double()
-    backend = get_backend(framework)
+    graph, backend = _float64_rank(rank, world, port, framework)
     cases = {}
     deep = dict(hidden=8, layers=8, dropout=0.0)
     for kind, cfg, splits in (
