@@ -7,8 +7,8 @@ GCN, exact and historical halos, on 1, 2 and 4 stages (``engine=pipelining``, GP
 ``microbatch.targets=all``): the deepest model that trains one epoch, found by doubling the depth from
 ``--start`` and bisecting to 1/8 of it; and (``--graph-depth``) the largest synthetic graph
 (nodes, doubling then bisecting to 1/8) that trains at that depth. Beside each: the peak RSS of every
-rank in the deepest (largest) run that trained. A probe that fails for another reason than memory is
-reported and counts as not fitting.
+rank in the deepest (largest) run that trained, and what stopped the search (``oom``, or ``diverged``:
+a loss that is not finite, which deep residual stacks reach before their memory runs out).
 
     OMP_NUM_THREADS=1 python benchmarks/capacity.py --csv results/benchmarks/capacity.csv
 """
@@ -43,29 +43,34 @@ def probe(args: argparse.Namespace, overrides: list[str]) -> dict:
     if record["status"] not in ("completed", "oom"):
         print(f"  {overrides}: {record['status']}: {record['error']}", file=sys.stderr, flush=True)
     print(f"  {' '.join(overrides)}: {record['status']}", file=sys.stderr, flush=True)
-    return {"fits": record["status"] == "completed", "status": record["status"],
+    status = record["status"]
+    if status == "failed" and "loss is nan" in str(record["error"]):
+        status = "diverged"  # the depth, not the memory, stopped it
+    return {"fits": status == "completed", "status": status,
             "peak_mb_per_rank": " ".join(f"{p / 2**20:.0f}" for p in peaks)}
 
 
-def largest(fits: Callable[[int], dict], start: int, resolution: Callable[[int], int]) -> tuple[int, dict]:
+def largest(fits: Callable[[int], dict], start: int, resolution: Callable[[int], int]) -> tuple[int, dict, dict]:
     """The largest ``n`` for which ``fits(n)["fits"]`` (doubling from ``start``, then bisecting until the
-    gap is below ``resolution(n)``); ``(0, {})`` when even ``start`` does not fit."""
-    lo, hi, best = 0, None, {}
+    gap is below ``resolution(n)``), its probe's result, and the result of the smallest ``n`` that did
+    not fit (what stopped the search: ``oom``, or another failure such as a diverging loss);
+    ``(0, {}, first)`` when even ``start`` does not fit."""
+    lo, hi, best, stop = 0, None, {}, {}
     n = start
     while hi is None:
         result = fits(n)
         if result["fits"]:
             lo, best, n = n, result, 2 * n
         else:
-            hi = n
+            hi, stop = n, result
     while lo and hi - lo > resolution(lo):
         mid = (lo + hi) // 2
         result = fits(mid)
         if result["fits"]:
             lo, best = mid, result
         else:
-            hi = mid
-    return lo, best
+            hi, stop = mid, result
+    return lo, best, stop
 
 
 def measure(args: argparse.Namespace) -> pd.DataFrame:
@@ -75,17 +80,17 @@ def measure(args: argparse.Namespace) -> pd.DataFrame:
             for stages in args.stages:
                 setting = [*MODELS[model], f"microbatch.halo={halo}", f"engine.devices=[{','.join(['cpu'] * stages)}]"]
                 print(f"{model} {halo} {stages} stage(s)", file=sys.stderr, flush=True)
-                depth, at = largest(lambda n: probe(args, [*setting, f"model.layers={n}"]), args.start,
+                depth, at, stop = largest(lambda n: probe(args, [*setting, f"model.layers={n}"]), args.start,
                                     lambda n: max(1, n // 8))
                 row = {"model": model, "halo": halo, "stages": stages, "what": "layers", "largest": depth,
-                       "peak_mb_per_rank": at.get("peak_mb_per_rank")}
+                       "peak_mb_per_rank": at.get("peak_mb_per_rank"), "stopped_by": stop.get("status")}
                 rows.append(row)
                 if args.graph_depth:
-                    nodes, at = largest(lambda n: probe(args, [*setting, f"model.layers={args.graph_depth}",
+                    nodes, at, stop = largest(lambda n: probe(args, [*setting, f"model.layers={args.graph_depth}",
                                                                f"dataset.num_nodes={n}"]),
                                         args.start_nodes, lambda n: max(1, n // 8))
                     rows.append({**row, "what": f"nodes at {args.graph_depth} layers", "largest": nodes,
-                                 "peak_mb_per_rank": at.get("peak_mb_per_rank")})
+                                 "peak_mb_per_rank": at.get("peak_mb_per_rank"), "stopped_by": stop.get("status")})
     return pd.DataFrame(rows)
 
 

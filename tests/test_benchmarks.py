@@ -187,7 +187,7 @@ def test_capacity_search_finds_the_largest_size_within_its_resolution() -> None:
         tried.append(n)
         return {"fits": n <= 37, "n": n}
 
-    assert capacity.largest(fits, 8, lambda n: 8) == (32, {"fits": True, "n": 32})
+    assert capacity.largest(fits, 8, lambda n: 8) == (32, {"fits": True, "n": 32}, {"fits": False, "n": 40})
     assert tried == [8, 16, 32, 64, 48, 40]
-    assert capacity.largest(fits, 8, lambda n: 1) == (37, {"fits": True, "n": 37})
-    assert capacity.largest(fits, 64, lambda n: 8) == (0, {})
+    assert capacity.largest(fits, 8, lambda n: 1)[:2] == (37, {"fits": True, "n": 37})
+    assert capacity.largest(fits, 64, lambda n: 8) == (0, {}, {"fits": False, "n": 64})
