@@ -55,6 +55,7 @@ bench: setup
 	$(PY) benchmarks/depth.py --epochs 5 --csv $(BENCH)/depth.csv | tee $(BENCH)/depth.txt; \
 	$(PY) benchmarks/profile_step.py model=gcn2 model.layers=16 --csv $(BENCH)/profile_gcn2_16.csv | tee $(BENCH)/profile_gcn2_16.txt; \
 	$(PY) benchmarks/capacity.py --csv $(BENCH)/capacity.csv | tee $(BENCH)/capacity.txt; \
+	$(PY) benchmarks/capacity.py --what nodes --graph-depth 16 --start-nodes 16384 --csv $(BENCH)/capacity_graph.csv | tee $(BENCH)/capacity_graph.txt; \
 	$(PY) benchmarks/pipeline.py --epochs 4 --csv $(BENCH)/pipeline_synthetic.csv --out multirun/reference/pipeline | tee $(BENCH)/pipeline_synthetic.txt; \
 	$(PY) experiments/report.py multirun/reference results/reference --only pipeline; \
 	for d in synthetic pubmed_topology; do for t in train all; do \

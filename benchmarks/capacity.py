@@ -5,8 +5,8 @@ Here every pipeline stage is a process capped as a device would be (``engine.mem
 2 GiB each: what it may allocate while training, beyond its set-up footprint). For GCNII and residual
 GCN, exact and historical halos, on 1, 2 and 4 stages (``engine=pipelining``, GPipe, k micro-batches,
 ``microbatch.targets=all``): the deepest model that trains one epoch, found by doubling the depth from
-``--start`` and bisecting to 1/8 of it; and (``--graph-depth``) the largest synthetic graph
-(nodes, doubling then bisecting to 1/8) that trains at that depth. Beside each: the peak RSS of every
+``--start`` and bisecting to 1/8 of it (``--what layers``); and (``--what nodes``) the largest synthetic
+graph (nodes, doubling then bisecting to 1/8) that trains at ``--graph-depth`` layers. Beside each: the peak RSS of every
 rank in the deepest (largest) run that trained, and what stopped the search (``oom``, or ``diverged``:
 a loss that is not finite, which deep residual stacks reach before their memory runs out).
 
@@ -80,12 +80,13 @@ def measure(args: argparse.Namespace) -> pd.DataFrame:
             for stages in args.stages:
                 setting = [*MODELS[model], f"microbatch.halo={halo}", f"engine.devices=[{','.join(['cpu'] * stages)}]"]
                 print(f"{model} {halo} {stages} stage(s)", file=sys.stderr, flush=True)
-                depth, at, stop = largest(lambda n: probe(args, [*setting, f"model.layers={n}"]), args.start,
-                                    lambda n: max(1, n // 8))
-                row = {"model": model, "halo": halo, "stages": stages, "what": "layers", "largest": depth,
-                       "peak_mb_per_rank": at.get("peak_mb_per_rank"), "stopped_by": stop.get("status")}
-                rows.append(row)
-                if args.graph_depth:
+                row = {"model": model, "halo": halo, "stages": stages}
+                if "layers" in args.what:
+                    depth, at, stop = largest(lambda n: probe(args, [*setting, f"model.layers={n}"]), args.start,
+                                              lambda n: max(1, n // 8))
+                    rows.append({**row, "what": "layers", "largest": depth,
+                                 "peak_mb_per_rank": at.get("peak_mb_per_rank"), "stopped_by": stop.get("status")})
+                if "nodes" in args.what:
                     nodes, at, stop = largest(lambda n: probe(args, [*setting, f"model.layers={args.graph_depth}",
                                                                f"dataset.num_nodes={n}"]),
                                         args.start_nodes, lambda n: max(1, n // 8))
@@ -119,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--chunks", type=int, default=8)
     parser.add_argument("--start", type=int, default=2, help="first depth tried (then doubled)")
-    parser.add_argument("--graph-depth", type=int, default=0, help="also the largest graph at this depth")
+    parser.add_argument("--what", nargs="+", default=["layers"], choices=["layers", "nodes"],
+                        help="search the deepest model (layers) and/or the largest graph at --graph-depth (nodes)")
+    parser.add_argument("--graph-depth", type=int, default=16, help="the depth of the largest-graph search")
     parser.add_argument("--start-nodes", type=int, default=8192)
     parser.add_argument("--csv", type=Path, help="write the table here and the figure beside it (.png)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every probe")
