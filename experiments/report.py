@@ -59,7 +59,11 @@ FIGURES = {"epoch_time_vs_chunks.png": (analysis.plot_epoch_time_vs_chunks, {}),
 #: The figures that mean something for a preset (others: every figure it has data for). The ablations
 #: run 5 epochs, so their accuracy is no result; the scaling presets have only chunks 1 and 8.
 PRESET_FIGURES = {"pipeline": ["speedup_vs_chunks.png"], "scaling": ["scaling.png"], "ablation_nodes": ["scaling.png"],
-                  "ablation_density": ["scaling_edges.png"], "ablation_hidden": ["scaling_hidden.png"]}
+                  "ablation_density": ["scaling_edges.png"], "ablation_hidden": ["scaling_hidden.png"],
+                  "historical_gap": ["accuracy_vs_chunks.png"],
+                  # experiment=deep's settings, one sweep each: an accuracy table (summary.csv), no curve
+                  **{f"deep_{d}_{s}": [] for d in ("cora", "citeseer")
+                     for s in ("full", "historical_k2", "historical_k4", "historical_k8")}}
 
 
 def copy_records(sweep: Path, dest: Path) -> int:
