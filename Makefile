@@ -62,7 +62,7 @@ bench: setup
 	  $(PY) benchmarks/overhead.py --suite goals --dataset $$d --epochs 30 --csv $(BENCH)/goals_$${d}_$$t.csv microbatch.targets=$$t | tee $(BENCH)/goals_$${d}_$$t.txt; \
 	done; done; \
 	for d in cora pubmed_topology; do \
-	  $(PY) -m pipegnn.microbatch.stats dataset=$$d chunks=2,4,8,16,32 model.layers=2,3 microbatch.targets=all --csv $(BENCH)/partitions_$$d.csv | tee $(BENCH)/partitions_$$d.txt; \
+	  $(PY) benchmarks/partitions.py dataset=$$d chunks=2,4,8,16,32 model.layers=2,3 microbatch.targets=all --csv $(BENCH)/partitions_$$d.csv | tee $(BENCH)/partitions_$$d.txt; \
 	done; \
 	$(PY) benchmarks/plan_memory.py --nodes 2000000 --avg-degree 10 --chunks 8 | tee $(BENCH)/plan_memory.txt; \
 	$(PY) benchmarks/plan_memory.py --nodes 2000000 --avg-degree 10 --chunks 8 --partition metis | tee $(BENCH)/plan_memory_metis.txt; \

@@ -128,7 +128,15 @@ def test_balance_statistics() -> None:
 
 
 def test_stats_command_matches_build_plan(data_root, capsys, tmp_path) -> None:
-    from pipegnn.microbatch.stats import main
+    """benchmarks/partitions.py: the partition statistics tool."""
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("partitions", ROOT / "benchmarks" / "partitions.py")
+    partitions = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(partitions)
+    main = partitions.main
 
     assert main(["dataset=cora", f"data.root={data_root}", f"data.cache={tmp_path}", "chunks=2,8",
                  "microbatch.targets=all", "microbatch.halo=exact,historical",

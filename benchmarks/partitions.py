@@ -1,6 +1,6 @@
 """Partition and halo statistics side by side, without training.
 
-    python -m pipegnn.microbatch.stats dataset=cora chunks=2,4,8,16,32 model.layers=2,3 \
+    python benchmarks/partitions.py dataset=cora chunks=2,4,8,16,32 model.layers=2,3 \
         microbatch.targets=all [microbatch.halo=exact,historical] [microbatch.partition=...] [--csv out.csv]
 
 Arguments are the training config's overrides (see ``conf/``); ``chunks``, ``model.layers``,
@@ -80,7 +80,7 @@ def _split_lists(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m pipegnn.microbatch.stats",
+    parser = argparse.ArgumentParser(prog="python benchmarks/partitions.py",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. dataset=cora chunks=2,4,8")
     parser.add_argument("--csv", type=Path, help="also write the table as CSV")
