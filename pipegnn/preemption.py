@@ -139,8 +139,14 @@ def training_state(config: dict[str, Any], model: torch.nn.Module, optimizer: to
 def resume(config: dict[str, Any], path: str | Path, model: torch.nn.Module,
            optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
     """The finished epochs of the checkpoint at ``path``, its state put back (:func:`restore`); none when
-    there is no checkpoint there, or one made with another configuration (left to be replaced)."""
-    state = load(path)
+    there is no checkpoint there, one that cannot be read (damaged, or holding anything but tensors and
+    plain containers), or one made with another configuration (each left to be replaced)."""
+    try:
+        state = load(path)
+    except Exception as e:  # damaged, or not ours (weights_only refuses anything that would run code)
+        log.warning("resume: the checkpoint %s cannot be read (%s: %s); training from epoch 0", path,
+                    type(e).__name__, str(e).split("\n", 1)[0])
+        return []
     if state is None:
         return []
     if state["config"] != config_key(config):

@@ -188,7 +188,7 @@ def test_failing_worker_fails_the_run(tmp_path: Path) -> None:
     assert record["status"] == "failed"
     assert record["error"].startswith("WorkerFailed: pipeline worker rank")
     assert "FloatingPointError: training loss is nan at epoch 1" in record["error"]
-    assert "in _fit" in record["traceback"]  # the worker's traceback, not the parent's
+    assert "in fit" in record["traceback"]  # the worker's traceback, not the parent's
     assert [e["epoch"] for e in record["epochs"]] == [0]
     assert record["timing"]["total_s"] < 60
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"

@@ -88,13 +88,22 @@ def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path: Path) -> None:
     assert load(checkpoint_path(tmp_path))["epochs"][-1]["train_loss"] == resumed["epochs"][-1]["train_loss"]
 
 
-def test_a_checkpoint_never_runs_code(tmp_path: Path) -> None:
-    """A checkpoint is read with weights_only=True: one that would build an object fails the run, and
-    the object's code never runs."""
+@pytest.mark.parametrize("damage", ["code", "truncated"])
+def test_a_damaged_checkpoint_is_never_run_and_costs_only_the_resume(tmp_path: Path, damage: str,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A checkpoint is read with weights_only=True: one that would build an object (or a truncated one)
+    is not resumed from, with a warning; the object's code never runs, and the run trains from epoch 0."""
     marker = tmp_path / "code-ran"
-    torch.save({"config": CodeMarker(marker)}, checkpoint_path(tmp_path))
-    record = run(make_cfg("train.checkpoint_every=1", "resume=true"), output_dir=tmp_path)
-    assert record["status"] == "failed" and "weights_only" in record["error"], record["error"]
+    path = checkpoint_path(tmp_path)
+    if damage == "code":
+        torch.save({"config": CodeMarker(marker)}, path)
+    else:
+        run(make_cfg("train.checkpoint_every=1", "train.epochs=2"), output_dir=tmp_path)
+        path.write_bytes(path.read_bytes()[:100])
+    record = run(make_cfg("train.checkpoint_every=1", "train.epochs=2", "resume=true"), output_dir=tmp_path)
+    assert record["status"] == "completed" and "resumed" not in record, record["error"]
+    assert [e["epoch"] for e in record["epochs"]] == [0, 1]
+    assert f"resume: the checkpoint {path} cannot be read" in caplog.text
     assert not marker.exists()
 
 
