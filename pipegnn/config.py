@@ -10,11 +10,11 @@ from torch import Tensor
 from pipegnn.backends import FRAMEWORKS
 from pipegnn.backends.base import check_aggregation
 from pipegnn.data import DATASETS, STORAGE, Graph
-from pipegnn.engines import (CHECKPOINT_MODES, DIST_BACKENDS, ENGINES, LAUNCHERS, SCHEDULES,
-                             START_METHODS, even_balance, parse_device, unit_balance)
+from pipegnn.engines import CHECKPOINT_MODES, ENGINES, SCHEDULES, even_balance, parse_device, unit_balance
 from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch import HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER, units_per_layer
+from pipegnn.processes.group import DIST_BACKENDS, LAUNCHERS, START_METHODS
 
 __all__ = ["EVAL_SPLITS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
 

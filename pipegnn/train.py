@@ -18,8 +18,6 @@ from pipegnn.config import check_config, check_targets, eval_targets, memory_lim
 from pipegnn.data import Graph, load_graph
 from pipegnn.data.features import DiskFeatureStore, FeatureRows, files_opened, partition_ordered
 from pipegnn.engines import build_engine
-from pipegnn.engines.launch import spawn
-from pipegnn.engines.distributed import gather_memory, is_secondary_rank, process_group
 from pipegnn.errors import ConfigError
 from pipegnn.fit import EPOCH_LINE, fit, time_to_accuracy
 from pipegnn.loggers import Loggers
@@ -28,6 +26,8 @@ from pipegnn.measure import (address_space_bytes, allocation_failure, env_info, 
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.models import build_model
 from pipegnn.models.precision import autocast_dtype, dtype_name
+from pipegnn.processes.group import gather_memory, is_secondary_rank, process_group
+from pipegnn.processes.spawn import spawn
 from pipegnn.preemption import Interrupted, checkpoint_path, interruptible
 from pipegnn.records import write_record
 from pipegnn.timeline import TRACE_NAME, PipelineInfo

@@ -10,13 +10,11 @@ from torch import Tensor
 from pipegnn.engines.balance import AUTO, auto_balance, even_balance, measure_unit_costs, unit_balance
 from pipegnn.engines.base import IGNORE, Engine, exact_loss, parse_device
 from pipegnn.engines.gpipe import CHECKPOINT_MODES, GPipeEngine
-from pipegnn.engines.distributed import DIST_BACKENDS, LAUNCHERS, START_METHODS
 from pipegnn.engines.pipelining import SCHEDULES, PipeliningEngine, per_stage_balance, stage_units
 from pipegnn.engines.single import SingleEngine
 from pipegnn.models.base import StagedGNN
 
-__all__ = ["AUTO", "CHECKPOINT_MODES", "DIST_BACKENDS", "ENGINES", "IGNORE", "LAUNCHERS", "SCHEDULES",
-           "START_METHODS", "Engine", "GPipeEngine", "PipeliningEngine", "SingleEngine", "build_engine",
+__all__ = ["AUTO", "CHECKPOINT_MODES", "ENGINES", "IGNORE", "SCHEDULES", "Engine", "GPipeEngine", "PipeliningEngine", "SingleEngine", "build_engine",
            "even_balance", "exact_loss", "parse_device", "per_stage_balance", "stage_units", "unit_balance"]
 
 ENGINES = ("single", "gpipe", "pipelining")
@@ -24,7 +22,7 @@ ENGINES = ("single", "gpipe", "pipelining")
 
 def build_engine(engine: Mapping[str, Any], model: StagedGNN, train_ids: Tensor) -> Engine:
     """The engine an (already validated) ``engine`` config describes (``pipelining``: this process's
-    rank, inside :func:`pipegnn.engines.distributed.process_group`) for the training micro-batches
+    rank, inside :func:`pipegnn.processes.group.process_group`) for the training micro-batches
     ``train_ids`` (their number is the engine's chunks; timed per unit for ``engine.balance=auto``)."""
     chunks = train_ids.numel()
     timeline = bool(engine.get("timeline", True))

@@ -19,7 +19,7 @@ dim 0) and the per-micro-batch loss. Hand-written here because torch has no equi
   gathered on every rank after each training step;
 - the units of each stage from the balance (and ``virtual_stages`` for interleaving), a check that
   all ranks built the same plans and initial weights, and the broadcasts. The process group and the
-  per-rank peak memory are in :mod:`pipegnn.engines.distributed`.
+  per-rank peak memory are in :mod:`pipegnn.processes.group`.
 """
 from __future__ import annotations
 
