@@ -3,6 +3,8 @@ helpers for dataset-cache tests (code-carrying files, unwritable folders)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -139,3 +141,11 @@ def unwritable_cache(tmp_path: Path, how: str) -> Path:
     cache.mkdir()
     cache.chmod(0o555)
     return cache
+
+
+def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """``experiments/train.py`` with ``args`` in ``cwd`` (its own cache, one thread), output captured."""
+    env = {**os.environ, "PIPEGNN_CACHE": str(cwd / "cache"), "OMP_NUM_THREADS": "1",
+           "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, str(ROOT / "experiments" / "train.py"), *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
