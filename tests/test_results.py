@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from pipegnn import run
-from pipegnn.results import (COLUMNS, find_records, flatten, format_table, load, select, summary,
+from pipegnn.results import (COLUMNS, flatten, format_table, load, select, summary,
                              write_record)
 
 from conftest import ROOT, make_cfg
@@ -97,17 +97,6 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     record = run(make_cfg("train.epochs=2", "chunks=2", f"++cache_root={tmp / 'cache'}"), output_dir=out)
     assert record["status"] == "completed", record["error"]
     return out, record
-
-
-def test_find_records_recursive_natural_order_without_temp_files(tmp_path: Path) -> None:
-    for job in (10, 2, 0):
-        write_record(tmp_path / "s" / str(job), {"status": "completed"})
-    (tmp_path / "s" / "2" / ".result.abc.json").write_text("{}")
-    (tmp_path / "s" / "notes.json").write_text("{}")
-    assert find_records(tmp_path) == [tmp_path / "s" / j / "result.json" for j in ("0", "2", "10")]
-    assert find_records(tmp_path / "s" / "2" / "result.json") == [tmp_path / "s" / "2" / "result.json"]
-    with pytest.raises(FileNotFoundError):
-        find_records(tmp_path / "nope")
 
 
 def test_flatten_hand_made_record() -> None:
@@ -467,28 +456,6 @@ def test_malformed_records_are_flagged_and_the_rest_kept(tmp_path: Path) -> None
     assert proc.stdout.splitlines()[-1] == f"{len(names)} runs: 1 completed, {len(names) - 1} unreadable"
     assert f"unreadable: {tmp_path / '1_epochs_int' / 'result.json'}: malformed record: 'epochs' is a number" \
         in proc.stderr
-
-
-def test_load_record_errors_name_the_file(tmp_path: Path) -> None:
-    from pipegnn.results import RecordError, load_record
-
-    bad = tmp_path / "0" / "result.json"
-    bad.parent.mkdir()
-    bad.write_text("{not json")
-    with pytest.raises(RecordError) as info:
-        load_record(bad.parent)
-    assert str(info.value).startswith(f"{bad}: JSONDecodeError: Expecting property name")
-    assert isinstance(info.value, ValueError) and info.value.path == bad
-    bad.write_bytes(b'{"status": "\xff"}')
-    with pytest.raises(RecordError, match=f"^{bad}: UnicodeDecodeError"):
-        load_record(bad)
-    write_record(bad.parent, {**COMPLETED, "epochs": 3})
-    with pytest.raises(RecordError, match=f"^{bad}: malformed record: 'epochs' is a number, expected an array$"):
-        load_record(bad)
-    write_record(bad.parent, COMPLETED)
-    assert load_record(bad) == COMPLETED
-    with pytest.raises(FileNotFoundError):
-        load_record(tmp_path / "nope")
 
 
 def _seeded(seed: int, test: float, val: float, chunks: int = 8, **env: Any) -> dict:
