@@ -64,7 +64,8 @@ def test_sparse_structure_is_a_csr_adjacency() -> None:
     dense = torch.zeros(3, 5)
     dense[edge_index[1], edge_index[0]] = weight
     assert torch.equal(adj.to_dense(), dense)
-    assert get_backend("pyg").structure(edge_index, weight, 5, 3)[0] is edge_index  # messages: unchanged
+    messages, w = get_backend("pyg").structure(edge_index, weight, 5, 3)  # the same edges, sized (src, dst)
+    assert torch.equal(messages.as_tensor(), edge_index) and messages.sparse_size() == (5, 3) and w is weight
 
 
 def test_pyg_sparse_gcn_trains_like_messages() -> None:

@@ -12,6 +12,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
+from torch_geometric import EdgeIndex
 from torch_geometric.nn import GATConv, GCN2Conv, GCNConv, SAGEConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops, to_torch_csr_tensor
@@ -48,7 +49,9 @@ class SplitSAGEConv(nn.Module):
 
     def forward(self, x: Tensor, adj: Tensor) -> Tensor:
         neighbour, root = neighbour_and_root(x)
-        if adj.layout == torch.sparse_csr:  # [num_dst, num_src]: the output has the targets' rows only
+        if isinstance(adj, EdgeIndex):  # (num_src, num_dst): the output has the targets' rows only
+            root = root[:adj.sparse_size(1)]
+        elif adj.layout == torch.sparse_csr:  # [num_dst, num_src]: likewise
             root = root[:adj.size(0)]
         return self.conv((neighbour, root), adj)
 
@@ -126,12 +129,14 @@ class PygBackend(Adapter):
 
     def structure(self, edge_index: Tensor, edge_weight: Tensor | None, num_src: int,
                   num_dst: int) -> tuple[Tensor, Tensor | None] | Tensor:
-        """A block as PyG layers take it: the local ``edge_index`` and its weights, unchanged
-        (``messages``), or the CSR adjacency ``[num_dst, num_src]`` of :func:`sparse_adjacency`
-        (``sparse``)."""
+        """A block as PyG layers take it: the local edges as PyG's ``EdgeIndex`` of size
+        ``(num_src, num_dst)`` and their weights (``messages``), so that a layer writes the block's
+        ``num_dst`` target rows only (from a plain ``edge_index`` PyG sizes the output by the input rows,
+        halo rows included); or the CSR adjacency ``[num_dst, num_src]`` of :func:`sparse_adjacency`
+        (``sparse``). Plans keep int32 local ids; PyG's scatters need int64: converted here, once."""
         if self.aggregation == "sparse":
             return sparse_adjacency(edge_index, edge_weight, num_src, num_dst)
-        return edge_index, edge_weight
+        return EdgeIndex(edge_index.long(), sparse_size=(num_src, num_dst)), edge_weight
 
     @staticmethod
     def apply(conv: nn.Module, h: Tensor, block: tuple[Tensor, Tensor | None] | Tensor,
@@ -152,12 +157,17 @@ class PygBackend(Adapter):
                 rows = (h.to(block.dtype),) if initial is None else (h.to(block.dtype), initial.to(block.dtype))
                 return conv(*rows, block)
         edge_index, edge_weight = block
-        # Plans keep int32 local ids (half the memory); PyG's scatters need int64: one copy of the
-        # block's edges per call, small next to the layer's own per-edge work.
-        rows = (h,) if initial is None else (h, rows_at_least(initial, h.size(0)))
-        args = (*rows, edge_index.long()) if edge_weight is None else (*rows, edge_index.long(), edge_weight)
+        num_dst = edge_index.sparse_size(1)
         low = active_autocast_dtype(h.device)
-        if low is None or h.dtype != low:
+        cast = low is not None and h.dtype == low
+        if cast:
+            h, edge_weight = h.to(low), None if edge_weight is None else edge_weight.to(low)
+            initial = None if initial is None else initial.to(low)
+        # layers that read a target's own row (GAT's attention, SAGE's root) take (sources, targets) rows
+        rows: tuple = ((h, h[:num_dst]),) if isinstance(conv, (GATConv, SAGEConv)) else (h,)
+        if initial is not None:
+            rows = (*rows, rows_at_least(initial, num_dst))
+        args = (*rows, edge_index) if edge_weight is None else (*rows, edge_index, edge_weight)
+        if not cast:
             return conv(*args)
-        params = {name: p.to(low) for name, p in conv.named_parameters()}
-        return functional_call(conv, params, tuple(a.to(low) if a.is_floating_point() else a for a in args))
+        return functional_call(conv, {name: p.to(low) for name, p in conv.named_parameters()}, args)
