@@ -6,9 +6,10 @@ Here every pipeline stage is a process capped as a device would be (``engine.mem
 GCN, exact and historical halos, on 1, 2 and 4 stages (``engine=pipelining``, GPipe, k micro-batches,
 ``microbatch.targets=all``): the deepest model that trains one epoch, found by doubling the depth from
 ``--start`` and bisecting to 1/8 of it (``--what layers``); and (``--what nodes``) the largest synthetic
-graph (nodes, doubling then bisecting to 1/8) that trains at ``--graph-depth`` layers. Beside each: the peak RSS of every
-rank in the deepest (largest) run that trained, and what stopped the search (``oom``, or ``diverged``:
-a loss that is not finite, which deep residual stacks reach before their memory runs out).
+graph (nodes, doubling then bisecting to 1/8) that trains at ``--graph-depth`` layers. Beside each:
+the peak RSS of every rank in the deepest (largest) run that trained, and what stopped the search
+(``oom``, or ``diverged``: a loss that is not finite, which deep residual stacks reach before their
+memory runs out).
 
     OMP_NUM_THREADS=1 python benchmarks/capacity.py --csv results/benchmarks/capacity.csv
 """

@@ -10,7 +10,8 @@ concatenation of pulled rows (``cat``), the units' Python per micro-batch (the e
 ``stage0 forward``), kernels that grow with the rows read rather than the rows computed (dropout's
 ``bernoulli_`` on halo rows).
 
-    OMP_NUM_THREADS=1 python benchmarks/profile_step.py model=gcn2 model.layers=16 --csv results/benchmarks/profile_gcn2_16.csv
+    OMP_NUM_THREADS=1 python benchmarks/profile_step.py model=gcn2 model.layers=16 \\
+        --csv results/benchmarks/profile_gcn2_16.csv
 """
 from __future__ import annotations
 

@@ -44,9 +44,8 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
         epochs.extend(resume(cfg, state_path, model, optimizer))
         if epochs:
             record["resumed"] = {"checkpoint": str(state_path), "epochs_restored": len(epochs)}
-        for entry in epochs:  # a spawned pipeline's launcher keeps them too
-            if on_epoch is not None:
-                on_epoch(entry)
+        for entry in epochs if on_epoch is not None else ():  # a spawned pipeline's launcher keeps them
+            on_epoch(entry)
     out = engine.output_device
     # Targets outside the training split are computed (targets=all) but not in the loss.
     train_labels = torch.where(graph.train_mask[train_plan.targets], graph.y[train_plan.targets],

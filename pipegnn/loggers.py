@@ -147,6 +147,7 @@ class MLflowLogger:
         experiment_id = (experiment.experiment_id if experiment is not None else self.client.create_experiment(
             name, artifact_location=None if remote else (folder / "artifacts").resolve().as_uri()))
         self.run_id = self.client.create_run(experiment_id, run_name=settings.get("run_name")).info.run_id
+        self.last = 0  # the last epoch logged: the final figures' step
         params = [Param(k, v[:6000]) for k, v in flat_params(config).items()]  # MLflow's longest value
         for start in range(0, len(params), 100):  # MLflow's most parameters per batch
             self.client.log_batch(self.run_id, params=params[start:start + 100])
@@ -164,7 +165,7 @@ class MLflowLogger:
         self.last = epoch
 
     def finish(self, record: Mapping[str, Any], metrics: Mapping[str, float], files: list[Path]) -> None:
-        self._metrics(metrics, getattr(self, "last", 0))
+        self._metrics(metrics, self.last)
         for file in files:
             self.client.log_artifact(self.run_id, str(file))
         self.client.set_tag(self.run_id, "status", str(record.get("status")))
@@ -196,20 +197,19 @@ class Loggers:
         settings = config.get("logger") or {}
         check_loggers(settings)
         self.dir = Path(directory)
-        self.active: list[Any] = []
+        self.active: dict[str, Any] = {}
         for name, options in settings.items():
-            self._guard(name, lambda: self.active.append(LOGGERS[name](self.dir, options or {}, config)))
+            self._guard(name, lambda: self.active.update({name: LOGGERS[name](self.dir, options or {}, config)}))
 
     def _guard(self, name: str, work: Any) -> None:
         try:
             work()
         except Exception as e:  # a tracker must never cost the run its record
             log.warning("logger %s failed and is switched off: %s: %s", name, type(e).__name__, e)
-            self.active = [a for a in self.active if type(a) is not LOGGERS[name]]
+            self.active.pop(name, None)
 
     def _each(self, call: str, *args: Any) -> None:
-        for tracker in list(self.active):
-            name = next(n for n, c in LOGGERS.items() if isinstance(tracker, c))
+        for name, tracker in list(self.active.items()):
             self._guard(name, lambda: getattr(tracker, call)(*args))
 
     def epoch(self, entry: Mapping[str, Any]) -> None:

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
-import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
+
+from pipegnn.records import atomic_file
+from pipegnn.sweep import comparable_config
 
 __all__ = ["SIGNALS", "Guard", "Interrupted", "checkpoint_path", "config_key", "interruptible", "load", "restore",
            "resume", "save", "training_state"]
@@ -75,7 +76,8 @@ class Guard:
 @contextmanager
 def interruptible() -> Iterator[Guard]:
     """Inside the block the first SIGTERM or SIGINT raises :class:`Interrupted` (later ones are ignored,
-    so that the record gets written); after :meth:`Guard.hold` it is only noted in the guard. Off the main thread, where Python cannot install signal handlers, nothing changes."""
+    so that the record gets written); after :meth:`Guard.hold` it is only noted in the guard. Off the
+    main thread, where Python cannot install signal handlers, nothing changes."""
     guard = Guard()
     if threading.current_thread() is not threading.main_thread():
         yield guard
@@ -96,16 +98,8 @@ def checkpoint_path(directory: str | Path, rank: int = 0) -> Path:
 def save(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` (tensors, numbers, strings, lists and dicts of them) to ``path`` atomically: a
     reader, or a run killed while writing, never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "wb") as f:
+        torch.save(state, f)
 
 
 def load(path: str | Path) -> dict[str, Any] | None:
@@ -119,8 +113,8 @@ def load(path: str | Path) -> dict[str, Any] | None:
 
 def config_key(config: dict[str, Any]) -> str:
     """What a checkpoint must have been made with to be resumed: the resolved config as JSON, without
-    ``resume`` (which does not change what a run computes)."""
-    return json.dumps({k: v for k, v in config.items() if k != "resume"}, sort_keys=True, default=str)
+    the keys that do not change what a run computes (:func:`pipegnn.sweep.comparable_config`)."""
+    return json.dumps(comparable_config(config), sort_keys=True)
 
 
 def training_state(config: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
@@ -132,8 +126,7 @@ def training_state(config: dict[str, Any], model: torch.nn.Module, optimizer: to
             "optimizer": None if optimizer is None else optimizer.state_dict(),
             "rng": {"cpu": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-            "history": {u.name: {"rows": u.history.rows, "written": u.history.written, "step": u.history.step}
-                        for u in model.transforms() if u.history is not None}}
+            "history": {u.name: u.history.state() for u in model.transforms() if u.history is not None}}
 
 
 def resume(config: dict[str, Any], path: str | Path, model: torch.nn.Module,
@@ -170,8 +163,5 @@ def restore(state: dict[str, Any], model: torch.nn.Module,
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
     for unit in model.transforms():
         if unit.history is not None:
-            saved = state["history"][unit.name]
-            unit.history.rows.copy_(saved["rows"])
-            unit.history.written.copy_(saved["written"])
-            unit.history.step = int(saved["step"])
+            unit.history.load_state(state["history"][unit.name])
     return list(state["epochs"])

@@ -9,29 +9,39 @@ import json
 import os
 import re
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import IO, Any, Iterator, Mapping
 
-__all__ = ["RECORD_NAME", "RecordError", "check_record", "find_records", "load_record", "natural_key",
+__all__ = ["RECORD_NAME", "RecordError", "atomic_file", "check_record", "find_records", "load_record", "natural_key",
            "write_record"]
 
 RECORD_NAME = "result.json"
 
-def write_record(directory: str | Path, record: dict[str, Any], name: str = RECORD_NAME) -> Path:
-    """Write ``record`` as ``directory/<name>`` (``result.json``) atomically (a reader never sees half
-    a file)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+@contextmanager
+def atomic_file(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
+    """A file opened for writing that replaces ``path`` only when the block completes (a temporary file
+    beside it, then ``os.replace``): a reader, or a process killed while writing, never sees half a
+    file; on any error the temporary file is removed and ``path`` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=2, default=str)
-            f.write("\n")
-        path = directory / name
+        with os.fdopen(fd, mode) as f:
+            yield f
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_record(directory: str | Path, record: dict[str, Any], name: str = RECORD_NAME) -> Path:
+    """Write ``record`` as ``directory/<name>`` (``result.json``) atomically (a reader never sees half
+    a file)."""
+    path = Path(directory) / name
+    with atomic_file(path) as f:
+        json.dump(record, f, indent=2, default=str)
+        f.write("\n")
     return path
 
 

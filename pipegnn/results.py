@@ -33,9 +33,10 @@ import pandas as pd
 from pipegnn.records import (RECORD_NAME, RecordError, check_record, find_records, load_record,
                              natural_key, write_record)
 
-__all__ = ["COLUMNS", "INTEGER_COLUMNS", "LEADERBOARD_SETTINGS", "NO_RECORD", "RECORD_NAME", "ROW_STATUSES", "RecordError",
-           "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "check_record", "column", "find_records", "flatten",
-           "format_table", "integers", "leaderboard", "load", "load_record", "main", "select", "summary", "write_record"]
+__all__ = ["COLUMNS", "INTEGER_COLUMNS", "LEADERBOARD_SETTINGS", "NO_RECORD", "RECORD_NAME", "ROW_STATUSES",
+           "RecordError", "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "check_record", "column", "find_records",
+           "flatten", "format_table", "integers", "leaderboard", "load", "load_record", "main", "select", "summary",
+           "write_record"]
 
 #: Statuses a run writes in its record.
 STATUSES = ("completed", "failed", "invalid", "oom", "interrupted")
@@ -59,15 +60,16 @@ INTEGER_COLUMNS = ("chunks", "seed", "epochs", "best_epoch", "stopped_epoch", "n
 #: leaf as ``cfg.<dotted key>`` (lists joined by ',').
 COLUMNS: dict[str, str] = {
     "path": "the result.json file (where it would be for an incomplete or missing job)",
-    "status": "completed | failed | invalid | oom | interrupted (the record's) | unreadable (not valid JSON, or not shaped "
-              "like a record) | incomplete (a sweep job Hydra started that wrote no record) | missing (a job "
-              "the sweep planned that never started)",
+    "status": "completed | failed | invalid | oom | interrupted (the record's) | unreadable (not valid JSON, "
+              "or not shaped like a record) | incomplete (a sweep job Hydra started that wrote no record) | "
+              "missing (a job the sweep planned that never started)",
     "error": "first line of the error message (None when completed; why, for the other statuses)",
     **{g: f"Hydra choice of the group (else config {g}.name)" for g in ("dataset", "model", "framework",
                                                                       "engine")},
     "chunks": "config chunks (micro-batches per step)",
     "halo": "config microbatch.halo", "partition": "config microbatch.partition",
-    "targets": "config microbatch.targets, else 'train' (older records; None without a config)", "seed": "config train.seed",
+    "targets": "config microbatch.targets, else 'train' (older records; None without a config)",
+    "seed": "config train.seed",
     "epochs": "epochs completed (len of the record's epochs, NaN without a record; requested: "
               "cfg.train.epochs)",
     "test_acc": "final test accuracy (last epoch)",

@@ -196,7 +196,7 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
         log.warning("historical halos with microbatch.targets=train: each micro-batch computes only its "
                     "training nodes, and every neighbour's deeper rows come from the caches (written by the "
                     "last evaluation, no gradient through them); microbatch.targets=all computes every node "
-                    "of a part, as GNNAutoScale does (2.4 points more on Cora: results/reference/historical_gap)")
+                    "of a part, as GNNAutoScale does (2.3-3.0 points more on Cora: results/reference/historical_gap)")
     train_ids = model.attach(train_plan)
     eval_ids = train_ids if eval_plan is train_plan else model.attach(eval_plan)
     if halo == "historical" and cfg["engine"].get("balance") == "auto":

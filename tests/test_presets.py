@@ -59,7 +59,8 @@ PRESETS = {
 }
 #: Settings x 5 seeds (deep and historical_gap: 10, as their headline tables); smoke, which reproduces no
 #: result, has no seed axis.
-NUM_JOBS = {"deep": 80, "historical_gap": 80, "poster_pubmed": 360, "poster_offline": 240, "halo_modes": 180, "scaling": 100, "smoke": 4,
+NUM_JOBS = {"deep": 80, "historical_gap": 80,
+            "poster_pubmed": 360, "poster_offline": 240, "halo_modes": 180, "scaling": 100, "smoke": 4,
             "ablation_nodes": 120, "ablation_density": 120, "ablation_hidden": 120}
 
 

@@ -6,13 +6,12 @@ The adapters import only from here (never from the package ``__init__``, which i
 """
 from __future__ import annotations
 
-import torch
-from torch import Tensor, nn
+from torch import nn
 
 from pipegnn.errors import ConfigError, check_choice
 
 __all__ = ["AGGREGATIONS", "KINDS", "NORMALISED", "Adapter", "TakenOut", "aggregations", "check_aggregation",
-           "check_kind", "rows_at_least"]
+           "check_kind"]
 
 #: ``model.aggregation`` values (which ones a framework offers per model: :func:`aggregations`).
 AGGREGATIONS = ("messages", "sparse")
@@ -48,13 +47,6 @@ def check_aggregation(framework: str, kind: str, aggregation: str) -> None:
         raise ConfigError(f"model.aggregation={aggregation!r} is not available for model={kind} with "
                           f"framework={framework}{f' ({why})' if why else ''}; available: "
                           f"{', '.join(available)}")
-
-
-def rows_at_least(x: Tensor, rows: int) -> Tensor:
-    """``x`` with zero rows appended up to ``rows`` (unchanged when it has as many). A GCNII layer
-    reads the initial representation of the rows it computes, but the library layers slice it to the
-    rows they aggregate over (``x_0[:x.size(0)]``), which include halo rows beyond those it computes."""
-    return x if x.size(0) >= rows else torch.cat([x, x.new_zeros(rows - x.size(0), x.size(1))])
 
 
 class Adapter:

@@ -17,7 +17,7 @@ from torch_geometric.nn import GATConv, GCN2Conv, GCNConv, SAGEConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops, to_torch_csr_tensor
 
-from pipegnn.backends.base import NORMALISED, Adapter, TakenOut, check_aggregation, check_kind, rows_at_least
+from pipegnn.backends.base import NORMALISED, Adapter, TakenOut, check_aggregation, check_kind
 from pipegnn.models.precision import active_autocast_dtype
 from pipegnn.models.sage import SAGETransform, neighbour_and_root
 from pipegnn.models.spec import LayerSpec
@@ -160,13 +160,14 @@ class PygBackend(Adapter):
         num_dst = edge_index.sparse_size(1)
         low = active_autocast_dtype(h.device)
         cast = low is not None and h.dtype == low
-        if cast:
-            h, edge_weight = h.to(low), None if edge_weight is None else edge_weight.to(low)
+        if cast:  # h is bfloat16 already
+            edge_weight = None if edge_weight is None else edge_weight.to(low)
             initial = None if initial is None else initial.to(low)
-        # layers that read a target's own row (GAT's attention, SAGE's root) take (sources, targets) rows
+        # layers that read a target's own row (GAT's attention, SAGE's root) take (sources, targets) rows;
+        # GCNII reads the initial representation of the rows it writes (the targets')
         rows: tuple = ((h, h[:num_dst]),) if isinstance(conv, (GATConv, SAGEConv)) else (h,)
         if initial is not None:
-            rows = (*rows, rows_at_least(initial, num_dst))
+            rows = (*rows, initial)
         args = (*rows, edge_index) if edge_weight is None else (*rows, edge_index, edge_weight)
         if not cast:
             return conv(*args)

@@ -7,15 +7,17 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pipegnn.engines.balance import AUTO, auto_balance, even_balance, measure_unit_costs, unit_balance
+from pipegnn.engines.balance import (AUTO, auto_balance, even_balance, measure_unit_costs, per_stage_balance,
+                                     stage_units, unit_balance)
 from pipegnn.engines.base import IGNORE, Engine, exact_loss, parse_device
 from pipegnn.engines.gpipe import CHECKPOINT_MODES, GPipeEngine
-from pipegnn.engines.pipelining import SCHEDULES, PipeliningEngine, per_stage_balance, stage_units
+from pipegnn.engines.pipelining import SCHEDULES, PipeliningEngine
 from pipegnn.engines.single import SingleEngine
 from pipegnn.models.base import StagedGNN
 
-__all__ = ["AUTO", "CHECKPOINT_MODES", "ENGINES", "IGNORE", "SCHEDULES", "Engine", "GPipeEngine", "PipeliningEngine", "SingleEngine", "build_engine",
-           "even_balance", "exact_loss", "parse_device", "per_stage_balance", "stage_units", "unit_balance"]
+__all__ = ["AUTO", "CHECKPOINT_MODES", "ENGINES", "IGNORE", "SCHEDULES", "Engine", "GPipeEngine", "PipeliningEngine",
+           "SingleEngine", "build_engine", "even_balance", "exact_loss", "parse_device", "per_stage_balance",
+           "stage_units", "unit_balance"]
 
 ENGINES = ("single", "gpipe", "pipelining")
 

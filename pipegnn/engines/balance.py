@@ -34,7 +34,8 @@ from torch import Tensor
 from pipegnn.errors import ConfigError
 from pipegnn.models.base import StagedGNN
 
-__all__ = ["AUTO", "auto_balance", "even_balance", "measure_unit_costs", "unit_balance"]
+__all__ = ["AUTO", "auto_balance", "even_balance", "measure_unit_costs", "per_stage_balance", "stage_units",
+           "unit_balance"]
 
 AUTO = "auto"
 
@@ -62,7 +63,8 @@ def unit_balance(balance: Any, layer_units: list[int], parts: int, what: str = "
           and sum(entries) in (num_layers, units))
     if not ok:
         raise ConfigError(f"engine.balance={balance!r} does not match the model: it needs one positive "
-                          f"entry per {what} ({parts} {what}{'es' if what.endswith('s') else 's'}) summing to model.layers={num_layers} "
+                          f"entry per {what} ({parts} {what}{'es' if what.endswith('s') else 's'}) summing to "
+                          f"model.layers={num_layers} "
                           f"(whole layers) or to {units} (units: a transform and a propagation per layer"
                           f"{', and the input and output Linear' if units > 2 * num_layers else ''}), or null "
                           "(even) or auto (measured)")
@@ -150,3 +152,16 @@ def auto_balance(costs: Sequence[float], parts: int) -> list[int]:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def stage_units(per_stage: list[int]) -> list[range]:
+    """Units of every pipeline stage, in stage order, from the units per stage; stage s runs on rank
+    ``s % num_ranks``."""
+    return [range(a, a + c) for a, c in zip(accumulate([0, *per_stage]), per_stage)]
+
+
+def per_stage_balance(per_rank_units: list[int], per_rank: int = 1) -> list[int]:
+    """Units per stage from units per rank: with ``per_rank`` > 1 (interleaving) a rank's units are
+    split as evenly as possible over its ``per_rank`` stages (stage s runs on rank ``s % ranks``)."""
+    ranks = len(per_rank_units)
+    return [even_balance(per_rank_units[s % ranks], per_rank)[s // ranks] for s in range(ranks * per_rank)]

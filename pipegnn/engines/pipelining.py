@@ -17,9 +17,8 @@ dim 0) and the per-micro-batch loss. Hand-written here because torch has no equi
   otherwise divide the gradients by the number of micro-batches);
 - the stage timeline: ``PipelineStage``'s computations and the waits for its receives (``_TimedStage``),
   gathered on every rank after each training step;
-- the units of each stage from the balance (and ``virtual_stages`` for interleaving), a check that
-  all ranks built the same plans and initial weights, and the broadcasts. The process group and the
-  per-rank peak memory are in :mod:`pipegnn.processes.group`.
+- a check that all ranks built the same plans and initial weights, the broadcasts, and with replicas
+  (``engine.data_parallel``, over torch's ``DeviceMesh``) the share of each and the gradients' sum.
 """
 from __future__ import annotations
 
@@ -36,27 +35,14 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
                                           ScheduleInterleaved1F1B)
 
-from pipegnn.engines.balance import even_balance
+from pipegnn.engines.balance import stage_units
 from pipegnn.engines.base import IGNORE, Engine, exact_loss
 from pipegnn.models.base import StagedGNN, Unit, layerwise
 from pipegnn.timeline import Box, PipelineInfo, Timeline
 
-__all__ = ["SCHEDULES", "PipeliningEngine", "per_stage_balance", "stage_units"]
+__all__ = ["SCHEDULES", "PipeliningEngine"]
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved1f1b": ScheduleInterleaved1F1B}
-
-
-def stage_units(per_stage: list[int]) -> list[range]:
-    """Units of every pipeline stage, in stage order, from the units per stage; stage s runs on rank
-    ``s % num_ranks``."""
-    return [range(a, a + c) for a, c in zip(accumulate([0, *per_stage]), per_stage)]
-
-
-def per_stage_balance(per_rank_units: list[int], per_rank: int = 1) -> list[int]:
-    """Units per stage from units per rank: with ``per_rank`` > 1 (interleaving) a rank's units are
-    split as evenly as possible over its ``per_rank`` stages (stage s runs on rank ``s % ranks``)."""
-    ranks = len(per_rank_units)
-    return [even_balance(per_rank_units[s % ranks], per_rank)[s // ranks] for s in range(ranks * per_rank)]
 
 
 class _PipeStage(nn.Module):
@@ -177,9 +163,9 @@ class PipeliningEngine(Engine):
         names = model.unit_names
         # The timeline's stages: every replica's, replica by replica; lane = global rank.
         lanes = [d * self.world + s % self.world for d in range(data_parallel) for s in range(self.num_stages)]
-        prefix = [f"replica{d}:" if data_parallel > 1 else "" for d in range(data_parallel)]
+        self.prefix = [f"replica{d}:" if data_parallel > 1 else "" for d in range(data_parallel)]
         self.info = PipelineInfo("pipelining", schedule, chunks,
-                                 [[f"{p}{n}" for n in names[r.start:r.stop]] for p in prefix for r in self.units],
+                                 [[f"{p}{n}" for n in names[r.start:r.stop]] for p in self.prefix for r in self.units],
                                  lanes, [f"rank{r}:{device.type}" for r in lanes],
                                  overlap_possible=self.world * data_parallel > 1,
                                  overlap_note=None if self.world * data_parallel > 1 else "one process",
@@ -207,20 +193,22 @@ class PipeliningEngine(Engine):
         """The global rank of pipeline rank ``rank`` of this replica."""
         return self.replica * self.world + rank
 
-    def _share(self, ids: Tensor) -> Tensor:
-        """This replica's contiguous share of a call's micro-batches."""
-        per = ids.numel() // self.replicas
-        if per * self.replicas != ids.numel() or per != self.chunks:
+    def _share(self, ids: Tensor) -> tuple[Tensor, list[int]]:
+        """This replica's contiguous share of a call's micro-batches, and every replica's target rows."""
+        if ids.numel() != self.chunks * self.replicas:
             raise ValueError(f"pipelining engine runs {self.chunks} micro-batches per call and replica "
                              f"({self.replicas} replicas), got {ids.numel()}")
-        return ids[self.replica * per:(self.replica + 1) * per]
+        order, c = ids.tolist(), self.chunks
+        rows = [sum(self.rows[-1][0][m] for m in order[d * c:(d + 1) * c]) for d in range(self.replicas)]
+        return ids[self.replica * c:(self.replica + 1) * c], rows
 
     def _reduce_gradients(self, params: list[Tensor]) -> None:
-        """Sum this rank's gradients over the replicas (the ``dp`` group); one all-reduce per tensor."""
-        for p in params:
-            if p.grad is None:  # a replica whose micro-batches left it unused still takes part
-                p.grad = torch.zeros_like(p)
-            dist.all_reduce(p.grad, group=self.dp_group)
+        """Sum this rank's gradients over the replicas in one all-reduce, flattened (unused: zeros)."""
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.dp_group)
+        for p, summed in zip(params, flat.split([g.numel() for g in grads])):
+            p.grad = summed.view_as(p)
 
     @property
     def has_first(self) -> bool:
@@ -271,12 +259,9 @@ class PipeliningEngine(Engine):
         return (ids.to(self.devices[0], torch.long),) if self.has_first else ()
 
     def train_step(self, ids: Tensor, labels: Tensor, num_targets: int) -> float:
-        everything = ids
-        ids = self._share(ids)
-        if self.replicas > 1:  # this replica's labels: its micro-batches' rows among everyone's
-            sizes = [self.rows[-1][0][m] for m in everything.tolist()]
-            before = sum(sizes[:self.replica * self.chunks])
-            labels = labels[before:before + sum(sizes[self.replica * self.chunks:(self.replica + 1) * self.chunks])]
+        ids, rows = self._share(ids)
+        before = sum(rows[:self.replica])  # this replica's labels: its micro-batches' rows among everyone's
+        labels = labels[before:before + rows[self.replica]]
         order = ids.tolist()
         schedule = self._schedule(order, train=True)
         self._num_targets = num_targets
@@ -321,34 +306,30 @@ class PipeliningEngine(Engine):
 
     @torch.no_grad()
     def predict(self, ids: Tensor) -> Tensor:
-        if self.replicas > 1:  # each replica predicts its share; the logits are gathered in ids' order
-            everything, ids = ids.tolist(), self._share(ids)
-            return self._gather_replicas(self._predict(ids), everything)
-        return self._predict(ids)
-
-    def _gather_replicas(self, logits: Tensor, order: list[int]) -> Tensor:
-        """Every replica's ``logits`` (of its share of ``order``'s micro-batches) on every rank, in
-        ``order``: one all-gather over the replicas, padded to the largest share."""
-        rows = [sum(self.rows[-1][0][m] for m in order[d * self.chunks:(d + 1) * self.chunks])
-                for d in range(self.replicas)]
-        padded = F.pad(logits, (0, 0, 0, max(rows) - logits.size(0)))
-        parts = [torch.empty_like(padded) for _ in rows]
-        dist.all_gather(parts, padded.contiguous(), group=self.dp_group)
-        return torch.cat([part[:n] for part, n in zip(parts, rows)])
-
-    def _predict(self, ids: Tensor) -> Tensor:
-        """The logits of this replica's micro-batches ``ids`` on every rank of the replica."""
+        """The logits of ``ids``'s micro-batches on every rank: each replica runs its share forward only,
+        and with replicas the shares are all-gathered (padded to the largest) in ``ids``' order."""
+        ids, shares = self._share(ids)
         order = ids.tolist()
         schedule = self._schedule(order, train=False)
-        rows = [self.rows[-1][0][m] for m in order]
         self.begin_first(ids)
         out = schedule.step(*self._args(ids))
         self.end_first()
+        rows, parts = [self.rows[-1][0][m] for m in order], []
         if self.has_last:
             padded = out.view(len(order), self.pad[-1][0][order[0]], -1)
-            logits = torch.cat([padded[i, :n] for i, n in enumerate(rows)])
-        else:
-            logits = torch.empty(sum(rows), self.width[-1][0], dtype=self.dtype, device=self.devices[0])
+            parts = [padded[i, :n] for i, n in enumerate(rows)]
+        logits = self._from_last(parts, sum(rows))
+        if self.replicas == 1:
+            return logits
+        padded = F.pad(logits, (0, 0, 0, max(shares) - logits.size(0)))
+        gathered = [torch.empty_like(padded) for _ in shares]
+        dist.all_gather(gathered, padded.contiguous(), group=self.dp_group)
+        return torch.cat([part[:n] for part, n in zip(gathered, shares)])
+
+    def _from_last(self, parts: list[Tensor], rows: int) -> Tensor:
+        """The logits the last stage's rank holds (``parts``, ``rows`` in all) on every rank of the replica."""
+        logits = (torch.cat(parts).to(self.dtype) if self.has_last
+                  else torch.empty(rows, self.width[-1][0], dtype=self.dtype, device=self.devices[0]))
         dist.broadcast(logits, src=self._global(self.last_rank), group=self.pp_group)
         return logits
 
@@ -362,7 +343,6 @@ class PipeliningEngine(Engine):
         training each replica's caches get only its own micro-batches' pushes, one step of extra
         staleness for the others' rows, which the staleness figures count)."""
         order = ids.tolist()
-        device = self.devices[0]
         if self.has_first:
             self.first.begin_step(order)
         carried: list[tuple[Tensor, ...]] = [() for _ in order]
@@ -379,19 +359,16 @@ class PipeliningEngine(Engine):
                     dist.send(torch.cat(tensor).to(self.dtype).contiguous(), dst=self._global(after))
         if self.has_first:
             self.first.end_step()
-        rows = sum(self.rows[-1][0][m] for m in order)
-        logits = (torch.cat([out[0] for out in carried]).to(self.dtype) if self.has_last
-                  else torch.empty(rows, self.width[-1][0], dtype=self.dtype, device=device))
-        dist.broadcast(logits, src=self._global(self.last_rank), group=self.pp_group)
-        return logits
+        return self._from_last([out[0] for out in carried] if self.has_last else [],
+                               sum(self.rows[-1][0][m] for m in order))
 
     def history_traffic(self, model: StagedGNN) -> dict[str, dict[str, float]]:
         """Every cache's traffic of the step, by unit name as in ``info.stage_units`` (``replica<d>:``
         before it with replicas: each replica's caches are its own)."""
         ranks: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, model.history_traffic())
-        prefix = [f"replica{d}:" if self.replicas > 1 else "" for d in range(self.replicas)]
-        return {f"{prefix[r // self.world]}{name}": t for r, traffic in enumerate(ranks) for name, t in traffic.items()}
+        return {f"{self.prefix[r // self.world]}{name}": t
+                for r, traffic in enumerate(ranks) for name, t in traffic.items()}
 
     def _receive(self, unit: int, order: list[int], src: int) -> list[tuple[Tensor, ...]]:
         """Unit ``unit``'s outputs for the micro-batches ``order``, sent by rank ``src`` (one message

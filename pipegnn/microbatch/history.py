@@ -34,6 +34,17 @@ class History(nn.Module):
         self._ages: dict[int, tuple[float, int]] = {}  # micro-batch -> (sum of ages, rows) this step
         self._pushed: dict[int, int] = {}  # micro-batch -> rows pushed this step
 
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the cache: its rows, their write steps and the step counter."""
+        return {"rows": self.rows, "written": self.written, "step": self.step}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Put :meth:`state`'s ``state`` back."""
+        self.rows.copy_(state["rows"])
+        self.written.copy_(state["written"])
+        self.step = int(state["step"])
+        self._filled = False  # checked again on the next read
+
     def tick(self) -> None:
         """Start a new training step (ages are counted in steps)."""
         self.step += 1
@@ -60,16 +71,13 @@ class History(nn.Module):
         Raises:
             RuntimeError: some rows were never written (fill the cache with a refresh pass first).
         """
-        counted = micro_batch is not None and micro_batch not in self._ages
-        if not self._filled or counted:
+        if not self._filled:  # rows are never unwritten again: once all are written, reads need no check
+            if bool((self.written.index_select(0, nodes) < 0).any()):
+                raise RuntimeError("history cache read before it was filled: run a refresh pass first")
+            self._filled = bool((self.written >= 0).all())
+        if micro_batch is not None and micro_batch not in self._ages:
             written = self.written.index_select(0, nodes)
-            if not self._filled:
-                if bool((written < 0).any()):
-                    raise RuntimeError("history cache read before it was filled: run a refresh pass first")
-                # rows are never unwritten again: once every row is written, reads need no check
-                self._filled = bool((self.written >= 0).all())
-            if counted:
-                self._ages[micro_batch] = (float((self.step - written).sum()), nodes.numel())
+            self._ages[micro_batch] = (float((self.step - written).sum()), nodes.numel())
         return self.rows.index_select(0, nodes)
 
     def staleness(self) -> float:

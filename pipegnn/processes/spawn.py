@@ -25,10 +25,8 @@ workers and fails; each worker also stops itself at that same instant (with a cl
 launcher that cannot act (stopped, hung) does not leave them running.
 
 Failure: when a worker exits non-zero, the others get a grace period to exit by themselves (they usually
-fail at once with a lost connection to the dead peer), then are terminated. The cause named in the
-error is, in this order: a rank that found the configuration invalid or ran out of memory; a rank that
-died without reporting (killed by a signal, crashed), in the order the launcher saw the exits; a rank
-that reported a failure other than a lost connection; the first rank that reported a failure.
+fail at once with a lost connection to the dead peer), then are terminated; which rank's failure the
+run's record names: :mod:`pipegnn.processes.outcome`.
 
 Hand-written rather than ``torch.distributed.launcher.api.elastic_launch``: elastic's agent hands the
 workers' return values back only when all of them have finished (a failed run would lose the epochs rank
@@ -55,38 +53,24 @@ from typing import Any, Callable
 import torch
 import torch.multiprocessing as mp
 
-from pipegnn.errors import ConfigError
 from pipegnn.measure import peak_rss_bytes
 from pipegnn.preemption import Interrupted
+from pipegnn.processes.outcome import WorkerFailed, failure, merge
 
-__all__ = ["WorkerFailed", "spawn"]
+__all__ = ["spawn"]
 
 log = logging.getLogger(__name__)
 
 _FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
-#: Record fields the parent takes from rank 0's record (on failure: all but the memory, see ``_merge``).
-_MERGED = ("dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace", "features",
-           "resumed")
 #: After a worker fails, how long the others get to exit by themselves (and report) before they are
 #: terminated; also the grace of ``_stop``'s terminate before its kill.
 _GRACE_S = 5.0
-#: A reported error with one of these only says that the rank lost its peer (which failed first).
-_LOST_PEER = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",
-              "socket closed")
 #: Exit code of a worker that found its launcher gone.
 _ORPHANED = 3
 
 #: ``target(cfg, on_epoch=callback) -> record``: one rank's whole run (``pipegnn.train.run``); rank 0
 #: calls ``on_epoch(entry)`` with each finished epoch's entry of ``record["epochs"]``.
 Target = Callable[..., dict[str, Any]]
-
-
-class WorkerFailed(RuntimeError):
-    """A pipeline worker failed; ``worker_traceback`` is the worker's traceback (for the record)."""
-
-    def __init__(self, message: str, worker_traceback: str | None = None):
-        super().__init__(message)
-        self.worker_traceback = worker_traceback
 
 
 def _free_port() -> int:
@@ -197,7 +181,7 @@ def _guard(rank: int, parent: int | None, lifeline: Connection, deadline: float,
 
 def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], target: Target, out: Connection,
             lifeline: Connection, parent: int | None, deadline: float, targets: dict[str, Any],
-            state_dir: str | None) -> None:
+            state_dir: str | os.PathLike | None) -> None:
     outbox, code = _Outbox(out), 1
     _guard(rank, parent, lifeline, deadline, float(cfg["engine"]["timeout_s"]), outbox)
     try:
@@ -210,8 +194,7 @@ def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], target: Targe
         try:
             record = target(cfg, on_epoch=on_epoch, state_dir=state_dir)
         except Interrupted as e:  # the run recorded it: report the record, exit as the signal asks
-            record, code = e.record or {"status": "interrupted", "error": str(e)}, e.exit_code
-            record.setdefault("interrupted", {"signal": e.name})
+            record, code = e.record, e.exit_code
         keys = ("status", "error", "traceback", "interrupted")
         result = record if rank == 0 else {k: record.get(k) for k in keys}
     except Exception as e:  # outside the run (which records its own failures)
@@ -293,53 +276,6 @@ def _stop(processes: list[Any], grace: float = _GRACE_S) -> None:
             p.join()
 
 
-def _death(rank: int, code: int) -> str:
-    if code < 0:
-        try:
-            how = f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            how = f"was killed by signal {-code}"
-        return f"pipeline worker rank {rank} {how} (exit code {code})"
-    return f"pipeline worker rank {rank} exited with exit code {code} without reporting a result"
-
-
-def _failure(exits: list[tuple[int, int]], results: dict[int, dict[str, Any]]) -> Exception | None:
-    """The parent's exception for the workers' exits (None: every rank completed): a worker's invalid
-    configuration or out-of-memory error as such, else ``WorkerFailed`` naming the rank that failed
-    first (see the module's docstring)."""
-    failed = [(r, code) for r, code in exits
-              if code != 0 or (results.get(r) or {}).get("status") != "completed"]
-    if not failed:
-        return None
-    reported = [(r, results[r]) for r, _ in failed if r in results]
-    for r, res in reported:
-        if res.get("status") == "invalid":
-            return ConfigError(res["error"])
-    for r, res in reported:
-        if res.get("status") == "oom":
-            return MemoryError(f"pipeline worker rank {r}: {res['error']}")
-    for r, res in reported:  # a worker stopped by a signal (a scheduler's): the run is interrupted
-        if res.get("status") == "interrupted":
-            return Interrupted(signal.Signals[res["interrupted"]["signal"]])
-    for r, code in failed:
-        if r not in results:
-            return WorkerFailed(_death(r, code))
-    r, res = next(((r, res) for r, res in reported
-                   if not any(m in str(res.get("error")).lower() for m in _LOST_PEER)), reported[0])
-    return WorkerFailed(f"pipeline worker rank {r} failed: {res.get('error')}", res.get("traceback"))
-
-
-def _merge(record: dict[str, Any], worker: dict[str, Any] | None, epochs: list[dict[str, Any]],
-           completed: bool) -> None:
-    """Rank 0's record into the parent's; after a failure its memory is left out (the parent records
-    its own) and the epochs are the ones rank 0 sent while it ran, if it could not report them all."""
-    for key in _MERGED:
-        if worker is not None and key in worker and (completed or key != "memory"):
-            record[key] = worker[key]
-    if len(epochs) > len(record.get("epochs") or []):
-        record["epochs"] = epochs
-
-
 def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
           on_epoch: Callable[[dict[str, Any]], Any] | None = None,
           state_dir: str | os.PathLike | None = None) -> list[torch.device]:
@@ -375,14 +311,13 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
     inbox.start()
     parent = os.getpid() if method == "spawn" else None
     args = (world, _free_port(), cfg, target)
-    where = None if state_dir is None else os.fspath(state_dir)
     processes: list[Any] = []
     exits: list[tuple[int, int]] = []
     finished = False
     try:
         for rank, (_, out) in enumerate(pipes):
             p = context.Process(target=_worker, name=f"pipegnn-rank{rank}",
-                                args=(rank, *args, out, lifeline, parent, deadline, _log_targets(), where))
+                                args=(rank, *args, out, lifeline, parent, deadline, _log_targets(), state_dir))
             p.start()
             processes.append(p)
             out.close()  # the worker holds its writing end now: its exit ends the pipe
@@ -396,13 +331,13 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
         for conn in (lifeline, alive, *(out for _, out in pipes)):
             conn.close()  # a worker still there exits; the pipes of workers never started end
         inbox.join(_GRACE_S)  # the workers are gone: their pipes end once their messages are read
-        failure = _failure(exits, inbox.results) if finished else None
-        _merge(record, inbox.results.get(0), list(inbox.epochs), completed=finished and failure is None)
+        error = failure(exits, inbox.results) if finished else None
+        merge(record, inbox.results.get(0), list(inbox.epochs), completed=finished and error is None)
         if not inbox.is_alive():  # (else a process that outlived its worker holds a pipe: left open)
             for reader, _ in pipes:
                 reader.close()
-    if failure is not None:
-        raise failure
+    if error is not None:
+        raise error
     if 0 not in inbox.results:
         raise WorkerFailed("pipeline worker rank 0 exited without a result")
     timing = dict(inbox.results[0].get("timing") or {})

@@ -1,0 +1,81 @@
+"""What a spawned pipeline's run records of its workers: which rank's failure its error names, and
+what it takes from rank 0's record.
+
+When a worker fails the others usually fail at once with a lost connection to the dead peer, so the
+cause named is, in this order: a rank that found the configuration invalid or ran out of memory; a rank
+stopped by a signal that it recorded (the run is then interrupted); a rank that died without reporting
+(killed by a signal, crashed), in the order the launcher saw the exits; a rank that reported a failure
+other than a lost connection; the first rank that reported a failure.
+"""
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from pipegnn.errors import ConfigError
+from pipegnn.preemption import Interrupted
+
+__all__ = ["LOST_PEER", "MERGED", "WorkerFailed", "death", "failure", "merge"]
+
+#: Record fields the parent takes from rank 0's record (on failure: all but the memory, see :func:`merge`).
+MERGED = ("dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace", "features",
+          "resumed")
+#: A reported error with one of these only says that the rank lost its peer (which failed first).
+LOST_PEER = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",
+             "socket closed")
+
+
+class WorkerFailed(RuntimeError):
+    """A pipeline worker failed; ``worker_traceback`` is the worker's traceback (for the record)."""
+
+    def __init__(self, message: str, worker_traceback: str | None = None):
+        super().__init__(message)
+        self.worker_traceback = worker_traceback
+
+
+def death(rank: int, code: int) -> str:
+    """How a rank that reported nothing ended (its exit code)."""
+    if code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+        return f"pipeline worker rank {rank} {how} (exit code {code})"
+    return f"pipeline worker rank {rank} exited with exit code {code} without reporting a result"
+
+
+def failure(exits: list[tuple[int, int]], results: dict[int, dict[str, Any]]) -> Exception | None:
+    """The parent's exception for the workers' exits (None: every rank completed): a worker's invalid
+    configuration or out-of-memory error as such, else ``WorkerFailed`` naming the rank that failed
+    first (see the module doc)."""
+    failed = [(r, code) for r, code in exits
+              if code != 0 or (results.get(r) or {}).get("status") != "completed"]
+    if not failed:
+        return None
+    reported = [(r, results[r]) for r, _ in failed if r in results]
+    for r, res in reported:
+        if res.get("status") == "invalid":
+            return ConfigError(res["error"])
+    for r, res in reported:
+        if res.get("status") == "oom":
+            return MemoryError(f"pipeline worker rank {r}: {res['error']}")
+    for r, res in reported:  # a worker stopped by a signal (a scheduler's): the run is interrupted
+        if res.get("status") == "interrupted":
+            return Interrupted(signal.Signals[res["interrupted"]["signal"]])
+    for r, code in failed:
+        if r not in results:
+            return WorkerFailed(death(r, code))
+    r, res = next(((r, res) for r, res in reported
+                   if not any(m in str(res.get("error")).lower() for m in LOST_PEER)), reported[0])
+    return WorkerFailed(f"pipeline worker rank {r} failed: {res.get('error')}", res.get("traceback"))
+
+
+def merge(record: dict[str, Any], worker: dict[str, Any] | None, epochs: list[dict[str, Any]],
+           completed: bool) -> None:
+    """Rank 0's record into the parent's; after a failure its memory is left out (the parent records
+    its own) and the epochs are the ones rank 0 sent while it ran, if it could not report them all."""
+    for key in MERGED:
+        if worker is not None and key in worker and (completed or key != "memory"):
+            record[key] = worker[key]
+    if len(epochs) > len(record.get("epochs") or []):
+        record["epochs"] = epochs
