@@ -1,6 +1,6 @@
 """Large datasets from tiny raw files in each loader's own format (equal to ogb's and PyG's loaders,
 safe from crafted cache files, fine with an unwritable cache), PubMed's topology from the shared raw
-files, and the synthetic presets and density option."""
+files, and the synthetic presets."""
 from __future__ import annotations
 
 import logging
@@ -18,11 +18,11 @@ from omegaconf import OmegaConf
 from torch_geometric.datasets import Reddit
 from torch_geometric.utils import is_undirected
 
-from pipegnn.data import DATASETS, LARGE_NAMES, Graph, SyntheticSpec, load_graph, make_synthetic
+from pipegnn.data import DATASETS, LARGE_NAMES, Graph, SyntheticSpec, load_graph
 from pipegnn.data import large
 from pipegnn.data.graph import GRAPH_FILE, load_saved_graph
 from pipegnn.data.planetoid import PUBMED_TOPOLOGY_FILES, load_pubmed_topology
-from pipegnn.errors import ConfigError, DatasetUnavailable
+from pipegnn.errors import DatasetUnavailable
 
 from conftest import (CONF, ROOT, TINY_SYNTHETIC, CodeMarker, make_cfg, plant_processed, same_graph,
                       unwritable_cache)
@@ -311,33 +311,7 @@ def test_pubmed_topology_missing_files(tmp_path: Path) -> None:
     assert all(f in message for f in PUBMED_TOPOLOGY_FILES) and "<data.root>/PubMed/raw/" in message
 
 
-# --- Synthetic: density, validation, presets -----------------------------------------------------------
-
-def test_synthetic_density_sets_the_edge_count() -> None:
-    spec = SyntheticSpec(num_nodes=2000, density=0.004, num_features=8, num_val=100, num_test=100)
-    g = make_synthetic(spec)
-    assert g.num_edges == 2 * round(0.004 * 2000 * 1999 / 2)  # exact, duplicates are re-drawn
-    assert is_undirected(g.edge_index) and bool((g.edge_index[0] != g.edge_index[1]).all())
-    # Dense enough that duplicates exceed the 5% margin of the first draw: still exact.
-    dense = make_synthetic(SyntheticSpec(num_nodes=300, density=0.3, num_features=8, num_val=20,
-                                         num_test=20))
-    assert dense.num_edges == 2 * round(0.3 * 300 * 299 / 2)
-
-
-@pytest.mark.parametrize("params, message", [
-    ({"avg_degree": 10, "density": 0.001}, "set exactly one of them"),
-    ({"density": 1.5}, "dataset.density must be null or in (0, 1]"),
-    ({"avg_degree": 0}, "dataset.avg_degree must be null or in (0, num_nodes - 1"),
-    ({"avg_degree": "high"}, "dataset.avg_degree must be null or in"),
-    ({"num_nodes": 10.5}, "dataset.num_nodes must be an integer >= 2"),
-    ({"homophily": 2}, "dataset.homophily must be in [0, 1]"),
-    ({"num_nodes": 100}, "split sizes"),
-])
-def test_synthetic_spec_errors(params: dict, message: str) -> None:
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")
-                       .replace("[", r"\[").replace("]", r"\]")):
-        load_graph({"name": "synthetic", **params}, None, ".")
-
+# --- Synthetic presets ---------------------------------------------------------------------------------
 
 PRESETS = ["synthetic_pubmed", "synthetic_nodes", "synthetic_density", "synthetic_hidden",
            "synthetic_large"]

@@ -1,0 +1,182 @@
+"""The files of one tensor of a feature store (group ``node``, attr ``x`` for the node features), in the
+store's folder:
+
+- ``node.x.bin``: the matrix, row-major, raw bytes in this machine's byte order;
+- ``node.x.json``: its sidecar: format version, group, attr, dtype (``float32``, ``bfloat16``, ...),
+  rows, cols, byte order, the row order, and the key it was built for (what the cache checks);
+- ``node.x.order.npy``, when the rows are not in node order: the node id of every row (int64).
+
+Nothing read from these files can execute code: JSON, raw bytes, and ``.npy`` read with
+``allow_pickle=False``. A file that does not match its sidecar (size, dtype, order) raises
+:class:`FeatureFileError`. Files are written atomically (temporary file, then ``os.replace``; the
+sidecar last), so parallel jobs never read half a file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["ATTR", "DTYPES", "FORMAT", "GROUP", "FeatureFileError", "paths", "read_position", "read_sidecar",
+           "remove_files", "stored_tensors", "write_files"]
+
+#: Group and attribute name of the node features in a store.
+GROUP, ATTR = "node", "x"
+#: Version of the file layout (bump when it changes).
+FORMAT = 1
+#: The dtypes a feature file may hold, by their name in the sidecar.
+DTYPES = {str(d).removeprefix("torch."): d
+          for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16)}
+
+
+class FeatureFileError(ValueError):
+    """A feature file does not match its sidecar (missing, truncated, another dtype or shape)."""
+
+
+def paths(folder: Path, group: str, attr: str) -> tuple[Path, Path, Path]:
+    """The raw file, sidecar and order file of ``group.attr`` in ``folder``."""
+    for name in (group, attr):
+        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+            raise ValueError(f"feature store names must be plain file-name parts, got {name!r}")
+    stem = f"{group}.{attr}"
+    return folder / f"{stem}.bin", folder / f"{stem}.json", folder / f"{stem}.order.npy"
+
+
+def read_sidecar(folder: Path, group: str, attr: str) -> dict[str, Any]:
+    """The validated sidecar of ``group.attr`` (file sizes checked, order not yet read).
+
+    Raises:
+        FeatureFileError: missing or unreadable sidecar, or a file that does not match it.
+    """
+    data, side, order_path = paths(folder, group, attr)
+    try:
+        meta = json.loads(side.read_text())
+    except FileNotFoundError:
+        raise FeatureFileError(f"no feature file {side}") from None
+    except (OSError, ValueError) as e:
+        raise FeatureFileError(f"unreadable feature sidecar {side}: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise FeatureFileError(f"{side}: not a feature sidecar of format {FORMAT} "
+                               f"(format {meta.get('format') if isinstance(meta, dict) else None!r})")
+    rows, cols, dtype, order = (meta.get(k) for k in ("rows", "cols", "dtype", "order"))
+    if (type(rows) is not int or type(cols) is not int or rows < 0 or cols < 0
+            or dtype not in DTYPES or (order is not None and order != order_path.name)):
+        raise FeatureFileError(f"{side}: malformed sidecar (rows {rows!r}, cols {cols!r}, dtype {dtype!r}, "
+                               f"order {order!r})")
+    if meta.get("byteorder") != sys.byteorder:
+        raise FeatureFileError(f"{side}: written in {meta.get('byteorder')!r} byte order, this machine "
+                               f"is {sys.byteorder!r}")
+    expected = rows * cols * DTYPES[dtype].itemsize
+    try:
+        size = data.stat().st_size
+    except OSError as e:
+        raise FeatureFileError(f"feature file {data} of sidecar {side} is missing ({e})") from None
+    if size != expected:
+        raise FeatureFileError(f"feature file {data} has {size} bytes, its sidecar says {rows} x {cols} "
+                               f"{dtype} = {expected} bytes (truncated or rewritten?)")
+    return meta
+
+
+def read_position(path: Path, rows: int) -> np.ndarray:
+    """File row of every node from the order file ``path`` (node id of every row), checked to be a
+    permutation of ``range(rows)``."""
+    try:
+        order = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise FeatureFileError(f"unreadable row order {path}: {e}") from None
+    if order.dtype != np.int64 or order.shape != (rows,):
+        raise FeatureFileError(f"row order {path}: {order.dtype} {order.shape}, expected int64 ({rows},)")
+    position = np.full(rows, -1, dtype=np.int64)
+    if rows and (order.min() < 0 or order.max() >= rows):
+        raise FeatureFileError(f"row order {path}: node ids outside [0, {rows})")
+    position[order] = np.arange(rows, dtype=np.int64)
+    if rows and position.min() < 0:
+        raise FeatureFileError(f"row order {path} is not a permutation (a node appears twice)")
+    return position
+
+
+def write_files(folder: Path, blocks: Iterable[Tensor], *, rows: int, cols: int, dtype: torch.dtype,
+                group: str, attr: str, order: Tensor | None, key: str) -> None:
+    """Write the files of ``group.attr`` from row blocks (each ``[b, cols]``, cast to ``dtype``), one
+    block in memory at a time; ``order``: the node id of every row (None: node order). Atomic: the old
+    files, if any, stay readable until the new ones are complete.
+
+    Raises:
+        OSError: the folder cannot be written.
+        ValueError: an unsupported dtype, or blocks that do not add up to ``rows`` x ``cols``.
+    """
+    if str(dtype).removeprefix("torch.") not in DTYPES:
+        raise ValueError(f"unsupported feature dtype {dtype}; valid: {', '.join(DTYPES)}")
+    data, side, order_path = paths(folder, group, attr)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with _atomic(data) as tmp, open(tmp, "wb") as out:
+        for block in blocks:
+            block = block.detach().to("cpu", dtype).contiguous()
+            if block.dim() != 2 or block.size(1) != cols:
+                raise ValueError(f"feature block of shape {tuple(block.shape)}, expected [*, {cols}]")
+            out.write(memoryview(block.view(-1).view(torch.uint8).numpy()))
+            written += block.size(0)
+        if written != rows:
+            raise ValueError(f"feature blocks hold {written} rows, expected {rows}")
+    if order is not None:
+        with _atomic(order_path) as tmp, open(tmp, "wb") as out:
+            np.save(out, order.detach().cpu().to(torch.int64).numpy(), allow_pickle=False)
+    else:
+        order_path.unlink(missing_ok=True)
+    meta = {"format": FORMAT, "group": group, "attr": attr, "dtype": str(dtype).removeprefix("torch."),
+            "rows": rows, "cols": cols, "byteorder": sys.byteorder,
+            "order": None if order is None else order_path.name, "key": key}
+    with _atomic(side) as tmp:
+        Path(tmp).write_text(json.dumps(meta, indent=1))
+
+
+def remove_files(folder: Path, group: str, attr: str) -> bool:
+    """Remove the files of ``group.attr``, the sidecar first (the tensor is gone at once); whether it
+    had one."""
+    data, side, order_path = paths(folder, group, attr)
+    existed = side.is_file()
+    for path in (side, data, order_path):
+        path.unlink(missing_ok=True)
+    return existed
+
+
+def stored_tensors(folder: Path) -> list[tuple[str, str]]:
+    """``(group, attr)`` of every tensor in ``folder`` with a sidecar of this format, by sidecar name."""
+    found = []
+    for side in sorted(folder.glob("*.json")):
+        try:
+            meta = json.loads(side.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict) and meta.get("format") == FORMAT and side.name == \
+                f"{meta.get('group')}.{meta.get('attr')}.json":
+            found.append((meta["group"], meta["attr"]))
+    return found
+
+
+class _atomic:
+    """A temporary file beside ``path`` (yielded as a str) that replaces ``path`` when the block ends
+    without an error, and is removed otherwise."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> str:
+        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        os.close(fd)
+        return self.tmp
+
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        try:
+            if kind is None:
+                os.replace(self.tmp, self.path)
+        finally:
+            Path(self.tmp).unlink(missing_ok=True)
