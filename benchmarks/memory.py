@@ -103,7 +103,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     import pipegnn.train as train
     from pipegnn import run
     from pipegnn.measure import peak_rss_bytes, reset_peaks
-    from pipegnn.records import write_record
+    from pipegnn.results import write_record
     from pipegnn.schema import compose_config
 
     cfg = OmegaConf.to_container(compose_config(spec["overrides"]), resolve=True)

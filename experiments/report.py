@@ -13,9 +13,9 @@ reference`). For each, under ``out/<preset>/``:
   epoch time over the chunks=1 run of the same dataset, model (and hidden size), graph (nodes, edges,
   density), framework, devices, halo and partition (NaN where the sweep has no chunks=1 run; with
   targets=all or halo none that run is full-graph training);
-- ``*.png``: the figures of :mod:`pipegnn.analysis` the sweep has data for (the others are skipped;
+- ``*.png``: the figures of :mod:`pipegnn.results.figures` the sweep has data for (the others are skipped;
   :data:`PRESET_FIGURES` narrows them for presets where only some mean something);
-- ``timeline.png``: the traced step of one run (:func:`pipegnn.analysis.plot_timeline`): of the
+- ``timeline.png``: the traced step of one run (:func:`pipegnn.results.plot_timeline`): of the
   completed runs with a ``trace.json``, the one with the most chunks (the first by path among equals);
   none when no run has a trace.
 """
@@ -28,8 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipegnn import analysis, results
-from pipegnn.sweep import unrecorded_jobs
+from pipegnn import results
 from pipegnn.timeline import TRACE_NAME
 
 #: Per-run columns of runs.csv.
@@ -46,15 +45,15 @@ METRICS = ("test_acc", "test_acc_at_best_val", "epoch_time_median_s", "overhead"
            "inflation", "replication", "cut_edge_fraction", "pipeline_bubble", "pipeline_bubble_theoretical",
            "pipeline_imbalance", "pipeline_ideal_speedup", "tta_train_s")
 #: File name: (figure function, its keyword arguments).
-FIGURES = {"epoch_time_vs_chunks.png": (analysis.plot_epoch_time_vs_chunks, {}),
-           "accuracy_vs_chunks.png": (analysis.plot_accuracy_vs_chunks, {"metric": "test_acc_at_best_val"}),
-           "memory_vs_chunks.png": (analysis.plot_memory_vs_chunks, {}),
-           "inflation_by_partitioner.png": (analysis.plot_inflation_by_partitioner, {}),
-           "scaling.png": (analysis.plot_scaling, {}),
-           "scaling_edges.png": (analysis.plot_scaling, {"x": "num_edges"}),
-           "scaling_hidden.png": (analysis.plot_scaling, {"x": "model.hidden"}),
-           "speedup_vs_chunks.png": (analysis.plot_speedup_vs_chunks, {}),
-           "time_to_accuracy_vs_chunks.png": (analysis.plot_time_to_accuracy_vs_chunks, {})}
+FIGURES = {"epoch_time_vs_chunks.png": (results.plot_epoch_time_vs_chunks, {}),
+           "accuracy_vs_chunks.png": (results.plot_accuracy_vs_chunks, {"metric": "test_acc_at_best_val"}),
+           "memory_vs_chunks.png": (results.plot_memory_vs_chunks, {}),
+           "inflation_by_partitioner.png": (results.plot_inflation_by_partitioner, {}),
+           "scaling.png": (results.plot_scaling, {}),
+           "scaling_edges.png": (results.plot_scaling, {"x": "num_edges"}),
+           "scaling_hidden.png": (results.plot_scaling, {"x": "model.hidden"}),
+           "speedup_vs_chunks.png": (results.plot_speedup_vs_chunks, {}),
+           "time_to_accuracy_vs_chunks.png": (results.plot_time_to_accuracy_vs_chunks, {})}
 
 #: The figures that mean something for a preset (others: every figure it has data for). The ablations
 #: run 5 epochs, so their accuracy is no result; the scaling presets have only chunks 1 and 8.
@@ -93,21 +92,21 @@ def timeline_run(df: pd.DataFrame) -> Path | None:
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     """Mean/std/count over seeds of :data:`METRICS` per setting of the keys that vary."""
-    data = analysis.with_setup(df)
+    data = results.with_setup(df)
     shape = [k for k in ("cfg.model.hidden", "cfg.dataset.density", "cfg.dataset.avg_degree") if k in data]
-    data["overhead"] = analysis.relative(
+    data["overhead"] = results.relative(
         data, "epoch_time_median_s", {"chunks": 1},
         within=("dataset", "model", "num_nodes", "num_edges", "framework", "setup", "halo", "partition", *shape))
     by = [k for k in SETTINGS if k in ("dataset", "model", "chunks")
           or (k in data and data[k].nunique(dropna=False) > 1)]
-    table = analysis.summarize(data, by, [m for m in METRICS if data[m].notna().any()])
+    table = results.summarize(data, by, [m for m in METRICS if data[m].notna().any()])
     return table.dropna(axis="columns", how="all")
 
 
 def report(sweep: Path, out: Path) -> int:
     """Copy ``sweep``'s records to ``out`` and write its tables and figures; returns the number of the
     sweep's jobs that left no record (incomplete or missing), which are named on stderr."""
-    unrecorded = unrecorded_jobs(sweep)
+    unrecorded = results.unrecorded_jobs(sweep)
     for job in unrecorded:
         print(f"{sweep.name}: job {job.directory} has no record ({job.status})", file=sys.stderr)
     records = copy_records(sweep, out / "records")
@@ -123,11 +122,11 @@ def report(sweep: Path, out: Path) -> int:
         stale.unlink()
     for name in PRESET_FIGURES.get(sweep.name, FIGURES):
         plot, kwargs = FIGURES[name]
-        analysis.draw(plot, df, out / name, **kwargs)
+        results.draw(plot, df, out / name, **kwargs)
     run = timeline_run(df)
     if run is not None:
         print(f"timeline.png: the traced step of {run.relative_to(out)}")
-        analysis.draw(analysis.plot_timeline, run, out / "timeline.png")
+        results.draw(results.plot_timeline, run, out / "timeline.png")
     return len(unrecorded)
 
 

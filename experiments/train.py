@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from pipegnn import RunFailed, schema, sweep
+from pipegnn import RunFailed, results, schema
 from pipegnn.preemption import Interrupted
 
 # The typed schemas behind the YAML groups must be in the ConfigStore before Hydra composes.
@@ -36,15 +36,15 @@ def main(cfg: DictConfig) -> dict:
     multirun = hc.mode == RunMode.MULTIRUN
     job = f"job {hc.job.num} " if multirun else ""
     if cfg.resume:
-        record, reason = sweep.completed_record(out, cfg)
+        record, reason = results.completed_record(out, cfg)
         if record is not None:
             log.info("%sskipped: completed (record in %s)", job, out)
             return record
         log.info("%sresume: running (%s)", job, reason)
     # A progress bar over epochs on an interactive terminal, for jobs run in this process.
     bar = sys.stderr.isatty() and "BasicLauncher" in str(hc.launcher.get("_target_", ""))
-    with sweep.EpochProgress(int(cfg.train.epochs), enabled=bar,
-                             desc=f"job {hc.job.num}" if multirun else "epochs") as progress:
+    with results.EpochProgress(int(cfg.train.epochs), enabled=bar,
+                               desc=f"job {hc.job.num}" if multirun else "epochs") as progress:
         record = run(cfg, output_dir=out, choices=hc.runtime.choices, on_epoch=progress)
     if record["status"] != "completed":
         message = f"{record['status']}: {record['error']} (record in {out})"
@@ -61,4 +61,4 @@ if __name__ == "__main__":
     except Interrupted as e:  # the run recorded it (status interrupted); a sweep stops here, as Hydra's does
         log.warning("%s: record written; exiting with %d", e, e.exit_code)
         sys.exit(e.exit_code)
-    sys.exit(sweep.exit_code())
+    sys.exit(results.exit_code())

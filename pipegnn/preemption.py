@@ -23,8 +23,8 @@ from typing import Any, Iterator
 
 import torch
 
-from pipegnn.records import atomic_file
-from pipegnn.sweep import comparable_config
+from pipegnn.results.records import atomic_file
+from pipegnn.results.sweep import comparable_config
 
 __all__ = ["SIGNALS", "Guard", "Interrupted", "checkpoint_path", "config_key", "interruptible", "load", "restore",
            "resume", "save", "training_state"]
@@ -113,7 +113,7 @@ def load(path: str | Path) -> dict[str, Any] | None:
 
 def config_key(config: dict[str, Any]) -> str:
     """What a checkpoint must have been made with to be resumed: the resolved config as JSON, without
-    the keys that do not change what a run computes (:func:`pipegnn.sweep.comparable_config`)."""
+    the keys that do not change what a run computes (:func:`pipegnn.results.sweep.comparable_config`)."""
     return json.dumps(comparable_config(config), sort_keys=True)
 
 

@@ -29,7 +29,7 @@ from pipegnn.models.precision import autocast_dtype, dtype_name
 from pipegnn.processes.group import gather_memory, is_secondary_rank, process_group
 from pipegnn.processes.spawn import spawn
 from pipegnn.preemption import Interrupted, checkpoint_path, interruptible
-from pipegnn.records import write_record
+from pipegnn.results.records import write_record
 from pipegnn.timeline import TRACE_NAME, PipelineInfo
 
 __all__ = ["EPOCH_LINE", "run", "time_to_accuracy"]  # the last two: pipegnn.fit's

@@ -18,8 +18,7 @@ from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
-from pipegnn import analysis
-from pipegnn.results import load
+from pipegnn import results
 
 from conftest import ROOT
 
@@ -29,10 +28,10 @@ TIMELINE = ROOT / "tests" / "data" / "timeline"  # a pipelining run with its tra
 KERNEL = "pipegnn-test"
 #: notebook -> (figures it writes from the test records, figures it must skip with a printed line)
 FIGURES = {
-    "poster.ipynb": ({"epoch_time_vs_chunks.png": analysis.plot_epoch_time_vs_chunks,
-                      "accuracy_vs_chunks.png": analysis.plot_accuracy_vs_chunks}, []),
-    "memory_and_halo.ipynb": ({"memory_vs_chunks.png": analysis.plot_memory_vs_chunks,
-                               "inflation_by_partitioner.png": analysis.plot_inflation_by_partitioner},
+    "poster.ipynb": ({"epoch_time_vs_chunks.png": results.plot_epoch_time_vs_chunks,
+                      "accuracy_vs_chunks.png": results.plot_accuracy_vs_chunks}, []),
+    "memory_and_halo.ipynb": ({"memory_vs_chunks.png": results.plot_memory_vs_chunks,
+                               "inflation_by_partitioner.png": results.plot_inflation_by_partitioner},
                               # the test records have one graph size, edge count and hidden size
                               ["scaling.png", "scaling_edges.png", "scaling_hidden.png"]),
 }
@@ -86,12 +85,12 @@ def test_notebook_writes_figures_from_records(name: str, kernels: Path, tmp_path
     assert f"{RECORDS}: 32 runs: 31 completed, 1 invalid" in printed
     assert "left out 1 runs that did not complete: {'invalid': 1}" in printed
     written, skipped = FIGURES[name]
-    df = load(RECORDS)
+    df = results.load(RECORDS)
     for png, plot in written.items():
         path = figures / png
         assert f"wrote {path}" in printed
         assert path.stat().st_size > 20_000, png
-        width, height = plot(df).get_size_inches() * analysis.DPI  # the same figure drawn here
+        width, height = plot(df).get_size_inches() * results.DPI  # the same figure drawn here
         assert matplotlib.image.imread(path).shape == (round(height), round(width), 4), png
     for png in skipped:
         assert f"skipped {png}: " in printed and not (figures / png).exists()
@@ -109,7 +108,7 @@ def test_timeline_notebook_shows_a_run_or_says_there_is_none(kernels: Path, tmp_
     assert "% in theory; ideal speedup " in printed
     path = figures / "timeline.png"
     assert f"wrote {path}" in printed and sorted(p.name for p in figures.iterdir()) == ["timeline.png"]
-    width, height = analysis.plot_timeline(TIMELINE).get_size_inches() * analysis.DPI
+    width, height = results.plot_timeline(TIMELINE).get_size_inches() * results.DPI
     assert matplotlib.image.imread(path).shape == (round(height), round(width), 4)
 
     monkeypatch.setenv("PIPEGNN_FIGURES", str(tmp_path / "none"))

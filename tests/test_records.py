@@ -1,11 +1,11 @@
-"""Result records on disk (pipegnn/records.py): found, read, checked, each error naming its file."""
+"""Result records on disk (pipegnn/results/records.py): found, read, checked, each error naming its file."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from pipegnn.records import RecordError, find_records, load_record, write_record
+from pipegnn.results.records import RecordError, find_records, load_record, write_record
 
 #: The smallest record the checks accept.
 COMPLETED = {"status": "completed", "error": None, "config": {"chunks": 2}, "epochs": [{"epoch": 0}]}

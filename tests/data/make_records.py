@@ -1,4 +1,4 @@
-"""Regenerate tests/data/records: the small results set of the analysis and notebook tests.
+"""Regenerate tests/data/records: the small results set of the figure and notebook tests.
 
     OMP_NUM_THREADS=1 .venv/bin/python tests/data/make_records.py     # ~1 minute on 2 cores
 

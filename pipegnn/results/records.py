@@ -1,7 +1,7 @@
 """Result records on disk: one ``result.json`` per run, written atomically, found, read and checked.
 
-This module knows files only; :mod:`pipegnn.results` aggregates records into tables and
-:mod:`pipegnn.sweep` matches them with a sweep's jobs.
+This module knows files only; :mod:`pipegnn.results.table` aggregates records into tables and
+:mod:`pipegnn.results.sweep` matches them with a sweep's jobs.
 """
 from __future__ import annotations
 

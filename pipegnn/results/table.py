@@ -1,4 +1,4 @@
-"""Result records: one ``result.json`` per run, written atomically, and their aggregation.
+"""The runs table: one row per result record (and per sweep job that left none), filtered and printed.
 
 Aggregate a sweep in a notebook with ``load("multirun/...")`` (one row per run, columns in
 :data:`COLUMNS` plus ``cfg.<dotted key>`` for every config leaf), or from the shell with
@@ -18,25 +18,18 @@ out (it would not fit a terminal); ask for them::
 """
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
 import math
 import os
-import re
-import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from pipegnn.records import (RECORD_NAME, RecordError, check_record, find_records, load_record,
-                             natural_key, write_record)
+from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, natural_key
 
-__all__ = ["COLUMNS", "INTEGER_COLUMNS", "LEADERBOARD_SETTINGS", "NO_RECORD", "RECORD_NAME", "ROW_STATUSES",
-           "RecordError", "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "check_record", "column", "find_records",
-           "flatten", "format_table", "integers", "leaderboard", "load", "load_record", "main", "select", "summary",
-           "write_record"]
+__all__ = ["COLUMNS", "INTEGER_COLUMNS", "NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE",
+           "column", "flatten", "format_table", "integers", "load", "select"]
 
 #: Statuses a run writes in its record.
 STATUSES = ("completed", "failed", "invalid", "oom", "interrupted")
@@ -300,8 +293,9 @@ def _record_row(file: Path) -> dict[str, Any]:
 
 
 def _job_rows(root: Path, seen: set[Path]) -> list[dict[str, Any]]:
-    """Rows of the sweep jobs below ``root`` without a record (see :func:`pipegnn.sweep.unrecorded_jobs`)."""
-    from pipegnn.sweep import unrecorded_jobs  # imports Hydra: only when a sweep folder is loaded
+    """Rows of the sweep jobs below ``root`` without a record (see
+    :func:`pipegnn.results.sweep.unrecorded_jobs`)."""
+    from pipegnn.results.sweep import unrecorded_jobs  # imports OmegaConf: only when a folder is loaded
 
     rows = []
     for job in unrecorded_jobs(root):
@@ -316,70 +310,12 @@ def _job_rows(root: Path, seen: set[Path]) -> list[dict[str, Any]]:
     return rows
 
 
-def _parse_value(text: str) -> Any:
-    """``8`` -> 8, ``0.5`` -> 0.5, ``true`` -> True, ``none``/``null`` -> None, else the text."""
-    low = text.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    if re.fullmatch(r"[+-]?\d+", low):
-        return int(low)
-    if re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?", low):
-        return float(low)
-    return text
-
-
-def _fmt(value: Any, integral: bool) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        if integral or abs(value) >= 1000:
-            return f"{value:.0f}"
-        return f"{value:.4g}" if abs(value) >= 1 else f"{value:.3g}"
-    text = str(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _hardware(env: Mapping[str, Any]) -> str | None:
     gpus = env.get("gpus")
     if isinstance(gpus, list) and gpus:
         names = sorted(set(map(str, gpus)))
         return ", ".join(f"{len([g for g in gpus if str(g) == n])}x {n}" for n in names)
     return env.get("cpu") or None
-
-
-#: What a leaderboard row is (those of them the runs have): the method and the setting it ran in.
-LEADERBOARD_SETTINGS = ("dataset", "model", "framework", "engine", "devices", "chunks", "halo", "partition",
-                        "targets")
-
-
-def leaderboard(df: pd.DataFrame, by: Sequence[str] = LEADERBOARD_SETTINGS) -> pd.DataFrame:
-    """An OGB-style table of the completed runs: one row per setting of ``by``, with test accuracy
-    (at the best validation epoch) and best validation accuracy as mean and std (ddof=1) over the
-    runs, the number of runs and of distinct seeds, the model's parameters, the hardware and the
-    latest date. Text columns ``test`` and ``val`` show ``mean ± std`` in percent."""
-    done = df[df["status"] == "completed"]
-    keys = [k for k in by if k in done and done[k].notna().any()]
-    rows = []
-    for key, group in done.groupby(keys, dropna=False, sort=True) if keys else [((), done)]:
-        test, val = (pd.to_numeric(group[c], errors="coerce") for c in ("test_acc_at_best_val", "best_val_acc"))
-        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        row.update(test_mean=test.mean(), test_std=test.std(), val_mean=val.mean(), val_std=val.std(),
-                   runs=len(group), seeds=group["seed"].nunique(),
-                   parameters=group["parameters"].max(),
-                   hardware="; ".join(sorted(group["hardware"].dropna().astype(str).unique())) or None,
-                   date=group["date"].dropna().max() if group["date"].notna().any() else None)
-        row["test"] = _mean_std(row["test_mean"], row["test_std"])
-        row["val"] = _mean_std(row["val_mean"], row["val_std"])
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _mean_std(mean: float, std: float) -> str:
-    if math.isnan(mean):
-        return "-"
-    return f"{100 * mean:.2f} ± {100 * std:.2f}" if not math.isnan(std) else f"{100 * mean:.2f}"
 
 
 def format_table(df: pd.DataFrame, columns: Sequence[str] = TABLE_COLUMNS) -> str:
@@ -399,99 +335,12 @@ def format_table(df: pd.DataFrame, columns: Sequence[str] = TABLE_COLUMNS) -> st
     return "\n".join(line.rstrip() for line in lines)
 
 
-def summary(df: pd.DataFrame) -> str:
-    """``N runs: X completed, Y failed, ...`` (statuses other than completed only when present, in the
-    order of :data:`ROW_STATUSES`, then unknown ones)."""
-    counts = df["status"].fillna("unknown").value_counts().to_dict()
-    order = [*ROW_STATUSES, *sorted(set(counts) - set(ROW_STATUSES))]
-    parts = [f"{counts.get(s, 0)} {s}" for s in order if s == "completed" or counts.get(s)]
-    return f"{len(df)} run{'' if len(df) == 1 else 's'}: {', '.join(parts)}"
-
-
-def _arrow_safe(df: pd.DataFrame) -> pd.DataFrame:
-    """Object columns mixing value types (e.g. int and str) as text, which Parquet can store."""
-    out = df.copy()
-    for name in out.columns[out.dtypes == object]:
-        present = out[name].dropna()
-        if len({type(v) for v in present}) > 1:
-            out[name] = out[name].map(lambda v: v if v is None or v != v else str(v))
-    return out
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; returns the exit code: 0 every listed run completed, 1 some did not or a sweep
-    job has no record (incomplete or missing, even one ``--where`` leaves out: a line on stderr names
-    them), 2 nothing found or misuse."""
-    parser = argparse.ArgumentParser(
-        prog="python -m pipegnn.results",
-        description="Aggregate result.json records (one row per run) into a table, CSV or Parquet.")
-    parser.add_argument("paths", nargs="*", type=Path, help="sweep or results directories")
-    parser.add_argument("--csv", type=Path, help="write every column of the listed runs here")
-    parser.add_argument("--parquet", type=Path, help="same as Parquet (needs pyarrow)")
-    parser.add_argument("--where", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-                        help="keep runs whose column equals VALUE (repeat a key to accept several "
-                             "values; the cfg. prefix is optional: model.hidden=64)")
-    parser.add_argument("--columns", help="table columns, comma-separated (default: "
-                                          f"{', '.join(TABLE_COLUMNS)})")
-    parser.add_argument("--table", action="store_true",
-                        help="an OGB-style table instead: one row per setting, test (at best validation) "
-                             "and validation accuracy mean ± std over seeds, seeds, parameters, hardware, "
-                             "date (--csv then writes it)")
-    args = parser.parse_args(argv)
-    args.paths += [Path(w) for w in args.where if "=" not in w]  # directories given after --where
-    if not args.paths:
-        parser.error("give at least one directory")
-    where: dict[str, list[Any]] = {}
-    for item in (w for w in args.where if "=" in w):
-        key, _, value = item.partition("=")
-        where.setdefault(key.strip(), []).append(_parse_value(value))
-    if args.parquet and importlib.util.find_spec("pyarrow") is None:
-        parser.error("--parquet needs pyarrow, which is not installed (pip install -r requirements.txt)")
-    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else TABLE_COLUMNS
-    try:
-        everything = load(args.paths)
-        if everything.empty:
-            print(f"error: no {RECORD_NAME} found under {', '.join(map(str, args.paths))}", file=sys.stderr)
-            return 2
-        df = select(everything, where)
-        board = leaderboard(df) if args.table else None
-        table = format_table(df, columns) if board is None else format_table(board, [
-            *(c for c in LEADERBOARD_SETTINGS if c in board), "test", "val", "seeds", "runs", "parameters",
-            "hardware", "date"])
-    except (FileNotFoundError, KeyError) as e:
-        print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
-        return 2
-    if df.empty:
-        print(f"error: none of the {len(everything)} runs matches --where {' '.join(args.where)}",
-              file=sys.stderr)
-        return 2
-    print(table)
-    print(summary(df), flush=True)
-    for row in df[df["status"] != "completed"].itertuples():
-        print(f"{row.status}: {row.path}: {row.error}", file=sys.stderr)
-    unfinished = everything[everything["status"].isin(NO_RECORD)]
-    if not unfinished.empty:
-        print(_unfinished_line(unfinished, len(everything), left_out=len(unfinished) - df["status"].isin(
-            NO_RECORD).sum()), file=sys.stderr)
-    if args.csv:
-        integers(df if board is None else board).to_csv(args.csv, index=False)
-    if args.parquet:
-        _arrow_safe(df).to_parquet(args.parquet, index=False)
-    return 0 if (df["status"] == "completed").all() and unfinished.empty else 1
-
-
-def _unfinished_line(unfinished: pd.DataFrame, total: int, left_out: int) -> str:
-    """``error: sweep not finished: 2 of 6 runs have no result.json (1 incomplete, 1 missing): <job
-    folder>, ...``."""
-    counts = unfinished["status"].value_counts()
-    kinds = ", ".join(f"{counts[s]} {s}" for s in NO_RECORD if s in counts)
-    folders = ", ".join(str(Path(p).parent) for p in unfinished["path"])
-    n = len(unfinished)
-    hidden = f"; {left_out} not matching --where" if left_out else ""
-    return (f"error: sweep not finished: {n} of {total} run{'s' * (total != 1)} "
-            f"ha{'ve' if n != 1 else 's'} no {RECORD_NAME} "
-            f"({kinds}{hidden}): {folders}")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def _fmt(value: Any, integral: bool) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        if integral or abs(value) >= 1000:
+            return f"{value:.0f}"
+        return f"{value:.4g}" if abs(value) >= 1 else f"{value:.3g}"
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."

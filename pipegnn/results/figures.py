@@ -1,8 +1,8 @@
-"""Tables and figures from result records, for notebooks and papers.
+"""Figures of a runs table, for notebooks and papers.
 
-Everything takes the DataFrame of :func:`pipegnn.results.load` (one row per run). Only completed runs
-enter a statistic or a figure; aggregates are over repeated runs of the same setting (seeds):
-mean, sample standard deviation (ddof=1, NaN for one run) and count.
+Everything takes the DataFrame of :func:`pipegnn.results.load` (one row per run), plus the derived
+columns of :func:`pipegnn.results.stats.with_setup` (``setup``, ``device_type``). Only completed runs
+enter a figure; a point is the mean over repeated runs of the same setting (seeds).
 
 Figures are drawn on the Agg canvas (no display, no pyplot state), one panel per dataset / model /
 graph size and per setting that varies but is not on the figure's axes (the panel title names it), so
@@ -10,12 +10,7 @@ that runs of different settings are never averaged together. Each figure functio
 :class:`~matplotlib.figure.Figure`, writes a PNG when given a path, and raises :class:`NoData` when
 the frame holds nothing to draw; :func:`draw` turns that into a printed "skipped" line for notebooks.
 
-:func:`plot_timeline` is the exception: it draws one run's ``trace.json`` (the stage timeline of one
-training step, see :mod:`pipegnn.timeline.trace`), not a frame of records.
-
-Two columns are derived from ``engine`` and ``devices``: ``setup`` (e.g. ``gpipe 2×cpu``,
-``single cuda``) and ``device_type`` (``cpu``, ``cuda``); both may be used in ``by``, ``within`` and
-``where``.
+:func:`~pipegnn.results.timeline_plot.plot_timeline` draws one run's ``trace.json`` instead.
 """
 from __future__ import annotations
 
@@ -31,23 +26,17 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from pipegnn.results import column, select
+from pipegnn.results.stats import _completed, _missing, with_setup
+from pipegnn.results.table import column, select
 
-__all__ = ["DPI", "NoData", "PANEL_SIZE", "WITHIN", "device_type", "draw", "plot_accuracy_vs_chunks",
-           "plot_epoch_time_vs_chunks", "plot_inflation_by_partitioner", "plot_memory_vs_chunks",
-           "plot_scaling", "plot_speedup_vs_chunks", "plot_time_to_accuracy_vs_chunks", "plot_timeline", "relative",
-           "repeats_note", "setup_label", "summarize", "with_setup"]
+__all__ = ["DPI", "NoData", "PANEL_SIZE", "draw", "plot_accuracy_vs_chunks", "plot_epoch_time_vs_chunks",
+           "plot_inflation_by_partitioner", "plot_memory_vs_chunks", "plot_scaling", "plot_speedup_vs_chunks",
+           "plot_time_to_accuracy_vs_chunks", "repeats_note"]
 
 #: Resolution of saved PNGs; a figure of r x c panels is (c * 4.8 * DPI) x (r * 3.6 * DPI) pixels.
 DPI = 100
 #: Size of one panel in inches (width, height).
 PANEL_SIZE = (4.8, 3.6)
-#: Columns a baseline row must share with a row in :func:`relative` (the comparable group).
-WITHIN = ("dataset", "model", "num_nodes", "framework", "device_type")
-#: Columns that define a run's setting (besides the seed).
-_SETTINGS = ("dataset", "model", "num_nodes", "framework", "setup", "engine", "devices", "chunks",
-             "halo", "partition", "targets", "cfg.model.layers", "cfg.model.hidden", "cfg.dataset.density",
-             "cfg.dataset.avg_degree")
 #: Graph-shape settings of synthetic datasets (missing for the others).
 _SHAPE = ("cfg.dataset.density", "cfg.dataset.avg_degree")
 #: Settings that get their own panels when they vary and are not on a figure's axes.
@@ -73,136 +62,10 @@ _METRIC_LABELS = {
     "cut_edge_fraction": "cut-edge fraction",
 }
 
-#: Legend label and bar style of each kind of timeline box (a trace event's ``cat``), in legend order;
-#: waits are light grey, hatched and drawn thinner, behind the work.
-_BOXES = {"forward": ("forward", {"color": "C0", "edgecolor": "white"}),
-          "backward": ("backward", {"color": "C1", "edgecolor": "white"}),
-          "recompute": ("recompute", {"color": "C2", "edgecolor": "white"}),
-          "shared_forward": ("first-layer transform", {"color": "C4", "edgecolor": "white"}),
-          "shared_backward": ("first-layer transform backward", {"color": "C5", "edgecolor": "white"}),
-          "recv_forward": ("wait for activation", {"color": "0.88", "hatch": "///", "edgecolor": "0.6"}),
-          "recv_backward": ("wait for gradient", {"color": "0.88", "hatch": "\\\\\\", "edgecolor": "0.6"})}
-_WAITS = ("recv_forward", "recv_backward")
-
 
 class NoData(ValueError):
     """The frame holds no completed run with what a figure needs."""
 
-
-# --------------------------------------------------------------------------------------------- columns
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
-
-
-def _devices(devices: Any) -> list[str]:
-    return [] if _missing(devices) else [d.strip() for d in str(devices).split(",") if d.strip()]
-
-
-def device_type(devices: Any) -> str | None:
-    """``cpu`` / ``cuda`` (``cpu+cuda`` when mixed) of a ``devices`` value such as ``cuda:0,cuda:1``."""
-    types = sorted({d.split(":")[0] for d in _devices(devices)})
-    return "+".join(types) if types else None
-
-
-def setup_label(engine: Any, devices: Any) -> str:
-    """``gpipe 2×cpu``, ``single cuda``, ``pipelining 4×cuda``: the engine and its devices."""
-    parts, kind = _devices(devices), device_type(devices)
-    engine = "?" if _missing(engine) else str(engine)
-    if kind is None:
-        return engine
-    return f"{engine} {len(parts)}×{kind}" if len(parts) > 1 else f"{engine} {kind}"
-
-
-def with_setup(df: pd.DataFrame) -> pd.DataFrame:
-    """A copy of ``df`` with the derived ``setup`` and ``device_type`` columns."""
-    out = df.copy()
-    engine = out["engine"] if "engine" in out else pd.Series(None, index=out.index, dtype=object)
-    devices = out["devices"] if "devices" in out else pd.Series(None, index=out.index, dtype=object)
-    out["setup"] = [setup_label(e, d) for e, d in zip(engine, devices)]
-    out["device_type"] = [device_type(d) for d in devices]
-    return out
-
-
-def _completed(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["status"] == "completed"]
-
-
-def _key(values: Sequence[Any]) -> tuple:
-    """Group key values with every kind of missing value as None (so keys compare equal)."""
-    return tuple(None if _missing(v) else v for v in values)
-
-
-def _list(keys: str | Sequence[str]) -> list[str]:
-    return [keys] if isinstance(keys, str) else list(keys)
-
-
-# ---------------------------------------------------------------------------------------------- tables
-
-def summarize(df: pd.DataFrame, by: str | Sequence[str], metrics: str | Sequence[str]) -> pd.DataFrame:
-    """Mean, std (ddof=1) and count of each metric over the completed runs of each group of ``by``.
-
-    Returns one row per group (sorted, missing keys kept as a group) with the ``by`` columns, ``runs``
-    (completed runs in the group), then ``<metric>_mean``, ``<metric>_std``, ``<metric>_count`` (runs
-    with a value). Rows not completed are left out and counted in ``attrs["dropped"]`` (total) and
-    ``attrs["dropped_by_status"]`` ({status: count}).
-    """
-    data = with_setup(df)
-    by = [column(data, k) for k in _list(by)]
-    metrics = [column(data, m) for m in _list(metrics)]
-    done = _completed(data)
-    statuses = data.loc[data["status"] != "completed", "status"].fillna("unknown").value_counts()
-    if done.empty:
-        out = pd.DataFrame(columns=[*by, "runs", *(f"{m}_{s}" for m in metrics
-                                                   for s in ("mean", "std", "count"))])
-    else:
-        values = done[metrics].apply(pd.to_numeric, errors="coerce")
-        groups = values.groupby([done[k] for k in by], dropna=False, sort=True)
-        out = groups.agg(["mean", "std", "count"])
-        out.columns = [f"{m}_{s}" for m, s in out.columns]
-        out.insert(0, "runs", groups.size())
-        out = out.reset_index()
-    out.attrs["dropped"] = int(statuses.sum())
-    out.attrs["dropped_by_status"] = {str(k): int(v) for k, v in statuses.items()}
-    return out
-
-
-def relative(df: pd.DataFrame, metric: str, baseline: Mapping[str, Any],
-             within: Sequence[str] = WITHIN) -> pd.Series:
-    """Each row's ``metric`` divided by its baseline's: e.g. epoch-time overhead against full batch
-    with ``baseline={"chunks": 1, "halo": "none", "engine": "single"}``.
-
-    A row's baseline is the mean ``metric`` of the completed runs that match ``baseline`` (as
-    :func:`pipegnn.results.select` matches) and share the row's ``within`` columns (by default
-    dataset, model, graph size, framework and device type), over seeds. Returns a Series aligned with
-    ``df`` named ``<metric>_relative``: NaN for rows not completed or without a baseline.
-
-    Raises:
-        KeyError: a column is missing.
-        ValueError: in some group the baseline matches runs of more than one setting (e.g. both the
-            gpipe and the single engine); the message names the columns to add to ``baseline``.
-    """
-    data = with_setup(df).reset_index(drop=True)
-    within = [column(data, k) for k in within]
-    value = column(data, metric)
-    base = _completed(select(data, baseline))
-    settings = [c for c in _SETTINGS if c in base and c not in within and c != "setup"]
-    means: dict[tuple, float] = {}
-    for key, group in base.groupby(within, dropna=False):
-        key = _key(key if isinstance(key, tuple) else (key,))
-        varying = [c for c in settings if group[c].nunique(dropna=False) > 1]
-        if varying:
-            raise ValueError(f"baseline {dict(baseline)} matches runs of several settings in group "
-                             f"{dict(zip(within, key))}: {', '.join(varying)} vary; add them to baseline")
-        means[key] = float(pd.to_numeric(group[value], errors="coerce").mean())
-    reference = [means.get(_key(row), math.nan) for row in zip(*(data[k] for k in within))]
-    ratio = (pd.to_numeric(data[value], errors="coerce").to_numpy(dtype=float)
-             / np.array(reference, dtype=float))
-    ratio[(data["status"] != "completed").to_numpy()] = np.nan
-    return pd.Series(ratio, index=df.index, name=f"{metric}_relative")
-
-
-# --------------------------------------------------------------------------------------------- figures
 
 def _label(key: str, value: Any, bare: Sequence[str] = ("framework", "setup", "partition")) -> str:
     """A setting's value as shown in a legend (``bare`` keys without their name) or a title."""
@@ -450,72 +313,6 @@ def plot_scaling(df: pd.DataFrame, path: str | Path | None = None, *, x: str = "
     return _finish(fig, f"{title} ({repeats_note(data, [*keys, 'batching', x])})", path)
 
 
-def plot_timeline(trace: Mapping[str, Any] | str | Path, path: str | Path | None = None, *,
-                  title: str | None = None) -> Figure:
-    """Gantt chart of one traced training step: one row per stage (top to bottom; labelled with the
-    trace's thread name, ``stage s (units)`` over ``on device``, else ``stage s``), one bar per box
-    coloured by kind (forward, backward, recompute, the first layer's once-per-step transform and its
-    backward; waits for an activation or gradient in hatched grey), the micro-batch number written in
-    the bars wide enough for it; x axis in milliseconds from
-    the step's first box.
-
-    Args:
-        trace: the dict of a ``trace.json``, or the file, or the run directory holding it.
-        path: where to write the PNG (none when None).
-        title: the figure's title (default: engine, schedule, micro-batches and epoch of the trace).
-
-    Raises:
-        NoData: the trace holds no box, or there is no trace file.
-    """
-    if not isinstance(trace, Mapping):
-        from pipegnn.timeline import TRACE_NAME, load_trace  # imports torch: only when reading a file
-        file = Path(trace) / TRACE_NAME if Path(trace).is_dir() else Path(trace)
-        if not file.is_file():
-            raise NoData(f"timeline: no trace at {file}")
-        trace = load_trace(file)
-    events = trace.get("traceEvents", [])
-    boxes = [e for e in events if e.get("ph") == "X" and e.get("cat") in _BOXES]
-    if not boxes:
-        raise NoData("timeline: the trace has no box")
-    names = {e["tid"]: e["args"]["name"] for e in events
-             if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    stages = sorted({e["tid"] for e in boxes} | set(names))
-    row = {tid: i for i, tid in enumerate(stages)}
-    fig = Figure(figsize=(2 * PANEL_SIZE[0], 1.6 + 0.55 * len(stages)), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    span = max(e["ts"] + e["dur"] for e in boxes) / 1e3
-    for kind, (label, style) in _BOXES.items():
-        of_kind = [e for e in boxes if e["cat"] == kind]
-        if not of_kind:
-            continue
-        height = 0.4 if kind in _WAITS else 0.8
-        ax.barh([row[e["tid"]] for e in of_kind], [e["dur"] / 1e3 for e in of_kind],
-                left=[e["ts"] / 1e3 for e in of_kind], height=height, label=label,
-                zorder=1 if kind in _WAITS else 2, **style)
-        if kind in _WAITS:
-            continue
-        for e in of_kind:  # about 2% of the axis per character fits at this font size
-            text = str(e["args"]["micro_batch"])
-            if e["args"]["micro_batch"] >= 0 and e["dur"] / 1e3 >= 0.02 * span * len(text):
-                ax.text((e["ts"] + e["dur"] / 2) / 1e3, row[e["tid"]], text, ha="center", va="center",
-                        fontsize="small", color="white", zorder=3)
-    # "stage s (units)" over "on device", long unit lists wrapped
-    ax.set_yticks(range(len(stages)), ["\non ".join(textwrap.fill(part, 36) for part in
-                                                    names.get(t, f"stage {t}").rsplit(" on ", 1))
-                                       for t in stages])
-    ax.set_ylim(len(stages) - 0.5, -0.5)  # stage 0 on top
-    ax.set_xlim(0, span)
-    ax.set_xlabel("time from the step's first box (ms)")
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=5, fontsize="small", frameon=False)
-    if title is None:
-        info = trace.get("otherData", {})
-        title = (f"Stage timeline: {info.get('engine', '?')}, schedule {info.get('schedule', '?')}, "
-                 f"{info.get('chunks', '?')} micro-batches, epoch {info.get('epoch', '?')}")
-    return _finish(fig, title, path)
-
-
 def plot_speedup_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,
                            where: Mapping[str, Any] | None = None) -> Figure:
     """Speedup of every pipeline over the single engine on the same micro-batches (epoch time of
@@ -553,8 +350,8 @@ def plot_speedup_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,
 
 def draw(plot: Callable[..., Figure], df: Any, path: str | Path, **kwargs: Any) -> Figure | None:
     """``plot(df, path, **kwargs)``, printing ``wrote <path>``; when the results (a frame of records, or
-    a trace for :func:`plot_timeline`) hold no data for the figure, prints ``skipped <file>: <reason>``
-    and returns None instead of raising."""
+    a trace for :func:`~pipegnn.results.timeline_plot.plot_timeline`) hold no data for the figure,
+    prints ``skipped <file>: <reason>`` and returns None instead of raising."""
     try:
         fig = plot(df, path, **kwargs)
     except NoData as e:

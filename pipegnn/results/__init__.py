@@ -1,0 +1,54 @@
+"""After training: result records, the runs table, its statistics and figures, and sweeps on disk.
+
+- :mod:`~pipegnn.results.records`: one ``result.json`` per run, written atomically, found, read, checked;
+- :mod:`~pipegnn.results.table`: the runs table (:func:`load`: one row per record, and per sweep job
+  that left none), filtered (:func:`select`) and printed (:func:`format_table`);
+- :mod:`~pipegnn.results.stats`: statistics of the table (:func:`summary`, :func:`summarize`,
+  :func:`relative`, :func:`leaderboard`);
+- :mod:`~pipegnn.results.figures`: figures of the table; :mod:`~pipegnn.results.timeline_plot`: the
+  stage timeline of one traced step (:func:`plot_timeline`);
+- :mod:`~pipegnn.results.sweep`: a sweep's jobs on disk and resume checks;
+  :mod:`~pipegnn.results.callbacks`: the end-of-sweep failure summary and the progress bar;
+- ``python -m pipegnn.results``: the command line (:mod:`pipegnn.results.__main__`).
+
+In a notebook: ``from pipegnn import results; df = results.load("multirun/...")``. Every name below
+is importable from here; each is loaded with its module on first use, so that importing one module
+(``pipegnn.train`` writes records) pulls in neither matplotlib nor Hydra.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: The public names of each module, all re-exported here.
+_EXPORTS = {
+    "records": ("RECORD_NAME", "RecordError", "atomic_file", "check_record", "find_records", "load_record",
+                "natural_key", "write_record"),
+    "table": ("COLUMNS", "INTEGER_COLUMNS", "NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS",
+              "UNREADABLE", "column", "flatten", "format_table", "integers", "load", "select"),
+    "stats": ("LEADERBOARD_SETTINGS", "WITHIN", "device_type", "leaderboard", "relative", "setup_label",
+              "summarize", "summary", "with_setup"),
+    "figures": ("DPI", "NoData", "PANEL_SIZE", "draw", "plot_accuracy_vs_chunks", "plot_epoch_time_vs_chunks",
+                "plot_inflation_by_partitioner", "plot_memory_vs_chunks", "plot_scaling",
+                "plot_speedup_vs_chunks", "plot_time_to_accuracy_vs_chunks", "repeats_note"),
+    "timeline_plot": ("plot_timeline",),
+    "sweep": ("INCOMPLETE", "VOLATILE_KEYS", "Job", "comparable_config", "completed_record", "planned_jobs",
+              "sweep_jobs", "unrecorded_jobs"),
+    "callbacks": ("EpochProgress", "FailureSummary", "exit_code"),
+    "__main__": ("main",),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,0 +1,126 @@
+"""The command line: aggregate result.json records into a table, CSV or Parquet.
+
+    python -m pipegnn.results multirun/... [--where chunks=8] [--csv runs.csv] [--table]
+
+Exits 0 when every listed run completed, 1 when some did not or a sweep job left no record, 2 when
+nothing was found or on misuse (see :func:`main`).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from pipegnn.results.records import RECORD_NAME
+from pipegnn.results.stats import LEADERBOARD_SETTINGS, leaderboard, summary
+from pipegnn.results.table import NO_RECORD, TABLE_COLUMNS, format_table, integers, load, select
+
+__all__ = ["main"]
+
+
+def _parse_value(text: str) -> Any:
+    """``8`` -> 8, ``0.5`` -> 0.5, ``true`` -> True, ``none``/``null`` -> None, else the text."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    if re.fullmatch(r"[+-]?\d+", low):
+        return int(low)
+    if re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?", low):
+        return float(low)
+    return text
+
+
+def _arrow_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """Object columns mixing value types (e.g. int and str) as text, which Parquet can store."""
+    out = df.copy()
+    for name in out.columns[out.dtypes == object]:
+        present = out[name].dropna()
+        if len({type(v) for v in present}) > 1:
+            out[name] = out[name].map(lambda v: v if v is None or v != v else str(v))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit code: 0 every listed run completed, 1 some did not or a sweep
+    job has no record (incomplete or missing, even one ``--where`` leaves out: a line on stderr names
+    them), 2 nothing found or misuse."""
+    parser = argparse.ArgumentParser(
+        prog="python -m pipegnn.results",
+        description="Aggregate result.json records (one row per run) into a table, CSV or Parquet.")
+    parser.add_argument("paths", nargs="*", type=Path, help="sweep or results directories")
+    parser.add_argument("--csv", type=Path, help="write every column of the listed runs here")
+    parser.add_argument("--parquet", type=Path, help="same as Parquet (needs pyarrow)")
+    parser.add_argument("--where", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                        help="keep runs whose column equals VALUE (repeat a key to accept several "
+                             "values; the cfg. prefix is optional: model.hidden=64)")
+    parser.add_argument("--columns", help="table columns, comma-separated (default: "
+                                          f"{', '.join(TABLE_COLUMNS)})")
+    parser.add_argument("--table", action="store_true",
+                        help="an OGB-style table instead: one row per setting, test (at best validation) "
+                             "and validation accuracy mean ± std over seeds, seeds, parameters, hardware, "
+                             "date (--csv then writes it)")
+    args = parser.parse_args(argv)
+    args.paths += [Path(w) for w in args.where if "=" not in w]  # directories given after --where
+    if not args.paths:
+        parser.error("give at least one directory")
+    where: dict[str, list[Any]] = {}
+    for item in (w for w in args.where if "=" in w):
+        key, _, value = item.partition("=")
+        where.setdefault(key.strip(), []).append(_parse_value(value))
+    if args.parquet and importlib.util.find_spec("pyarrow") is None:
+        parser.error("--parquet needs pyarrow, which is not installed (pip install -r requirements.txt)")
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else TABLE_COLUMNS
+    try:
+        everything = load(args.paths)
+        if everything.empty:
+            print(f"error: no {RECORD_NAME} found under {', '.join(map(str, args.paths))}", file=sys.stderr)
+            return 2
+        df = select(everything, where)
+        board = leaderboard(df) if args.table else None
+        table = format_table(df, columns) if board is None else format_table(board, [
+            *(c for c in LEADERBOARD_SETTINGS if c in board), "test", "val", "seeds", "runs", "parameters",
+            "hardware", "date"])
+    except (FileNotFoundError, KeyError) as e:
+        print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return 2
+    if df.empty:
+        print(f"error: none of the {len(everything)} runs matches --where {' '.join(args.where)}",
+              file=sys.stderr)
+        return 2
+    print(table)
+    print(summary(df), flush=True)
+    for row in df[df["status"] != "completed"].itertuples():
+        print(f"{row.status}: {row.path}: {row.error}", file=sys.stderr)
+    unfinished = everything[everything["status"].isin(NO_RECORD)]
+    if not unfinished.empty:
+        print(_unfinished_line(unfinished, len(everything), left_out=len(unfinished) - df["status"].isin(
+            NO_RECORD).sum()), file=sys.stderr)
+    if args.csv:
+        integers(df if board is None else board).to_csv(args.csv, index=False)
+    if args.parquet:
+        _arrow_safe(df).to_parquet(args.parquet, index=False)
+    return 0 if (df["status"] == "completed").all() and unfinished.empty else 1
+
+
+def _unfinished_line(unfinished: pd.DataFrame, total: int, left_out: int) -> str:
+    """``error: sweep not finished: 2 of 6 runs have no result.json (1 incomplete, 1 missing): <job
+    folder>, ...``."""
+    counts = unfinished["status"].value_counts()
+    kinds = ", ".join(f"{counts[s]} {s}" for s in NO_RECORD if s in counts)
+    folders = ", ".join(str(Path(p).parent) for p in unfinished["path"])
+    n = len(unfinished)
+    hidden = f"; {left_out} not matching --where" if left_out else ""
+    return (f"error: sweep not finished: {n} of {total} run{'s' * (total != 1)} "
+            f"ha{'ve' if n != 1 else 's'} no {RECORD_NAME} "
+            f"({kinds}{hidden}): {folders}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
