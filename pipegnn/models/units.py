@@ -164,6 +164,7 @@ class Transform(Unit):
         self.transform = transform
         self.nodes = TensorList()  # global ids of each micro-batch's input rows (first layer only)
         self.received, self.pulled = TensorList(), TensorList()  # global ids, historical mode only
+        self.read = TensorList()  # global ids of the received rows, then the pulled ones (historical)
         self.register_buffer("features", None, persistent=False)
         self.stored: Any = None  # the features' rows out of core (FeatureRows), when not a buffer
         self.reads_features = False  # the first layer's unit: its input rows are the features
@@ -212,6 +213,7 @@ class Transform(Unit):
         if self.history is not None:
             self.received.append(mb.nodes[:mb.sizes[layer]])
             self.pulled.append(mb.nodes[mb.sizes[layer]:mb.sources[layer]])
+            self.read.append(mb.nodes[:mb.sources[layer]])
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Transform":
         self._gathers.clear()  # index tensors live on the old device
@@ -252,10 +254,15 @@ class Transform(Unit):
         self._graph = self._shared = None
         self._index = {}
 
-    def product(self, h: Tensor) -> Tensor:
+    def product(self, h: Tensor, nodes: Tensor | None = None) -> Tensor:
         """Input dropout and the dense transform of rows ``h``; with ``spec.residual`` the rows
-        themselves beside the product."""
-        out = self.transform(F.dropout(h, self.spec.dropout, self.training))
+        themselves beside the product. Given the rows' ``nodes`` (historical halos, while training),
+        the dropout mask is the cache's, one per node and step (:meth:`History.dropout`)."""
+        if nodes is not None and self.history is not None and self.training:
+            dropped = self.history.dropout(nodes, h, self.spec.dropout)
+        else:
+            dropped = F.dropout(h, self.spec.dropout, self.training)
+        out = self.transform(dropped)
         return torch.cat([out, h.to(out.dtype)], 1) if self.spec.residual else out
 
     def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
@@ -272,6 +279,7 @@ class Transform(Unit):
             self.history.push(self.received[m], h, m if self.training else None)
             if self.pulled[m].numel():
                 h = torch.cat([h, self.history.pull(self.pulled[m], m if self.training else None)])
+            return self.product(h, self.read[m]), *initial, ids
         return self.product(h), *initial, ids
 
 
