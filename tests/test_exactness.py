@@ -249,3 +249,32 @@ def test_first_layer_transform_runs_over_each_row_once_per_step(graph: Graph, fi
     seen.clear()
     engine.predict(ids)
     assert sum(seen) == (distinct if once else read)
+
+
+@pytest.mark.usefixtures("float64")
+def test_lazy_first_transform_equals_eager(graph: Graph) -> None:
+    """Transformed lazily (as the pipelining engine does: each row when the first micro-batch that reads
+    it runs), the first layer gives the same loss and gradients as transformed all at once, still each
+    row once per step: micro-batch 0 transforms all its rows, each later one only rows no earlier one read."""
+    graph.x = graph.x.double()
+    backend = get_backend("pyg")
+    eager = build_model(MODELS["gat"], backend, graph.x, graph.num_classes)
+    lazy = copy.deepcopy(eager)
+    edge_index, _ = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
+    plan = build_plan(edge_index, graph.num_nodes, graph.split("all"), 4, num_layers=2, partitioner="metis")
+    seen: list[int] = []
+    lazy[0].transform.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
+    losses, grads = [], []
+    for model, lazily in ((eager, False), (lazy, True)):
+        ids = model.attach(plan)
+        engine = SingleEngine(model, CPU, 4)
+        engine.lazy_first = lazily
+        losses.append(engine.train_step(ids, graph.y[plan.targets], plan.targets.numel()))
+        grads.append([p.grad for p in model.parameters()])
+    assert losses[1] == pytest.approx(losses[0], rel=1e-12)
+    for g, e in zip(grads[1], grads[0]):
+        assert_close(g, e)
+    read = [set(mb.nodes.tolist()) for mb in plan.micro_batches]
+    new = [len(r - set().union(*read[:i])) for i, r in enumerate(read)]
+    assert seen == [n for n in new if n]  # a micro-batch reading no new row transforms nothing
+    assert seen[0] == plan.micro_batches[0].nodes.numel() and sum(seen) == len(set().union(*read))

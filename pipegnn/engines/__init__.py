@@ -36,7 +36,7 @@ def build_engine(engine: Mapping[str, Any], model: StagedGNN, train_ids: Tensor)
         per_rank = int(engine["virtual_stages"]) if engine["schedule"] == "interleaved1f1b" else 1
         device = parse_device(engine["devices"][rank])
         per_stage, source, costs = _balance(engine, model, ranks, per_rank, train_ids, device,
-                                            measure=rank == 0)
+                                            measure=rank == 0, lazy_first=PipeliningEngine.lazy_first)
         if source == AUTO:  # rank 0 measured: every rank takes its balance
             shared = [per_stage, costs]
             dist.broadcast_object_list(shared, src=0)
@@ -49,14 +49,16 @@ def build_engine(engine: Mapping[str, Any], model: StagedGNN, train_ids: Tensor)
 
 
 def _balance(engine: Mapping[str, Any], model: StagedGNN, parts: int, per_part: int, train_ids: Tensor,
-             device: torch.device, measure: bool = True) -> tuple[list[int], str, dict[str, float] | None]:
+             device: torch.device, measure: bool = True,
+             lazy_first: bool = False) -> tuple[list[int], str, dict[str, float] | None]:
     """Units per stage (``parts * per_part`` stages), how they were chosen (``auto``, ``config``,
-    ``even``) and, for ``auto``, the measured seconds per unit (this process measures if ``measure``)."""
+    ``even``) and, for ``auto``, the measured seconds per unit (this process measures if ``measure``;
+    ``lazy_first``: as the engine runs its first transform, see :func:`measure_unit_costs`)."""
     balance = engine.get("balance")
     if balance == AUTO:
         if not measure:
             return [], AUTO, None
-        costs = measure_unit_costs(model, train_ids, device)
+        costs = measure_unit_costs(model, train_ids, device, lazy_first=lazy_first)
         return auto_balance(costs, parts * per_part), AUTO, dict(zip(model.unit_names, costs))
     units = unit_balance(balance, model.units_per_layer, parts)
     source = "config" if units is not None else "even"

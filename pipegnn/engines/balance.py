@@ -75,10 +75,13 @@ def unit_balance(balance: Any, layer_units: list[int], parts: int, what: str = "
 
 
 def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, passes: int = 2,
-                       micro_batches: int = 4) -> list[float]:
+                       micro_batches: int = 4, lazy_first: bool = False) -> list[float]:
     """Seconds of forward + backward of every unit for one micro-batch: the median over ``passes``
     timed passes (after one warm-up pass) of the mean over the first ``micro_batches`` of ``ids``. A
-    first-layer transform that runs once per step is not counted (it is no per-micro-batch cost).
+    first-layer transform that runs once per step is not counted (it is no per-micro-batch cost)
+    unless it runs lazily (``lazy_first``, as in the pipelining engine): then each micro-batch's first
+    unit transforms the rows it is the first to read, its forward share (its backward runs once after
+    the step, on the first stage, and is not counted).
 
     Each unit runs on the previous unit's detached output, as torchgpipe's profiler does. The model is
     moved to ``device`` and left there; the random number generators and parameter gradients are as
@@ -93,7 +96,7 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
     with torch.random.fork_rng(devices=cuda):
         for p in range(passes + 1):
             totals = [0.0] * len(model)
-            model[0].begin_step(chosen)  # a once-per-step first transform: per step, not per micro-batch
+            model[0].begin_step(chosen, lazily=lazy_first)  # a once-per-step first transform
             for m in chosen:
                 x: tuple[Tensor, ...] = (torch.tensor([m], dtype=torch.float32, device=device,
                                                       requires_grad=True),)

@@ -62,6 +62,9 @@ class Engine:
     timeline: Timeline | None = None
     #: the first layer's Transform unit when this process runs it (its once-per-step transform)
     first: Transform | None = None
+    #: the once-per-step first transform computes each row when a micro-batch first needs it
+    #: (:meth:`Transform.begin_step`), not all rows before the first micro-batch
+    lazy_first = False
 
     @property
     def input_device(self) -> torch.device:
@@ -112,7 +115,10 @@ class Engine:
         """Run the first layer's transform once for the step's micro-batches ``ids`` (if this process
         holds it and it runs once per step), as its own box on stage 0's timeline."""
         if self.first is not None and self.first.once_per_step:
-            self._first_box("shared_forward", lambda: self.first.begin_step(ids.tolist()))
+            if self.lazy_first:  # its rows are transformed inside the micro-batches' forward boxes
+                self.first.begin_step(ids.tolist(), lazily=True)
+            else:
+                self._first_box("shared_forward", lambda: self.first.begin_step(ids.tolist()))
 
     def end_first(self) -> None:
         """Back-propagate the first layer's once-per-step transform (after the last micro-batch)."""

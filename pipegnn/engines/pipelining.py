@@ -120,6 +120,10 @@ class _TimedStage(PipelineStage):
 class PipeliningEngine(Engine):
     """This rank's part of a torch.distributed.pipelining pipeline (call inside ``process_group``).
 
+    A once-per-step first transform runs lazily, inside the first stage's micro-batches (no stage
+    would otherwise start before it is done); torch's schedules never recompute a forward, so each
+    row is transformed once, with its graph.
+
     Args:
         model: the whole staged model with its plans attached (identical on every rank); the units
             of other ranks are removed from it, so ``model.parameters()`` are this rank's.
@@ -136,6 +140,8 @@ class PipeliningEngine(Engine):
             ``dp`` dimension of a :class:`~torch.distributed.device_mesh.DeviceMesh` once per step (the
             loss is already divided by the global labelled count, so the sum is the exact gradient).
     """
+
+    lazy_first = True
 
     def __init__(self, model: StagedGNN, device: torch.device, chunks: int, schedule: str,
                  per_stage: list[int], timeline: bool = True, balance_source: str = "config",

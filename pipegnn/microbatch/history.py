@@ -2,6 +2,7 @@
 
 Each stage whose layer reads halo rows owns one cache of its *input* embeddings on its own device. Every
 forward pass pushes the rows it receives (fresh values) and pulls the halo rows it needs (possibly stale).
+The cache also holds the layer's input dropout mask, one per node and step (:meth:`History.dropout`).
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ class History(nn.Module):
         self._filled = False  # every row written at least once
         self._ages: dict[int, tuple[float, int]] = {}  # micro-batch -> (sum of ages, rows) this step
         self._pushed: dict[int, int] = {}  # micro-batch -> rows pushed this step
+        self._keep: Tensor | None = None  # this step's dropout mask (a bool per node and feature)
+        self._keep_step = -1
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps of the cache: its rows, their write steps and the step counter."""
@@ -79,6 +82,21 @@ class History(nn.Module):
             written = self.written.index_select(0, nodes)
             self._ages[micro_batch] = (float((self.step - written).sum()), nodes.numel())
         return self.rows.index_select(0, nodes)
+
+    def dropout(self, nodes: Tensor, h: Tensor, p: float) -> Tensor:
+        """Dropout of rows ``h`` of ``nodes`` with one mask per node and training step, as full-graph
+        training draws it: a micro-batch and every micro-batch that pulls the same node as a halo row
+        drop the same features of it. The mask is drawn once per step for all nodes, so the random
+        numbers drawn per step are the graph's, not the (about twice as many, with halo rows) rows read;
+        kept entries are scaled by ``1 / (1 - p)`` as :func:`torch.nn.functional.dropout` does."""
+        if p <= 0:
+            return h
+        if p >= 1:
+            return h * 0
+        if self._keep is None or self._keep_step != self.step:
+            self._keep = torch.empty(self.rows.shape, dtype=torch.bool, device=self.rows.device).bernoulli_(1 - p)
+            self._keep_step = self.step
+        return (h * self._keep.index_select(0, nodes)).mul_(1 / (1 - p))
 
     def staleness(self) -> float:
         """Mean age in steps of the rows pulled during the current step (0 when none)."""

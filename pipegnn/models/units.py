@@ -140,6 +140,8 @@ class Transform(Unit):
     step's micro-batches reads is dropped out and transformed once (one dropout mask per node and step,
     as in full-graph training), the micro-batches gather their rows from a detached copy of the result,
     and the gradient they accumulate there flows back through the transform once (:meth:`end_step`).
+    In a pipeline the rows are transformed lazily, each when the first micro-batch that reads it runs,
+    so that the first stage's other micro-batches need not wait for them all.
 
     With ``spec.residual`` the unit emits its input rows beside the product (the propagation adds them
     back); in a GCNII layer (``spec.initial``) it also hands on ``x0`` (the first layer's input rows,
@@ -164,15 +166,19 @@ class Transform(Unit):
         self.transform = transform
         self.nodes = TensorList()  # global ids of each micro-batch's input rows (first layer only)
         self.received, self.pulled = TensorList(), TensorList()  # global ids, historical mode only
+        self.read = TensorList()  # global ids of the received rows, then the pulled ones (historical)
         self.register_buffer("features", None, persistent=False)
         self.stored: Any = None  # the features' rows out of core (FeatureRows), when not a buffer
         self.reads_features = False  # the first layer's unit: its input rows are the features
         self.history: History | None = None
         self.once_per_step = False
-        self._gathers: dict[tuple[int, ...], tuple[Tensor, dict[int, Tensor]]] = {}
-        self._shared: Tensor | None = None  # this step's transformed rows (a leaf while training)
-        self._graph: Tensor | None = None  # the same rows with their autograd graph
+        self._gathers: dict[tuple, tuple[Tensor, dict[int, Tensor], list[int]]] = {}
+        self._order: Tensor | None = None  # this step's rows (global ids) in the order they are transformed
+        self._shared: Tensor | None = None  # their transformed rows (a leaf while training)
+        self._pieces: list[tuple[Tensor, int, int]] = []  # rows transformed at once, with their graph
         self._index: dict[int, Tensor] = {}  # micro-batch id -> its rows in _shared
+        self._ends: dict[int, int] = {}  # micro-batch id -> rows transformed once it has run
+        self._done = 0
 
     def add_features(self, x: Any, once_per_step: bool = False) -> None:
         """Make this the first unit, reading the node features ``x``: a Tensor ``[N, F]`` (kept as a
@@ -212,66 +218,102 @@ class Transform(Unit):
         if self.history is not None:
             self.received.append(mb.nodes[:mb.sizes[layer]])
             self.pulled.append(mb.nodes[mb.sizes[layer]:mb.sources[layer]])
+            self.read.append(mb.nodes[:mb.sources[layer]])
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Transform":
         self._gathers.clear()  # index tensors live on the old device
         return super()._apply(fn, *args, **kwargs)
 
-    def _gather(self, ids: list[int]) -> tuple[Tensor, dict[int, Tensor]]:
-        """The distinct rows micro-batches ``ids`` read and, per micro-batch, where its rows are among
-        them (built once per set of micro-batches)."""
-        key = tuple(ids)
+    def _gather(self, ids: list[int], by_first_use: bool) -> tuple[Tensor, dict[int, Tensor], list[int]]:
+        """The distinct rows micro-batches ``ids`` read, per micro-batch where its rows are among them,
+        and per micro-batch (in ``ids``' order) how many of the rows it and those before it need
+        (built once per set of micro-batches). The rows are in ascending order or, ``by_first_use``,
+        grouped by the first micro-batch that reads them (ascending within a group)."""
+        key = (tuple(ids), by_first_use)
         if key not in self._gathers:
-            rows, inverse = torch.unique(torch.cat([self.nodes[m] for m in ids]), return_inverse=True)
-            parts = inverse.split([self.nodes[m].numel() for m in ids])
-            self._gathers[key] = rows, dict(zip(ids, parts))
+            read = [self.nodes[m] for m in ids]
+            sizes = [r.numel() for r in read]
+            rows, inverse = torch.unique(torch.cat(read), return_inverse=True)
+            first = torch.zeros_like(rows)
+            if by_first_use:
+                reader = torch.repeat_interleave(torch.arange(len(ids), device=rows.device),
+                                                 torch.tensor(sizes, device=rows.device))
+                first.fill_(len(ids)).scatter_reduce_(0, inverse, reader, "amin")
+            first, order = torch.sort(first, stable=True)
+            position = torch.empty_like(order)
+            position[order] = torch.arange(order.numel(), device=order.device)
+            ends = torch.bincount(first, minlength=len(ids)).cumsum(0).tolist()
+            self._gathers[key] = rows[order], dict(zip(ids, position[inverse].split(sizes))), ends
         return self._gathers[key]
 
-    def begin_step(self, ids: list[int]) -> int:
-        """Transform every row micro-batches ``ids`` read, once (no-op unless ``once_per_step``);
-        while training with gradients, keep the graph for :meth:`end_step`. Returns the rows
-        transformed."""
+    def begin_step(self, ids: list[int], lazily: bool = False) -> int:
+        """Start a step of micro-batches ``ids`` whose first-layer transform runs once (no-op unless
+        ``once_per_step``): transform every row they read now or, ``lazily``, each row when the first
+        micro-batch that reads it runs (so that a pipeline's first stage need not transform them all
+        before its first micro-batch leaves); while training with gradients, keep the graph for
+        :meth:`end_step`. Returns the rows the step transforms."""
         if not self.once_per_step:
             return 0
-        rows, self._index = self._gather(ids)
-        # Sorted distinct rows as many as the nodes are all of them, in order: no copy of the features.
+        self._order, self._index, ends = self._gather(ids, by_first_use=lazily)
+        self._ends = dict(zip(ids, ends))
+        self._done, self._pieces, self._shared = 0, [], None
+        if not lazily:
+            self._transform(self._order.numel())
+        return self._order.numel()
+
+    def _transform(self, end: int) -> None:
+        """Transform the step's rows up to ``end`` (in :meth:`_gather`'s order) not yet transformed."""
+        if end <= self._done:
+            return
+        rows = self._order[self._done:end]
+        # Distinct rows in ascending order as many as the nodes are all of them: no copy of the features.
         x = self._rows(rows, everything=self.features is not None and rows.numel() == self.features.size(0))
         with autocast(x.device, self.compute_dtype):
             h = self.lower(self.product(x))
+        if self._shared is None:  # a leaf the micro-batches gather from; their gradients accumulate in it
+            self._shared = h.new_empty(self._order.numel(), h.size(1)).requires_grad_(h.requires_grad)
+        with torch.no_grad():
+            self._shared[self._done:end] = h
         if h.requires_grad:
-            self._graph, self._shared = h, h.detach().requires_grad_()
-        else:
-            self._graph, self._shared = None, h
-        return rows.numel()
+            self._pieces.append((h, self._done, end))
+        self._done = end
 
     def end_step(self) -> None:
         """Back-propagate the gradient the micro-batches accumulated in the shared rows through the
-        transform (once), and forget the step's rows."""
-        if self._graph is not None and self._shared is not None and self._shared.grad is not None:
-            self._graph.backward(self._shared.grad)
-        self._graph = self._shared = None
-        self._index = {}
+        transform (once per row), and forget the step's rows."""
+        if self._pieces and self._shared is not None and self._shared.grad is not None:
+            grad = self._shared.grad
+            torch.autograd.backward([h for h, _, _ in self._pieces], [grad[a:b] for _, a, b in self._pieces])
+        self._shared, self._order, self._pieces = None, None, []
+        self._index, self._ends = {}, {}
 
-    def product(self, h: Tensor) -> Tensor:
+    def product(self, h: Tensor, nodes: Tensor | None = None) -> Tensor:
         """Input dropout and the dense transform of rows ``h``; with ``spec.residual`` the rows
-        themselves beside the product."""
-        out = self.transform(F.dropout(h, self.spec.dropout, self.training))
+        themselves beside the product. Given the rows' ``nodes`` (historical halos, while training),
+        the dropout mask is the cache's, one per node and step (:meth:`History.dropout`)."""
+        if nodes is not None and self.history is not None and self.training:
+            dropped = self.history.dropout(nodes, h, self.spec.dropout)
+        else:
+            dropped = F.dropout(h, self.spec.dropout, self.training)
+        out = self.transform(dropped)
         return torch.cat([out, h.to(out.dtype)], 1) if self.spec.residual else out
 
     def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         ids = inputs[-1]
         m = int(ids[0])  # host read of the micro-batch id (a sync on CUDA) selects its rows
         if self.once_per_step:
-            if self._shared is None:
+            if self._order is None:
                 raise RuntimeError("first-layer transform once per step: call begin_step(ids) before "
                                    "running the micro-batches")
-            return self._shared[self._index[m]], ids
+            self._transform(self._ends[m])
+            return self._shared.index_select(0, self._index[m]), ids
         h = self._rows(self.nodes[m]) if self.reads_features else inputs[0]
         initial = (inputs[1] if len(inputs) == 3 else h,) if self.carries_initial else ()
         if self.history is not None:
             self.history.push(self.received[m], h, m if self.training else None)
             if self.pulled[m].numel():
                 h = torch.cat([h, self.history.pull(self.pulled[m], m if self.training else None)])
+            return self.product(h, self.read[m]), *initial, ids
         return self.product(h), *initial, ids
 
 
