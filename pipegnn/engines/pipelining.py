@@ -32,8 +32,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
-                                          ScheduleInterleaved1F1B)
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 from pipegnn.engines.balance import stage_units
 from pipegnn.engines.base import IGNORE, Engine, exact_loss
@@ -120,10 +119,6 @@ class _TimedStage(PipelineStage):
 class PipeliningEngine(Engine):
     """This rank's part of a torch.distributed.pipelining pipeline (call inside ``process_group``).
 
-    A once-per-step first transform runs lazily, inside the first stage's micro-batches (no stage
-    would otherwise start before it is done); torch's schedules never recompute a forward, so each
-    row is transformed once, with its graph.
-
     Args:
         model: the whole staged model with its plans attached (identical on every rank); the units
             of other ranks are removed from it, so ``model.parameters()`` are this rank's.
@@ -141,6 +136,8 @@ class PipeliningEngine(Engine):
             loss is already divided by the global labelled count, so the sum is the exact gradient).
     """
 
+    #: a once-per-step first transform runs inside the first stage's micro-batches (torch's schedules
+    #: never recompute a forward: each row is transformed once, with its graph)
     lazy_first = True
 
     def __init__(self, model: StagedGNN, device: torch.device, chunks: int, schedule: str,
@@ -254,12 +251,9 @@ class PipeliningEngine(Engine):
             outputs = activations(last)[0] if s == self.num_stages - 1 else (*activations(last), ids)
             stages.append(_TimedStage(self.modules[s], s, self.num_stages, device, input_args=inputs,
                                       output_args=outputs, group=self.pp_group, timeline=self.timeline))
-        kind = SCHEDULES[self.schedule_name] if train else (
-            ScheduleInterleaved1F1B if len(stages) > 1 else ScheduleGPipe)
-        loss = self._loss if train else None
-        if len(stages) > 1:
-            return kind(stages, self.chunks, loss_fn=loss, scale_grads=False)
-        return kind(stages[0], self.chunks, loss_fn=loss, scale_grads=False)
+        kind = SCHEDULES[self.schedule_name] if train else ScheduleInterleaved1F1B if len(stages) > 1 else ScheduleGPipe
+        return kind(stages if len(stages) > 1 else stages[0], self.chunks,
+                    loss_fn=self._loss if train else None, scale_grads=False)
 
     def _args(self, ids: Tensor) -> tuple[Tensor, ...]:
         return (ids.to(self.devices[0], torch.long),) if self.has_first else ()

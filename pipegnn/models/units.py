@@ -240,8 +240,7 @@ class Transform(Unit):
                                                  torch.tensor(sizes, device=rows.device))
                 first.fill_(len(ids)).scatter_reduce_(0, inverse, reader, "amin")
             first, order = torch.sort(first, stable=True)
-            position = torch.empty_like(order)
-            position[order] = torch.arange(order.numel(), device=order.device)
+            position = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
             ends = torch.bincount(first, minlength=len(ids)).cumsum(0).tolist()
             self._gathers[key] = rows[order], dict(zip(ids, position[inverse].split(sizes))), ends
         return self._gathers[key]
@@ -284,8 +283,7 @@ class Transform(Unit):
         if self._pieces and self._shared is not None and self._shared.grad is not None:
             grad = self._shared.grad
             torch.autograd.backward([h for h, _, _ in self._pieces], [grad[a:b] for _, a, b in self._pieces])
-        self._shared, self._order, self._pieces = None, None, []
-        self._index, self._ends = {}, {}
+        self._shared, self._order, self._pieces, self._index, self._ends = None, None, [], {}, {}
 
     def product(self, h: Tensor, nodes: Tensor | None = None) -> Tensor:
         """Input dropout and the dense transform of rows ``h``; with ``spec.residual`` the rows
