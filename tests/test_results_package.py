@@ -12,7 +12,7 @@ from pipegnn import results
 
 def test_every_public_name_of_every_module_is_exported() -> None:
     exported = []
-    for name in ("records", "table", "stats", "figures", "timeline_plot", "sweep", "callbacks", "__main__"):
+    for name in ("records", "table", "stats", "figures", "timeline_plot", "sweep", "callbacks"):
         module = importlib.import_module(f"pipegnn.results.{name}")
         assert module.__all__, name
         for attribute in module.__all__:
@@ -22,6 +22,8 @@ def test_every_public_name_of_every_module_is_exported() -> None:
     assert set(results.__all__) <= set(dir(results))
     with pytest.raises(AttributeError, match="no attribute 'analysis'"):
         results.analysis  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'main'"):  # the command line is not re-exported
+        results.main  # noqa: B018
 
 
 def test_importing_a_module_loads_no_other_module_of_the_package() -> None:

@@ -9,7 +9,8 @@
   stage timeline of one traced step (:func:`plot_timeline`);
 - :mod:`~pipegnn.results.sweep`: a sweep's jobs on disk and resume checks;
   :mod:`~pipegnn.results.callbacks`: the end-of-sweep failure summary and the progress bar;
-- ``python -m pipegnn.results``: the command line (:mod:`pipegnn.results.__main__`).
+- ``python -m pipegnn.results``: the command line (:mod:`pipegnn.results.__main__`; not re-exported:
+  no library module imports a command-line tool).
 
 In a notebook: ``from pipegnn import results; df = results.load("multirun/...")``. Every name below
 is importable from here; each is loaded with its module on first use, so that importing one module
@@ -35,7 +36,6 @@ _EXPORTS = {
     "sweep": ("INCOMPLETE", "VOLATILE_KEYS", "Job", "comparable_config", "completed_record", "planned_jobs",
               "sweep_jobs", "unrecorded_jobs"),
     "callbacks": ("EpochProgress", "FailureSummary", "exit_code"),
-    "__main__": ("main",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
