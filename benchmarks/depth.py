@@ -1,6 +1,6 @@
 """Where do pipelines pay off? The depth map: deep GNNs, pipelines against what a user runs instead.
 
-For every graph, model (GCNII, residual GCN) and depth, in one run and side by side:
+For every graph, model (GCNII, residual GCN, residual GAT) and depth, in one run and side by side:
 
 - what a user with this machine's cores runs instead, one process with as many threads as the pipeline
   has processes (``--threads``, 2): full batch, and the single engine on the same micro-batches;
@@ -35,7 +35,10 @@ from pipegnn import run  # noqa: E402
 from pipegnn.schema import compose_config  # noqa: E402
 
 #: model name in the table: overrides.
-MODELS = {"gcn2": ["model=gcn2"], "residual_gcn": ["model=gcn", "model.residual=true"]}
+MODELS = {"gcn2": ["model=gcn2"], "residual_gcn": ["model=gcn", "model.residual=true"],
+          "residual_gat": ["model=gat", "model.residual=true"]}
+#: attention heads of a model whose layer width is heads x hidden (``--hidden`` is the width)
+HEADS = {"residual_gat": 8}
 PIPELINES = {
     "pipelining gpipe": ["engine=pipelining", "engine.schedule=gpipe", "engine.balance=auto"],
     "pipelining 1f1b": ["engine=pipelining", "engine.schedule=1f1b", "engine.balance=auto"],
@@ -73,7 +76,7 @@ def measure(args: argparse.Namespace) -> pd.DataFrame:
         for model in args.models:
             for depth in args.depths:
                 base = [f"dataset={dataset}", *MODELS[model], f"model.layers={depth}",
-                        f"model.hidden={args.hidden}"]
+                        f"model.hidden={args.hidden // HEADS.get(model, 1)}"]
                 where = dict(dataset=dataset, model=model, layers=depth)
                 for threads in sorted({1, args.threads}):
                     rows.append(_case(args, [*base, "engine=single", "chunks=1", "microbatch.halo=none"],
@@ -92,7 +95,9 @@ def measure(args: argparse.Namespace) -> pd.DataFrame:
 def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
     """Per graph, model and depth: the fastest pipeline, the fastest single-process run on the same
     cores (``threads`` threads: full batch or micro-batched) and their ratio; and the pipeline's speedup
-    over the one-thread single engine on the same micro-batches (same k and halo)."""
+    over the one-thread single engine on the same micro-batches (same k and halo); and the one-thread
+    historical single engine's epoch over one-thread full batch's beside its work inflation (at the
+    best pipeline's k; the goal: not above it)."""
     done = table[table.status == "completed"]
     rows = []
     for (dataset, model, layers), group in done.groupby(["dataset", "model", "layers"]):
@@ -103,13 +108,18 @@ def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
             continue
         best_pipe, best_alone = pipes.loc[pipes.epoch_s.idxmin()], alone.loc[alone.epoch_s.idxmin()]
         same = group[(group.case == "single x1") & (group.k == best_pipe.k) & (group.halo == best_pipe.halo)]
+        full = group[group.case == "full batch x1"]
+        hist = group[(group.case == "single x1") & (group.k == best_pipe.k) & (group.halo == "historical")]
+        full_s = full.epoch_s.iloc[0] if len(full) else None
         rows.append({"dataset": dataset, "model": model, "layers": layers,
                      "best_pipeline": f"{best_pipe.case} {best_pipe.halo} k={best_pipe.k}",
                      "pipeline_s": best_pipe.epoch_s,
                      "best_alone": f"{best_alone.case} {best_alone.halo} k={best_alone.k}",
                      "alone_s": best_alone.epoch_s, "speedup": best_alone.epoch_s / best_pipe.epoch_s,
                      "vs_single_x1_same_mb": (same.epoch_s.iloc[0] / best_pipe.epoch_s) if len(same) else None,
-                     "pipeline_inflation": best_pipe.inflation, "pipeline_bubble": best_pipe.bubble})
+                     "pipeline_inflation": best_pipe.inflation, "pipeline_bubble": best_pipe.bubble,
+                     "historical_over_full_x1": hist.epoch_s.iloc[0] / full_s if len(hist) and full_s else None,
+                     "historical_inflation": hist.inflation.iloc[0] if len(hist) else None})
     return pd.DataFrame(rows)
 
 

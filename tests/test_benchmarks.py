@@ -191,3 +191,17 @@ def test_capacity_search_finds_the_largest_size_within_its_resolution() -> None:
     assert tried == [8, 16, 32, 64, 48, 40]
     assert capacity.largest(fits, 8, lambda n: 1)[:2] == (37, {"fits": True, "n": 37})
     assert capacity.largest(fits, 64, lambda n: 8) == (0, {}, {"fits": False, "n": 64})
+
+
+def test_depth_summary_sets_the_best_pipeline_against_the_best_single_process() -> None:
+    depth = _load("depth")
+    rows = [("full batch x1", "full", 1, 1, 1.0, 1.0), ("full batch x2", "full", 1, 2, 0.7, 1.0),
+            ("single x1", "historical", 8, 1, 1.1, 1.15), ("single x2", "historical", 8, 2, 0.8, 1.15),
+            ("pipelining gpipe", "historical", 8, 1, 0.6, 1.15), ("pipelining 1f1b", "historical", 8, 1, 0.65, 1.15),
+            ("pipelining gpipe", "exact", 8, 1, 2.0, 6.0), ("single x1", "exact", 8, 1, 3.0, 6.0)]
+    table = pd.DataFrame([dict(dataset="synthetic", model="gcn2", layers=16, status="completed", case=c, halo=h,
+                               k=k, threads=t, epoch_s=e, inflation=i, bubble=0.1) for c, h, k, t, e, i in rows])
+    row = depth.summarise(table, threads=2).iloc[0]
+    assert row.best_pipeline == "pipelining gpipe historical k=8" and row.best_alone == "full batch x2 full k=1"
+    assert row.speedup == pytest.approx(0.7 / 0.6) and row.vs_single_x1_same_mb == pytest.approx(1.1 / 0.6)
+    assert row.historical_over_full_x1 == pytest.approx(1.1) and row.historical_inflation == pytest.approx(1.15)
