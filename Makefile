@@ -6,7 +6,7 @@ STAMP := $(VENV)/.pipegnn-installed
 # Raw Planetoid files (Cora, CiteSeer) are read from here when present; never written to.
 export PIPEGNN_DATA ?= $(abspath ../shared/datasets)
 
-.PHONY: setup run test test-all bench reference clean
+.PHONY: setup run test test-all docs bench reference clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,21 @@ test: setup
 
 test-all: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest $(ARGS)
+
+# The documentation site (docs/, mkdocs.yml) built into site/: its packages (requirements-docs.txt) are
+# installed into the venv once (a stamp, as for setup; the venv is created when missing, and the site
+# needs neither torch nor the other requirements: the API pages are read from the sources). --strict: a
+# broken link, a missing page or an unresolved reference fails the build. The two variables silence a
+# banner that mkdocs-material and properdocs print about MkDocs 2.
+DOCS_STAMP := $(VENV)/.pipegnn-docs-installed
+
+$(DOCS_STAMP): requirements-docs.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements-docs.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(PY) -m mkdocs build --strict --site-dir site
 
 # The benchmark tables behind the README's figures (results/benchmarks/*.csv and *.txt), one thread
 # per process so that ratios are not distorted by oversubscription. Takes about 3 hours on 2 cores, plus

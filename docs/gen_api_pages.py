@@ -1,0 +1,36 @@
+"""Generate one API reference page per public module of the ``pipegnn`` package (mkdocs-gen-files).
+
+Walks ``pipegnn/``: every ``.py`` file whose dotted path has no part starting with ``_`` (a package's
+``__init__.py`` is the package's page; ``__main__.py`` is the command line's page) becomes
+``api/<dotted path>.md`` with one ``:::`` directive for mkdocstrings, and ``api/SUMMARY.md`` lists them
+as a nested navigation for mkdocs-literate-nav. mkdocstrings reads the sources statically (griffe):
+nothing is imported or executed.
+"""
+from pathlib import Path
+
+import mkdocs_gen_files
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "pipegnn"
+
+nav = mkdocs_gen_files.Nav()
+for path in sorted(PACKAGE.rglob("*.py")):
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    if any(part.startswith("_") and part != "__main__" for part in parts):
+        continue
+    identifier = ".".join(parts)
+    doc_path = Path("api", *parts[:-1], f"{parts[-1]}.md")
+    if path.name == "__init__.py" and parts != ["pipegnn"]:
+        doc_path = Path("api", *parts, "index.md")
+    elif parts == ["pipegnn"]:
+        doc_path = Path("api", "index.md")
+    # "__main__" escaped: the navigation is Markdown, where it would read as bold "main"
+    nav[tuple(part.replace("_", "\\_") if part.startswith("__") else part for part in parts)] = \
+        doc_path.relative_to("api").as_posix()
+    with mkdocs_gen_files.open(doc_path, "w") as page:
+        page.write(f"# `{identifier}`\n\n::: {identifier}\n")
+
+with mkdocs_gen_files.open("api/SUMMARY.md", "w") as summary:
+    summary.writelines(nav.build_literate_nav())
