@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from omegaconf import OmegaConf
 
 from pipegnn import run
 
-from conftest import make_cfg
+from conftest import TINY_SYNTHETIC, cli, make_cfg
 
 
 def test_every_tracker_gets_the_records_epochs_params_and_files(tmp_path: Path) -> None:
@@ -71,3 +72,30 @@ def test_unknown_or_missing_trackers_are_refused_before_training(monkeypatch: py
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
     record = run(make_cfg("logger=mlflow"), output_dir=tmp_path)
     assert record["status"] == "invalid" and "logger=mlflow needs the 'mlflow' package" in record["error"]
+
+
+def test_a_sweep_logged_to_tensorboard_and_mlflow_reads_back_every_epoch(tmp_path: Path) -> None:
+    """A 2-job Hydra sweep with both trackers and one MLflow store for the sweep: each job's every epoch
+    reads back through TensorBoard's event reader (the job's folder) and the MLflow client (one run per
+    job in the shared experiment), equal to the job's record."""
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    store, sweep = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "sweep"
+    done = cli(tmp_path, "-m", *TINY_SYNTHETIC, "train.epochs=3", "train.seed=0,1", "logger=[tensorboard,mlflow]",
+               f"logger.mlflow.tracking_uri={store}", f"hydra.sweep.dir={sweep}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("pipegnn").experiment_id])
+    by_seed = {r.data.params["train.seed"]: r for r in runs}
+    assert sorted(by_seed) == ["0", "1"]
+    for job in ("0", "1"):
+        record = json.loads((sweep / job / "result.json").read_text())
+        losses = [e["train_loss"] for e in record["epochs"]]
+        accs = [e["val_acc"] for e in record["epochs"]]
+        board = EventAccumulator(str(next((sweep / job / "tensorboard").glob("events.out.tfevents.*")))).Reload()
+        assert [s.value for s in board.Scalars("train_loss")] == pytest.approx(losses, rel=1e-6)
+        assert [s.value for s in board.Scalars("val_acc")] == pytest.approx(accs, rel=1e-6)
+        mlrun = by_seed[str(record["config"]["train"]["seed"])]
+        assert [m.value for m in client.get_metric_history(mlrun.info.run_id, "train_loss")] == losses
+        assert [m.step for m in client.get_metric_history(mlrun.info.run_id, "val_acc")] == [0, 1, 2]
