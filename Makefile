@@ -47,7 +47,7 @@ $(DOCS_STAMP): requirements-docs.txt
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(PY) -m mkdocs build --strict --site-dir site
 
-# The benchmark tables behind the README's figures (results/benchmarks/*.csv and *.txt), one thread
+# The benchmark tables behind results/README.md and the docs (results/benchmarks/*.csv and *.txt), one thread
 # per process so that ratios are not distorted by oversubscription. Takes about 3 hours on 2 cores, plus
 # the whole depth map (benchmarks/depth.py: 2 graphs x 2 models x 6 depths x 3 k), several hours more.
 BENCH := results/benchmarks

@@ -160,7 +160,7 @@ def memory_limit(limit: int | None) -> Iterator[None]:
     about 0.55 GiB lower with one thread after importing torch and PyG (their mapped but non-resident
     pages), more with more threads (8 MiB stack and up to 64 MiB malloc arena each). Processes started
     inside the block (``engine=pipelining`` ranks) inherit it. A C++ library that cannot handle a
-    failed allocation may still abort the process (DGL 1.1.3's kernels can, see the README).
+    failed allocation may still abort the process (DGL 1.1.3's kernels can, see docs/memory.md).
 
     Raises:
         ConfigError: no ``resource`` module (not a Unix), or ``limit`` is already below this process's
