@@ -12,7 +12,7 @@ from pipegnn.backends.base import check_aggregation
 from pipegnn.data import DATASETS, STORAGE, Graph
 from pipegnn.engines import CHECKPOINT_MODES, ENGINES, SCHEDULES, even_balance, parse_device, unit_balance
 from pipegnn.errors import ConfigError, check_choice
-from pipegnn.microbatch import HALOS, PARTITIONERS, TARGETS
+from pipegnn.microbatch import HALO_DROPOUTS, HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER, units_per_layer
 from pipegnn.processes.group import DIST_BACKENDS, LAUNCHERS, START_METHODS
 
@@ -64,6 +64,12 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     check_choice(cfg["microbatch"]["halo"], HALOS, "microbatch.halo")
     check_choice(cfg["microbatch"]["partition"], PARTITIONERS, "microbatch.partition")
     check_choice(cfg["microbatch"]["targets"], TARGETS, "microbatch.targets")
+    halo_dropout = cfg["microbatch"].get("halo_dropout", "read")
+    check_choice(halo_dropout, HALO_DROPOUTS, "microbatch.halo_dropout")
+    if halo_dropout == "node" and cfg["microbatch"]["halo"] != "historical":
+        raise ConfigError(f"microbatch.halo_dropout=node draws historical halo rows' dropout masks; with "
+                          f"microbatch.halo={cfg['microbatch']['halo']} there are none: use "
+                          "microbatch.halo=historical, or halo_dropout=read")
     check_choice(cfg["microbatch"].get("first_transform", "once_per_step"), FIRST_TRANSFORMS,
                  "microbatch.first_transform")
     _positive_int(cfg["chunks"], "chunks")

@@ -149,6 +149,7 @@ class PipeliningEngineConfig:
 @dataclass
 class MicrobatchConfig:
     halo: str = MISSING
+    halo_dropout: str = MISSING
     first_transform: str = MISSING
     partition: str = MISSING
     targets: str = MISSING

@@ -168,7 +168,8 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
         backend = get_backend(cfg["framework"]["name"])
         model = build_model(cfg["model"], backend, graph.feature_source, graph.num_classes,
                             history=mb_cfg["halo"] == "historical",
-                            first_transform=first, precision=precision)
+                            first_transform=first, precision=precision,
+                            halo_dropout=mb_cfg.get("halo_dropout", "read"))
     record["dataset"] = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                          "num_features": graph.num_features, "num_classes": graph.num_classes,
                          "feature_dtype": dtype_name(model.feature_dtype),

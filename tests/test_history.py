@@ -122,6 +122,26 @@ def test_dropout_mask_is_one_per_node_and_step() -> None:
     assert h.dropout(own, rows[own], 0.0) is not None and torch.equal(h.dropout(own, rows[own], 0.0), rows[own])
 
 
+def test_halo_dropout_reaches_every_cache_and_is_checked() -> None:
+    """microbatch.halo_dropout=node gives every cache the per-node masks (without dropout it trains as
+    read does; with dropout it draws other masks); it is refused without historical halos, as is an
+    unknown value, before training."""
+    common = ("microbatch.halo=historical", "chunks=4", "microbatch.targets=all", "engine=single")
+    losses = {}
+    for dropout in (0.0, 0.5):
+        for mode in ("read", "node"):
+            record = run(make_cfg(*common, f"model.dropout={dropout}", f"microbatch.halo_dropout={mode}"))
+            assert record["status"] == "completed", record["error"]
+            losses[dropout, mode] = [e["train_loss"] for e in record["epochs"]]
+    assert losses[0.0, "node"] == pytest.approx(losses[0.0, "read"], rel=1e-6)
+    assert losses[0.5, "node"][1:] != pytest.approx(losses[0.5, "read"][1:], rel=1e-3)
+    for bad, message in (("microbatch.halo=exact", "microbatch.halo_dropout=node draws historical"),
+                         ("microbatch.halo=historical", "microbatch.halo_dropout='each'")):
+        mode = "each" if "'each'" in message else "node"
+        record = run(make_cfg(bad, f"microbatch.halo_dropout={mode}"))
+        assert record["status"] == "invalid" and message in record["error"], record["error"]
+
+
 def test_historical_training_run_records_staleness() -> None:
     record = run(make_cfg("microbatch.halo=historical", "chunks=4", "train.epochs=3"))
     assert record["status"] == "completed", record["error"]

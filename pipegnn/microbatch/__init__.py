@@ -1,11 +1,11 @@
 """Graph-aware micro-batching: partitioners, halos, plans and their statistics."""
 from pipegnn.microbatch.cache import cached_plan, plan_key
 from pipegnn.microbatch.halo import HALOS, MicroBatch
-from pipegnn.microbatch.history import History
+from pipegnn.microbatch.history import HALO_DROPOUTS, History
 from pipegnn.microbatch.partition import PARTITIONERS, partition
 from pipegnn.microbatch.plan import MicroBatchPlan, PlanStats, build_plan
 
-__all__ = ["HALOS", "PARTITIONERS", "TARGETS", "History", "MicroBatch", "MicroBatchPlan", "PlanStats",
+__all__ = ["HALO_DROPOUTS", "HALOS", "PARTITIONERS", "TARGETS", "History", "MicroBatch", "MicroBatchPlan", "PlanStats",
            "build_plan", "cached_plan", "partition", "plan_key"]
 
 #: Training targets: ``train`` (only the nodes the loss needs) or ``all`` (every node, the poster's).

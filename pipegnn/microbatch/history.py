@@ -2,7 +2,8 @@
 
 Each stage whose layer reads halo rows owns one cache of its *input* embeddings on its own device. Every
 forward pass pushes the rows it receives (fresh values) and pulls the halo rows it needs (possibly stale).
-The cache also holds the layer's input dropout mask, one per node and step (:meth:`History.dropout`).
+With ``microbatch.halo_dropout=node`` the cache also holds the layer's input dropout mask, one per node
+and step (:meth:`History.dropout`).
 """
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["History", "epoch_figures", "per_stage", "stage_medians"]
+__all__ = ["HALO_DROPOUTS", "History", "epoch_figures", "per_stage", "stage_medians"]
+
+#: ``microbatch.halo_dropout``: ``read`` (every read of a halo row draws its own input dropout mask, as
+#: GNNAutoScale does) or ``node`` (one mask per node and step, as full-graph training draws it).
+HALO_DROPOUTS = ("read", "node")
 
 _COUNTS = ("pulled_rows", "pushed_rows", "pulled_bytes", "pushed_bytes")
 

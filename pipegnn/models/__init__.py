@@ -46,9 +46,10 @@ def units_per_layer(model: Mapping[str, Any]) -> list[int]:
 
 def build_model(model: Mapping[str, Any], backend: Any, features: Any, num_classes: int,
                 history: bool = False, first_transform: str = "once_per_step",
-                precision: str = "fp32") -> StagedGNN:
+                precision: str = "fp32", halo_dropout: str = "read") -> StagedGNN:
     """A StagedGNN for the ``model`` config, built with ``backend``'s layers (with history caches
-    for historical micro-batching when ``history``) at ``precision`` (``train.precision``).
+    for historical micro-batching when ``history``, their dropout by ``halo_dropout``) at ``precision``
+    (``train.precision``).
     ``model.aggregation``, when given, selects the adapter's aggregation (``backend.with_aggregation``).
 
     ``features`` sizes the model (``shape``, ``dtype``) and feeds its first unit: the feature Tensor, a
@@ -57,4 +58,4 @@ def build_model(model: Mapping[str, Any], backend: Any, features: Any, num_class
     specs = model_stack(model, features.shape[1], num_classes)
     if model.get("aggregation") is not None:
         backend = backend.with_aggregation(model["aggregation"])
-    return StagedGNN(specs, backend, model["name"], features, history, first_transform, precision)
+    return StagedGNN(specs, backend, model["name"], features, history, first_transform, precision, halo_dropout)

@@ -44,13 +44,15 @@ class StagedGNN(nn.Sequential):
             core, or only their description (shape and dtype; see :meth:`Transform.add_features` and
             :meth:`set_features`).
         history: give layers 2..L a history cache (for ``historical`` plans), in the features' dtype.
+        halo_dropout: one of :data:`~pipegnn.microbatch.history.HALO_DROPOUTS` (with ``history``).
         first_transform: one of :data:`FIRST_TRANSFORMS`.
         precision: one of :data:`~pipegnn.models.precision.PRECISIONS`; ``bf16`` keeps the features
             in bfloat16 (converted here unless they already are) and runs every unit under autocast.
     """
 
     def __init__(self, specs: Stack | list[LayerSpec], backend: Any, kind: str, features: Any,
-                 history: bool = False, first_transform: str = "once_per_step", precision: str = "fp32"):
+                 history: bool = False, first_transform: str = "once_per_step", precision: str = "fp32",
+                 halo_dropout: str = "read"):
         if first_transform not in FIRST_TRANSFORMS:
             raise ValueError(f"first_transform={first_transform!r}; valid: {', '.join(FIRST_TRANSFORMS)}")
         stack = specs if isinstance(specs, Stack) else Stack(list(specs))
@@ -75,7 +77,7 @@ class StagedGNN(nn.Sequential):
         if history:
             for unit in self.transforms():
                 if unit.kind == "transform" and unit.layer > 0:
-                    unit.add_history(features.shape[0], features.dtype)
+                    unit.add_history(features.shape[0], features.dtype, node_dropout=halo_dropout == "node")
         self.kind, self.stack = kind, stack
         self.num_micro_batches = 0
 

@@ -171,6 +171,7 @@ class Transform(Unit):
         self.stored: Any = None  # the features' rows out of core (FeatureRows), when not a buffer
         self.reads_features = False  # the first layer's unit: its input rows are the features
         self.history: History | None = None
+        self.node_dropout = False  # historical mode: input dropout masks per node and step, not per read
         self.once_per_step = False
         self._gathers: dict[tuple, tuple[Tensor, dict[int, Tensor], list[int]]] = {}
         self._order: Tensor | None = None  # this step's rows (global ids) in the order they are transformed
@@ -205,9 +206,11 @@ class Transform(Unit):
     def name(self) -> str:
         return self.kind if self.kind == "input" else super().name
 
-    def add_history(self, num_nodes: int, dtype: torch.dtype) -> None:
-        """Keep a cache of this layer's input embeddings for halo rows (historical mode)."""
+    def add_history(self, num_nodes: int, dtype: torch.dtype, node_dropout: bool = False) -> None:
+        """Keep a cache of this layer's input embeddings for halo rows (historical mode); with
+        ``node_dropout`` its input dropout draws one mask per node and step (:meth:`History.dropout`)."""
         self.history = History(num_nodes, self.spec.in_dim, dtype)
+        self.node_dropout = node_dropout
 
     def add_micro_batch(self, mb: MicroBatch) -> None:
         layer = self.layer
@@ -287,9 +290,9 @@ class Transform(Unit):
 
     def product(self, h: Tensor, nodes: Tensor | None = None) -> Tensor:
         """Input dropout and the dense transform of rows ``h``; with ``spec.residual`` the rows
-        themselves beside the product. Given the rows' ``nodes`` (historical halos, while training),
-        the dropout mask is the cache's, one per node and step (:meth:`History.dropout`)."""
-        if nodes is not None and self.history is not None and self.training:
+        themselves beside the product. Given the rows' ``nodes`` (historical halos, ``node_dropout``,
+        while training), the dropout mask is the cache's, one per node and step (:meth:`History.dropout`)."""
+        if nodes is not None and self.history is not None and self.node_dropout and self.training:
             dropped = self.history.dropout(nodes, h, self.spec.dropout)
         else:
             dropped = F.dropout(h, self.spec.dropout, self.training)
