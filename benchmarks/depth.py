@@ -84,6 +84,8 @@ def measure(args: argparse.Namespace) -> pd.DataFrame:
                 for k in args.chunks:
                     for halo in args.halos:
                         mb = [*base, f"chunks={k}", f"microbatch.halo={halo}"]
+                        if halo == "historical":
+                            mb.append(f"microbatch.halo_dropout={args.halo_dropout}")
                         for threads in sorted({1, args.threads}):  # the pipeline's budget, and the cores'
                             rows.append(_case(args, [*mb, "engine=single"], threads, **where,
                                               case=f"single x{threads}", halo=halo, k=k))
@@ -145,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
     parser.add_argument("--chunks", type=int, nargs="+", default=[4, 8, 16])
     parser.add_argument("--halos", nargs="+", default=["exact", "historical"])
+    parser.add_argument("--halo-dropout", default="read", choices=["read", "node"],
+                        help="microbatch.halo_dropout of the historical cases")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2, help="threads of the single-process baselines "

@@ -35,6 +35,8 @@ CASES = {
     "full batch": ["engine=single", "chunks=1", "microbatch.halo=none"],
     "exact k=8": ["engine=single", "chunks=8", "microbatch.halo=exact"],
     "historical k=8": ["engine=single", "chunks=8", "microbatch.halo=historical"],
+    "historical k=8, node masks": ["engine=single", "chunks=8", "microbatch.halo=historical",
+                                   "microbatch.halo_dropout=node"],
 }
 
 
