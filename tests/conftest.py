@@ -1,6 +1,6 @@
 """Shared fixtures: small graphs with the awkward cases, the read-only raw datasets, tiny configs,
-helpers for dataset-cache tests (code-carrying files, unwritable folders), and hand-made result records
-and sweeps for the tests of pipegnn.results."""
+helpers for dataset-cache tests (code-carrying files, unwritable folders), a hand-made pipeline for the
+timeline tests, and hand-made result records and sweeps for the tests of pipegnn.results."""
 from __future__ import annotations
 
 import copy
@@ -21,6 +21,7 @@ from pipegnn.data import Graph
 from pipegnn.results.records import write_record
 from pipegnn.results.table import flatten
 from pipegnn.schema import compose_config
+from pipegnn.timeline import PipelineInfo
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -104,6 +105,14 @@ def make_cfg(*overrides: str) -> DictConfig:
     other = any(o.startswith("dataset=") and o != "dataset=synthetic" for o in overrides)
     tiny = [] if other else TINY_SYNTHETIC
     return compose_config([*tiny, "train.epochs=3", *overrides])
+
+
+def pipeline_info(**kw) -> PipelineInfo:
+    """Two stages (units ``a`` and ``b``) on two CPU lanes, GPipe's schedule over 4 micro-batches, ``kw``
+    changed."""
+    base = dict(engine="pipelining", schedule="gpipe", chunks=4, stage_units=[["a"], ["b"]], lanes=[0, 1],
+                devices=["cpu", "cpu"], overlap_possible=True)
+    return PipelineInfo(**{**base, **kw})
 
 
 # --- Dataset caches: crafted files and unwritable folders --------------------------------------------

@@ -125,19 +125,6 @@ def test_edge_numbers_are_valid(overrides: list[str]) -> None:
     check_config(OmegaConf.to_container(make_cfg(*overrides), resolve=True))
 
 
-def test_config_dir_from_environment_or_checkout(tmp_path, monkeypatch) -> None:
-    from pipegnn.errors import ConfigError
-    from pipegnn.schema import compose_config, config_dir
-
-    from conftest import CONF
-
-    monkeypatch.delenv("PIPEGNN_CONF", raising=False)
-    assert config_dir() == CONF
-    monkeypatch.setenv("PIPEGNN_CONF", str(tmp_path))
-    with pytest.raises(ConfigError, match=f"no config.yaml in {tmp_path}.*PIPEGNN_CONF"):
-        compose_config(["chunks=2"])
-
-
 def test_sage_is_a_typed_valid_model() -> None:
     """model=sage: GraphSAGE-mean with GCN's Cora settings, typed by its own schema (no heads), valid
     with both aggregations; an unknown model name lists it."""

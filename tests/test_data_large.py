@@ -1,11 +1,10 @@
 """Large datasets from tiny raw files in each loader's own format (equal to ogb's and PyG's loaders,
-safe from crafted cache files, fine with an unwritable cache), PubMed's topology from the shared raw
-files, and the synthetic presets."""
+safe from crafted cache files, fine with an unwritable cache), and the synthetic presets (PubMed's
+topology from the shared raw files: test_planetoid.py)."""
 from __future__ import annotations
 
 import logging
 import os
-import pickle
 import shutil
 from pathlib import Path
 
@@ -21,10 +20,9 @@ from torch_geometric.utils import is_undirected
 from pipegnn.data import DATASETS, LARGE_NAMES, Graph, SyntheticSpec, load_graph
 from pipegnn.data import large
 from pipegnn.data.graph import GRAPH_FILE, load_saved_graph
-from pipegnn.data.planetoid import PUBMED_TOPOLOGY_FILES, load_pubmed_topology
 from pipegnn.errors import DatasetUnavailable
 
-from conftest import (CONF, ROOT, TINY_SYNTHETIC, CodeMarker, make_cfg, plant_processed, same_graph,
+from conftest import (CONF, TINY_SYNTHETIC, CodeMarker, make_cfg, plant_processed, same_graph,
                       unwritable_cache)
 
 # --- OGB: the CSV files ogb's read_csv_graph_raw and get_idx_split read -------------------------------
@@ -249,66 +247,6 @@ def test_reddit_missing_files_offline_give_one_clear_error(tmp_path: Path, monke
     message = str(info.value)
     assert "reddit_data.npz" in message and "reddit_graph.npz" in message
     assert "http://127.0.0.1:9/reddit.zip" in message and "<data.root>/Reddit/raw/" in message
-
-
-# --- PubMed topology from the shared raw files ---------------------------------------------------------
-
-def _pubmed_root() -> Path | None:
-    for candidate in (os.environ.get("PIPEGNN_DATA"), ROOT.parent / "shared" / "datasets"):
-        for sub in ("PubMed-partial", "PubMed"):
-            if candidate and all((Path(candidate) / sub / "raw" / f).is_file()
-                                 for f in PUBMED_TOPOLOGY_FILES):
-                return Path(candidate)
-    return None
-
-
-@pytest.fixture
-def pubmed_root() -> Path:
-    root = _pubmed_root()
-    if root is None:
-        pytest.skip("raw PubMed graph/label/split files not found: set $PIPEGNN_DATA or place "
-                    "../shared/datasets with PubMed-partial/raw or PubMed/raw")
-    return root
-
-
-def test_pubmed_topology(pubmed_root: Path, tmp_path: Path, caplog) -> None:
-    g = load_graph({"name": "pubmed_topology", "seed": 0}, pubmed_root, tmp_path)
-    # 88,648 directed edges as PyG reports for PubMed: coalesced, without the raw files' 3 self-loops.
-    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (19717, 88648, 500, 3)
-    assert [int(m.sum()) for m in (g.train_mask, g.val_mask, g.test_mask)] == [60, 500, 1000]
-    assert g.train_mask[:60].all() and g.val_mask[60:560].all() and g.test_mask[18717:].all()
-    assert is_undirected(g.edge_index) and bool((g.edge_index[0] != g.edge_index[1]).all())
-    assert torch.bincount(g.y).tolist() == [4103, 7739, 7875]  # PubMed's class sizes
-    torch.testing.assert_close(g.x.sum(1), torch.ones(g.num_nodes))
-    assert "RANDOM features" in caplog.text and "never for accuracy" in caplog.text
-    same = load_pubmed_topology(pubmed_root, tmp_path, seed=0)
-    other = load_pubmed_topology(pubmed_root, tmp_path, seed=1)
-    assert torch.equal(same.x, g.x) and not torch.equal(other.x, g.x)
-    assert torch.equal(other.edge_index, g.edge_index) and torch.equal(other.y, g.y)
-
-
-def test_pubmed_topology_raw_pickle_in_cache_cannot_run_code(pubmed_root: Path, tmp_path: Path) -> None:
-    source = next(pubmed_root / sub / "raw" for sub in ("PubMed-partial", "PubMed")
-                  if (pubmed_root / sub / "raw" / "ind.pubmed.graph").is_file())
-    raw = tmp_path / "cache" / "PubMed" / "raw"
-    raw.mkdir(parents=True)
-    for f in PUBMED_TOPOLOGY_FILES:
-        shutil.copyfile(source / f, raw / f)
-    clean = load_pubmed_topology(None, tmp_path / "cache")  # from the cache's raw files
-    assert same_graph(clean, load_pubmed_topology(pubmed_root, tmp_path / "other"))
-    marker = tmp_path / "code-ran"
-    with open(raw / "ind.pubmed.ally", "wb") as f:
-        pickle.dump(CodeMarker(marker), f, protocol=2)
-    with pytest.raises(DatasetUnavailable, match="not valid Planetoid files"):
-        load_pubmed_topology(None, tmp_path / "cache")
-    assert not marker.exists()
-
-
-def test_pubmed_topology_missing_files(tmp_path: Path) -> None:
-    with pytest.raises(DatasetUnavailable) as info:
-        load_graph({"name": "pubmed_topology"}, tmp_path / "empty", tmp_path / "cache")
-    message = str(info.value)
-    assert all(f in message for f in PUBMED_TOPOLOGY_FILES) and "<data.root>/PubMed/raw/" in message
 
 
 # --- Synthetic presets ---------------------------------------------------------------------------------

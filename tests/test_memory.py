@@ -55,19 +55,6 @@ def test_sparse_gcn_equals_messages_and_full_graph(graph: Graph, chunks: int, en
         assert_close(g, m)
 
 
-def test_sparse_structure_is_a_csr_adjacency() -> None:
-    backend = get_backend("pyg", "sparse")
-    edge_index = torch.tensor([[0, 3, 1, 2, 4], [1, 0, 0, 2, 1]])  # (src, dst), dst < 3
-    weight = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
-    adj = backend.structure(edge_index, weight, 5, 3)
-    assert adj.layout == torch.sparse_csr and adj.shape == (3, 5)
-    dense = torch.zeros(3, 5)
-    dense[edge_index[1], edge_index[0]] = weight
-    assert torch.equal(adj.to_dense(), dense)
-    messages, w = get_backend("pyg").structure(edge_index, weight, 5, 3)  # the same edges, sized (src, dst)
-    assert torch.equal(messages.as_tensor(), edge_index) and messages.sparse_size() == (5, 3) and w is weight
-
-
 def test_pyg_sparse_gcn_trains_like_messages() -> None:
     losses = {}
     for aggregation in ("messages", "sparse"):

@@ -1,4 +1,5 @@
-"""Stage timelines: boxes of every engine, the figures they add up to, and the trace."""
+"""Stage timelines: boxes of every engine, the pipeline section and trace a run records, and the
+settings (the figures: test_timeline_figures.py, the trace's format: test_timeline_trace.py)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from pipegnn.data import Graph
 from pipegnn.engines import GPipeEngine, SingleEngine
 from pipegnn.microbatch import build_plan
 from pipegnn.models import build_model
-from pipegnn.timeline import Box, PipelineInfo, chrome_trace, medians, step_figures, theoretical_bubble
+from pipegnn.timeline import Box
 
 from conftest import make_cfg
 
@@ -74,75 +75,6 @@ def test_gpipe_boxes_per_stage_with_recomputation(graph: Graph, checkpoint: str,
     assert all(a.end <= b.start + 1e-6 for a, b in zip(ordered, ordered[1:]))
     assert engine.info.overlap_possible is False and "engine=pipelining" in engine.info.overlap_note
     assert engine.info.stage_units == [["transform0"], ["propagate0", "transform1", "propagate1"]]
-
-
-def _info(**kw) -> PipelineInfo:
-    base = dict(engine="pipelining", schedule="gpipe", chunks=4, stage_units=[["a"], ["b"]], lanes=[0, 1],
-                devices=["cpu", "cpu"], overlap_possible=True)
-    return PipelineInfo(**{**base, **kw})
-
-
-def test_theoretical_bubbles() -> None:
-    assert theoretical_bubble("gpipe", 2, 8) == pytest.approx(1 / 9)
-    assert theoretical_bubble("1f1b", 4, 4) == pytest.approx(3 / 7)
-    assert theoretical_bubble("interleaved1f1b", 2, 4, per_lane=2) == pytest.approx(1 / 9)
-    assert theoretical_bubble("single", 1, 8) == 0.0
-
-
-def test_figures_of_a_perfect_gpipe_schedule() -> None:
-    """Two balanced stages, 4 micro-batches of 1 s forward and 2 s backward each, fill-drain: the
-    measured bubble is the theoretical one and the ideal makespan is the measured one."""
-    boxes = []
-    for m in range(4):
-        boxes += [Box(0, 0, m, "forward", m, m + 1), Box(1, 1, m, "forward", m + 1, m + 2)]
-        boxes += [Box(1, 1, m, "backward", 5 + 2 * m, 7 + 2 * m), Box(0, 0, m, "backward", 7 + 2 * m, 9 + 2 * m)]
-    boxes.append(Box(1, 1, 0, "recv_forward", 0, 1))
-    info = _info()
-    fig = step_figures(boxes, info)
-    assert fig["makespan_s"] == 15 and fig["busy_s"] == 24 and fig["communication_s"] == 1
-    assert fig["bubble"] == pytest.approx(1 - 24 / 30)
-    assert fig["bubble"] == pytest.approx(theoretical_bubble("gpipe", 2, 4))
-    assert fig["ideal_makespan_s"] == pytest.approx(15) and fig["ideal_speedup"] == pytest.approx(24 / 15)
-    assert fig["bubble_ideal"] == pytest.approx(fig["bubble"])
-    assert fig["imbalance"] == pytest.approx(1.0)
-    assert fig["stages"][1] == {"forward_s": 4, "backward_s": 8, "recompute_s": 0, "shared_forward_s": 0,
-                                "shared_backward_s": 0, "communication_s": 1, "busy_s": 12}
-    slow = step_figures([Box(b.stage, b.lane, b.micro_batch, b.kind, b.start, b.end * 2) for b in boxes[:2]],
-                        info)
-    assert medians([fig, fig, slow])["makespan_s"] == 15
-    assert medians([fig, slow, slow])["stages"][0]["forward_s"] == slow["stages"][0]["forward_s"]
-
-
-def test_no_overlap_means_no_ideal_speedup() -> None:
-    boxes = [Box(0, 0, 0, "forward", 0, 1), Box(1, 1, 0, "forward", 1, 3)]
-    fig = step_figures(boxes, _info(engine="gpipe", overlap_possible=False, chunks=1))
-    assert fig["ideal_speedup"] == 1.0 and fig["imbalance"] == pytest.approx(2 / 1.5)
-    assert fig["bubble"] == pytest.approx(0.5) and fig["bubble_ideal"] == pytest.approx(0.5)
-
-
-def test_imbalance_shows_in_the_ideal_bubble() -> None:
-    """Stage 0 takes 3 s per micro-batch, stage 1 takes 1 s (forward only), 2 micro-batches: the ideal
-    makespan is 4 + 3 = 7 s and its bubble 1 - 8 / 14, far above the schedule's 1/3."""
-    boxes = [Box(0, 0, 0, "forward", 0, 3), Box(0, 0, 1, "forward", 3, 6),
-             Box(1, 1, 0, "forward", 3, 4), Box(1, 1, 1, "forward", 6, 7)]
-    fig = step_figures(boxes, _info(chunks=2))
-    assert fig["ideal_makespan_s"] == pytest.approx(7) and fig["makespan_s"] == 7
-    assert fig["bubble_ideal"] == pytest.approx(1 - 8 / 14) == pytest.approx(fig["bubble"])
-    assert fig["imbalance"] == pytest.approx(1.5)
-
-
-def test_chrome_trace_rows_and_boxes() -> None:
-    boxes = [Box(0, 0, 0, "forward", 1.0, 1.5), Box(1, 1, 0, "recv_forward", 1.0, 1.5),
-             Box(1, 1, 0, "forward", 1.5, 1.75), Box(0, 0, 0, "recompute", 2.0, 2.25)]
-    trace = chrome_trace(boxes, _info(), epoch=3)
-    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and "name" in e["args"]}
-    assert {"rank 0", "rank 1", "stage 0 (a) on cpu", "stage 1 (b) on cpu"} <= names
-    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    assert [(e["name"], e["pid"], e["tid"], e["ts"], e["dur"]) for e in events] == [
-        ("F0", 0, 0, 0.0, 500000.0), ("recv F0", 1, 1, 0.0, 500000.0), ("F0", 1, 1, 500000.0, 250000.0),
-        ("R0", 0, 0, 1000000.0, 250000.0)]
-    assert trace["otherData"]["epoch"] == 3
-    json.dumps(trace)
 
 
 def test_run_records_the_pipeline_and_writes_the_trace(tmp_path: Path) -> None:

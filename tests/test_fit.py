@@ -1,0 +1,17 @@
+"""pipegnn.fit: time to accuracy, counted over training time only, to a configured or an own target."""
+from __future__ import annotations
+
+import pytest
+
+from pipegnn.fit import time_to_accuracy
+
+
+def test_time_to_accuracy_counts_training_time_only() -> None:
+    epochs = [{"epoch": i, "val_acc": v, "epoch_time_s": 2.0, "eval_time_s": 100.0}
+              for i, v in enumerate([0.2, 0.5, 0.7, 0.6, 0.8])]
+    assert time_to_accuracy(epochs, 0.65) == {"target_val_acc": 0.65, "source": "config", "epoch": 2,
+                                              "train_s": 6.0}
+    assert time_to_accuracy(epochs, 0.9)["train_s"] is None
+    own = time_to_accuracy(epochs)  # 0.98 x best (0.8) = 0.784: first reached at epoch 4
+    assert own["source"] == "fraction_of_best" and own["target_val_acc"] == pytest.approx(0.784)
+    assert (own["epoch"], own["train_s"]) == (4, 10.0)

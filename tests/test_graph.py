@@ -1,0 +1,29 @@
+"""pipegnn.data.graph: a graph saved to the cache and loaded back, and the files it refuses."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from pipegnn.data.graph import GRAPH_FILE, load_saved_graph, save_graph
+
+from conftest import CodeMarker, random_graph, same_graph
+
+
+def test_saved_graph_round_trip_and_refusals(tmp_path: Path, caplog) -> None:
+    g = random_graph()
+    path = tmp_path / "c" / GRAPH_FILE
+    assert save_graph(g, path)
+    back = load_saved_graph(path, "random")
+    assert back is not None and same_graph(back, g) and back.num_classes == g.num_classes
+    assert load_saved_graph(tmp_path / "none.pt", "random") is None
+    assert load_saved_graph(path, "other") is None and "ignoring cached graph" in caplog.text
+    marker = tmp_path / "code-ran"
+    torch.save(CodeMarker(marker), path)
+    assert load_saved_graph(path, "random") is None and not marker.exists()
+    blocked = tmp_path / "blocker"
+    blocked.write_text("")
+    with caplog.at_level(logging.WARNING):
+        assert not save_graph(g, blocked / "c" / GRAPH_FILE)
+    assert "cannot be written" in caplog.text
