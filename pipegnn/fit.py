@@ -62,9 +62,9 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
         model.train()
         if optimizer is not None:
             optimizer.zero_grad(set_to_none=True)
-        model.tick()
         before = store.read_stats() if store is not None else None  # feature file reads so far
         with timed(engine.devices) as step:
+            model.tick()  # a new step for the caches (their per-node masks drawn: part of the step's time)
             loss = engine.train_step(train_ids, train_labels, num_labelled)
             if optimizer is not None:
                 optimizer.step()

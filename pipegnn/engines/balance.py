@@ -79,9 +79,10 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
     """Seconds of forward + backward of every unit for one micro-batch: the median over ``passes``
     timed passes (after one warm-up pass) of the mean over the first ``micro_batches`` of ``ids``. A
     first-layer transform that runs once per step is not counted (it is no per-micro-batch cost)
-    unless it runs lazily (``lazy_first``, as in the pipelining engine): then each micro-batch's first
-    unit transforms the rows it is the first to read, its forward share (its backward runs once after
-    the step, on the first stage, and is not counted).
+    unless it runs lazily (``lazy_first``, as in the pipelining engine, inside the first stage's
+    micro-batches): then the first unit's cost has the whole step's transform forward (``ids``' rows)
+    spread over the step's micro-batches (the first ``micro_batches`` are the first to read most rows,
+    so their own share would overstate it; the transform's backward runs once, after the last one).
 
     Each unit runs on the previous unit's detached output, as torchgpipe's profiler does. The model is
     moved to ``device`` and left there; the random number generators and parameter gradients are as
@@ -96,7 +97,14 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
     with torch.random.fork_rng(devices=cuda):
         for p in range(passes + 1):
             totals = [0.0] * len(model)
-            model[0].begin_step(chosen, lazily=lazy_first)  # a once-per-step first transform
+            if lazy_first and model[0].once_per_step:  # the step's transform, its share per micro-batch
+                _sync(device)
+                start = time.perf_counter()
+                model[0].begin_step(ids.tolist())
+                model[0].end_step()
+                _sync(device)
+                totals[0] = (time.perf_counter() - start) / ids.numel() * len(chosen)
+            model[0].begin_step(chosen)  # a once-per-step first transform: not a per-micro-batch cost
             for m in chosen:
                 x: tuple[Tensor, ...] = (torch.tensor([m], dtype=torch.float32, device=device,
                                                       requires_grad=True),)

@@ -98,10 +98,16 @@ class History(nn.Module):
             return h
         if p >= 1:
             return h * 0
+        self.draw_mask(p)
+        return (h * self._keep.index_select(0, nodes)).mul_(1 / (1 - p))
+
+    def draw_mask(self, p: float) -> None:
+        """Draw this step's dropout mask (:meth:`dropout`) unless drawn: at the start of a step, so that
+        a pipeline stage draws its layers' masks while the stages before it compute, not in the forward
+        of its first micro-batch."""
         if self._keep is None or self._keep_step != self.step:
             self._keep = torch.empty(self.rows.shape, dtype=torch.bool, device=self.rows.device).bernoulli_(1 - p)
             self._keep_step = self.step
-        return (h * self._keep.index_select(0, nodes)).mul_(1 / (1 - p))
 
     def staleness(self) -> float:
         """Mean age in steps of the rows pulled during the current step (0 when none)."""

@@ -96,9 +96,13 @@ class StagedGNN(nn.Sequential):
         return [u.history for u in self.transforms() if u.history is not None]
 
     def tick(self) -> None:
-        """Mark the start of a training step (ages of historical embeddings count steps)."""
-        for h in self.histories():
-            h.tick()
+        """Mark the start of a training step (ages of historical embeddings count steps; per-node
+        dropout masks are drawn for it)."""
+        for unit in self.transforms():
+            if unit.history is not None:
+                unit.history.tick()
+                if unit.node_dropout and 0 < unit.spec.dropout < 1:
+                    unit.history.draw_mask(unit.spec.dropout)
 
     def staleness(self) -> float | None:
         """Mean age (steps) of the historical rows read in the current step, None without history."""
