@@ -60,8 +60,9 @@ FIGURES = {"epoch_time_vs_chunks.png": (results.plot_epoch_time_vs_chunks, {}),
 PRESET_FIGURES = {"pipeline": ["speedup_vs_chunks.png"], "scaling": ["scaling.png"], "ablation_nodes": ["scaling.png"],
                   "ablation_density": ["scaling_edges.png"], "ablation_hidden": ["scaling_hidden.png"],
                   "historical_gap": ["accuracy_vs_chunks.png"],
-                  # historical_gap's historical/all half with one dropout mask per node and step
-                  "historical_gap_node_mask": [],
+                  # historical_gap's historical/all half, and deep_cora_historical_k8 (seeds 0-4), with one
+                  # dropout mask per node and step
+                  "historical_gap_node_mask": [], "deep_cora_historical_k8_node_mask": [],
                   # experiment=deep's settings, one sweep each: an accuracy table (summary.csv), no curve
                   **{f"deep_{d}_{s}": [] for d in ("cora", "citeseer")
                      for s in ("full", "historical_k2", "historical_k4", "historical_k8")}}
