@@ -49,7 +49,7 @@ docs: $(DOCS_STAMP)
 
 # The benchmark tables behind results/README.md and the docs (results/benchmarks/*.csv and *.txt), one thread
 # per process so that ratios are not distorted by oversubscription. Takes about 3 hours on 2 cores, plus
-# the whole depth map (benchmarks/depth.py: 2 graphs x 2 models x 6 depths x 3 k), several hours more.
+# the whole depth map (benchmarks/depth.py: 2 graphs x 3 models x 6 depths x 3 k), several hours more.
 BENCH := results/benchmarks
 bench: setup
 	mkdir -p $(BENCH)
