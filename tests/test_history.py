@@ -109,17 +109,19 @@ def test_dropout_mask_is_one_per_node_and_step() -> None:
     """A node's features are dropped alike wherever it is read in a step (its own micro-batch, or
     another's halo), scaled as torch's dropout scales them; the next step draws a new mask."""
     torch.manual_seed(0)
-    h, p = History(50, 16), 0.5
+    p = 0.5
+    h = History(50, 16, node_dropout=p)
     rows = torch.rand(50, 16) + 1  # no zeros of their own: a zero is a dropped entry
     own, halo = torch.arange(0, 30), torch.tensor([29, 3, 40, 7])
-    a, b = h.dropout(own, rows[own], p), h.dropout(halo, rows[halo], p)
+    a, b = h.dropout(own, rows[own]), h.dropout(halo, rows[halo])
     torch.testing.assert_close(b[:2], a[[29, 3]])  # the same nodes, the same mask, in another call
     kept = a != 0
     torch.testing.assert_close(a[kept], rows[own][kept] / (1 - p))
     assert 0.4 < kept.float().mean() < 0.6
     h.tick()
-    assert not torch.equal(h.dropout(own, rows[own], p) != 0, kept)
-    assert h.dropout(own, rows[own], 0.0) is not None and torch.equal(h.dropout(own, rows[own], 0.0), rows[own])
+    assert not torch.equal(h.dropout(own, rows[own]) != 0, kept)
+    none = History(50, 16)  # node_dropout 0: rows unchanged
+    assert none.dropout(own, rows[own]) is not None and torch.equal(none.dropout(own, rows[own]), rows[own])
 
 
 def test_halo_dropout_reaches_every_cache_and_is_checked() -> None:

@@ -29,9 +29,11 @@ class History(nn.Module):
         num_nodes: number of graph nodes.
         dim: embedding width (the layer's input features).
         dtype: dtype of the embeddings (the model's).
+        node_dropout: the layer's input dropout when it draws one mask per node and step (drawn at each
+            :meth:`tick`, used by :meth:`dropout`); 0: the cache draws none.
     """
 
-    def __init__(self, num_nodes: int, dim: int, dtype: torch.dtype = torch.float32):
+    def __init__(self, num_nodes: int, dim: int, dtype: torch.dtype = torch.float32, node_dropout: float = 0.0):
         super().__init__()
         self.register_buffer("rows", torch.zeros(num_nodes, dim, dtype=dtype), persistent=False)
         self.register_buffer("written", torch.full((num_nodes,), -1, dtype=torch.long), persistent=False)
@@ -39,6 +41,7 @@ class History(nn.Module):
         self._filled = False  # every row written at least once
         self._ages: dict[int, tuple[float, int]] = {}  # micro-batch -> (sum of ages, rows) this step
         self._pushed: dict[int, int] = {}  # micro-batch -> rows pushed this step
+        self.node_dropout = node_dropout
         self._keep: Tensor | None = None  # this step's dropout mask (a bool per node and feature)
         self._keep_step = -1
 
@@ -54,10 +57,14 @@ class History(nn.Module):
         self._filled = False  # checked again on the next read
 
     def tick(self) -> None:
-        """Start a new training step (ages are counted in steps)."""
+        """Start a new training step (ages are counted in steps); with ``node_dropout``, draw its mask
+        now, so that a pipeline stage draws its layers' masks while the stages before it compute, not in
+        the forward of its first micro-batch."""
         self.step += 1
         self._ages.clear()
         self._pushed.clear()
+        if 0 < self.node_dropout < 1:
+            self._draw_mask()
 
     @torch.no_grad()
     def push(self, nodes: Tensor, h: Tensor, micro_batch: int | None = None) -> None:
@@ -88,26 +95,26 @@ class History(nn.Module):
             self._ages[micro_batch] = (float((self.step - written).sum()), nodes.numel())
         return self.rows.index_select(0, nodes)
 
-    def dropout(self, nodes: Tensor, h: Tensor, p: float) -> Tensor:
+    def dropout(self, nodes: Tensor, h: Tensor) -> Tensor:
         """Dropout of rows ``h`` of ``nodes`` with one mask per node and training step, as full-graph
         training draws it: a micro-batch and every micro-batch that pulls the same node as a halo row
         drop the same features of it. The mask is drawn once per step for all nodes, so the random
         numbers drawn per step are the graph's, not the (about twice as many, with halo rows) rows read;
-        kept entries are scaled by ``1 / (1 - p)`` as :func:`torch.nn.functional.dropout` does."""
+        kept entries are scaled by ``1 / (1 - p)`` (``p``: ``node_dropout``) as
+        :func:`torch.nn.functional.dropout` does."""
+        p = self.node_dropout
         if p <= 0:
             return h
         if p >= 1:
             return h * 0
-        self.draw_mask(p)
+        if self._keep_step != self.step:  # not drawn by tick (a step begun without it)
+            self._draw_mask()
         return (h * self._keep.index_select(0, nodes)).mul_(1 / (1 - p))
 
-    def draw_mask(self, p: float) -> None:
-        """Draw this step's dropout mask (:meth:`dropout`) unless drawn: at the start of a step, so that
-        a pipeline stage draws its layers' masks while the stages before it compute, not in the forward
-        of its first micro-batch."""
-        if self._keep is None or self._keep_step != self.step:
-            self._keep = torch.empty(self.rows.shape, dtype=torch.bool, device=self.rows.device).bernoulli_(1 - p)
-            self._keep_step = self.step
+    def _draw_mask(self) -> None:
+        shape, device = self.rows.shape, self.rows.device
+        self._keep = torch.empty(shape, dtype=torch.bool, device=device).bernoulli_(1 - self.node_dropout)
+        self._keep_step = self.step
 
     def staleness(self) -> float:
         """Mean age in steps of the rows pulled during the current step (0 when none)."""

@@ -98,11 +98,8 @@ class StagedGNN(nn.Sequential):
     def tick(self) -> None:
         """Mark the start of a training step (ages of historical embeddings count steps; per-node
         dropout masks are drawn for it)."""
-        for unit in self.transforms():
-            if unit.history is not None:
-                unit.history.tick()
-                if unit.node_dropout and 0 < unit.spec.dropout < 1:
-                    unit.history.draw_mask(unit.spec.dropout)
+        for h in self.histories():
+            h.tick()
 
     def staleness(self) -> float | None:
         """Mean age (steps) of the historical rows read in the current step, None without history."""
@@ -176,7 +173,7 @@ def layerwise(units: list[Unit], ids: Tensor, inputs: list[tuple[Tensor, ...]]) 
         history = getattr(unit, "history", None)
         if history is not None:
             for m, out in zip(ids.tolist(), moved):
-                history.push(unit.received[m], out[0])
+                history.push(unit.read[m][:unit.initial_rows[m]], out[0])
         mb_ids = ids.to(device, torch.float32)
         outs = [unit((*out, mb_ids[i:i + 1]))[:-1] for i, out in enumerate(moved)]
     return outs

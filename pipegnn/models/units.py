@@ -165,13 +165,11 @@ class Transform(Unit):
         self.carries_initial = spec.initial
         self.transform = transform
         self.nodes = TensorList()  # global ids of each micro-batch's input rows (first layer only)
-        self.received, self.pulled = TensorList(), TensorList()  # global ids, historical mode only
-        self.read = TensorList()  # global ids of the received rows, then the pulled ones (historical)
+        self.read = TensorList()  # historical: global ids of the rows received, then of those pulled
         self.register_buffer("features", None, persistent=False)
         self.stored: Any = None  # the features' rows out of core (FeatureRows), when not a buffer
         self.reads_features = False  # the first layer's unit: its input rows are the features
         self.history: History | None = None
-        self.node_dropout = False  # historical mode: input dropout masks per node and step, not per read
         self.once_per_step = False
         self._gathers: dict[tuple, tuple[Tensor, dict[int, Tensor], list[int]]] = {}
         self._order: Tensor | None = None  # this step's rows (global ids) in the order they are transformed
@@ -209,8 +207,7 @@ class Transform(Unit):
     def add_history(self, num_nodes: int, dtype: torch.dtype, node_dropout: bool = False) -> None:
         """Keep a cache of this layer's input embeddings for halo rows (historical mode); with
         ``node_dropout`` its input dropout draws one mask per node and step (:meth:`History.dropout`)."""
-        self.history = History(num_nodes, self.spec.in_dim, dtype)
-        self.node_dropout = node_dropout
+        self.history = History(num_nodes, self.spec.in_dim, dtype, self.spec.dropout if node_dropout else 0.0)
 
     def add_micro_batch(self, mb: MicroBatch) -> None:
         layer = self.layer
@@ -219,8 +216,6 @@ class Transform(Unit):
         if self.reads_features:
             self.nodes.append(mb.nodes)
         if self.history is not None:
-            self.received.append(mb.nodes[:mb.sizes[layer]])
-            self.pulled.append(mb.nodes[mb.sizes[layer]:mb.sources[layer]])
             self.read.append(mb.nodes[:mb.sources[layer]])
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Transform":
@@ -292,8 +287,8 @@ class Transform(Unit):
         """Input dropout and the dense transform of rows ``h``; with ``spec.residual`` the rows
         themselves beside the product. Given the rows' ``nodes`` (historical halos, ``node_dropout``,
         while training), the dropout mask is the cache's, one per node and step (:meth:`History.dropout`)."""
-        if nodes is not None and self.history is not None and self.node_dropout and self.training:
-            dropped = self.history.dropout(nodes, h, self.spec.dropout)
+        if nodes is not None and self.history is not None and self.history.node_dropout and self.training:
+            dropped = self.history.dropout(nodes, h)
         else:
             dropped = F.dropout(h, self.spec.dropout, self.training)
         out = self.transform(dropped)
@@ -311,10 +306,11 @@ class Transform(Unit):
         h = self._rows(self.nodes[m]) if self.reads_features else inputs[0]
         initial = (inputs[1] if len(inputs) == 3 else h,) if self.carries_initial else ()
         if self.history is not None:
-            self.history.push(self.received[m], h, m if self.training else None)
-            if self.pulled[m].numel():
-                h = torch.cat([h, self.history.pull(self.pulled[m], m if self.training else None)])
-            return self.product(h, self.read[m]), *initial, ids
+            read, own, step = self.read[m], self.initial_rows[m], m if self.training else None
+            self.history.push(read[:own], h, step)
+            if read.numel() > own:
+                h = torch.cat([h, self.history.pull(read[own:], step)])
+            return self.product(h, read), *initial, ids
         return self.product(h), *initial, ids
 
 
