@@ -64,7 +64,7 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
             optimizer.zero_grad(set_to_none=True)
         before = store.read_stats() if store is not None else None  # feature file reads so far
         with timed(engine.devices) as step:
-            model.tick()  # a new step for the caches (their per-node masks drawn: part of the step's time)
+            model.tick()  # a new step for the caches (ages count steps; per-node masks drawn anew)
             loss = engine.train_step(train_ids, train_labels, num_labelled)
             if optimizer is not None:
                 optimizer.step()

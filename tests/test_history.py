@@ -115,6 +115,8 @@ def test_dropout_mask_is_one_per_node_and_step() -> None:
     own, halo = torch.arange(0, 30), torch.tensor([29, 3, 40, 7])
     a, b = h.dropout(own, rows[own]), h.dropout(halo, rows[halo])
     torch.testing.assert_close(b[:2], a[[29, 3]])  # the same nodes, the same mask, in another call
+    # a node first read by a later call (40, in the halo) is drawn there and keeps that mask in the step
+    torch.testing.assert_close(h.dropout(torch.tensor([7, 40]), rows[[7, 40]]), b[[3, 2]])
     kept = a != 0
     torch.testing.assert_close(a[kept], rows[own][kept] / (1 - p))
     assert 0.4 < kept.float().mean() < 0.6

@@ -29,8 +29,8 @@ class History(nn.Module):
         num_nodes: number of graph nodes.
         dim: embedding width (the layer's input features).
         dtype: dtype of the embeddings (the model's).
-        node_dropout: the layer's input dropout when it draws one mask per node and step (drawn at each
-            :meth:`tick`, used by :meth:`dropout`); 0: the cache draws none.
+        node_dropout: the layer's input dropout when it draws one mask per node and step (each node's
+            drawn at its first read in the step, by :meth:`dropout`); 0: the cache draws none.
     """
 
     def __init__(self, num_nodes: int, dim: int, dtype: torch.dtype = torch.float32, node_dropout: float = 0.0):
@@ -42,8 +42,11 @@ class History(nn.Module):
         self._ages: dict[int, tuple[float, int]] = {}  # micro-batch -> (sum of ages, rows) this step
         self._pushed: dict[int, int] = {}  # micro-batch -> rows pushed this step
         self.node_dropout = node_dropout
-        self._keep: Tensor | None = None  # this step's dropout mask (a bool per node and feature)
-        self._keep_step = -1
+        # this step's dropout mask, kept entries already scaled (0 or 1 / (1 - p) per node and feature, in
+        # the rows' dtype, as torch's dropout builds its noise: a read is one index_select and one product),
+        # and the step at which each node's row of it was drawn
+        self._mask: Tensor | None = None
+        self._drawn: Tensor | None = None
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps of the cache: its rows, their write steps and the step counter."""
@@ -56,15 +59,16 @@ class History(nn.Module):
         self.step = int(state["step"])
         self._filled = False  # checked again on the next read
 
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "History":
+        self._mask = self._drawn = None  # drawn again on the new device, in the new dtype
+        return super()._apply(fn, *args, **kwargs)
+
     def tick(self) -> None:
-        """Start a new training step (ages are counted in steps); with ``node_dropout``, draw its mask
-        now, so that a pipeline stage draws its layers' masks while the stages before it compute, not in
-        the forward of its first micro-batch."""
+        """Start a new training step (ages are counted in steps; with ``node_dropout``, every node's mask
+        is drawn again, at its first read in the step)."""
         self.step += 1
         self._ages.clear()
         self._pushed.clear()
-        if 0 < self.node_dropout < 1:
-            self._draw_mask()
 
     @torch.no_grad()
     def push(self, nodes: Tensor, h: Tensor, micro_batch: int | None = None) -> None:
@@ -96,25 +100,28 @@ class History(nn.Module):
         return self.rows.index_select(0, nodes)
 
     def dropout(self, nodes: Tensor, h: Tensor) -> Tensor:
-        """Dropout of rows ``h`` of ``nodes`` with one mask per node and training step, as full-graph
-        training draws it: a micro-batch and every micro-batch that pulls the same node as a halo row
-        drop the same features of it. The mask is drawn once per step for all nodes, so the random
-        numbers drawn per step are the graph's, not the (about twice as many, with halo rows) rows read;
-        kept entries are scaled by ``1 / (1 - p)`` (``p``: ``node_dropout``) as
+        """Dropout of rows ``h`` of ``nodes`` (distinct) with one mask per node and training step, as
+        full-graph training draws it: a micro-batch and every micro-batch that pulls the same node as a
+        halo row drop the same features of it. A node's mask is drawn at its first read in the step, so
+        the random numbers drawn per step are the graph's, not the (about twice as many, with halo rows)
+        rows read, and a pipeline stage draws them micro-batch by micro-batch, not all before its first
+        micro-batch leaves; kept entries are scaled by ``1 / (1 - p)`` (``p``: ``node_dropout``) as
         :func:`torch.nn.functional.dropout` does."""
         p = self.node_dropout
         if p <= 0:
             return h
         if p >= 1:
             return h * 0
-        if self._keep_step != self.step:  # not drawn by tick (a step begun without it)
-            self._draw_mask()
-        return (h * self._keep.index_select(0, nodes)).mul_(1 / (1 - p))
-
-    def _draw_mask(self) -> None:
-        shape, device = self.rows.shape, self.rows.device
-        self._keep = torch.empty(shape, dtype=torch.bool, device=device).bernoulli_(1 - self.node_dropout)
-        self._keep_step = self.step
+        if self._mask is None:
+            self._mask = torch.empty_like(self.rows)
+            self._drawn = torch.full_like(self.written, -1)
+        new = nodes[self._drawn.index_select(0, nodes) != self.step]  # not read yet this step
+        if new.numel():
+            keep = 1 - p
+            self._mask.index_copy_(0, new, self._mask.new_empty(new.numel(), self._mask.size(1))
+                                   .bernoulli_(keep).div_(keep))
+            self._drawn.index_fill_(0, new, self.step)
+        return h * self._mask.index_select(0, nodes)
 
     def staleness(self) -> float:
         """Mean age in steps of the rows pulled during the current step (0 when none)."""

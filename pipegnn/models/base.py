@@ -97,7 +97,7 @@ class StagedGNN(nn.Sequential):
 
     def tick(self) -> None:
         """Mark the start of a training step (ages of historical embeddings count steps; per-node
-        dropout masks are drawn for it)."""
+        dropout masks are drawn anew, at each node's first read)."""
         for h in self.histories():
             h.tick()
 
