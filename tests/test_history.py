@@ -126,6 +126,24 @@ def test_dropout_mask_is_one_per_node_and_step() -> None:
     assert none.dropout(own, rows[own]) is not None and torch.equal(none.dropout(own, rows[own]), rows[own])
 
 
+def test_dropout_mask_is_drawn_at_tick_or_at_first_read() -> None:
+    """tick(draw=True) draws every node's mask at the step's start (what a pipeline stage does while it
+    waits for its first micro-batch): later random numbers do not change it; without it a node's mask is
+    drawn at its first read."""
+    rows, nodes = torch.rand(40, 8) + 1, torch.tensor([3, 17, 30])
+
+    def read(draw: bool, seed_after_tick: int) -> torch.Tensor:
+        h = History(40, 8, node_dropout=0.5)
+        torch.manual_seed(0)
+        h.tick(draw=draw)
+        torch.manual_seed(seed_after_tick)
+        return h.dropout(nodes, rows[nodes])
+
+    assert torch.equal(read(True, 1), read(True, 2))
+    assert not torch.equal(read(False, 1), read(False, 2))
+    assert torch.equal(read(False, 1), read(False, 1))
+
+
 def test_halo_dropout_reaches_every_cache_and_is_checked() -> None:
     """microbatch.halo_dropout=node gives every cache the per-node masks (without dropout it trains as
     read does; with dropout it draws other masks); it is refused without historical halos, as is an

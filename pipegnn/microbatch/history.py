@@ -47,6 +47,7 @@ class History(nn.Module):
         # and the step at which each node's row of it was drawn
         self._mask: Tensor | None = None
         self._drawn: Tensor | None = None
+        self._whole = -1  # the step whose mask was drawn for every node at once
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps of the cache: its rows, their write steps and the step counter."""
@@ -60,15 +61,18 @@ class History(nn.Module):
         self._filled = False  # checked again on the next read
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "History":
-        self._mask = self._drawn = None  # drawn again on the new device, in the new dtype
+        self._mask, self._drawn, self._whole = None, None, -1  # drawn again on the new device, in the new dtype
         return super()._apply(fn, *args, **kwargs)
 
-    def tick(self) -> None:
-        """Start a new training step (ages are counted in steps; with ``node_dropout``, every node's mask
-        is drawn again, at its first read in the step)."""
+    def tick(self, draw: bool = False) -> None:
+        """Start a new training step (ages are counted in steps). With ``node_dropout`` every node's mask
+        is drawn again: now with ``draw`` (a pipeline stage waiting for its first micro-batch), else at
+        the node's first read in the step."""
         self.step += 1
         self._ages.clear()
         self._pushed.clear()
+        if draw and 0 < self.node_dropout < 1:
+            self._draw(None)
 
     @torch.no_grad()
     def push(self, nodes: Tensor, h: Tensor, micro_batch: int | None = None) -> None:
@@ -102,26 +106,35 @@ class History(nn.Module):
     def dropout(self, nodes: Tensor, h: Tensor) -> Tensor:
         """Dropout of rows ``h`` of ``nodes`` (distinct) with one mask per node and training step, as
         full-graph training draws it: a micro-batch and every micro-batch that pulls the same node as a
-        halo row drop the same features of it. A node's mask is drawn at its first read in the step, so
-        the random numbers drawn per step are the graph's, not the (about twice as many, with halo rows)
-        rows read, and a pipeline stage draws them micro-batch by micro-batch, not all before its first
-        micro-batch leaves; kept entries are scaled by ``1 / (1 - p)`` (``p``: ``node_dropout``) as
+        halo row drop the same features of it. A node's mask is drawn at :meth:`tick` or at its first
+        read in the step, so the random numbers drawn per step are the graph's, not the (about twice as
+        many, with halo rows) rows read; kept entries are scaled by ``1 / (1 - p)`` (``p``: ``node_dropout``) as
         :func:`torch.nn.functional.dropout` does."""
         p = self.node_dropout
         if p <= 0:
             return h
         if p >= 1:
             return h * 0
+        if self._whole != self.step:  # not every row drawn at the step's start
+            self._draw(nodes)
+        return h * self._mask.index_select(0, nodes)
+
+    def _draw(self, nodes: Tensor | None) -> None:
+        """This step's mask rows of ``nodes`` not drawn yet in the step (None: of every node)."""
         if self._mask is None:
             self._mask = torch.empty_like(self.rows)
             self._drawn = torch.full_like(self.written, -1)
-        new = nodes[self._drawn.index_select(0, nodes) != self.step]  # not read yet this step
+        keep = 1 - self.node_dropout
+        if nodes is None:
+            self._mask.bernoulli_(keep).div_(keep)
+            self._drawn.fill_(self.step)
+            self._whole = self.step
+            return
+        new = nodes[self._drawn.index_select(0, nodes) != self.step]
         if new.numel():
-            keep = 1 - p
             self._mask.index_copy_(0, new, self._mask.new_empty(new.numel(), self._mask.size(1))
                                    .bernoulli_(keep).div_(keep))
             self._drawn.index_fill_(0, new, self.step)
-        return h * self._mask.index_select(0, nodes)
 
     def staleness(self) -> float:
         """Mean age in steps of the rows pulled during the current step (0 when none)."""

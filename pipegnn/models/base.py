@@ -96,10 +96,13 @@ class StagedGNN(nn.Sequential):
         return [u.history for u in self.transforms() if u.history is not None]
 
     def tick(self) -> None:
-        """Mark the start of a training step (ages of historical embeddings count steps; per-node
-        dropout masks are drawn anew, at each node's first read)."""
+        """Mark the start of a training step (ages of historical embeddings count steps) and draw the
+        per-node dropout masks anew: a pipeline rank without the first unit draws them now, while it
+        waits for its first micro-batch; the rank with it (and the single engine) draws each node's at
+        its first read, so that its first micro-batch leaves without waiting for every layer's mask."""
+        now = not (len(self) and getattr(self[0], "reads_features", False))
         for h in self.histories():
-            h.tick()
+            h.tick(draw=now)
 
     def staleness(self) -> float | None:
         """Mean age (steps) of the historical rows read in the current step, None without history."""
