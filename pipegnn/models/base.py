@@ -97,10 +97,13 @@ class StagedGNN(nn.Sequential):
 
     def tick(self) -> None:
         """Mark the start of a training step (ages of historical embeddings count steps) and draw the
-        per-node dropout masks anew: a pipeline rank without the first unit draws them now, while it
-        waits for its first micro-batch; the rank with it (and the single engine) draws each node's at
-        its first read, so that its first micro-batch leaves without waiting for every layer's mask."""
-        now = not (len(self) and getattr(self[0], "reads_features", False))
+        per-node dropout masks anew: now, except on a pipeline rank that holds the first unit and not
+        the last (others wait for its micro-batches): it draws each node's at its first read, so that
+        its first micro-batch leaves without waiting for every layer's mask."""
+        first = len(self) > 0 and getattr(self[0], "reads_features", False)
+        last = len(self) > 0 and (isinstance(self[-1], Readout) or (
+            isinstance(self[-1], Propagate) and self[-1].layer == len(self.stack.layers) - 1))
+        now = not first or last
         for h in self.histories():
             h.tick(draw=now)
 
