@@ -8,7 +8,7 @@ from pipegnn import ConfigError, run
 from pipegnn.backends import get_backend
 from pipegnn.data import Graph
 from pipegnn.engines import auto_balance, even_balance, unit_balance
-from pipegnn.engines.balance import measure_unit_costs
+from pipegnn.engines.balance import mask_draw_costs, measure_unit_costs
 from pipegnn.microbatch import build_plan
 from pipegnn.models import build_model
 
@@ -44,6 +44,10 @@ def test_auto_balance_minimises_the_busiest_stage() -> None:
     assert auto_balance([5, 1], 2) == [1, 1]
     with pytest.raises(ConfigError, match="3 pipeline stages but the model has only 2 units"):
         auto_balance([1, 1], 3)
+    # units of the first part cost more (the per-node masks the pipeline's first stage draws)
+    assert auto_balance([1, 1, 1, 1], 2, extra=[1, 1, 1, 1]) == [1, 3]  # max(2, 3), not max(4, 2)
+    assert auto_balance([1, 1, 1, 1], 2, extra=[1, 1, 1, 1], extra_parts=(1,)) == [3, 1]
+    assert auto_balance([1] * 6, 3, extra=[2] * 6, extra_parts=(0, 2)) == [1, 4, 1]  # max(3, 4, 3)
 
 
 def test_measuring_units_leaves_training_unchanged(graph: Graph) -> None:
@@ -57,6 +61,19 @@ def test_measuring_units_leaves_training_unchanged(graph: Graph) -> None:
     assert len(costs) == 4 and all(c > 0 for c in costs)
     assert torch.equal(torch.get_rng_state(), state)  # the same dropout masks as without measuring
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_mask_draw_costs_are_the_node_mask_caches_and_leave_training_unchanged(graph: Graph) -> None:
+    backend = get_backend("pyg")
+    model = build_model(dict(name="gcn", hidden=8, layers=3, dropout=0.5), backend, graph.x, graph.num_classes,
+                        history=True, halo_dropout="node")
+    state = torch.get_rng_state()
+    costs = mask_draw_costs(model, micro_batches=4)
+    assert [c > 0 for c in costs] == [False, False, True, False, True, False]  # layers 2 and 3's caches
+    assert torch.equal(torch.get_rng_state(), state)
+    plain = build_model(dict(name="gcn", hidden=8, layers=3, dropout=0.5), backend, graph.x, graph.num_classes,
+                        history=True)  # per-read masks: drawn in the micro-batches of every stage alike
+    assert mask_draw_costs(plain, micro_batches=4) == [0.0] * 6
 
 
 @pytest.mark.parametrize("halo", ["exact", "historical"])

@@ -7,8 +7,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pipegnn.engines.balance import (AUTO, auto_balance, even_balance, measure_unit_costs, per_stage_balance,
-                                     stage_units, unit_balance)
+from pipegnn.engines.balance import (AUTO, auto_balance, even_balance, mask_draw_costs, measure_unit_costs,
+                                     per_stage_balance, stage_units, unit_balance)
 from pipegnn.engines.base import IGNORE, Engine, exact_loss, parse_device
 from pipegnn.engines.gpipe import CHECKPOINT_MODES, GPipeEngine
 from pipegnn.engines.pipelining import SCHEDULES, PipeliningEngine
@@ -59,7 +59,11 @@ def _balance(engine: Mapping[str, Any], model: StagedGNN, parts: int, per_part: 
         if not measure:
             return [], AUTO, None
         costs = measure_unit_costs(model, train_ids, device, lazy_first=lazy_first)
-        return auto_balance(costs, parts * per_part), AUTO, dict(zip(model.unit_names, costs))
+        # the pipelining engine's first rank (stages 0, parts, 2 x parts, ...) draws per-node masks in
+        # its micro-batches; every other rank, and one process holding every stage, at the step's start
+        extra = mask_draw_costs(model, train_ids.numel()) if lazy_first else None
+        chosen = auto_balance(costs, parts * per_part, extra, range(0, parts * per_part, parts))
+        return chosen, AUTO, dict(zip(model.unit_names, costs))
     units = unit_balance(balance, model.units_per_layer, parts)
     source = "config" if units is not None else "even"
     return per_stage_balance(units or even_balance(len(model), parts), per_part), source, None

@@ -11,7 +11,9 @@ and GCNII's input and output Linear are two more; stage boundaries may fall betw
 - ``auto``: boundaries chosen from each unit's forward + backward time, measured on a few training
   micro-batches before training (:func:`measure_unit_costs`), as the contiguous partition whose busiest
   stage is cheapest (:func:`auto_balance`). Moving activations between stages is not counted: every
-  boundary sends a layer's transformed or propagated rows, of similar size.
+  boundary sends a layer's transformed or propagated rows, of similar size. Per-node dropout masks
+  (``microbatch.halo_dropout=node``) are a cost of the pipelining engine's first stage only: it draws
+  them inside its micro-batches, the others while they wait for their first (:func:`mask_draw_costs`).
 
 Written here rather than taken from torchgpipe: its ``balance_by_time`` profiles one sample batch that
 it splits like any tensor, while a micro-batch here is selected by its id and micro-batches differ in
@@ -34,8 +36,8 @@ from torch import Tensor
 from pipegnn.errors import ConfigError
 from pipegnn.models.base import StagedGNN
 
-__all__ = ["AUTO", "auto_balance", "even_balance", "measure_unit_costs", "per_stage_balance", "stage_units",
-           "unit_balance"]
+__all__ = ["AUTO", "auto_balance", "even_balance", "mask_draw_costs", "measure_unit_costs", "per_stage_balance",
+           "stage_units", "unit_balance"]
 
 AUTO = "auto"
 
@@ -84,7 +86,9 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
     spread over the step's micro-batches (the first ``micro_batches`` are the first to read most rows,
     so their own share would overstate it; the transform's backward runs once, after the last one).
 
-    Each unit runs on the previous unit's detached output, as torchgpipe's profiler does. The model is
+    Per-node dropout masks are drawn before each pass, so no unit's time has them (see
+    :func:`mask_draw_costs`). Each unit runs on the previous unit's detached output, as torchgpipe's
+    profiler does. The model is
     moved to ``device`` and left there; the random number generators and parameter gradients are as
     before (so a run with ``balance=auto`` trains exactly as with the balance it chose).
     """
@@ -104,6 +108,8 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
                 model[0].end_step()
                 _sync(device)
                 totals[0] = (time.perf_counter() - start) / ids.numel() * len(chosen)
+            for history in model.histories():
+                history.draw_masks()
             model[0].begin_step(chosen)  # a once-per-step first transform: not a per-micro-batch cost
             for m in chosen:
                 x: tuple[Tensor, ...] = (torch.tensor([m], dtype=torch.float32, device=device,
@@ -129,9 +135,30 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
     return [statistics.median(s) for s in samples]
 
 
-def auto_balance(costs: Sequence[float], parts: int) -> list[int]:
+def mask_draw_costs(model: StagedGNN, micro_batches: int, repeats: int = 3) -> list[float]:
+    """Seconds per micro-batch, per unit, of drawing its cache's per-node dropout mask once a step (the
+    median of ``repeats`` draws over ``micro_batches``; 0 for a unit without one). The random number
+    generators are as before."""
+    costs = [0.0] * len(model)
+    with torch.random.fork_rng(devices=[]):
+        for i, unit in enumerate(model):
+            history = getattr(unit, "history", None)
+            if history is None or not 0 < history.node_dropout < 1:
+                continue
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                history.draw_masks()
+                times.append(time.perf_counter() - start)
+            costs[i] = statistics.median(times) / micro_batches
+    return costs
+
+
+def auto_balance(costs: Sequence[float], parts: int, extra: Sequence[float] | None = None,
+                 extra_parts: Sequence[int] = (0,)) -> list[int]:
     """Units per part (contiguous, each >= 1) that minimise the most expensive part; among equally good
-    splits, the first found (earliest boundaries).
+    splits, the first found (earliest boundaries). A unit in one of ``extra_parts`` costs ``extra``
+    more (e.g. the per-node masks only the pipeline's first stage draws inside its micro-batches).
 
     Raises:
         ConfigError: more parts than units.
@@ -139,9 +166,10 @@ def auto_balance(costs: Sequence[float], parts: int) -> list[int]:
     n = len(costs)
     if parts > n:
         raise ConfigError(f"{parts} pipeline stages but the model has only {n} units")
-    prefix = [0.0]
-    for c in costs:
+    prefix, heavy = [0.0], [0.0]
+    for c, e in zip(costs, extra or [0.0] * n):
         prefix.append(prefix[-1] + c)
+        heavy.append(heavy[-1] + c + e)
     inf = float("inf")
     # best[p][i]: the cheapest busiest part splitting the first i units into p parts; cut: last boundary
     best = [[inf] * (n + 1) for _ in range(parts + 1)]
@@ -150,7 +178,8 @@ def auto_balance(costs: Sequence[float], parts: int) -> list[int]:
     for p in range(1, parts + 1):
         for i in range(p, n + 1):
             for j in range(p - 1, i):
-                value = max(best[p - 1][j], prefix[i] - prefix[j])
+                sums = heavy if p - 1 in extra_parts else prefix
+                value = max(best[p - 1][j], sums[i] - sums[j])
                 if value < best[p][i]:
                     best[p][i], cut[p][i] = value, j
     sizes, i = [], n

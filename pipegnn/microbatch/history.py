@@ -71,7 +71,12 @@ class History(nn.Module):
         self.step += 1
         self._ages.clear()
         self._pushed.clear()
-        if draw and 0 < self.node_dropout < 1:
+        if draw:
+            self.draw_masks()
+
+    def draw_masks(self) -> None:
+        """Draw every node's dropout mask for the current step now (with ``node_dropout``; else nothing)."""
+        if 0 < self.node_dropout < 1:
             self._draw(None)
 
     @torch.no_grad()
