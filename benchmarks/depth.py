@@ -8,7 +8,7 @@ For every graph, model (GCNII, residual GCN, residual GAT) and depth, in one run
 - ``engine=pipelining`` with 2 processes x 1 thread, GPipe and 1F1B schedules, ``balance=auto``;
 
 each for exact and historical halos at every k (``microbatch.targets=all``, METIS). Per case: median
-epoch time (after the first), training time to 98% of the run's best validation accuracy, peak memory
+epoch time (after the first; with ``--repeats``, the median over runs of it and their spread), training time to 98% of the run's best validation accuracy, peak memory
 per process, work inflation (rows computed / full graph's), measured bubble and imbalance. The summary
 gives, per depth, the best pipeline, the best single-process run on the same cores, and their ratio.
 Run with ``OMP_NUM_THREADS=1`` (the pipeline's workers take their thread count from it; the
@@ -70,7 +70,35 @@ def _case(args: argparse.Namespace, overrides: list[str], threads: int, **labels
     return row
 
 
+#: what identifies a case across repeats
+CASE_KEYS = ["dataset", "model", "layers", "case", "halo", "k", "threads"]
+#: per case, the median over repeats of these
+MEDIANS = ["epoch_s", "tta_s", "best_val", "bubble", "imbalance"]
+
+
 def measure(args: argparse.Namespace) -> pd.DataFrame:
+    """Every case ``args.repeats`` times, the whole map once per repeat (so that a drift of the
+    machine's speed touches every case alike), combined by :func:`combine`."""
+    return combine(pd.DataFrame([row for _ in range(args.repeats) for row in _measure_once(args)]))
+
+
+def combine(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per case: the median over its completed runs of :data:`MEDIANS`, the rest from its
+    first run, with ``runs`` (completed) and ``epoch_s_spread`` ((max - min) / median epoch); a case
+    none of whose runs completed keeps its first run's row."""
+    rows = []
+    for _, group in runs.groupby(CASE_KEYS, sort=False, dropna=False):
+        done = group[group.status == "completed"]
+        row = (done if len(done) else group).iloc[0].to_dict()
+        if len(done):
+            row.update({m: done[m].median() for m in MEDIANS if m in done})
+            row["epoch_s_spread"] = (done.epoch_s.max() - done.epoch_s.min()) / done.epoch_s.median()
+        row["runs"] = len(done)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _measure_once(args: argparse.Namespace) -> list[dict]:
     rows = []
     for dataset in args.datasets:
         for model in args.models:
@@ -91,7 +119,7 @@ def measure(args: argparse.Namespace) -> pd.DataFrame:
                                               case=f"single x{threads}", halo=halo, k=k))
                         for name, overrides in PIPELINES.items():
                             rows.append(_case(args, [*mb, *overrides], 1, **where, case=name, halo=halo, k=k))
-    return pd.DataFrame(rows)
+    return rows
 
 
 def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
@@ -151,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="microbatch.halo_dropout of the historical cases")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of every case (the map once per "
+                        "repeat); the tables give the median epoch and the spread")
     parser.add_argument("--threads", type=int, default=2, help="threads of the single-process baselines "
                         "(the pipeline's process count)")
     parser.add_argument("--csv", type=Path, help="write the cases here, the summary beside it (_summary) "

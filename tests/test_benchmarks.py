@@ -193,6 +193,19 @@ def test_capacity_search_finds_the_largest_size_within_its_resolution() -> None:
     assert capacity.largest(fits, 64, lambda n: 8) == (0, {}, {"fits": False, "n": 64})
 
 
+def test_depth_repeats_combine_to_the_median_of_each_case() -> None:
+    depth = _load("depth")
+    case = dict(dataset="synthetic", model="gcn2", layers=8, halo="full", k=1, threads=1, inflation=1.0)
+    runs = pd.DataFrame([
+        {**case, "case": "full batch x1", "status": "completed", "epoch_s": e, "bubble": 0.1} for e in (1.0, 1.4, 1.1)
+    ] + [{**case, "case": "single x1", "status": s, "epoch_s": e, "bubble": 0.2}
+         for s, e in (("failed", None), ("completed", 2.0))])
+    table = depth.combine(runs).set_index("case")
+    assert table.loc["full batch x1", "epoch_s"] == pytest.approx(1.1) and table.loc["full batch x1", "runs"] == 3
+    assert table.loc["full batch x1", "epoch_s_spread"] == pytest.approx(0.4 / 1.1)
+    assert table.loc["single x1", "epoch_s"] == pytest.approx(2.0) and table.loc["single x1", "runs"] == 1
+
+
 def test_depth_summary_sets_the_best_pipeline_against_the_best_single_process() -> None:
     depth = _load("depth")
     rows = [("full batch x1", "full", 1, 1, 1.0, 1.0), ("full batch x2", "full", 1, 2, 0.7, 1.0),
