@@ -8,9 +8,10 @@ For every graph, model (GCNII, residual GCN, residual GAT) and depth, in one run
 - ``engine=pipelining`` with 2 processes x 1 thread, GPipe and 1F1B schedules, ``balance=auto``;
 
 each for exact and historical halos at every k (``microbatch.targets=all``, METIS). Per case: median
-epoch time (after the first; with ``--repeats``, the median over runs of it and their spread), training time to 98% of the run's best validation accuracy, peak memory
-per process, work inflation (rows computed / full graph's), measured bubble and imbalance. The summary
-gives, per depth, the best pipeline, the best single-process run on the same cores, and their ratio.
+epoch time (after the first; with ``--repeats``, the median over runs of it and their spread), training
+time to 98% of the run's best validation accuracy, peak memory per process, work inflation (rows
+computed / full graph's), measured bubble and imbalance. The summary gives, per depth, the best
+pipeline, the best single-process run on the same cores, and their ratio.
 Run with ``OMP_NUM_THREADS=1`` (the pipeline's workers take their thread count from it; the
 ``--threads`` cases raise this process's own with ``torch.set_num_threads``). Time only on a quiet
 machine: two timings at once on these cores distort both.

@@ -88,9 +88,9 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
 
     Per-node dropout masks are drawn before each pass, so no unit's time has them (see
     :func:`mask_draw_costs`). Each unit runs on the previous unit's detached output, as torchgpipe's
-    profiler does. The model is
-    moved to ``device`` and left there; the random number generators and parameter gradients are as
-    before (so a run with ``balance=auto`` trains exactly as with the balance it chose).
+    profiler does. The model is moved to ``device`` and left there; the random number generators and
+    parameter gradients are as before (so a run with ``balance=auto`` trains exactly as with the
+    balance it chose).
     """
     model.to(device)
     was_training = model.training
@@ -138,19 +138,22 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
 def mask_draw_costs(model: StagedGNN, micro_batches: int, repeats: int = 3) -> list[float]:
     """Seconds per micro-batch, per unit, of drawing its cache's per-node dropout mask once a step (the
     median of ``repeats`` draws over ``micro_batches``; 0 for a unit without one). The random number
-    generators are as before."""
+    generators are as before (on a GPU too: the masks are drawn on the cache's device)."""
     costs = [0.0] * len(model)
-    with torch.random.fork_rng(devices=[]):
-        for i, unit in enumerate(model):
-            history = getattr(unit, "history", None)
-            if history is None or not 0 < history.node_dropout < 1:
-                continue
-            times = []
+    for i, unit in enumerate(model):
+        history = getattr(unit, "history", None)
+        if history is None or not 0 < history.node_dropout < 1:
+            continue
+        device = history.rows.device
+        times = []
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             for _ in range(repeats):
+                _sync(device)
                 start = time.perf_counter()
                 history.draw_masks()
+                _sync(device)
                 times.append(time.perf_counter() - start)
-            costs[i] = statistics.median(times) / micro_batches
+        costs[i] = statistics.median(times) / micro_batches
     return costs
 
 
@@ -176,9 +179,9 @@ def auto_balance(costs: Sequence[float], parts: int, extra: Sequence[float] | No
     cut = [[0] * (n + 1) for _ in range(parts + 1)]
     best[0][0] = 0.0
     for p in range(1, parts + 1):
+        sums = heavy if p - 1 in extra_parts else prefix  # part p - 1's unit costs
         for i in range(p, n + 1):
             for j in range(p - 1, i):
-                sums = heavy if p - 1 in extra_parts else prefix
                 value = max(best[p - 1][j], sums[i] - sums[j])
                 if value < best[p][i]:
                     best[p][i], cut[p][i] = value, j

@@ -29,8 +29,9 @@ class History(nn.Module):
         num_nodes: number of graph nodes.
         dim: embedding width (the layer's input features).
         dtype: dtype of the embeddings (the model's).
-        node_dropout: the layer's input dropout when it draws one mask per node and step (each node's
-            drawn at its first read in the step, by :meth:`dropout`); 0: the cache draws none.
+        node_dropout: the layer's input dropout when it draws one mask per node and step (at
+            :meth:`tick` or at each node's first read in the step, see :meth:`dropout`); 0: the cache
+            draws none.
     """
 
     def __init__(self, num_nodes: int, dim: int, dtype: torch.dtype = torch.float32, node_dropout: float = 0.0):
@@ -113,8 +114,8 @@ class History(nn.Module):
         full-graph training draws it: a micro-batch and every micro-batch that pulls the same node as a
         halo row drop the same features of it. A node's mask is drawn at :meth:`tick` or at its first
         read in the step, so the random numbers drawn per step are the graph's, not the (about twice as
-        many, with halo rows) rows read; kept entries are scaled by ``1 / (1 - p)`` (``p``: ``node_dropout``) as
-        :func:`torch.nn.functional.dropout` does."""
+        many, with halo rows) rows read; kept entries are scaled by ``1 / (1 - p)`` (``p``:
+        ``node_dropout``) as :func:`torch.nn.functional.dropout` does."""
         p = self.node_dropout
         if p <= 0:
             return h
