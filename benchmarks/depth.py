@@ -7,10 +7,10 @@ For every graph, model (GCNII, residual GCN, residual GAT) and depth, in one run
 - the single engine with one thread (the pipeline's per-process budget: "same micro-batches" speedup);
 - ``engine=pipelining`` with 2 processes x 1 thread, GPipe and 1F1B schedules, ``balance=auto``;
 
-each for exact and historical halos at every k (``microbatch.targets=all``, METIS). Per case: median
-epoch time (after the first; with ``--repeats``, the median over runs of it and their spread), training
-time to 98% of the run's best validation accuracy, peak memory per process, work inflation (rows
-computed / full graph's), measured bubble and imbalance. The summary gives, per depth, the best
+each for exact (up to ``--exact-max-layers``) and historical halos at every k (``microbatch.targets=all``,
+METIS). Per case: median epoch time (after the first; with ``--repeats``, the median over runs of it
+and their spread), training time to 98% of the run's best validation accuracy, peak memory per
+process, work inflation (rows computed / full graph's), measured bubble and imbalance. The summary gives, per depth, the best
 pipeline, the best single-process run on the same cores, and their ratio.
 Run with ``OMP_NUM_THREADS=1`` (the pipeline's workers take their thread count from it; the
 ``--threads`` cases raise this process's own with ``torch.set_num_threads``). Time only on a quiet
@@ -100,7 +100,12 @@ def combine(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _measure_once(args: argparse.Namespace) -> list[dict]:
-    rows = []
+    return [_case(args, overrides, threads, **labels) for overrides, threads, labels in plan(args)]
+
+
+def plan(args: argparse.Namespace) -> list[tuple[list[str], int, dict]]:
+    """The map's cases in run order: (config overrides, threads, table labels)."""
+    cases = []
     for dataset in args.datasets:
         for model in args.models:
             for depth in args.depths:
@@ -108,19 +113,20 @@ def _measure_once(args: argparse.Namespace) -> list[dict]:
                         f"model.hidden={args.hidden // HEADS.get(model, 1)}"]
                 where = dict(dataset=dataset, model=model, layers=depth)
                 for threads in sorted({1, args.threads}):
-                    rows.append(_case(args, [*base, "engine=single", "chunks=1", "microbatch.halo=none"],
-                                      threads, **where, case=f"full batch x{threads}", halo="full", k=1))
+                    cases.append(([*base, "engine=single", "chunks=1", "microbatch.halo=none"], threads,
+                                  dict(**where, case=f"full batch x{threads}", halo="full", k=1)))
+                halos = [h for h in args.halos if h != "exact" or depth <= args.exact_max_layers]
                 for k in args.chunks:
-                    for halo in args.halos:
+                    for halo in halos:
                         mb = [*base, f"chunks={k}", f"microbatch.halo={halo}"]
                         if halo == "historical":
                             mb.append(f"microbatch.halo_dropout={args.halo_dropout}")
                         for threads in sorted({1, args.threads}):  # the pipeline's budget, and the cores'
-                            rows.append(_case(args, [*mb, "engine=single"], threads, **where,
-                                              case=f"single x{threads}", halo=halo, k=k))
+                            cases.append(([*mb, "engine=single"], threads,
+                                          dict(**where, case=f"single x{threads}", halo=halo, k=k)))
                         for name, overrides in PIPELINES.items():
-                            rows.append(_case(args, [*mb, *overrides], 1, **where, case=name, halo=halo, k=k))
-    return rows
+                            cases.append(([*mb, *overrides], 1, dict(**where, case=name, halo=halo, k=k)))
+    return cases
 
 
 def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
@@ -169,13 +175,17 @@ def figure(summary: pd.DataFrame, path: Path, threads: int) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["synthetic", "cora"])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
     parser.add_argument("--chunks", type=int, nargs="+", default=[4, 8, 16])
     parser.add_argument("--halos", nargs="+", default=["exact", "historical"])
+    parser.add_argument("--exact-max-layers", type=int, default=4,
+                        help="exact halos only up to this depth: deeper, each micro-batch's halo is nearly "
+                        "the whole graph (work inflation 6.0 at 8 layers, 7.0 at 16, k=8: "
+                        "results/benchmarks/depth_synthetic.txt) and one case takes minutes")
     parser.add_argument("--halo-dropout", default="read", choices=["read", "node"],
                         help="microbatch.halo_dropout of the historical cases")
     parser.add_argument("--hidden", type=int, default=64)
@@ -187,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", type=Path, help="write the cases here, the summary beside it (_summary) "
                         "and the figure (.png)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every case")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     table = measure(args)
     summary = summarise(table, args.threads)
     print(f"\ncases ({args.epochs} epochs, median epoch after the first; tta: training seconds to 98% of the "

@@ -218,3 +218,19 @@ def test_depth_summary_sets_the_best_pipeline_against_the_best_single_process() 
     assert row.best_pipeline == "pipelining gpipe historical k=8" and row.best_alone == "full batch x2 full k=1"
     assert row.speedup == pytest.approx(0.7 / 0.6) and row.vs_single_x1_same_mb == pytest.approx(1.1 / 0.6)
     assert row.historical_over_full_x1 == pytest.approx(1.1) and row.historical_inflation == pytest.approx(1.15)
+
+
+def test_depth_plan_runs_exact_halos_up_to_their_depth_and_every_baseline() -> None:
+    """Exact halos only up to --exact-max-layers; per depth both full batches, and per k and halo the
+    single engine with 1 and --threads threads and both pipelines (one thread each)."""
+    depth = _load("depth")
+    plan = depth.plan(depth.parse(["--datasets", "cora", "--models", "gcn2", "--depths", "2", "8",
+                                   "--chunks", "4", "8", "--exact-max-layers", "4"]))
+    labels = [(lab["layers"], lab["case"], lab["halo"], lab["k"], threads) for _, threads, lab in plan]
+    assert len(labels) == len(set(labels)) == 2 * 2 + 2 * 2 * 4 + 2 * 4
+    assert {(layers, halo) for layers, _, halo, _, _ in labels} == {
+        (2, "full"), (2, "exact"), (2, "historical"), (8, "full"), (8, "historical")}
+    assert {threads for _, case, _, _, threads in labels if case.startswith("pipelining")} == {1}
+    overrides, _, _ = next(p for p in plan if p[2]["case"] == "pipelining 1f1b" and p[2]["halo"] == "historical")
+    assert {"dataset=cora", "model=gcn2", "engine.schedule=1f1b", "microbatch.halo=historical",
+            "microbatch.halo_dropout=read"} <= set(overrides)

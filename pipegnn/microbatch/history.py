@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pipegnn.dropout import fill_mask_
+
 __all__ = ["HALO_DROPOUTS", "History", "epoch_figures", "per_stage", "stage_medians"]
 
 #: ``microbatch.halo_dropout``: ``read`` (every read of a halo row draws its own input dropout mask, as
@@ -130,16 +132,15 @@ class History(nn.Module):
         if self._mask is None:
             self._mask = torch.empty_like(self.rows)
             self._drawn = torch.full_like(self.written, -1)
-        keep = 1 - self.node_dropout
         if nodes is None:
-            self._mask.bernoulli_(keep).div_(keep)
+            fill_mask_(self._mask, self.node_dropout)
             self._drawn.fill_(self.step)
             self._whole = self.step
             return
         new = nodes[self._drawn.index_select(0, nodes) != self.step]
         if new.numel():
-            self._mask.index_copy_(0, new, self._mask.new_empty(new.numel(), self._mask.size(1))
-                                   .bernoulli_(keep).div_(keep))
+            self._mask.index_copy_(0, new, fill_mask_(self._mask.new_empty(new.numel(), self._mask.size(1)),
+                                                     self.node_dropout))
             self._drawn.index_fill_(0, new, self.step)
 
     def staleness(self) -> float:

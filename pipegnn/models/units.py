@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pipegnn.data.features import FeatureMeta
+from pipegnn.dropout import dropout
 from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.microbatch.history import History
 from pipegnn.models.precision import autocast
@@ -290,7 +291,7 @@ class Transform(Unit):
         if nodes is not None and self.history is not None and self.history.node_dropout and self.training:
             dropped = self.history.dropout(nodes, h)
         else:
-            dropped = F.dropout(h, self.spec.dropout, self.training)
+            dropped = dropout(h, self.spec.dropout, self.training)
         out = self.transform(dropped)
         return torch.cat([out, h.to(out.dtype)], 1) if self.spec.residual else out
 
@@ -396,4 +397,4 @@ class Readout(Unit):
         self.rows.append(mb.sizes[-1])
 
     def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        return self.linear(F.dropout(inputs[0], self.spec.dropout, self.training)), inputs[-1]
+        return self.linear(dropout(inputs[0], self.spec.dropout, self.training)), inputs[-1]
