@@ -68,6 +68,7 @@ bench: setup
 	$(PY) benchmarks/overhead.py --suite chunks --dataset pubmed_topology --epochs 30 --csv $(BENCH)/chunks_pubmed_topology.csv | tee $(BENCH)/chunks_pubmed_topology.txt; \
 	$(PY) benchmarks/overhead.py --suite engines --dataset synthetic --epochs 20 --csv $(BENCH)/engines_synthetic.csv | tee $(BENCH)/engines_synthetic.txt; \
 	$(PY) benchmarks/depth.py --epochs 5 --csv $(BENCH)/depth.csv | tee $(BENCH)/depth.txt; \
+	$(PY) benchmarks/dropout.py --csv $(BENCH)/dropout.csv | tee $(BENCH)/dropout.txt; \
 	$(PY) benchmarks/profile_step.py model=gcn2 model.layers=16 --csv $(BENCH)/profile_gcn2_16.csv | tee $(BENCH)/profile_gcn2_16.txt; \
 	$(PY) benchmarks/capacity.py --csv $(BENCH)/capacity.csv | tee $(BENCH)/capacity.txt; \
 	$(PY) benchmarks/capacity.py --what nodes --graph-depth 16 --start-nodes 16384 --csv $(BENCH)/capacity_graph.csv | tee $(BENCH)/capacity_graph.txt; \
