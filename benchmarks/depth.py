@@ -8,7 +8,8 @@ For every graph, model (GCNII, residual GCN, residual GAT) and depth, in one run
 - ``engine=pipelining`` with 2 processes x 1 thread, GPipe and 1F1B schedules, ``balance=auto``;
 
 each for exact (up to ``--exact-max-layers``) and historical halos at every k (``microbatch.targets=all``,
-METIS). Per case: median epoch time (after the first; with ``--repeats``, the median over runs of it
+METIS), and for each ``model.aggregation`` of ``--aggregations`` (PyG's messages, or a torch CSR
+sparse-dense matmul: which is faster, and which scales better with threads, differs). Per case: median epoch time (after the first; with ``--repeats``, the median over runs of it
 and their spread), training time to 98% of the run's best validation accuracy, peak memory per
 process, work inflation (rows computed / full graph's), measured bubble and imbalance. The summary gives, per depth, the best
 pipeline, the best single-process run on the same cores, and their ratio.
@@ -22,6 +23,7 @@ machine: two timings at once on these cores distort both.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 
@@ -72,7 +74,7 @@ def _case(args: argparse.Namespace, overrides: list[str], threads: int, **labels
 
 
 #: what identifies a case across repeats
-CASE_KEYS = ["dataset", "model", "layers", "case", "halo", "k", "threads"]
+CASE_KEYS = ["dataset", "model", "layers", "aggregation", "case", "halo", "k", "threads"]
 #: per case, the median over repeats of these
 MEDIANS = ["epoch_s", "tta_s", "best_val", "bubble", "imbalance"]
 
@@ -88,7 +90,7 @@ def combine(runs: pd.DataFrame) -> pd.DataFrame:
     first run, with ``runs`` (completed) and ``epoch_s_spread`` ((max - min) / median epoch); a case
     none of whose runs completed keeps its first run's row."""
     rows = []
-    for _, group in runs.groupby(CASE_KEYS, sort=False, dropna=False):
+    for _, group in runs.groupby([k for k in CASE_KEYS if k in runs], sort=False, dropna=False):
         done = group[group.status == "completed"]
         row = (done if len(done) else group).iloc[0].to_dict()
         if len(done):
@@ -108,10 +110,10 @@ def plan(args: argparse.Namespace) -> list[tuple[list[str], int, dict]]:
     cases = []
     for dataset in args.datasets:
         for model in args.models:
-            for depth in args.depths:
+            for depth, aggregation in itertools.product(args.depths, args.aggregations):
                 base = [f"dataset={dataset}", *MODELS[model], f"model.layers={depth}",
-                        f"model.hidden={args.hidden // HEADS.get(model, 1)}"]
-                where = dict(dataset=dataset, model=model, layers=depth)
+                        f"model.hidden={args.hidden // HEADS.get(model, 1)}", f"model.aggregation={aggregation}"]
+                where = dict(dataset=dataset, model=model, layers=depth, aggregation=aggregation)
                 for threads in sorted({1, args.threads}):
                     cases.append(([*base, "engine=single", "chunks=1", "microbatch.halo=none"], threads,
                                   dict(**where, case=f"full batch x{threads}", halo="full", k=1)))
@@ -134,8 +136,11 @@ def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
     cores (``threads`` threads: full batch or micro-batched) and their ratio; and the pipeline's speedup
     over the one-thread single engine on the same micro-batches (same k and halo); and the one-thread
     historical single engine's epoch over one-thread full batch's beside its work inflation (at the
-    best pipeline's k; the goal: not above it)."""
+    best pipeline's k; the goal: not above it). With several aggregations, the best of each side over
+    all of them; the same-micro-batch and historical figures in the best pipeline's."""
     done = table[table.status == "completed"]
+    if "aggregation" not in done:
+        done = done.assign(aggregation="messages")
     rows = []
     for (dataset, model, layers), group in done.groupby(["dataset", "model", "layers"]):
         pipes = group[group.case.str.startswith("pipelining")]
@@ -144,6 +149,7 @@ def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
         if pipes.empty or alone.empty:
             continue
         best_pipe, best_alone = pipes.loc[pipes.epoch_s.idxmin()], alone.loc[alone.epoch_s.idxmin()]
+        group = group[group.aggregation == best_pipe.aggregation]
         same = group[(group.case == "single x1") & (group.k == best_pipe.k) & (group.halo == best_pipe.halo)]
         full = group[group.case == "full batch x1"]
         hist = group[(group.case == "single x1") & (group.k == best_pipe.k) & (group.halo == "historical")]
@@ -152,7 +158,8 @@ def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
                      "best_pipeline": f"{best_pipe.case} {best_pipe.halo} k={best_pipe.k}",
                      "pipeline_s": best_pipe.epoch_s,
                      "best_alone": f"{best_alone.case} {best_alone.halo} k={best_alone.k}",
-                     "alone_s": best_alone.epoch_s, "speedup": best_alone.epoch_s / best_pipe.epoch_s,
+                     "alone_s": best_alone.epoch_s, "pipeline_aggregation": best_pipe.aggregation,
+                     "alone_aggregation": best_alone.aggregation, "speedup": best_alone.epoch_s / best_pipe.epoch_s,
                      "vs_single_x1_same_mb": (same.epoch_s.iloc[0] / best_pipe.epoch_s) if len(same) else None,
                      "pipeline_inflation": best_pipe.inflation, "pipeline_bubble": best_pipe.bubble,
                      "historical_over_full_x1": hist.epoch_s.iloc[0] / full_s if len(hist) and full_s else None,
@@ -182,6 +189,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
     parser.add_argument("--chunks", type=int, nargs="+", default=[4, 8, 16])
     parser.add_argument("--halos", nargs="+", default=["exact", "historical"])
+    parser.add_argument("--aggregations", nargs="+", default=["messages"], choices=["messages", "sparse"],
+                        help="model.aggregation of every case (several: each case once per aggregation, the "
+                        "summary's best over all of them)")
     parser.add_argument("--exact-max-layers", type=int, default=4,
                         help="exact halos only up to this depth: deeper, each micro-batch's halo is nearly "
                         "the whole graph (work inflation 6.0 at 8 layers, 7.0 at 16, k=8: "

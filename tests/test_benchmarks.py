@@ -233,4 +233,25 @@ def test_depth_plan_runs_exact_halos_up_to_their_depth_and_every_baseline() -> N
     assert {threads for _, case, _, _, threads in labels if case.startswith("pipelining")} == {1}
     overrides, _, _ = next(p for p in plan if p[2]["case"] == "pipelining 1f1b" and p[2]["halo"] == "historical")
     assert {"dataset=cora", "model=gcn2", "engine.schedule=1f1b", "microbatch.halo=historical",
-            "microbatch.halo_dropout=read"} <= set(overrides)
+            "microbatch.halo_dropout=read", "model.aggregation=messages"} <= set(overrides)
+    both = depth.plan(depth.parse(["--datasets", "cora", "--models", "gcn2", "--depths", "8", "--chunks", "8",
+                                   "--halos", "historical", "--aggregations", "messages", "sparse"]))
+    assert [lab["aggregation"] for _, _, lab in both] == ["messages"] * 6 + ["sparse"] * 6
+    assert all(f"model.aggregation={lab['aggregation']}" in o for o, _, lab in both)
+
+
+def test_depth_summary_takes_the_best_over_aggregations_and_compares_within_the_pipelines() -> None:
+    """With two aggregations the best pipeline and the best single process may use different ones; the
+    same-micro-batch and historical-over-full figures stay within the best pipeline's aggregation."""
+    depth = _load("depth")
+    rows = [("messages", "full batch x1", "full", 1, 1, 1.0), ("messages", "full batch x2", "full", 1, 2, 0.7),
+            ("messages", "single x1", "historical", 8, 1, 1.2), ("messages", "pipelining 1f1b", "historical", 8, 1, 0.8),
+            ("sparse", "full batch x1", "full", 1, 1, 0.9), ("sparse", "full batch x2", "full", 1, 2, 0.75),
+            ("sparse", "single x1", "historical", 8, 1, 1.0), ("sparse", "pipelining 1f1b", "historical", 8, 1, 0.6)]
+    table = pd.DataFrame([dict(dataset="synthetic", model="gcn2", layers=32, status="completed", aggregation=a,
+                               case=c, halo=h, k=k, threads=t, epoch_s=e, inflation=1.15, bubble=0.1)
+                          for a, c, h, k, t, e in rows])
+    row = depth.summarise(table, threads=2).iloc[0]
+    assert (row.pipeline_aggregation, row.alone_aggregation) == ("sparse", "messages")
+    assert row.speedup == pytest.approx(0.7 / 0.6) and row.vs_single_x1_same_mb == pytest.approx(1.0 / 0.6)
+    assert row.historical_over_full_x1 == pytest.approx(1.0 / 0.9)
