@@ -216,6 +216,8 @@ def test_depth_summary_sets_the_best_pipeline_against_the_best_single_process() 
                                k=k, threads=t, epoch_s=e, inflation=i, bubble=0.1) for c, h, k, t, e, i in rows])
     row = depth.summarise(table, threads=2).iloc[0]
     assert row.best_pipeline == "pipelining gpipe historical k=8" and row.best_alone == "full batch x2 full k=1"
+    slow = table.assign(epoch_s=table.epoch_s.where(table.threads == 1, 1.3))  # two threads slower than one
+    assert depth.summarise(slow, threads=2).iloc[0].best_alone == "full batch x1 full k=1"
     assert row.speedup == pytest.approx(0.7 / 0.6) and row.vs_single_x1_same_mb == pytest.approx(1.1 / 0.6)
     assert row.historical_over_full_x1 == pytest.approx(1.1) and row.historical_inflation == pytest.approx(1.15)
 
