@@ -1,10 +1,10 @@
 """Dropout whose mask comes from uniform random numbers: the models' dropout and the history caches'
 per-node masks.
 
-Written by hand because torch's CPU dropout draws its mask with ``bernoulli_``, about 4x slower here
-than uniform numbers compared with the keep probability (a 19717 x 64 float32 mask, one thread: 15.6 ms
-against 4.0 ms; ``F.dropout`` of those rows 15-16 ms against 6-7 ms): at one dropout per layer that is
-a tenth or more of a deep GCNII's full-batch epoch, and the same share of a pipeline's step. Masks are
+Written by hand because torch's CPU dropout draws its mask with ``bernoulli_``, 2.4-4.4x slower here
+than uniform numbers compared with the keep probability (a 19717 x 64 float32 mask, one thread: 14.1 ms
+against 3.8 ms; ``F.dropout`` of those rows 14.9 ms against 4.8 ms; ``results/benchmarks/dropout.txt``):
+at one dropout per layer that was a quarter of a 16-layer GCNII's full-batch epoch. Masks are
 distributed as torch's (0 with probability ``p``, else ``1 / (1 - p)``, independently per entry) and
 drawn from the same generator, so seeds keep runs reproducible; on other devices (CUDA's dropout is
 one fused kernel) and in other dtypes (a half-precision uniform number is too coarse to compare),
