@@ -9,10 +9,11 @@ For every graph, model (GCNII, residual GCN, residual GAT) and depth, in one run
 
 each for exact (up to ``--exact-max-layers``) and historical halos at every k (``microbatch.targets=all``,
 METIS), and for each ``model.aggregation`` of ``--aggregations`` (PyG's messages, or a torch CSR
-sparse-dense matmul: which is faster, and which scales better with threads, differs). Per case: median epoch time (after the first; with ``--repeats``, the median over runs of it
-and their spread), training time to 98% of the run's best validation accuracy, peak memory per
-process, work inflation (rows computed / full graph's), measured bubble and imbalance. The summary gives, per depth, the best
-pipeline, the best single-process run on the same cores, and their ratio.
+sparse-dense matmul: which is faster, and which scales better with threads, differs). Per case: median
+epoch time (after the first; with ``--repeats``, the median over runs of it and their spread),
+training time to 98% of the run's best validation accuracy, peak memory per process, work inflation
+(rows computed / full graph's), measured bubble and imbalance. The summary gives, per depth, the best
+pipeline, the best single-process run on the same cores (up to ``--threads`` threads), and their ratio.
 Run with ``OMP_NUM_THREADS=1`` (the pipeline's workers take their thread count from it; the
 ``--threads`` cases raise this process's own with ``torch.set_num_threads``). Time only on a quiet
 machine: two timings at once on these cores distort both.
@@ -90,7 +91,7 @@ def combine(runs: pd.DataFrame) -> pd.DataFrame:
     first run, with ``runs`` (completed) and ``epoch_s_spread`` ((max - min) / median epoch); a case
     none of whose runs completed keeps its first run's row."""
     rows = []
-    for _, group in runs.groupby([k for k in CASE_KEYS if k in runs], sort=False, dropna=False):
+    for _, group in runs.groupby(CASE_KEYS, sort=False, dropna=False):
         done = group[group.status == "completed"]
         row = (done if len(done) else group).iloc[0].to_dict()
         if len(done):
@@ -134,8 +135,8 @@ def plan(args: argparse.Namespace) -> list[tuple[list[str], int, dict]]:
 def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
     """Per graph, model and depth: the fastest pipeline, the fastest single-process run on the same
     cores (full batch or micro-batched, with ``threads`` threads or fewer: where two threads slow a run
-    down, a user runs one) and their ratio; and the pipeline's speedup
-    over the one-thread single engine on the same micro-batches (same k and halo); and the one-thread
+    down, a user runs one) and their ratio; and the pipeline's speedup over the one-thread single
+    engine on the same micro-batches (same k and halo); and the one-thread
     historical single engine's epoch over one-thread full batch's beside its work inflation (at the
     best pipeline's k; the goal: not above it). With several aggregations, the best of each side over
     all of them; the same-micro-batch and historical figures in the best pipeline's."""

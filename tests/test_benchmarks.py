@@ -195,7 +195,8 @@ def test_capacity_search_finds_the_largest_size_within_its_resolution() -> None:
 
 def test_depth_repeats_combine_to_the_median_of_each_case() -> None:
     depth = _load("depth")
-    case = dict(dataset="synthetic", model="gcn2", layers=8, halo="full", k=1, threads=1, inflation=1.0)
+    case = dict(dataset="synthetic", model="gcn2", layers=8, aggregation="messages", halo="full", k=1, threads=1,
+                inflation=1.0)
     runs = pd.DataFrame([
         {**case, "case": "full batch x1", "status": "completed", "epoch_s": e, "bubble": 0.1} for e in (1.0, 1.4, 1.1)
     ] + [{**case, "case": "single x1", "status": s, "epoch_s": e, "bubble": 0.2}
@@ -247,7 +248,8 @@ def test_depth_summary_takes_the_best_over_aggregations_and_compares_within_the_
     same-micro-batch and historical-over-full figures stay within the best pipeline's aggregation."""
     depth = _load("depth")
     rows = [("messages", "full batch x1", "full", 1, 1, 1.0), ("messages", "full batch x2", "full", 1, 2, 0.7),
-            ("messages", "single x1", "historical", 8, 1, 1.2), ("messages", "pipelining 1f1b", "historical", 8, 1, 0.8),
+            ("messages", "single x1", "historical", 8, 1, 1.2),
+            ("messages", "pipelining 1f1b", "historical", 8, 1, 0.8),
             ("sparse", "full batch x1", "full", 1, 1, 0.9), ("sparse", "full batch x2", "full", 1, 2, 0.75),
             ("sparse", "single x1", "historical", 8, 1, 1.0), ("sparse", "pipelining 1f1b", "historical", 8, 1, 0.6)]
     table = pd.DataFrame([dict(dataset="synthetic", model="gcn2", layers=32, status="completed", aggregation=a,
