@@ -1,6 +1,7 @@
 """Where do pipelines pay off? The depth map: deep GNNs, pipelines against what a user runs instead.
 
-For every graph, model (GCNII, residual GCN, residual GAT) and depth, in one run and side by side:
+For every graph, model (GCNII, residual GCN, residual GAT), depth and width (``--hidden``), in one run
+and side by side:
 
 - what a user with this machine's cores runs instead, one process with as many threads as the pipeline
   has processes (``--threads``, 2): full batch, and the single engine on the same micro-batches;
@@ -75,7 +76,7 @@ def _case(args: argparse.Namespace, overrides: list[str], threads: int, **labels
 
 
 #: what identifies a case across repeats
-CASE_KEYS = ["dataset", "model", "layers", "aggregation", "case", "halo", "k", "threads"]
+CASE_KEYS = ["dataset", "model", "layers", "hidden", "aggregation", "case", "halo", "k", "threads"]
 #: per case, the median over repeats of these
 MEDIANS = ["epoch_s", "tta_s", "best_val", "bubble", "imbalance"]
 
@@ -111,10 +112,10 @@ def plan(args: argparse.Namespace) -> list[tuple[list[str], int, dict]]:
     cases = []
     for dataset in args.datasets:
         for model in args.models:
-            for depth, aggregation in itertools.product(args.depths, args.aggregations):
+            for depth, hidden, aggregation in itertools.product(args.depths, args.hidden, args.aggregations):
                 base = [f"dataset={dataset}", *MODELS[model], f"model.layers={depth}",
-                        f"model.hidden={args.hidden // HEADS.get(model, 1)}", f"model.aggregation={aggregation}"]
-                where = dict(dataset=dataset, model=model, layers=depth, aggregation=aggregation)
+                        f"model.hidden={hidden // HEADS.get(model, 1)}", f"model.aggregation={aggregation}"]
+                where = dict(dataset=dataset, model=model, layers=depth, hidden=hidden, aggregation=aggregation)
                 for threads in sorted({1, args.threads}):
                     cases.append(([*base, "engine=single", "chunks=1", "microbatch.halo=none"], threads,
                                   dict(**where, case=f"full batch x{threads}", halo="full", k=1)))
@@ -141,10 +142,9 @@ def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
     best pipeline's k; the goal: not above it). With several aggregations, the best of each side over
     all of them; the same-micro-batch and historical figures in the best pipeline's."""
     done = table[table.status == "completed"]
-    if "aggregation" not in done:
-        done = done.assign(aggregation="messages")
+    done = done.assign(**{k: v for k, v in (("aggregation", "messages"), ("hidden", 64)) if k not in done})
     rows = []
-    for (dataset, model, layers), group in done.groupby(["dataset", "model", "layers"]):
+    for (dataset, model, layers, hidden), group in done.groupby(["dataset", "model", "layers", "hidden"]):
         pipes = group[group.case.str.startswith("pipelining")]
         alone = group[group.threads <= threads]
         alone = alone[~alone.case.str.startswith("pipelining")]
@@ -156,7 +156,7 @@ def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
         full = group[group.case == "full batch x1"]
         hist = group[(group.case == "single x1") & (group.k == best_pipe.k) & (group.halo == "historical")]
         full_s = full.epoch_s.iloc[0] if len(full) else None
-        rows.append({"dataset": dataset, "model": model, "layers": layers,
+        rows.append({"dataset": dataset, "model": model, "layers": layers, "hidden": hidden,
                      "best_pipeline": f"{best_pipe.case} {best_pipe.halo} k={best_pipe.k}",
                      "pipeline_s": best_pipe.epoch_s,
                      "best_alone": f"{best_alone.case} {best_alone.halo} k={best_alone.k}",
@@ -170,12 +170,16 @@ def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
 
 
 def figure(summary: pd.DataFrame, path: Path, threads: int) -> None:
+    """The best pipeline's speedup against depth, one line per graph, model and width; against width
+    (one line per graph, model and depth) when the map has one depth and several widths."""
+    x, line = ("hidden", "layers") if summary.layers.nunique() == 1 < summary.hidden.nunique() else ("layers", "hidden")
     fig, ax = plt.subplots(figsize=(6, 4))
-    for (dataset, model), group in summary.groupby(["dataset", "model"]):
-        ax.plot(group.layers, group.speedup, marker="o", label=f"{model}, {dataset}")
+    for (dataset, model, fixed), group in summary.groupby(["dataset", "model", line]):
+        suffix = f", {line} {fixed}" if summary[line].nunique() > 1 or x == "hidden" else ""
+        ax.plot(group[x], group.speedup, marker="o", label=f"{model}, {dataset}{suffix}")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("layers")
+    ax.set_xlabel(x)
     ax.set_ylabel(f"best pipeline (2 x 1 thread) / best\nsingle process (<= {threads} threads), speedup")
     ax.set_title("Where pipelines pay off on this machine")
     ax.legend(fontsize=8)
@@ -200,7 +204,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "results/benchmarks/depth_synthetic.txt) and one case takes minutes")
     parser.add_argument("--halo-dropout", default="read", choices=["read", "node"],
                         help="microbatch.halo_dropout of the historical cases")
-    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--hidden", type=int, nargs="+", default=[64],
+                        help="layer widths (several: the map once per width, the summary per width)")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=1, help="runs of every case (the map once per "
                         "repeat); the tables give the median epoch and the spread")

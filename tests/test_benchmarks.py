@@ -195,8 +195,8 @@ def test_capacity_search_finds_the_largest_size_within_its_resolution() -> None:
 
 def test_depth_repeats_combine_to_the_median_of_each_case() -> None:
     depth = _load("depth")
-    case = dict(dataset="synthetic", model="gcn2", layers=8, aggregation="messages", halo="full", k=1, threads=1,
-                inflation=1.0)
+    case = dict(dataset="synthetic", model="gcn2", layers=8, hidden=64, aggregation="messages", halo="full", k=1,
+                threads=1, inflation=1.0)
     runs = pd.DataFrame([
         {**case, "case": "full batch x1", "status": "completed", "epoch_s": e, "bubble": 0.1} for e in (1.0, 1.4, 1.1)
     ] + [{**case, "case": "single x1", "status": s, "epoch_s": e, "bubble": 0.2}
@@ -221,6 +221,10 @@ def test_depth_summary_sets_the_best_pipeline_against_the_best_single_process() 
     assert depth.summarise(slow, threads=2).iloc[0].best_alone == "full batch x1 full k=1"
     assert row.speedup == pytest.approx(0.7 / 0.6) and row.vs_single_x1_same_mb == pytest.approx(1.1 / 0.6)
     assert row.historical_over_full_x1 == pytest.approx(1.1) and row.historical_inflation == pytest.approx(1.15)
+    widths = pd.concat([table.assign(hidden=64), table.assign(hidden=256, epoch_s=table.epoch_s * 4)])
+    wide = depth.summarise(widths, threads=2).set_index("hidden")  # one row per width, each against its own
+    assert list(wide.index) == [64, 256] and wide.loc[256, "alone_s"] == pytest.approx(2.8)
+    assert wide.loc[256, "speedup"] == pytest.approx(0.7 / 0.6)
 
 
 def test_depth_plan_runs_exact_halos_up_to_their_depth_and_every_baseline() -> None:
@@ -241,6 +245,10 @@ def test_depth_plan_runs_exact_halos_up_to_their_depth_and_every_baseline() -> N
                                    "--halos", "historical", "--aggregations", "messages", "sparse"]))
     assert [lab["aggregation"] for _, _, lab in both] == ["messages"] * 6 + ["sparse"] * 6
     assert all(f"model.aggregation={lab['aggregation']}" in o for o, _, lab in both)
+    widths = depth.plan(depth.parse(["--datasets", "cora", "--models", "gcn2", "--depths", "16", "--chunks", "8",
+                                     "--halos", "historical", "--hidden", "64", "256"]))
+    assert [lab["hidden"] for _, _, lab in widths] == [64] * 6 + [256] * 6
+    assert all(f"model.hidden={lab['hidden']}" in o for o, _, lab in widths)
 
 
 def test_depth_summary_takes_the_best_over_aggregations_and_compares_within_the_pipelines() -> None:
