@@ -6,7 +6,7 @@ STAMP := $(VENV)/.pipegnn-installed
 # Raw Planetoid files (Cora, CiteSeer) are read from here when present; never written to.
 export PIPEGNN_DATA ?= $(abspath ../shared/datasets)
 
-.PHONY: setup run test test-all docs bench reference clean
+.PHONY: setup run test test-all test-gpu gpu-wheels docs bench reference clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,15 @@ test: setup
 
 test-all: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest $(ARGS)
+
+# On a CUDA machine without a package index (README, *On a GPU*): `make gpu-wheels` where PyPI is
+# reachable (the packages such a machine lacks, into .whl/), then, there, `make test-gpu` runs the `gpu`
+# tests with its own Python (PYTHON, default python3; no venv: its torch has CUDA).
+gpu-wheels: setup
+	experiments/gpu_wheels.sh .whl
+
+test-gpu:
+	PYTHON=$(PYTHON) experiments/gpu.sh test $(ARGS)
 
 # The documentation site (docs/, mkdocs.yml) built into site/: its packages (requirements-docs.txt) are
 # installed into the venv once (a stamp, as for setup; the venv is created when missing, and the site

@@ -17,7 +17,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch_geometric.utils import coalesce
 
+from pipegnn.backends import get_backend
 from pipegnn.data import Graph
+from pipegnn.engines import GPipeEngine, SingleEngine
+from pipegnn.microbatch import build_plan
+from pipegnn.models import StagedGNN
 from pipegnn.results.records import write_record
 from pipegnn.results.table import flatten
 from pipegnn.schema import compose_config
@@ -97,6 +101,33 @@ def graph() -> Graph:
 
 TINY_SYNTHETIC = ["dataset.num_nodes=400", "dataset.num_features=16", "dataset.num_communities=6",
                   "dataset.train_per_class=10", "dataset.num_val=40", "dataset.num_test=60"]
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """Equal to 1e-9 relative to the tensor's scale, both float64 (see test_exactness.py)."""
+    assert actual.dtype == expected.dtype == torch.float64
+    torch.testing.assert_close(actual, expected, rtol=1e-9, atol=1e-9 * expected.abs().max().item())
+
+
+def run_plan(framework: str, model: StagedGNN, graph: Graph, chunks: int, engine: str,
+             balance: list[int] | None = None,
+             device: torch.device = torch.device("cpu")) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Training targets' logits (node order) and every gradient after one step of ``engine`` (single,
+    or gpipe with ``balance``) over exact micro-batches (METIS) on ``device`` (each stage's), returned
+    on the CPU; ``model`` is copied, not trained."""
+    model = copy.deepcopy(model)
+    backend = get_backend(framework)
+    edge_index, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes,
+                                                   graph.x.dtype)
+    targets = graph.split("train")
+    plan = build_plan(edge_index, graph.num_nodes, targets, chunks, num_layers=model.num_layers,
+                      partitioner="metis", edge_weight=weight)
+    ids = model.attach(plan)
+    runner = (SingleEngine(model, device, chunks) if engine == "single"
+              else GPipeEngine(model, [device] * len(balance), balance, chunks, "except_last"))
+    out = runner.predict(ids)
+    runner.train_step(ids, graph.y[plan.targets].to(runner.output_device), targets.numel())
+    return out.cpu()[torch.argsort(plan.targets)], [p.grad.cpu() for p in model.parameters()]
 
 
 def make_cfg(*overrides: str) -> DictConfig:

@@ -7,8 +7,6 @@ trains where depth alone would not need to.
 """
 from __future__ import annotations
 
-import copy
-
 import dgl
 import pytest
 import torch
@@ -19,14 +17,11 @@ from torch_geometric.nn import GCN2Conv
 from pipegnn import run
 from pipegnn.backends import FRAMEWORKS, get_backend
 from pipegnn.data import Graph
-from pipegnn.engines import GPipeEngine, SingleEngine, unit_balance
-from pipegnn.microbatch import build_plan
+from pipegnn.engines import unit_balance
 from pipegnn.models import Propagate, Readout, StagedGNN, Transform, build_model, units_per_layer
 
-from conftest import make_cfg
-from test_exactness import assert_close
+from conftest import assert_close, make_cfg, run_plan
 
-CPU = torch.device("cpu")
 DEEP = {
     "gcn2": dict(name="gcn2", hidden=8, layers=8, dropout=0.0, alpha=0.1, theta=0.5),
     "residual_gcn": dict(name="gcn", hidden=8, layers=8, dropout=0.0, residual=True),
@@ -39,23 +34,6 @@ DEEP = {
 def graph(graph: Graph) -> Graph:
     graph.x = graph.x.double()
     return graph
-
-
-def run_plan(framework: str, model: StagedGNN, graph: Graph, chunks: int, engine: str,
-             balance: list[int] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Training targets' logits (node order) and every gradient after one step of ``engine``."""
-    model = copy.deepcopy(model)
-    backend = get_backend(framework)
-    edge_index, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes, torch.float64)
-    targets = graph.split("train")
-    plan = build_plan(edge_index, graph.num_nodes, targets, chunks, num_layers=model.num_layers,
-                      partitioner="metis", edge_weight=weight)
-    ids = model.attach(plan)
-    runner = (SingleEngine(model, CPU, chunks) if engine == "single"
-              else GPipeEngine(model, [CPU] * len(balance), balance, chunks, "except_last"))
-    out = runner.predict(ids)
-    runner.train_step(ids, graph.y[plan.targets], targets.numel())
-    return out[torch.argsort(plan.targets)], [p.grad for p in model.parameters()]
 
 
 def test_units_of_a_gcn2_stack(graph: Graph) -> None:

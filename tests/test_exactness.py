@@ -33,6 +33,8 @@ from pipegnn.engines import GPipeEngine, SingleEngine  # noqa: E402
 from pipegnn.microbatch import build_plan  # noqa: E402
 from pipegnn.models import FIRST_TRANSFORMS, Propagate, StagedGNN, Transform, build_model  # noqa: E402
 
+from conftest import assert_close  # noqa: E402
+
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.usefixtures("float64")
 MODELS = {
@@ -154,12 +156,6 @@ def micro_batched(framework: str, model: StagedGNN, graph: Graph, targets: Tenso
 def graph(graph: Graph) -> Graph:
     graph.x = graph.x.double()
     return graph
-
-
-def assert_close(actual: Tensor, expected: Tensor) -> None:
-    """Equal to 1e-9 relative to the tensor's scale."""
-    assert actual.dtype == expected.dtype == torch.float64
-    torch.testing.assert_close(actual, expected, rtol=1e-9, atol=1e-9 * expected.abs().max().item())
 
 
 @pytest.mark.parametrize("first", FIRST_TRANSFORMS)

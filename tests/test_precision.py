@@ -40,9 +40,10 @@ def relative(a: Tensor | list[Tensor], b: Tensor | list[Tensor]) -> float:
 
 
 def staged(framework: str, kind: str, graph: Graph, precision: str, chunks: int, engine: str = "single",
-           first: str = "once_per_step", halo: str = "exact", aggregation: str = "messages"):
+           first: str = "once_per_step", halo: str = "exact", aggregation: str = "messages",
+           device: torch.device = CPU):
     """A fresh model (seed 0, so every call has the same initial weights) with a plan over all nodes,
-    and an engine running it."""
+    and an engine running it on ``device`` (every stage's)."""
     torch.manual_seed(0)
     backend = get_backend(framework)
     model = build_model({**MODELS[kind], "aggregation": aggregation}, backend, graph.x, graph.num_classes,
@@ -51,24 +52,24 @@ def staged(framework: str, kind: str, graph: Graph, precision: str, chunks: int,
     plan = build_plan(edge_index, graph.num_nodes, graph.split("all"), chunks, num_layers=model.num_layers,
                       halo=halo, partitioner="metis", edge_weight=weight)
     ids = model.attach(plan)
-    run = (SingleEngine(model, CPU, chunks) if engine == "single"
-           else GPipeEngine(model, [CPU, CPU], [1, len(model) - 1], chunks, "except_last"))
+    run = (SingleEngine(model, device, chunks) if engine == "single"
+           else GPipeEngine(model, [device, device], [1, len(model) - 1], chunks, "except_last"))
     return model, plan, ids, run
 
 
 def outputs_and_grads(framework: str, kind: str, graph: Graph, precision: str, chunks: int,
                       engine: str = "single", **kw) -> tuple[Tensor, list[Tensor]]:
-    """Logits of one forward (ascending node order) and the gradients of one training step."""
+    """Logits of one forward (ascending node order) and the gradients of one training step, on the CPU."""
     model, plan, ids, run = staged(framework, kind, graph, precision, chunks, engine, **kw)
     if plan.halo == "historical":
         model.eval()
         model.refresh(ids)
         model.train()
-    out = run.predict(ids)
-    labels = graph.y[plan.targets]
+    out = run.predict(ids).cpu()
+    labels = graph.y[plan.targets].to(run.output_device)
     run.train_step(ids, labels, labels.numel())
     order = torch.argsort(plan.targets)
-    return out[order], [p.grad for p in model.parameters()]
+    return out[order], [p.grad.cpu() for p in model.parameters()]
 
 
 def test_precision_names() -> None:

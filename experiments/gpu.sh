@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# pipegnn on a CUDA machine whose Python has CUDA torch and torch-geometric but no package index
+# (README, "On a GPU"). Installs the wheels of experiments/gpu_wheels.sh (in .whl/, when present) into a
+# folder of their own, then:
+#   experiments/gpu.sh test [PYTEST ARGS]   the `gpu` tests (tests/test_cuda.py: exactness on cuda:0,
+#                                           CUDA-event timelines, device memory, CUDA OOM records, bf16,
+#                                           pipelining on one GPU)
+#   experiments/gpu.sh run [TRAIN ARGS]     experiments/train.py, e.g. `-m experiment=poster_pubmed devices=gpu`
+# PYTHON picks the interpreter (default python3); SITE the wheels' folder (default /tmp/pipegnn-site).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${PYTHON:-python3}
+site=${SITE:-/tmp/pipegnn-site}
+if compgen -G ".whl/*.whl" >/dev/null; then
+  "$py" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PIPEGNN_DATA=${PIPEGNN_DATA:-$PWD/../shared/datasets}
+"$py" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device visible to torch'; \
+print('torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_device_name(0))"
+what=${1:-test}
+shift || true
+case "$what" in
+  test) exec "$py" -m pytest -m gpu tests/test_cuda.py "$@" ;;
+  run) exec "$py" experiments/train.py "$@" ;;
+  *) echo "usage: experiments/gpu.sh test|run [ARGS]" >&2; exit 2 ;;
+esac

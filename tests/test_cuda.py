@@ -1,0 +1,155 @@
+"""On a CUDA device (``pytest -m gpu``; skipped without one): exactness on ``cuda:0``, CUDA-event stage
+timelines, peak device memory per device, CUDA out-of-memory as an ``oom`` record, bf16 under CUDA's
+autocast, and the pipelining engine over two processes sharing one GPU.
+
+PyG only, and without DGL imports: the GPU machines this project is run on have no DGL wheel for their
+CUDA (docs/index.md, *On a GPU*). The reference of every exactness test is pipegnn's own full graph on
+the CPU (k=1), which the CPU tests tie to PyG's and DGL's plain layers.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from pipegnn import run
+from pipegnn.backends import get_backend
+from pipegnn.data import Graph
+from pipegnn.engines import SingleEngine
+from pipegnn.microbatch import build_plan
+from pipegnn.models import build_model
+
+from conftest import assert_close, make_cfg, run_plan
+from test_precision import GRAD_TOL, OUT_TOL, outputs_and_grads, relative
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+CUDA = torch.device("cuda:0")
+MODELS = {
+    "gat": dict(name="gat", hidden=4, heads=3, out_heads=2, layers=2, dropout=0.0),
+    "gcn": dict(name="gcn", hidden=8, layers=3, dropout=0.0),
+    "gcn2": dict(name="gcn2", hidden=8, layers=8, dropout=0.0, alpha=0.1, theta=0.5),
+    "residual_gcn": dict(name="gcn", hidden=8, layers=8, dropout=0.0, residual=True),
+}
+
+
+def _run(*overrides: str) -> dict:
+    record = run(make_cfg("model.dropout=0", *overrides))
+    assert record["status"] == "completed", (record["status"], record["error"], record.get("traceback"))
+    return record
+
+
+@pytest.fixture
+def graph(graph: Graph) -> Graph:
+    graph.x = graph.x.double()
+    return graph
+
+
+@pytest.mark.usefixtures("float64")
+@pytest.mark.parametrize("engine", ["single", "gpipe"])
+@pytest.mark.parametrize("chunks", [1, 8])
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_exact_on_cuda_equals_the_full_graph_on_cpu(graph: Graph, kind: str, chunks: int, engine: str) -> None:
+    """float64, dropout 0: exact micro-batches on ``cuda:0`` (the single engine, and GPipe with both
+    stages on ``cuda:0``, cut inside a layer) compute the CPU full graph's outputs and gradients."""
+    model = build_model(MODELS[kind], get_backend("pyg"), graph.x, graph.num_classes)
+    expected, expected_grads = run_plan("pyg", model, graph, 1, "single")
+    first = 2 if kind == "gcn2" else 3  # the first stage ends after GCNII's transform0 or the others'
+    balance = [first, len(model) - first]  # transform1: inside a layer (GCNII's x0 crosses the boundary)
+    out, grads = run_plan("pyg", model, graph, chunks, engine, balance, device=CUDA)
+    assert_close(out, expected)
+    assert len(grads) == len(expected_grads)
+    for g, e in zip(grads, expected_grads):
+        assert e.abs().sum() > 0
+        assert_close(g, e)
+
+
+def test_cuda_event_boxes_lie_inside_the_synchronised_step(graph: Graph) -> None:
+    """The timeline stamps a CUDA stage with events: every box of a step lies between the host clock's
+    readings before the step and after its closing synchronisation, forward before backward of each
+    micro-batch, and the boxes cover a good part of a step whose kernels dominate it."""
+    backend = get_backend("pyg")
+    big = Graph("wide", torch.randn(20000, 256), torch.randint(3, (20000,)),
+                torch.randint(20000, (2, 400000)), *(torch.ones(20000, dtype=torch.bool),) * 3, num_classes=3)
+    model = build_model(dict(name="gat", hidden=64, heads=8, out_heads=1, layers=2, dropout=0.0), backend,
+                        big.x, big.num_classes)
+    edge_index, _ = backend.computation_graph("gat", big.edge_index, big.num_nodes)
+    plan = build_plan(edge_index, big.num_nodes, big.split("train"), 4, num_layers=2)
+    ids = model.attach(plan)
+    engine = SingleEngine(model, CUDA, 4)
+    labels = big.y[plan.targets].to(CUDA)
+    engine.train_step(ids, labels, labels.numel())  # warm-up: kernels loaded, allocator filled
+    engine.step_boxes()
+    torch.cuda.synchronize(CUDA)
+    before = time.perf_counter() - engine.timeline.origin
+    engine.train_step(ids, labels, labels.numel())
+    torch.cuda.synchronize(CUDA)
+    after = time.perf_counter() - engine.timeline.origin
+    boxes = engine.step_boxes()
+    assert {b.kind for b in boxes} >= {"forward", "backward"}
+    assert all(before - 1e-3 <= b.start <= b.end <= after + 1e-3 for b in boxes), (before, after, boxes)
+    for m in range(4):
+        forward = next(b for b in boxes if b.kind == "forward" and b.micro_batch == m)
+        backward = next(b for b in boxes if b.kind == "backward" and b.micro_batch == m)
+        assert forward.end <= backward.start + 1e-6
+    assert sum(b.end - b.start for b in boxes) > 0.5 * (after - before)
+
+
+def test_run_on_cuda_records_the_gpu_and_its_peak_memory() -> None:
+    record = _run("engine=single", "engine.device=cuda:0", "chunks=4")
+    assert record["env"]["gpus"] == [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    peak = record["memory"]["peak_device_bytes"]
+    assert list(peak) == ["cuda:0"] and peak["cuda:0"] > 0
+    p = record["pipeline"]
+    assert p["devices"] == ["cuda:0"] and 0 <= p["bubble"] < 1 and p["makespan_s"] > 0
+
+
+def test_peak_device_memory_falls_with_chunks_at_targets_all() -> None:
+    """A graph whose activations dwarf its features and weights (GAT, 8 heads x 64, 200K nodes): the
+    peak at k=16 (one micro-batch's activations at a time, exact halos) is well below k=1's."""
+    big = ("engine=single", "engine.device=cuda:0", "model=gat", "model.hidden=64", "model.heads=8",
+           "dataset.num_nodes=200000", "dataset.num_features=32", "microbatch.targets=all", "train.epochs=1")
+    full = _run(*big, "chunks=1", "microbatch.halo=none")["memory"]["peak_device_bytes"]["cuda:0"]
+    micro = _run(*big, "chunks=16", "microbatch.halo=exact")["memory"]["peak_device_bytes"]["cuda:0"]
+    assert micro < 0.7 * full, (micro, full)
+
+
+def test_cuda_out_of_memory_is_an_oom_record_and_the_next_run_trains() -> None:
+    """With the caching allocator capped at 256 MiB, a graph whose features alone need more fails
+    inside torch: the record is ``oom``, and the next run in the same process (cap lifted) completes."""
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(CUDA).total_memory
+    torch.cuda.set_per_process_memory_fraction(256 * 2**20 / total, CUDA)
+    try:
+        record = run(make_cfg("engine=single", "engine.device=cuda:0", "chunks=1", "microbatch.halo=none",
+                              "dataset.num_nodes=200000", "dataset.num_features=512", "train.epochs=1"))
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, CUDA)
+        torch.cuda.empty_cache()
+    assert record["status"] == "oom", (record["status"], record["error"])
+    assert "OutOfMemoryError" in record["error"] or "out of memory" in record["error"]
+    _run("engine=single", "engine.device=cuda:0", "chunks=2")
+
+
+@pytest.mark.parametrize("engine", ["single", "gpipe"])
+@pytest.mark.parametrize("kind", ["gat", "gcn"])
+def test_bf16_on_cuda_is_close_to_fp32(graph: Graph, kind: str, engine: str) -> None:
+    """train.precision=bf16 under CUDA's autocast: within bfloat16's precision of fp32 (and not equal to
+    it), 4 exact micro-batches on ``cuda:0``."""
+    graph.x = graph.x.float()
+    out32, grads32 = outputs_and_grads("pyg", kind, graph, "fp32", 4, engine, device=CUDA)
+    out16, grads16 = outputs_and_grads("pyg", kind, graph, "bf16", 4, engine, device=CUDA)
+    assert out16.dtype == torch.bfloat16 and 1e-4 < relative(out16, out32) < OUT_TOL
+    assert {g.dtype for g in grads16} == {torch.float32} and relative(grads16, grads32) < GRAD_TOL
+
+
+def test_pipelining_on_one_shared_gpu_trains_as_the_single_engine() -> None:
+    """engine=pipelining with both stage processes on ``cuda:0`` (engine.backend=auto): the same
+    per-epoch losses as the single engine on ``cuda:0`` (dropout 0, same seed), and each rank's peak
+    device memory in the record."""
+    single = _run("engine=single", "engine.device=cuda:0", "chunks=4")
+    piped = _run("engine=pipelining", "engine.devices=[cuda:0,cuda:0]", "chunks=4")
+    assert [e["train_loss"] for e in piped["epochs"]] == pytest.approx(
+        [e["train_loss"] for e in single["epochs"]], rel=1e-4)
+    assert piped["memory"]["peak_device_bytes"]
