@@ -58,7 +58,8 @@ docs: $(DOCS_STAMP)
 
 # The benchmark tables behind results/README.md and the docs (results/benchmarks/*.csv and *.txt), one thread
 # per process so that ratios are not distorted by oversubscription. Takes about 3.5 hours on 2 cores (the
-# depth map, benchmarks/depth.py: 2 graphs x 2 models x 6 depths x 3 k, 37 minutes of it).
+# depth map, benchmarks/depth.py: 2 graphs x 2 models x 6 depths x 3 k, 37 minutes of it; its widths at 16
+# layers, 21 minutes).
 BENCH := results/benchmarks
 bench: setup
 	mkdir -p $(BENCH)
@@ -79,6 +80,7 @@ bench: setup
 	for d in synthetic cora; do \
 	  $(PY) benchmarks/depth.py --datasets $$d --models gcn2 residual_gcn --halo-dropout node --csv $(BENCH)/depth_$${d}_map.csv | tee $(BENCH)/depth_$${d}_map.txt; \
 	done; \
+	$(PY) benchmarks/depth.py --datasets synthetic --models gcn2 residual_gcn --depths 16 --hidden 64 128 256 --chunks 4 8 --halos historical --halo-dropout node --csv $(BENCH)/depth_synthetic_widths.csv | tee $(BENCH)/depth_synthetic_widths.txt; \
 	$(PY) benchmarks/dropout.py --csv $(BENCH)/dropout.csv | tee $(BENCH)/dropout.txt; \
 	$(PY) benchmarks/profile_step.py model=gcn2 model.layers=16 --csv $(BENCH)/profile_gcn2_16.csv | tee $(BENCH)/profile_gcn2_16.txt; \
 	$(PY) benchmarks/capacity.py --csv $(BENCH)/capacity.csv | tee $(BENCH)/capacity.txt; \
