@@ -16,13 +16,16 @@ from pipegnn.microbatch import HALO_DROPOUTS, HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER, units_per_layer
 from pipegnn.processes.group import DIST_BACKENDS, LAUNCHERS, START_METHODS
 
-__all__ = ["EVAL_SPLITS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
+__all__ = ["EVAL_SPLITS", "MONITORS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
 
 #: Splits whose nodes are the evaluation targets (train accuracy is measured in the same pass).
 EVAL_SPLITS = ("train", "val", "test")
 #: Time-to-accuracy target without ``train.target_val_acc``: this fraction of the run's best validation
 #: accuracy.
 TTA_FRACTION = 0.98
+#: What picks the best epoch (and what early stopping waits on): the highest validation accuracy (as
+#: GNNAutoScale and the GAT paper select) or the lowest validation loss (as the GCNII paper does).
+MONITORS = ("val_acc", "val_loss")
 
 #: Largest seed: seeds go to torch.manual_seed, torch.Generator.manual_seed and METIS, which take
 #: 64-bit signed integers; like dataset.seed, a seed must be >= 0.
@@ -129,7 +132,8 @@ def _check_model(model: Mapping[str, Any]) -> None:
 
 def _check_train(train: Mapping[str, Any]) -> None:
     """Epochs, the optimizer's settings (``train.lr`` and ``train.weight_decay``, which default to
-    ``model.lr`` and ``model.weight_decay``), the seed, the precision, early stopping and checkpoints."""
+    ``model.lr`` and ``model.weight_decay``), the seed, the precision, the monitor, early stopping and
+    checkpoints."""
     if int(train["epochs"]) < 1:
         raise ConfigError(f"train.epochs must be >= 1, got {train['epochs']!r}")
     _non_negative(train["lr"], "train.lr")
@@ -138,6 +142,7 @@ def _check_train(train: Mapping[str, Any]) -> None:
         _non_negative(train["conv_weight_decay"], "train.conv_weight_decay")
     _seed(train["seed"], "train.seed")
     check_choice(train.get("precision", "fp32"), PRECISIONS, "train.precision")
+    check_choice(train.get("monitor", "val_acc"), MONITORS, "train.monitor")
     for key, null in (("patience", "no early stopping"), ("checkpoint_every", "no checkpoints")):
         value = train.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

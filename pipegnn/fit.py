@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from pipegnn.config import TTA_FRACTION
@@ -22,7 +23,7 @@ from pipegnn.microbatch.history import epoch_figures, stage_medians
 from pipegnn.preemption import resume, save, training_state
 from pipegnn.timeline import chrome_trace, medians, step_figures
 
-__all__ = ["EPOCH_LINE", "fit", "time_to_accuracy"]
+__all__ = ["EPOCH_LINE", "best_epoch", "fit", "time_to_accuracy"]
 
 log = logging.getLogger("pipegnn.train")  # the run's log (train.log's lines keep their logger name)
 #: ``extra`` of the per-epoch log line, so that handlers can tell it apart (``sweep.EpochProgress``).
@@ -33,7 +34,8 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
         train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan, train_ids: Tensor, eval_ids: Tensor,
         record: dict[str, Any], on_epoch: Callable[[dict[str, Any]], Any] | None = None,
         store: DiskFeatureStore | None = None, state_path: Path | None = None) -> None:
-    """Train ``model`` through ``engine`` for ``train.epochs`` (or until ``train.patience``), filling
+    """Train ``model`` through ``engine`` for ``train.epochs`` (or until ``train.patience`` epochs pass
+    without a better ``train.monitor``), filling
     ``record``'s ``epochs``, ``final``, timing medians and ``pipeline`` figures; with ``state_path``,
     resume from the checkpoint there (``resume=true``) and save one every ``train.checkpoint_every``."""
     train_cfg = cfg["train"]
@@ -57,7 +59,7 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
     trace_epoch = cfg["engine"].get("trace_epoch")
     if trace_epoch is not None:
         trace_epoch = min(int(trace_epoch), int(train_cfg["epochs"]) - 1)
-    patience = train_cfg.get("patience")
+    patience, monitor = train_cfg.get("patience"), train_cfg.get("monitor", "val_acc")
     for epoch in range(len(epochs), int(train_cfg["epochs"])):
         model.train()
         if optimizer is not None:
@@ -79,7 +81,9 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
             logits = engine.refresh(model, eval_ids) if historical else engine.predict(eval_ids)
             correct = logits.to(out).argmax(1) == eval_labels
         acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
-        epochs.append({"epoch": epoch, "train_loss": loss, **acc, "epoch_time_s": step.seconds,
+        val_loss = float(F.cross_entropy(logits.to(out)[masks["val"]].float(), eval_labels[masks["val"]]))
+        epochs.append({"epoch": epoch, "train_loss": loss, **acc, "val_loss": val_loss,
+                       "epoch_time_s": step.seconds,
                        "eval_time_s": evaluation.seconds,
                        **(epoch_figures(history) if history is not None else {})})
         if store is not None:
@@ -90,25 +94,26 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
                 record["trace"] = chrome_trace(boxes, engine.info, epoch)
         if on_epoch is not None:
             on_epoch(epochs[-1])
-        log.info("epoch %3d  loss %.4f  train %.3f  val %.3f  test %.3f  epoch %.3fs  eval %.3fs",
-                 epoch, loss, acc["train_acc"], acc["val_acc"], acc["test_acc"], step.seconds,
+        log.info("epoch %3d  loss %.4f  train %.3f  val %.3f (loss %.4f)  test %.3f  epoch %.3fs  eval %.3fs",
+                 epoch, loss, acc["train_acc"], acc["val_acc"], val_loss, acc["test_acc"], step.seconds,
                  evaluation.seconds, extra=EPOCH_LINE)
         if every is not None and state_path is not None and (epoch + 1) % int(every) == 0:
             save(state_path, training_state(cfg, model, optimizer, epochs))
-        best = max(epochs, key=lambda e: e["val_acc"])
+        best = best_epoch(epochs, monitor)
         if patience is not None and epoch - best["epoch"] >= int(patience):
-            log.info("early stop after epoch %d: validation accuracy not above %.3f (epoch %d) for %d "
-                     "epochs", epoch, best["val_acc"], best["epoch"], patience)
+            log.info("early stop after epoch %d: %s not better than %.4f (epoch %d) for %d epochs",
+                     epoch, monitor, best[monitor], best["epoch"], patience)
             break
-    best = max(epochs, key=lambda e: e["val_acc"])  # first epoch with the best validation accuracy
+    best = best_epoch(epochs, monitor)
     last = epochs[-1]
     if store is not None:  # per training step and evaluation pass, the mean over epochs
         for key in epochs[0]["feature_reads"]:
             record["features"][f"{key}_mean"] = statistics.mean(e["feature_reads"][key] for e in epochs)
     stopped = last["epoch"] if last["epoch"] + 1 < int(train_cfg["epochs"]) else None
     record["final"] = {"train_acc": last["train_acc"], "val_acc": last["val_acc"],
-                       "test_acc": last["test_acc"], "best_val_acc": best["val_acc"],
-                       "test_acc_at_best_val": best["test_acc"], "best_epoch": best["epoch"],
+                       "test_acc": last["test_acc"], "monitor": monitor, "best_val_acc": best["val_acc"],
+                       "best_val_loss": best["val_loss"], "test_acc_at_best_val": best["test_acc"],
+                       "best_epoch": best["epoch"],
                        "stopped_epoch": stopped,
                        "time_to_accuracy": time_to_accuracy(epochs, train_cfg.get("target_val_acc"))}
     timed_epochs = epochs[1:] or epochs  # the first epoch is a warm-up
@@ -123,6 +128,14 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
              last["test_acc"], best["val_acc"], best["test_acc"], record["timing"]["epoch_time_median_s"])
     if "makespan_s" in record["pipeline"]:
         _log_figures(record["pipeline"])
+
+
+def best_epoch(epochs: list[dict[str, Any]], monitor: str = "val_acc") -> dict[str, Any]:
+    """The first epoch with the best ``monitor``: the highest validation accuracy (``val_acc``) or the
+    lowest validation loss (``val_loss``)."""
+    if monitor == "val_loss":
+        return min(epochs, key=lambda e: e["val_loss"])
+    return max(epochs, key=lambda e: e["val_acc"])
 
 
 def _optimizer(model: torch.nn.Module, train_cfg: dict[str, Any]) -> torch.optim.Optimizer | None:

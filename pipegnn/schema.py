@@ -165,6 +165,7 @@ class TrainConfig:
     conv_weight_decay: Optional[float] = MISSING
     seed: int = MISSING
     patience: Optional[int] = MISSING
+    monitor: str = MISSING
     target_val_acc: Optional[float] = MISSING
     memory_limit_gb: Optional[float] = MISSING
     precision: str = MISSING

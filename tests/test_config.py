@@ -72,6 +72,7 @@ def test_unknown_dataset_group_fails_at_composition() -> None:
     (["microbatch.targets=some"], "microbatch.targets='some' is not valid; valid: train, all"),
     (["microbatch.partition=kmeans"], "valid: sequential, random, bfs, metis"),
     (["train.precision=fp16"], "train.precision='fp16' is not valid; valid: fp32, bf16"),
+    (["train.monitor=val_f1"], "train.monitor='val_f1' is not valid; valid: val_acc, val_loss"),
 ])
 def test_invalid_input_is_recorded_before_training(tmp_path: Path, overrides: list[str],
                                                     message: str) -> None:

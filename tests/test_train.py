@@ -183,6 +183,35 @@ def test_early_stopping_records_the_stopped_epoch() -> None:
     assert full["stopped_epoch"] is None
 
 
+def test_monitor_picks_the_best_epoch_by_validation_loss() -> None:
+    """train.monitor=val_loss: every epoch records the validation cross-entropy, training lowers it, and
+    the best epoch is the first with the lowest one (as GCNII selects); val_acc picks by accuracy."""
+    from pipegnn.fit import best_epoch
+
+    record = run(make_cfg("train.epochs=12", "train.monitor=val_loss"))
+    assert record["status"] == "completed", record["error"]
+    epochs, final = record["epochs"], record["final"]
+    losses = [e["val_loss"] for e in epochs]
+    assert all(math.isfinite(v) and v > 0 for v in losses) and min(losses) < losses[0]
+    lowest = losses.index(min(losses))
+    assert (final["monitor"], final["best_epoch"], final["best_val_loss"]) == ("val_loss", lowest, min(losses))
+    assert final["test_acc_at_best_val"] == epochs[lowest]["test_acc"]
+    assert final["best_val_acc"] == epochs[lowest]["val_acc"]
+    # the same epochs, the other monitor: the first epoch with the highest accuracy
+    accs = [e["val_acc"] for e in epochs]
+    assert best_epoch(epochs)["epoch"] == accs.index(max(accs))
+    ties = [{"epoch": i, "val_acc": 0.5, "val_loss": 1.0} for i in range(3)]
+    assert best_epoch(ties, "val_loss")["epoch"] == best_epoch(ties, "val_acc")["epoch"] == 0
+
+
+def test_patience_waits_on_the_monitor() -> None:
+    """With lr=0 the validation loss never falls below epoch 0's: patience 2 on val_loss stops after
+    epoch 2."""
+    record = run(make_cfg("train.epochs=10", "train.lr=0", "train.patience=2", "train.monitor=val_loss"))
+    assert [e["epoch"] for e in record["epochs"]] == [0, 1, 2]
+    assert record["final"]["stopped_epoch"] == 2 and record["final"]["best_epoch"] == 0
+
+
 def test_record_has_time_to_accuracy() -> None:
     record = run(make_cfg("train.epochs=4", "train.target_val_acc=0.01"))
     tta = record["final"]["time_to_accuracy"]

@@ -65,11 +65,14 @@ COLUMNS: dict[str, str] = {
     "seed": "config train.seed",
     "epochs": "epochs completed (len of the record's epochs, NaN without a record; requested: "
               "cfg.train.epochs)",
+    "monitor": "config train.monitor (older records: val_acc), what picks the best epoch: val_acc "
+               "(highest validation accuracy) or val_loss (lowest validation loss)",
     "test_acc": "final test accuracy (last epoch)",
     "val_acc": "final validation accuracy (last epoch)",
-    "best_val_acc": "best validation accuracy over epochs",
-    "test_acc_at_best_val": "test accuracy at the first epoch with the best validation accuracy",
-    "best_epoch": "first epoch with the best validation accuracy",
+    "best_val_acc": "validation accuracy at the best epoch (with val_acc: the best over epochs)",
+    "best_val_loss": "validation loss at the best epoch (NaN in records older than it)",
+    "test_acc_at_best_val": "test accuracy at the best epoch (the first with the best train.monitor)",
+    "best_epoch": "first epoch with the best train.monitor",
     "stopped_epoch": "last epoch when train.patience stopped the run early (NaN: ran every epoch)",
     "tta_train_s": "time to accuracy: training seconds (steps only) until validation accuracy first "
                    "reached tta_target_val_acc (NaN: never)",
@@ -177,8 +180,9 @@ def flatten(record: Mapping[str, Any], path: str | Path | None = None) -> dict[s
         "targets": _leaf(targets) if targets is not None else ("train" if cfg else None),  # older records
         "seed": _get(cfg, "train", "seed"),
         "epochs": len(record.get("epochs") or []),
-        **{k: _number(final.get(k)) for k in ("test_acc", "val_acc", "best_val_acc", "test_acc_at_best_val",
-                                              "best_epoch", "stopped_epoch")},
+        "monitor": _get(cfg, "train", "monitor") or ("val_acc" if cfg else None),
+        **{k: _number(final.get(k)) for k in ("test_acc", "val_acc", "best_val_acc", "best_val_loss",
+                                              "test_acc_at_best_val", "best_epoch", "stopped_epoch")},
         **{f"tta_{k}": _number(tta.get(k)) for k in ("train_s", "epoch", "target_val_acc")},
         **{k: _number(timing.get(k)) for k in ("epoch_time_median_s", "eval_time_median_s", "setup_s",
                                                 "microbatch_build_s", "total_s")},
