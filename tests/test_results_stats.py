@@ -117,3 +117,16 @@ def test_leaderboard_mean_std_over_seeds(tmp_path: Path) -> None:
     assert board.iloc[0]["test"] == "70.00"  # one run: no spread to show
     assert main([str(tmp_path), "--table", "--csv", str(tmp_path / "board.csv")]) == 1  # a failed run
     assert list(pd.read_csv(tmp_path / "board.csv")["test"]) == ["70.00", "82.00 ± 2.00"]
+
+def test_leaderboard_keeps_the_monitors_apart(tmp_path: Path) -> None:
+    """The same setting picked by validation accuracy and by validation loss is two rows (records
+    older than train.monitor count as val_acc)."""
+    for i, (seed, test, monitor) in enumerate([(0, 0.80, None), (1, 0.82, "val_acc"), (0, 0.85, "val_loss")]):
+        record = seeded_record(seed, test, 0.8)
+        if monitor is not None:
+            record["config"]["train"]["monitor"] = monitor
+        write_record(tmp_path / str(i), record)
+    board = leaderboard(load(tmp_path))
+    assert list(board["monitor"]) == ["val_acc", "val_loss"]
+    assert list(board["runs"]) == [2, 1] and list(board["test"]) == ["81.00 ± 1.41", "85.00"]
+

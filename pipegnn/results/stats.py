@@ -143,7 +143,7 @@ def relative(df: pd.DataFrame, metric: str, baseline: Mapping[str, Any],
 
 #: What a leaderboard row is (those of them the runs have): the method and the setting it ran in.
 LEADERBOARD_SETTINGS = ("dataset", "model", "framework", "engine", "devices", "chunks", "halo", "partition",
-                        "targets")
+                        "targets", "cfg.microbatch.halo_dropout", "monitor")
 
 
 def leaderboard(df: pd.DataFrame, by: Sequence[str] = LEADERBOARD_SETTINGS) -> pd.DataFrame:
