@@ -95,3 +95,16 @@ def test_cli_fails_on_a_killed_sweep(tmp_path: Path, capsys: pytest.CaptureFixtu
     write_record(sweep / "3", COMPLETED_RECORD)
     assert main([str(sweep)]) == 0
     assert "sweep not finished" not in capsys.readouterr().err
+
+
+def test_table_figure_with_a_published_reference(records_sweep: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    """--table --figure draws the table; --reference takes DATASET=MEAN,STD; both need --table."""
+    figure = tmp_path / "table.png"
+    assert main([str(records_sweep), "--table", "--figure", str(figure), "--reference", "cora=85.5,0.5"]) == 1
+    assert f"wrote {figure}" in capsys.readouterr().out and figure.stat().st_size > 5_000
+    for bad, message in ((["--figure", str(figure)], "give --table too"),
+                         (["--table", "--reference", "cora=85.5"], "give DATASET=MEAN,STD in percent")):
+        with pytest.raises(SystemExit) as exit_:
+            main([str(records_sweep), *bad])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err

@@ -30,7 +30,7 @@ _EXPORTS = {
     "stats": ("LEADERBOARD_SETTINGS", "WITHIN", "device_type", "leaderboard", "relative", "setup_label",
               "summarize", "summary", "with_setup"),
     "figures": ("DPI", "NoData", "PANEL_SIZE", "draw", "plot_accuracy_vs_chunks", "plot_epoch_time_vs_chunks",
-                "plot_inflation_by_partitioner", "plot_memory_vs_chunks", "plot_scaling",
+                "plot_inflation_by_partitioner", "plot_leaderboard", "plot_memory_vs_chunks", "plot_scaling",
                 "plot_speedup_vs_chunks", "plot_time_to_accuracy_vs_chunks", "repeats_note"),
     "timeline_plot": ("plot_timeline",),
     "sweep": ("INCOMPLETE", "VOLATILE_KEYS", "Job", "comparable_config", "completed_record", "planned_jobs",

@@ -1,6 +1,7 @@
 """The command line: aggregate result.json records into a table, CSV or Parquet.
 
     python -m pipegnn.results multirun/... [--where chunks=8] [--csv runs.csv] [--table]
+        [--figure table.png [--reference cora=85.5,0.5 ...]]
 
 Exits 0 when every listed run completed, 1 when some did not or a sweep job left no record, 2 when
 nothing was found or on misuse (see :func:`main`).
@@ -16,6 +17,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from pipegnn.results.figures import draw, plot_leaderboard
 from pipegnn.results.records import RECORD_NAME
 from pipegnn.results.stats import LEADERBOARD_SETTINGS, leaderboard, summary
 from pipegnn.results.table import NO_RECORD, TABLE_COLUMNS, format_table, integers, load, select
@@ -66,7 +68,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="an OGB-style table instead: one row per setting, test (at best validation) "
                              "and validation accuracy mean ± std over seeds, seeds, parameters, hardware, "
                              "date (--csv then writes it)")
+    parser.add_argument("--figure", type=Path, help="with --table: draw it as a figure (PNG) here")
+    parser.add_argument("--reference", nargs="+", action="extend", default=[], metavar="DATASET=MEAN,STD",
+                        help="with --figure: a published test accuracy (percent) per dataset, drawn as a band")
     args = parser.parse_args(argv)
+    if (args.figure or args.reference) and not args.table:
+        parser.error("--figure and --reference draw the --table: give --table too")
+    reference = {}
+    for item in args.reference:
+        dataset, _, numbers = item.partition("=")
+        try:
+            mean, std = (float(v) for v in numbers.split(","))
+        except ValueError:
+            parser.error(f"--reference {item!r}: give DATASET=MEAN,STD in percent, e.g. cora=85.5,0.5")
+        reference[dataset.strip()] = (mean, std)
     args.paths += [Path(w) for w in args.where if "=" not in w]  # directories given after --where
     if not args.paths:
         parser.error("give at least one directory")
@@ -104,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             NO_RECORD).sum()), file=sys.stderr)
     if args.csv:
         integers(df if board is None else board).to_csv(args.csv, index=False)
+    if args.figure:
+        draw(plot_leaderboard, df, args.figure, reference=reference)
     if args.parquet:
         _arrow_safe(df).to_parquet(args.parquet, index=False)
     return 0 if (df["status"] == "completed").all() and unfinished.empty else 1
