@@ -14,7 +14,7 @@ reference`). For each, under ``out/<preset>/``:
   density), framework, devices, halo and partition (NaN where the sweep has no chunks=1 run; with
   targets=all or halo none that run is full-graph training);
 - ``*.png``: the figures of :mod:`pipegnn.results.figures` the sweep has data for (the others are skipped;
-  :data:`PRESET_FIGURES` narrows them for presets where only some mean something);
+  :func:`figures_of` narrows them for presets where only some mean something);
 - ``timeline.png``: the traced step of one run (:func:`pipegnn.results.plot_timeline`): of the
   completed runs with a ``trace.json``, the one with the most chunks (the first by path among equals);
   none when no run has a trace.
@@ -60,12 +60,17 @@ FIGURES = {"epoch_time_vs_chunks.png": (results.plot_epoch_time_vs_chunks, {}),
 PRESET_FIGURES = {"pipeline": ["speedup_vs_chunks.png"], "scaling": ["scaling.png"], "ablation_nodes": ["scaling.png"],
                   "ablation_density": ["scaling_edges.png"], "ablation_hidden": ["scaling_hidden.png"],
                   "historical_gap": ["accuracy_vs_chunks.png"],
-                  # historical_gap's historical/all half, and deep_cora_historical_k8 (seeds 0-4), with one
-                  # dropout mask per node and step
-                  "historical_gap_node_mask": [], "deep_cora_historical_k8_node_mask": [],
-                  # experiment=deep's settings, one sweep each: an accuracy table (summary.csv), no curve
-                  **{f"deep_{d}_{s}": [] for d in ("cora", "citeseer")
-                     for s in ("full", "historical_k2", "historical_k4", "historical_k8")}}
+                  # historical_gap's historical/all half with one dropout mask per node and step
+                  "historical_gap_node_mask": []}
+#: experiment=deep's settings (deep_<dataset>_<setting>[_<variant>]), one sweep each: an accuracy table
+#: (summary.csv), no curve.
+NO_FIGURES_PREFIX = "deep_"
+
+
+def figures_of(name: str) -> list[str]:
+    """The figures a results folder gets: its preset's (:data:`PRESET_FIGURES`), none for
+    experiment=deep's settings, else every figure it has data for."""
+    return [] if name.startswith(NO_FIGURES_PREFIX) else PRESET_FIGURES.get(name, list(FIGURES))
 
 
 def copy_records(sweep: Path, dest: Path) -> int:
@@ -123,7 +128,7 @@ def report(sweep: Path, out: Path) -> int:
         print(f"{sweep.name}: {len(table)} settings, {low if low == high else f'{low}-{high}'} runs (seeds) each")
     for stale in out.glob("*.png"):
         stale.unlink()
-    for name in PRESET_FIGURES.get(sweep.name, FIGURES):
+    for name in figures_of(sweep.name):
         plot, kwargs = FIGURES[name]
         results.draw(plot, df, out / name, **kwargs)
     run = timeline_run(df)

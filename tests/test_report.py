@@ -117,6 +117,15 @@ def test_report_names_jobs_without_a_record_and_fails(tmp_path: Path, capsys: py
     assert (tmp_path / "out" / sweep.name / "runs.csv").is_file()  # the records it has are reported
 
 
+def test_figures_per_folder() -> None:
+    """experiment=deep's folders, whatever their variant, get no curve (one setting each); a preset gets
+    its own figures; any other folder every figure."""
+    report = _report()
+    assert report.figures_of("deep_cora_full") == report.figures_of("deep_cora_historical_k4_val_loss") == []
+    assert report.figures_of("pipeline") == ["speedup_vs_chunks.png"]
+    assert report.figures_of("my_sweep") == list(report.FIGURES)
+
+
 # report folders (a folder holding only a run directory, such as pipeline/timeline, is none)
 PRESETS = sorted(p.name for p in (ROOT / "results" / "reference").iterdir()
                  if (p / "summary.csv").is_file() or (p / "records").is_dir())
