@@ -9,7 +9,7 @@ import matplotlib.image
 import pytest
 
 from pipegnn.results.figures import DPI, PANEL_SIZE, NoData
-from pipegnn.results.timeline_plot import plot_timeline
+from pipegnn.results.timeline_plot import _stage_label, plot_timeline
 
 from conftest import legend_texts
 
@@ -80,3 +80,12 @@ def test_plot_timeline_reads_a_run_directory_and_needs_boxes(tmp_path: Path) -> 
         plot_timeline(empty)
     with pytest.raises(NoData, match="no trace at"):
         plot_timeline(tmp_path / "untraced-run")
+
+
+def test_stage_labels_cut_long_unit_lists() -> None:
+    """A 64-layer stage's 130 units become their first and last and a count; short lists stay whole."""
+    units = " ".join(["input", *(f"transform{i} propagate{i}" for i in range(64)), "output"])
+    assert _stage_label(f"stage 0 ({units}) on cpu") == "stage 0 (input ... output, 130\nunits)\non cpu"
+    assert _stage_label("stage 1 (transform0 propagate0) on rank1:cpu") == \
+        "stage 1 (transform0 propagate0)\non rank1:cpu"
+    assert _stage_label("stage 2") == "stage 2"

@@ -27,6 +27,23 @@ _BOXES = {"forward": ("forward", {"color": "C0", "edgecolor": "white"}),
 _WAITS = ("recv_forward", "recv_backward")
 
 
+#: A stage's unit list longer than this is shown as its first and last unit and their count.
+_MAX_UNITS = 6
+
+
+def _stage_label(name: str) -> str:
+    """``stage s (units) on device`` as ``stage s (units)`` over ``on device``, a long unit list wrapped,
+    one of more than :data:`_MAX_UNITS` units cut to ``first ... last, N units`` (a deep model's stage
+    holds hundreds)."""
+    head, on, device = name.rpartition(" on ") if " on " in name else (name, "", "")
+    stage, paren, units = head.partition(" (")
+    if paren and units.endswith(")"):
+        listed = units[:-1].split()
+        if len(listed) > _MAX_UNITS:
+            head = f"{stage} ({listed[0]} ... {listed[-1]}, {len(listed)} units)"
+    return "\non ".join(textwrap.fill(part, 36) for part in ((head, device) if on else (head,)))
+
+
 def plot_timeline(trace: Mapping[str, Any] | str | Path, path: str | Path | None = None, *,
                   title: str | None = None) -> Figure:
     """Gantt chart of one traced training step: one row per stage (top to bottom; labelled with the
@@ -77,10 +94,7 @@ def plot_timeline(trace: Mapping[str, Any] | str | Path, path: str | Path | None
             if e["args"]["micro_batch"] >= 0 and e["dur"] / 1e3 >= 0.02 * span * len(text):
                 ax.text((e["ts"] + e["dur"] / 2) / 1e3, row[e["tid"]], text, ha="center", va="center",
                         fontsize="small", color="white", zorder=3)
-    # "stage s (units)" over "on device", long unit lists wrapped
-    ax.set_yticks(range(len(stages)), ["\non ".join(textwrap.fill(part, 36) for part in
-                                                    names.get(t, f"stage {t}").rsplit(" on ", 1))
-                                       for t in stages])
+    ax.set_yticks(range(len(stages)), [_stage_label(names.get(t, f"stage {t}")) for t in stages])
     ax.set_ylim(len(stages) - 0.5, -0.5)  # stage 0 on top
     ax.set_xlim(0, span)
     ax.set_xlabel("time from the step's first box (ms)")
