@@ -35,9 +35,9 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
         record: dict[str, Any], on_epoch: Callable[[dict[str, Any]], Any] | None = None,
         store: DiskFeatureStore | None = None, state_path: Path | None = None) -> None:
     """Train ``model`` through ``engine`` for ``train.epochs`` (or until ``train.patience`` epochs pass
-    without a better ``train.monitor``), filling
-    ``record``'s ``epochs``, ``final``, timing medians and ``pipeline`` figures; with ``state_path``,
-    resume from the checkpoint there (``resume=true``) and save one every ``train.checkpoint_every``."""
+    without a better ``train.monitor``), filling ``record``'s ``epochs``, ``final``, timing medians and
+    ``pipeline`` figures; with ``state_path``, resume from the checkpoint there (``resume=true``) and save
+    one every ``train.checkpoint_every``."""
     train_cfg = cfg["train"]
     optimizer = _optimizer(model, train_cfg)
     every = train_cfg.get("checkpoint_every")
@@ -78,13 +78,12 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
         model.eval()
         with timed(engine.devices) as evaluation:
             # Historical mode evaluates layer-wise, which also refreshes every cached row.
-            logits = engine.refresh(model, eval_ids) if historical else engine.predict(eval_ids)
-            correct = logits.to(out).argmax(1) == eval_labels
+            logits = (engine.refresh(model, eval_ids) if historical else engine.predict(eval_ids)).to(out)
+            correct = logits.argmax(1) == eval_labels
         acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
-        val_loss = float(F.cross_entropy(logits.to(out)[masks["val"]].float(), eval_labels[masks["val"]]))
+        val_loss = float(F.cross_entropy(logits[masks["val"]].float(), eval_labels[masks["val"]]))
         epochs.append({"epoch": epoch, "train_loss": loss, **acc, "val_loss": val_loss,
-                       "epoch_time_s": step.seconds,
-                       "eval_time_s": evaluation.seconds,
+                       "epoch_time_s": step.seconds, "eval_time_s": evaluation.seconds,
                        **(epoch_figures(history) if history is not None else {})})
         if store is not None:
             epochs[-1]["feature_reads"] = _feature_reads(before, trained, store.read_stats())

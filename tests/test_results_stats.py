@@ -118,6 +118,7 @@ def test_leaderboard_mean_std_over_seeds(tmp_path: Path) -> None:
     assert main([str(tmp_path), "--table", "--csv", str(tmp_path / "board.csv")]) == 1  # a failed run
     assert list(pd.read_csv(tmp_path / "board.csv")["test"]) == ["70.00", "82.00 ± 2.00"]
 
+
 def test_leaderboard_keeps_the_monitors_apart(tmp_path: Path) -> None:
     """The same setting picked by validation accuracy and by validation loss is two rows (records
     older than train.monitor count as val_acc)."""
@@ -129,4 +130,3 @@ def test_leaderboard_keeps_the_monitors_apart(tmp_path: Path) -> None:
     board = leaderboard(load(tmp_path))
     assert list(board["monitor"]) == ["val_acc", "val_loss"]
     assert list(board["runs"]) == [2, 1] and list(board["test"]) == ["81.00 ± 1.41", "85.00"]
-

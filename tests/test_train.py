@@ -198,8 +198,14 @@ def test_monitor_picks_the_best_epoch_by_validation_loss() -> None:
 
 
 def test_patience_waits_on_the_monitor() -> None:
-    """With lr=0 the validation loss never falls below epoch 0's: patience 2 on val_loss stops after
-    epoch 2."""
+    """Patience on val_loss stops at the first epoch that is ``patience`` epochs past the lowest loss so
+    far (recomputed from the record's own losses); with lr=0 the loss never falls below epoch 0's, so
+    patience 2 stops after epoch 2."""
+    record = run(make_cfg("train.epochs=40", "train.patience=3", "train.monitor=val_loss"))
+    losses = [e["val_loss"] for e in record["epochs"]]
+    waits = [e - losses.index(min(losses[:e + 1])) for e in range(len(losses))]
+    stop = next((e for e, waited in enumerate(waits) if waited >= 3), 39)
+    assert len(losses) == stop + 1 and record["final"]["stopped_epoch"] == (stop if stop < 39 else None)
     record = run(make_cfg("train.epochs=10", "train.lr=0", "train.patience=2", "train.monitor=val_loss"))
     assert [e["epoch"] for e in record["epochs"]] == [0, 1, 2]
     assert record["final"]["stopped_epoch"] == 2 and record["final"]["best_epoch"] == 0

@@ -17,7 +17,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from pipegnn.results.figures import draw, plot_leaderboard
+from pipegnn.results.figures import draw
+from pipegnn.results.leaderboard_plot import plot_leaderboard
 from pipegnn.results.records import RECORD_NAME
 from pipegnn.results.stats import LEADERBOARD_SETTINGS, leaderboard, summary
 from pipegnn.results.table import NO_RECORD, TABLE_COLUMNS, format_table, integers, load, select
