@@ -3,10 +3,12 @@
 For every graph, model (GCNII, residual GCN, residual GAT), depth and width (``--hidden``), in one run
 and side by side:
 
-- what a user with this machine's cores runs instead, one process with as many threads as the pipeline
-  has processes (``--threads``, 2): full batch, and the single engine on the same micro-batches;
-- the single engine with one thread (the pipeline's per-process budget: "same micro-batches" speedup);
-- ``engine=pipelining`` with 2 processes x 1 thread, GPipe and 1F1B schedules, ``balance=auto``;
+- what a user with the pipeline's cores runs instead, one process with as many threads as the pipeline
+  has in all (``--threads``, 2 x ``--stage-threads``): full batch, and the single engine on the same
+  micro-batches;
+- the same with the pipeline's per-process budget (``--stage-threads``, 1: "same micro-batches" speedup);
+- ``engine=pipelining`` with 2 processes x ``--stage-threads`` threads (``engine.threads``), GPipe and
+  1F1B schedules, ``balance=auto``;
 
 each for exact (up to ``--exact-max-layers``) and historical halos at every k (``microbatch.targets=all``,
 METIS), and for each ``model.aggregation`` of ``--aggregations`` (PyG's messages, or a torch CSR
@@ -14,10 +16,11 @@ sparse-dense matmul: which is faster, and which scales better with threads, diff
 epoch time (after the first; with ``--repeats``, the median over runs of it and their spread),
 training time to 98% of the run's best validation accuracy, peak memory per process, work inflation
 (rows computed / full graph's), measured bubble and imbalance. The summary gives, per depth, the best
-pipeline, the best single-process run on the same cores (up to ``--threads`` threads), and their ratio.
-Run with ``OMP_NUM_THREADS=1`` (the pipeline's workers take their thread count from it; the
-``--threads`` cases raise this process's own with ``torch.set_num_threads``). Time only on a quiet
-machine: two timings at once on these cores distort both.
+pipeline, the best single-process run on the same cores (up to ``--threads`` threads), and their ratio
+(its ``_x1`` columns: against the runs with the pipeline's threads per process). Every case sets its
+threads with ``engine.threads``. Time only on a quiet machine: two timings at once on these cores
+distort both. On a machine with more cores, ``--stage-threads 4`` sets 2 x 4 threads against one
+process with 8.
 
     OMP_NUM_THREADS=1 python benchmarks/depth.py --datasets synthetic --depths 8 16 --chunks 8 \\
         --csv results/benchmarks/depth_synthetic.csv
@@ -34,7 +37,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-import torch  # noqa: E402
 
 from pipegnn import run  # noqa: E402
 from pipegnn.schema import compose_config  # noqa: E402
@@ -51,13 +53,9 @@ PIPELINES = {
 
 
 def _case(args: argparse.Namespace, overrides: list[str], threads: int, **labels: object) -> dict:
-    cfg = compose_config([f"train.epochs={args.epochs}", "microbatch.targets=all", *overrides, *args.overrides])
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        record = run(cfg)
-    finally:
-        torch.set_num_threads(before)
+    cfg = compose_config([f"train.epochs={args.epochs}", "microbatch.targets=all", *overrides,
+                          f"engine.threads={threads}", *args.overrides])
+    record = run(cfg)
     row = {**labels, "threads": threads, "status": record["status"]}
     if record["status"] != "completed":
         print(f"{labels}: {record['status']}: {record['error']}", file=sys.stderr, flush=True)
@@ -109,14 +107,14 @@ def _measure_once(args: argparse.Namespace) -> list[dict]:
 
 def plan(args: argparse.Namespace) -> list[tuple[list[str], int, dict]]:
     """The map's cases in run order: (config overrides, threads, table labels)."""
-    cases = []
+    cases, budgets = [], sorted({args.stage_threads, cores(args)})
     for dataset in args.datasets:
         for model in args.models:
             for depth, hidden, aggregation in itertools.product(args.depths, args.hidden, args.aggregations):
                 base = [f"dataset={dataset}", *MODELS[model], f"model.layers={depth}",
                         f"model.hidden={hidden // HEADS.get(model, 1)}", f"model.aggregation={aggregation}"]
                 where = dict(dataset=dataset, model=model, layers=depth, hidden=hidden, aggregation=aggregation)
-                for threads in sorted({1, args.threads}):
+                for threads in budgets:
                     cases.append(([*base, "engine=single", "chunks=1", "microbatch.halo=none"], threads,
                                   dict(**where, case=f"full batch x{threads}", halo="full", k=1)))
                 halos = [h for h in args.halos if h != "exact" or depth <= args.exact_max_layers]
@@ -125,22 +123,28 @@ def plan(args: argparse.Namespace) -> list[tuple[list[str], int, dict]]:
                         mb = [*base, f"chunks={k}", f"microbatch.halo={halo}"]
                         if halo == "historical":
                             mb.append(f"microbatch.halo_dropout={args.halo_dropout}")
-                        for threads in sorted({1, args.threads}):  # the pipeline's budget, and the cores'
+                        for threads in budgets:  # the pipeline's budget per process, and the cores'
                             cases.append(([*mb, "engine=single"], threads,
                                           dict(**where, case=f"single x{threads}", halo=halo, k=k)))
                         for name, overrides in PIPELINES.items():
-                            cases.append(([*mb, *overrides], 1, dict(**where, case=name, halo=halo, k=k)))
+                            cases.append(([*mb, *overrides], args.stage_threads,
+                                          dict(**where, case=name, halo=halo, k=k)))
     return cases
 
 
-def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
+def cores(args: argparse.Namespace) -> int:
+    """Threads of the single-process baselines: ``--threads``, else the pipeline's (2 x stage threads)."""
+    return args.threads or 2 * args.stage_threads
+
+
+def summarise(table: pd.DataFrame, threads: int, stage_threads: int = 1) -> pd.DataFrame:
     """Per graph, model and depth: the fastest pipeline, the fastest single-process run on the same
-    cores (full batch or micro-batched, with ``threads`` threads or fewer: where two threads slow a run
-    down, a user runs one) and their ratio; and the pipeline's speedup over the one-thread single
-    engine on the same micro-batches (same k and halo); and the one-thread
-    historical single engine's epoch over one-thread full batch's beside its work inflation (at the
-    best pipeline's k; the goal: not above it). With several aggregations, the best of each side over
-    all of them; the same-micro-batch and historical figures in the best pipeline's."""
+    cores (full batch or micro-batched, with ``threads`` threads or fewer: where more threads slow a run
+    down, a user runs fewer) and their ratio; and the pipeline's speedup over the single engine with
+    the pipeline's threads per process (``stage_threads``) on the same micro-batches (same k and halo);
+    and that single engine's historical epoch over full batch's with as many threads, beside its work
+    inflation (at the best pipeline's k; the goal: not above it). With several aggregations, the best of
+    each side over all of them; the same-micro-batch and historical figures in the best pipeline's."""
     done = table[table.status == "completed"]
     done = done.assign(**{k: v for k, v in (("aggregation", "messages"), ("hidden", 64)) if k not in done})
     rows = []
@@ -152,11 +156,13 @@ def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
             continue
         best_pipe, best_alone = pipes.loc[pipes.epoch_s.idxmin()], alone.loc[alone.epoch_s.idxmin()]
         group = group[group.aggregation == best_pipe.aggregation]
-        same = group[(group.case == "single x1") & (group.k == best_pipe.k) & (group.halo == best_pipe.halo)]
-        full = group[group.case == "full batch x1"]
-        hist = group[(group.case == "single x1") & (group.k == best_pipe.k) & (group.halo == "historical")]
+        single = group[group.case == f"single x{stage_threads}"]
+        full = group[group.case == f"full batch x{stage_threads}"]
+        same = single[(single.k == best_pipe.k) & (single.halo == best_pipe.halo)]
+        hist = single[(single.k == best_pipe.k) & (single.halo == "historical")]
         full_s = full.epoch_s.iloc[0] if len(full) else None
         rows.append({"dataset": dataset, "model": model, "layers": layers, "hidden": hidden,
+                     "stage_threads": stage_threads,
                      "best_pipeline": f"{best_pipe.case} {best_pipe.halo} k={best_pipe.k}",
                      "pipeline_s": best_pipe.epoch_s,
                      "best_alone": f"{best_alone.case} {best_alone.halo} k={best_alone.k}",
@@ -169,7 +175,7 @@ def summarise(table: pd.DataFrame, threads: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def figure(summary: pd.DataFrame, path: Path, threads: int) -> None:
+def figure(summary: pd.DataFrame, path: Path, threads: int, stage_threads: int = 1) -> None:
     """The best pipeline's speedup against depth, one line per graph, model and width; against width
     (one line per graph, model and depth) when the map has one depth and several widths."""
     x, line = ("hidden", "layers") if summary.layers.nunique() == 1 < summary.hidden.nunique() else ("layers", "hidden")
@@ -180,12 +186,17 @@ def figure(summary: pd.DataFrame, path: Path, threads: int) -> None:
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xscale("log", base=2)
     ax.set_xlabel(x)
-    ax.set_ylabel(f"best pipeline (2 x 1 thread) / best\nsingle process (<= {threads} threads), speedup")
+    ax.set_ylabel(f"best pipeline (2 x {_threads(stage_threads)}) / best\n"
+                  f"single process (<= {threads} threads), speedup")
     ax.set_title("Where pipelines pay off on this machine")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread{'s' if n > 1 else ''}"
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -209,8 +220,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=1, help="runs of every case (the map once per "
                         "repeat); the tables give the median epoch and the spread")
-    parser.add_argument("--threads", type=int, default=2, help="threads of the single-process baselines "
-                        "(the pipeline's process count)")
+    parser.add_argument("--stage-threads", type=int, default=1, help="threads of each pipeline process "
+                        "(engine.threads); the per-process baselines run with as many")
+    parser.add_argument("--threads", type=int, help="threads of the single-process baselines (default: the "
+                        "pipeline's, 2 x --stage-threads)")
     parser.add_argument("--csv", type=Path, help="write the cases here, the summary beside it (_summary) "
                         "and the figure (.png)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every case")
@@ -220,18 +233,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     table = measure(args)
-    summary = summarise(table, args.threads)
+    summary = summarise(table, cores(args), args.stage_threads)
     print(f"\ncases ({args.epochs} epochs, median epoch after the first; tta: training seconds to 98% of the "
           "run's best validation accuracy)")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"\nbest pipeline (2 processes x 1 thread) against the best single process with up to {args.threads} threads")
+    print(f"\nbest pipeline (2 processes x {_threads(args.stage_threads)}) against the best single process "
+          f"with up to {cores(args)} threads")
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.csv, index=False)
         summary.to_csv(args.csv.with_name(f"{args.csv.stem}_summary.csv"), index=False)
         if not summary.empty:
-            figure(summary, args.csv.with_suffix(".png"), args.threads)
+            figure(summary, args.csv.with_suffix(".png"), cores(args), args.stage_threads)
     return 0
 
 

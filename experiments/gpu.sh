@@ -6,6 +6,8 @@
 #                                           CUDA-event timelines, device memory, CUDA OOM records, bf16,
 #                                           pipelining on one GPU)
 #   experiments/gpu.sh run [TRAIN ARGS]     experiments/train.py, e.g. `-m experiment=poster_pubmed devices=gpu`
+#   experiments/gpu.sh bench SCRIPT [ARGS]  benchmarks/SCRIPT, e.g. the depth map on the machine's CPU cores:
+#                                           `bench depth.py --stage-threads 8 --datasets synthetic ...`
 # PYTHON picks the interpreter (default python3); SITE the wheels' folder (default /tmp/pipegnn-site).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,5 +26,6 @@ shift || true
 case "$what" in
   test) exec "$py" -m pytest -m gpu tests/test_cuda.py "$@" ;;
   run) exec "$py" experiments/train.py "$@" ;;
-  *) echo "usage: experiments/gpu.sh test|run [ARGS]" >&2; exit 2 ;;
+  bench) script=${1:?usage: experiments/gpu.sh bench SCRIPT [ARGS]}; shift; exec "$py" "benchmarks/$script" "$@" ;;
+  *) echo "usage: experiments/gpu.sh test|run|bench [ARGS]" >&2; exit 2 ;;
 esac

@@ -82,6 +82,10 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     _seed(cfg["microbatch"]["seed"], "microbatch.seed")
     engine = cfg["engine"]
     _check_timeline(engine)
+    threads = engine.get("threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"engine.threads must be an integer >= 1 (threads per process), or null for torch's "
+                          f"default, got {threads!r}")
     if engine["name"] == "single":
         _device(engine["device"], "engine.device")
         extra = sorted(set(engine) & {"balance", "devices", "schedule", "data_parallel",

@@ -1,5 +1,6 @@
-"""Measurements that go into every record (environment, wall-clock timing, peak memory) and the run's
-memory cap (``train.memory_limit_gb``)."""
+"""Measurements that go into every record (environment, wall-clock timing, peak memory) and the
+process's resources while it trains: its memory cap (``train.memory_limit_gb``) and its threads
+(``engine.threads``)."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -17,8 +18,8 @@ import torch
 
 from pipegnn.errors import ConfigError
 
-__all__ = ["address_space_bytes", "allocation_failure", "env_info", "git_sha", "memory_limit", "peak_device_bytes",
-           "peak_rss_bytes", "reset_peaks", "timed"]
+__all__ = ["address_space_bytes", "allocation_failure", "env_info", "git_sha", "intra_op_threads", "memory_limit",
+           "peak_device_bytes", "peak_rss_bytes", "reset_peaks", "timed"]
 
 _PACKAGES = ("torch", "torch_geometric", "dgl", "torchgpipe", "hydra-core", "pymetis", "numpy")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -147,6 +148,21 @@ def allocation_failure(e: BaseException | None) -> BaseException | None:
 def address_space_bytes() -> int | None:
     """This process's current virtual address space (Linux VmSize), or None off Linux."""
     return _status_bytes("VmSize")
+
+
+@contextmanager
+def intra_op_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with ``threads`` intra-op threads (``torch.set_num_threads``), then restore the
+    previous count (a sweep's next job in the same process starts from it); no-op for None."""
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextmanager

@@ -112,6 +112,7 @@ class FrameworkConfig:
 class SingleEngineConfig:
     name: str = MISSING
     device: str = MISSING
+    threads: Optional[int] = MISSING
     timeline: bool = MISSING
     trace_epoch: Optional[int] = MISSING
 
@@ -123,6 +124,7 @@ class GPipeEngineConfig:
     # null, a list of layers or units per device, or "auto" (checked in pipegnn.config)
     balance: Any = MISSING
     checkpoint: str = MISSING
+    threads: Optional[int] = MISSING
     timeline: bool = MISSING
     trace_epoch: Optional[int] = MISSING
 
@@ -142,6 +144,7 @@ class PipeliningEngineConfig:
     start_method: str = MISSING
     backend: str = MISSING
     timeout_s: float = MISSING
+    threads: Optional[int] = MISSING
     timeline: bool = MISSING
     trace_epoch: Optional[int] = MISSING
 

@@ -21,8 +21,8 @@ from pipegnn.engines import build_engine
 from pipegnn.errors import ConfigError
 from pipegnn.fit import EPOCH_LINE, fit, time_to_accuracy
 from pipegnn.loggers import Loggers
-from pipegnn.measure import (address_space_bytes, allocation_failure, env_info, memory_limit, peak_device_bytes,
-                             peak_rss_bytes, reset_peaks, timed)
+from pipegnn.measure import (address_space_bytes, allocation_failure, env_info, intra_op_threads, memory_limit,
+                             peak_device_bytes, peak_rss_bytes, reset_peaks, timed)
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.models import build_model
 from pipegnn.models.precision import autocast_dtype, dtype_name
@@ -137,16 +137,19 @@ def _train(cfg: dict[str, Any], record: dict[str, Any],
         raise ConfigError("train.checkpoint_every is set but the run has no output directory to keep "
                           "checkpoints in; give run() an output_dir (or state_dir), or set it to null")
     engine = cfg["engine"]
-    if engine["name"] == "pipelining":
-        if engine["launcher"] == "spawn":  # this process starts one worker per rank and waits
-            return spawn(cfg, record, target=run, on_epoch=on_epoch, state_dir=state_dir)  # workers run `run`
+    pipelining = engine["name"] == "pipelining"
+    if pipelining and engine["launcher"] == "spawn":  # this process starts one worker per rank and waits
+        return spawn(cfg, record, target=run, on_epoch=on_epoch, state_dir=state_dir)  # workers run `run`
+    with intra_op_threads(engine.get("threads")):
+        record["env"]["torch_threads"] = torch.get_num_threads()  # this process's, as it trains
+        if not pipelining:
+            return _train_rank(cfg, record, on_epoch, state_dir)
         with process_group(engine):  # this process is one rank (a spawned worker or under torchrun)
             opened = files_opened()
             devices = _train_rank(cfg, record, on_epoch, state_dir)
             record["memory"] = {**record["memory"], **gather_memory(devices)}
             _gather_feature_files(record, files_opened() - opened)
             return devices
-    return _train_rank(cfg, record, on_epoch, state_dir)
 
 
 def _train_rank(cfg: dict[str, Any], record: dict[str, Any],

@@ -267,3 +267,26 @@ def test_depth_summary_takes_the_best_over_aggregations_and_compares_within_the_
     assert (row.pipeline_aggregation, row.alone_aggregation) == ("sparse", "messages")
     assert row.speedup == pytest.approx(0.7 / 0.6) and row.vs_single_x1_same_mb == pytest.approx(1.0 / 0.6)
     assert row.historical_over_full_x1 == pytest.approx(1.0 / 0.9)
+
+
+def test_depth_with_more_threads_per_stage_sets_them_against_one_process_with_all() -> None:
+    """--stage-threads 4: the pipelines run 2 x 4 threads (engine.threads), the baselines 4 (the same
+    micro-batches per process) and 8 (the pipeline's cores), and the summary's per-process figures
+    are the 4-thread runs'."""
+    depth = _load("depth")
+    args = depth.parse(["--datasets", "cora", "--models", "gcn2", "--depths", "8", "--chunks", "8",
+                        "--halos", "historical", "--stage-threads", "4"])
+    plan = depth.plan(args)
+    assert depth.cores(args) == 8
+    assert {lab["case"]: threads for _, threads, lab in plan} == {
+        "full batch x4": 4, "full batch x8": 8, "single x4": 4, "single x8": 8,
+        "pipelining gpipe": 4, "pipelining 1f1b": 4}
+    rows = [("full batch x4", "full", 1, 4, 1.0), ("full batch x8", "full", 1, 8, 0.8),
+            ("single x4", "historical", 8, 4, 1.2), ("single x8", "historical", 8, 8, 0.9),
+            ("pipelining gpipe", "historical", 8, 4, 0.6)]
+    table = pd.DataFrame([dict(dataset="cora", model="gcn2", layers=8, status="completed", case=c, halo=h, k=k,
+                               threads=t, epoch_s=e, inflation=1.1, bubble=0.1) for c, h, k, t, e in rows])
+    row = depth.summarise(table, threads=8, stage_threads=4).iloc[0]
+    assert row.best_alone == "full batch x8 full k=1" and row.speedup == pytest.approx(0.8 / 0.6)
+    assert row.vs_single_x1_same_mb == pytest.approx(1.2 / 0.6) and row.historical_over_full_x1 == pytest.approx(1.2)
+    assert row.stage_threads == 4

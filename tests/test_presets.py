@@ -128,18 +128,18 @@ def test_ablation_settings(axis: str) -> None:
 
 # --- devices ---------------------------------------------------------------------------------------------
 
-TIMELINE = {"timeline": True, "trace_epoch": 1}
+EVERY_ENGINE = {"threads": None, "timeline": True, "trace_epoch": 1}
 DEVICES = {
-    "cpu": {"name": "single", "device": "cpu", **TIMELINE},
-    "gpu": {"name": "single", "device": "cuda:0", **TIMELINE},
+    "cpu": {"name": "single", "device": "cpu", **EVERY_ENGINE},
+    "gpu": {"name": "single", "device": "cuda:0", **EVERY_ENGINE},
     "cpu2": {"name": "gpipe", "devices": ["cpu", "cpu"], "balance": None, "checkpoint": "except_last",
-             **TIMELINE},
+             **EVERY_ENGINE},
     "cpu4": {"name": "gpipe", "devices": ["cpu"] * 4, "balance": None, "checkpoint": "except_last",
-             **TIMELINE},
+             **EVERY_ENGINE},
     "gpu2": {"name": "gpipe", "devices": ["cuda:0", "cuda:1"], "balance": None, "checkpoint": "except_last",
-             **TIMELINE},
+             **EVERY_ENGINE},
     "gpu4": {"name": "gpipe", "devices": [f"cuda:{i}" for i in range(4)], "balance": None,
-             "checkpoint": "except_last", **TIMELINE},
+             "checkpoint": "except_last", **EVERY_ENGINE},
 }
 
 

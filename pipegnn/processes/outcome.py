@@ -17,8 +17,9 @@ from pipegnn.preemption import Interrupted
 
 __all__ = ["LOST_PEER", "MERGED", "WorkerFailed", "death", "failure", "merge"]
 
-#: Record fields the parent takes from rank 0's record (on failure: all but the memory, see :func:`merge`).
-MERGED = ("dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace", "features",
+#: Record fields the parent takes from rank 0's record (on failure: all but the memory, see :func:`merge`);
+#: ``env`` too: its ``torch_threads`` are the ones a stage process trained with (``engine.threads``).
+MERGED = ("env", "dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace", "features",
           "resumed")
 #: A reported error with one of these only says that the rank lost its peer (which failed first).
 LOST_PEER = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",
