@@ -32,9 +32,13 @@ MONITORS = ("val_acc", "val_loss")
 _MAX_SEED = 2**63 - 1
 
 
-def _positive_int(value: Any, key: str) -> int:
+def _positive_int(value: Any, key: str, null: str | None = None) -> int | None:
+    """``value`` if it is an integer >= 1 (or None where ``null`` says what None means)."""
+    if value is None and null is not None:
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{key} must be an integer >= 1, got {value!r}")
+        alternative = f", or null for {null}" if null is not None else ""
+        raise ConfigError(f"{key} must be an integer >= 1{alternative}, got {value!r}")
     return value
 
 
@@ -82,10 +86,7 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     _seed(cfg["microbatch"]["seed"], "microbatch.seed")
     engine = cfg["engine"]
     _check_timeline(engine)
-    threads = engine.get("threads")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ConfigError(f"engine.threads must be an integer >= 1 (threads per process), or null for torch's "
-                          f"default, got {threads!r}")
+    _positive_int(engine.get("threads"), "engine.threads", null="torch's default (threads per process)")
     if engine["name"] == "single":
         _device(engine["device"], "engine.device")
         extra = sorted(set(engine) & {"balance", "devices", "schedule", "data_parallel",

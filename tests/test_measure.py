@@ -44,5 +44,5 @@ def test_bad_threads_are_invalid_before_training(value: Any) -> None:
     cfg["engine"]["threads"] = value
     record = run(cfg)
     assert record["status"] == "invalid", record["error"]
-    assert "engine.threads must be an integer >= 1 (threads per process), or null" in record["error"]
+    assert "engine.threads must be an integer >= 1, or null for torch's default (threads per process)" in record["error"]
     assert record["epochs"] == []
