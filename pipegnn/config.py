@@ -14,7 +14,7 @@ from pipegnn.engines import CHECKPOINT_MODES, ENGINES, SCHEDULES, even_balance, 
 from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch import HALO_DROPOUTS, HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER, units_per_layer
-from pipegnn.processes.group import DIST_BACKENDS, LAUNCHERS, START_METHODS
+from pipegnn.processes.group import DIST_BACKENDS, LAUNCHERS, START_METHODS, shared_devices
 
 __all__ = ["EVAL_SPLITS", "MONITORS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
 
@@ -201,6 +201,12 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[i
     if engine["backend"] == "nccl" and kinds != {"cuda"}:
         raise ConfigError(f"engine.backend=nccl needs CUDA devices, got engine.devices={devices}; use "
                           "backend=gloo (or auto) on CPU")
+    shared = shared_devices(engine) if engine["backend"] == "nccl" else []
+    if shared:
+        raise ConfigError(f"engine.backend=nccl cannot run two ranks on one GPU (NCCL refuses a shared "
+                          f"device), but engine.devices={devices} gives {shared[0]} to several ranks of one "
+                          "machine; use engine.backend=auto or gloo (their traffic then goes through host "
+                          "memory), or one GPU per rank")
     interleaved = engine["schedule"] == "interleaved1f1b"
     per_rank = _positive_int(engine["virtual_stages"], "engine.virtual_stages") if interleaved else 1
     if interleaved and per_rank < 2:

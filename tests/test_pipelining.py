@@ -497,6 +497,40 @@ def test_spawn_start_method() -> None:
 SPLITS = (("gpipe", 1, [2, 2]), ("gpipe", 4, [1, 3]), ("1f1b", 4, [3, 1]))
 
 
+def _record_traffic() -> list[str]:
+    """From now on, the dtype of every tensor this process's pipeline stages send or receive (the P2P
+    operations of activations and gradients the schedules ask the stages for; torch's own warm-up
+    messages aside) and of the stage-by-stage refresh's send/recv."""
+    import torch.distributed as dist
+
+    from pipegnn.engines import PipeliningEngine
+    from pipegnn.engines.stages import TimedStage
+
+    seen: list[str] = []
+    refreshing = [False]
+
+    def refresh(self, *args, _refresh=PipeliningEngine.refresh, **kwargs):  # noqa: ANN001, ANN202
+        refreshing[0] = True
+        try:
+            return _refresh(self, *args, **kwargs)
+        finally:
+            refreshing[0] = False
+
+    def recorded(call: Callable, tensors: Callable) -> Callable:
+        def wrapper(*args, **kwargs):  # noqa: ANN202
+            out = call(*args, **kwargs)
+            seen.extend(str(t.dtype) for t in tensors(args, out))
+            return out
+        return wrapper
+
+    for name in ("get_fwd_send_ops", "get_bwd_send_ops", "get_fwd_recv_ops", "get_bwd_recv_ops"):
+        setattr(TimedStage, name, recorded(getattr(TimedStage, name), lambda args, ops: [op.tensor for op in ops]))
+    PipeliningEngine.refresh = refresh
+    dist.send = recorded(dist.send, lambda args, out: args[:1] if refreshing[0] else [])
+    dist.recv = recorded(dist.recv, lambda args, out: args[:1] if refreshing[0] else [])
+    return seen
+
+
 def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str) -> None:
     """One rank of a float64 pipeline on the random graph: for several models (8-layer GCNII and residual
     GCN among them), schedules, chunk counts, stage boundaries (inside layers too) and halos (exact and
@@ -509,6 +543,7 @@ def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str)
     from pipegnn.models import build_model
 
     graph, backend = _float64_rank(rank, world, port, framework)
+    traffic = _record_traffic()
     cases = {}
     deep = dict(hidden=8, layers=8, dropout=0.0)
     for kind, cfg, splits in (
@@ -545,8 +580,10 @@ def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str)
                     dist.all_gather_object(everyone, mine)
                     grads.append({k: v for d in everyone for k, v in d.items()})
                 cases[kind, halo, schedule, chunks] = grads
+    sent: list = [None] * world
+    dist.all_gather_object(sent, sorted(set(traffic)) + [len(traffic)])
     if rank == 0:
-        torch.save(cases, out)
+        torch.save({"cases": cases, "traffic": sent}, out)
     dist.destroy_process_group()
 
 
@@ -557,7 +594,9 @@ def test_pipelining_gradients_equal_the_single_engine_in_float64(tmp_path: Path,
     equals the single engine's (float64, 1e-9), so no gradient is scaled by the number of micro-batches
     and none is lost at a boundary (x0's and a skip's included). Historical halos: the pipeline's
     stage-by-stage refresh fills the same caches as the single engine's layer-wise one, its step reads
-    the same stale rows (same micro-batch order), and gradients and refreshed logits agree."""
+    the same stale rows (same micro-batch order), and gradients and refreshed logits agree. Every tensor
+    either rank sent or received point to point is float64 (no micro-batch ids cross a boundary: torch
+    2.11's PipelineStage cannot receive integer tensors)."""
     import socket
 
     import torch.multiprocessing as mp
@@ -567,7 +606,10 @@ def test_pipelining_gradients_equal_the_single_engine_in_float64(tmp_path: Path,
         port = s.getsockname()[1]
     out = tmp_path / "grads.pt"
     mp.start_processes(_gradient_worker, args=(2, port, framework, str(out)), nprocs=2, start_method="spawn")
-    cases = torch.load(out, weights_only=True)
+    saved = torch.load(out, weights_only=True)
+    cases = saved["cases"]
+    for rank, (*dtypes, count) in enumerate(saved["traffic"]):
+        assert dtypes == ["torch.float64"] and count > 100, (rank, dtypes, count)
     assert len(cases) == 6 + 4 + 4 + 4  # gat and gcn x 3 splits x exact, 2 with historical; deep 2 x 2
     for case, (single, piped) in cases.items():
         assert sorted(single) == sorted(piped) and len(single) >= 4, case

@@ -2,20 +2,21 @@
 
 Each process (rank r of W, device ``engine.devices[r]``) builds the same graph, model and plans, keeps
 only its own stage(s) and runs them through a torch schedule; activations and gradients travel point
-to point (gloo on CPU, nccl on CUDA). ``train_step`` returns the loss and ``predict`` the logits on
+to point (gloo on CPU and where ranks share a GPU, nccl on CUDA; only floating-point rows cross a
+boundary, see :mod:`pipegnn.engines.stages`). ``train_step`` returns the loss and ``predict`` the logits on
 *every* rank (broadcast from the last rank), so the trainer's epoch loop is the same for all engines.
 
 Taken from torch as is: ``PipelineStage`` (send/receive of activations and gradients), the schedules
 (``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``; evaluation runs a schedule without a
-loss, which is forward-only), the split of the id tensor into micro-batches (``tensor_split`` along
-dim 0) and the per-micro-batch loss. Hand-written here because torch has no equivalent:
+loss, which is forward-only), the split of the first stage's id tensor into micro-batches
+(``tensor_split`` along dim 0) and the per-micro-batch loss. Hand-written here because torch has no equivalent:
 
 - static shapes for micro-batches of different sizes: torch fixes every inter-stage tensor's shape
   once, so each stage pads its output rows to the largest micro-batch of the call and the next stage
   slices the real rows back out; labels are padded with ``IGNORE``;
 - the exact loss (sum of cross-entropies / global labelled count, ``scale_grads=False``: torch would
   otherwise divide the gradients by the number of micro-batches);
-- the stage timeline: ``PipelineStage``'s computations and the waits for its receives (``_TimedStage``),
+- the stage timeline: ``PipelineStage``'s computations and the waits for its receives (``TimedStage``),
   gathered on every rank after each training step;
 - a check that all ranks built the same plans and initial weights, the broadcasts, and with replicas
   (``engine.data_parallel``, over torch's ``DeviceMesh``) the share of each and the gradients' sum.
@@ -32,88 +33,17 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 from pipegnn.engines.balance import stage_units
 from pipegnn.engines.base import IGNORE, Engine, exact_loss
-from pipegnn.models.base import StagedGNN, Unit, layerwise
+from pipegnn.engines.stages import PipeStage, TimedStage, transport_device
+from pipegnn.models.base import StagedGNN, layerwise
 from pipegnn.timeline import Box, PipelineInfo, Timeline
 
 __all__ = ["SCHEDULES", "PipeliningEngine"]
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved1f1b": ScheduleInterleaved1F1B}
-
-
-class _PipeStage(nn.Module):
-    """Consecutive units of the staged model as one pipeline stage with static shapes.
-
-    Receives ``(ids,)`` (first stage) or ``(h padded, [x0 padded,] ids)``, slices the real rows of
-    micro-batch ``ids[0]`` out of each tensor (``rows_in``: per tensor, per micro-batch), runs its
-    units and pads each output tensor's rows to ``pad`` (per tensor, per micro-batch); the last stage
-    returns only the padded logits (what the loss and the merged output take).
-    """
-
-    def __init__(self, units: list[Unit], rows_in: list[list[int]] | None, pad: list[list[int]], last: bool):
-        super().__init__()
-        self.units = nn.ModuleList(units)
-        self.rows_in, self.pad, self.last = rows_in, pad, last
-
-    def forward(self, *inputs: Tensor) -> Tensor | tuple[Tensor, ...]:
-        ids = inputs[-1]
-        m = int(ids[0])
-        x: tuple[Tensor, ...] = (ids,) if self.rows_in is None else (
-            *(t[:rows[m]] for t, rows in zip(inputs, self.rows_in)), ids)
-        for unit in self.units:
-            x = unit(x)
-        out = [F.pad(h, (0, 0, 0, pad[m] - h.size(0))) for h, pad in zip(x[:-1], self.pad)]
-        return out[0] if self.last else (*out, ids)
-
-
-class _TimedStage(PipelineStage):
-    """torch's ``PipelineStage`` that also puts its computations and its waits for receives on the
-    timeline (the schedules call these methods; torch reports no timings of its own).
-
-    A wait is the time from when the schedule asks for a receive to when the computation that needs it
-    starts, clipped to this rank's previous box (a schedule may post receives early)."""
-
-    def __init__(self, *args: Any, timeline: Timeline | None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.timeline = timeline
-        self._asked: dict[tuple[str, int], float] = {}
-
-    def _recording(self) -> bool:
-        return self.timeline is not None and self.timeline.recording
-
-    def _asked_for(self, kind: str, chunk: int, ops: list) -> list:
-        if ops and self._recording():
-            self._asked[kind, chunk] = self.timeline.now(self.stage_index)
-        return ops
-
-    def get_fwd_recv_ops(self, fwd_chunk_id: int) -> list:
-        return self._asked_for("forward", fwd_chunk_id, super().get_fwd_recv_ops(fwd_chunk_id))
-
-    def get_bwd_recv_ops(self, bwd_chunk_id: int) -> list:
-        return self._asked_for("backward", bwd_chunk_id, super().get_bwd_recv_ops(bwd_chunk_id))
-
-    def _timed(self, kind: str, chunk: int, run: Any) -> Any:
-        if not self._recording():
-            return run()
-        timeline, s = self.timeline, self.stage_index
-        start = timeline.now(s)
-        asked = self._asked.pop((kind, chunk), None)
-        if asked is not None:
-            timeline.add_wait(s, chunk, f"recv_{kind}", asked, start)
-        out = run()
-        timeline.add(s, chunk, kind, start, timeline.now(s))
-        return out
-
-    def forward_one_chunk(self, fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-        return self._timed("forward", fwd_chunk_id,
-                           lambda: super(_TimedStage, self).forward_one_chunk(fwd_chunk_id, *args, **kwargs))
-
-    def backward_one_chunk(self, bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-        return self._timed("backward", bwd_chunk_id,
-                           lambda: super(_TimedStage, self).backward_one_chunk(bwd_chunk_id, *args, **kwargs))
 
 
 class PipeliningEngine(Engine):
@@ -174,10 +104,12 @@ class PipeliningEngine(Engine):
                                  overlap_note=None if self.world * data_parallel > 1 else "one process",
                                  balance_source=balance_source, unit_costs_s=unit_costs,
                                  per_lane=self.num_stages // self.world, replicas=data_parallel)
+        self.transport = transport_device(device, self.pp_group)
         units = list(model)
-        self.modules = {s: _PipeStage(units[self.units[s].start:self.units[s].stop],
-                                      None if s == 0 else self.rows[self.units[s].start - 1],
-                                      self.pad[self.units[s].stop - 1], s == self.num_stages - 1).to(device)
+        self.modules = {s: PipeStage(units[self.units[s].start:self.units[s].stop],
+                                     None if s == 0 else self.rows[self.units[s].start - 1],
+                                     self.pad[self.units[s].stop - 1], s == self.num_stages - 1,
+                                     device, self.transport).to(device)
                         for s in self.local}
         self.first = self.modules[0].units[0] if 0 in self.modules else None
         own = {unit for s in self.local for unit in self.units[s]}
@@ -233,12 +165,14 @@ class PipeliningEngine(Engine):
                     largest = max(rows[m] for m in ids)
                     for m in ids:
                         pad[m] = largest
-            self._schedules[key] = self._build_schedule(ids[0], train)
+            self._schedules[key] = self._build_schedule(list(ids), train)
         return self._schedules[key]
 
-    def _build_schedule(self, m: int, train: bool) -> Any:
-        device = self.devices[0]
-        ids = torch.zeros(1, dtype=torch.long, device="meta")
+    def _build_schedule(self, order: list[int], train: bool) -> Any:
+        """The schedule of micro-batches ``order``: every tensor between two stages is floating point
+        (the rows), on the transport device; the first stage's root argument is its id tensor."""
+        m = order[0]
+        ids = torch.zeros(1, dtype=torch.float32, device="meta")
 
         def activations(unit: int) -> tuple[Tensor, ...]:
             return tuple(torch.empty(pad[m], width, dtype=self.dtype, device="meta", requires_grad=train)
@@ -247,16 +181,20 @@ class PipeliningEngine(Engine):
         stages = []
         for s in self.local:
             first, last = self.units[s].start, self.units[s].stop - 1
-            inputs = (ids,) if s == 0 else (*activations(first - 1), ids)
-            outputs = activations(last)[0] if s == self.num_stages - 1 else (*activations(last), ids)
-            stages.append(_TimedStage(self.modules[s], s, self.num_stages, device, input_args=inputs,
-                                      output_args=outputs, group=self.pp_group, timeline=self.timeline))
-        kind = SCHEDULES[self.schedule_name] if train else ScheduleInterleaved1F1B if len(stages) > 1 else ScheduleGPipe
+            inputs = (ids,) if s == 0 else activations(first - 1)
+            outputs = activations(last)[0] if s == self.num_stages - 1 else activations(last)
+            stages.append(TimedStage(self.modules[s], s, self.num_stages, self.transport, input_args=inputs,
+                                     output_args=outputs, group=self.pp_group, order=order,
+                                     timeline=self.timeline))
+        if train:
+            kind = SCHEDULES[self.schedule_name]
+        else:  # forward only
+            kind = ScheduleInterleaved1F1B if len(stages) > 1 else ScheduleGPipe
         return kind(stages if len(stages) > 1 else stages[0], self.chunks,
                     loss_fn=self._loss if train else None, scale_grads=False)
 
     def _args(self, ids: Tensor) -> tuple[Tensor, ...]:
-        return (ids.to(self.devices[0], torch.long),) if self.has_first else ()
+        return (ids.to(self.transport, torch.float32),) if self.has_first else ()
 
     def train_step(self, ids: Tensor, labels: Tensor, num_targets: int) -> float:
         ids, rows = self._share(ids)
@@ -321,10 +259,10 @@ class PipeliningEngine(Engine):
         logits = self._from_last(parts, sum(rows))
         if self.replicas == 1:
             return logits
-        padded = F.pad(logits, (0, 0, 0, max(shares) - logits.size(0)))
+        padded = F.pad(logits, (0, 0, 0, max(shares) - logits.size(0))).to(self.transport)
         gathered = [torch.empty_like(padded) for _ in shares]
         dist.all_gather(gathered, padded.contiguous(), group=self.dp_group)
-        return torch.cat([part[:n] for part, n in zip(gathered, shares)])
+        return torch.cat([part[:n] for part, n in zip(gathered, shares)]).to(self.devices[0])
 
     def _from_last(self, parts: list[Tensor], rows: int) -> Tensor:
         """The logits the last stage's rank holds (``parts``, ``rows`` in all) on every rank of the replica."""
@@ -356,7 +294,8 @@ class PipeliningEngine(Engine):
             after = (s + 1) % self.world
             if s + 1 < self.num_stages and after != self.rank:
                 for tensor in zip(*carried):
-                    dist.send(torch.cat(tensor).to(self.dtype).contiguous(), dst=self._global(after))
+                    sent = torch.cat(tensor).to(self.transport, self.dtype).contiguous()
+                    dist.send(sent, dst=self._global(after))
         if self.has_first:
             self.first.end_step()
         return self._from_last([out[0] for out in carried] if self.has_last else [],
@@ -376,9 +315,9 @@ class PipeliningEngine(Engine):
         tensors = []
         for rows, width in zip(self.rows[unit], self.width[unit]):
             sizes = [rows[m] for m in order]
-            buffer = torch.empty(sum(sizes), width, dtype=self.dtype, device=self.devices[0])
+            buffer = torch.empty(sum(sizes), width, dtype=self.dtype, device=self.transport)
             dist.recv(buffer, src=self._global(src))
-            tensors.append(buffer.split(sizes))
+            tensors.append(buffer.to(self.devices[0]).split(sizes))
         return list(zip(*tensors))
 
 

@@ -57,7 +57,7 @@ from pipegnn.measure import peak_rss_bytes
 from pipegnn.preemption import Interrupted
 from pipegnn.processes.outcome import WorkerFailed, failure, merge
 
-__all__ = ["spawn"]
+__all__ = ["FORKSERVER_PRELOAD", "spawn"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,12 @@ _FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 _GRACE_S = 5.0
 #: Exit code of a worker that found its launcher gone.
 _ORPHANED = 3
+#: What the forkserver imports before it forks the workers: only what leaves CUDA untouched. Measured on
+#: a CUDA machine (torch 2.11): importing PyG, or calling ``torch.cuda.is_available()``, in a process
+#: makes CUDA unusable in every process forked from it later ("CUDA error: initialization error"), CPU
+#: stages included (their record names the GPU); importing torch, torch.distributed.pipelining or this
+#: module does not. Each worker imports the trainer (PyG, DGL) itself, after the fork.
+FORKSERVER_PRELOAD = ("torch", "torch.distributed.pipelining", __name__)
 
 #: ``target(cfg, on_epoch=callback) -> record``: one rank's whole run (``pipegnn.train.run``); rank 0
 #: calls ``on_epoch(entry)`` with each finished epoch's entry of ``record["epochs"]``.
@@ -286,7 +292,7 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
         cfg: the run's configuration (``engine.launcher=spawn``).
         record: the parent's record; on failure it still gets the epochs rank 0 finished.
         target: what each worker runs, ``target(cfg, on_epoch=...)`` returning its record (a picklable
-            module-level function: ``pipegnn.train.run``); ``forkserver`` preloads its module.
+            module-level function: ``pipegnn.train.run``), imported by each worker.
         on_epoch: called in this process with each epoch rank 0 finished (from a reader thread).
         state_dir: where each rank keeps its checkpoints (``train.checkpoint_every``), if anywhere.
 
@@ -301,8 +307,8 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
     world, timeout = len(engine["devices"]), float(engine["timeout_s"])
     method = engine.get("start_method", "spawn")
     context = mp.get_context(method)
-    if method == "forkserver":  # workers fork from a server that imported the target's module once
-        context.set_forkserver_preload([target.__module__])
+    if method == "forkserver":  # workers fork from a server that imported torch once (not CUDA, not PyG)
+        context.set_forkserver_preload(list(FORKSERVER_PRELOAD))
     start = time.perf_counter()
     deadline = time.monotonic() + timeout
     lifeline, alive = context.Pipe(duplex=False)  # alive: the only writing end; never written to
