@@ -8,11 +8,17 @@
 #   experiments/gpu.sh run [TRAIN ARGS]     experiments/train.py, e.g. `-m experiment=poster_pubmed devices=gpu`
 #   experiments/gpu.sh bench SCRIPT [ARGS]  benchmarks/SCRIPT, e.g. the depth map on the machine's CPU cores:
 #                                           `bench depth.py --stage-threads 8 --datasets synthetic ...`
+#   experiments/gpu.sh check OUTDIR         the GPU check, first thing a session lent a GPU runs (at most 6
+#                                           minutes; experiments/gpu_check.sh): tests, figures, 2 files
+#                                           in OUTDIR; `check OUTDIR --dry-run` runs it on a CPU machine
 # PYTHON picks the interpreter (default python3); SITE the wheels' folder (default /tmp/pipegnn-site).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
 site=${SITE:-/tmp/pipegnn-site}
+if [[ "${1:-}" == check && "${3:-}" == --dry-run ]]; then  # the check's commands on this CPU machine
+  exec experiments/gpu_check.sh "$2" --dry-run
+fi
 if compgen -G ".whl/*.whl" >/dev/null; then
   "$py" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
@@ -27,5 +33,6 @@ case "$what" in
   test) exec "$py" -m pytest -m gpu tests/test_cuda.py "$@" ;;
   run) exec "$py" experiments/train.py "$@" ;;
   bench) script=${1:?usage: experiments/gpu.sh bench SCRIPT [ARGS]}; shift; exec "$py" "benchmarks/$script" "$@" ;;
-  *) echo "usage: experiments/gpu.sh test|run|bench [ARGS]" >&2; exit 2 ;;
+  check) PYTHON=$py exec experiments/gpu_check.sh "$@" ;;
+  *) echo "usage: experiments/gpu.sh test|run|bench|check [ARGS]" >&2; exit 2 ;;
 esac

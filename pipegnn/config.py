@@ -14,7 +14,8 @@ from pipegnn.engines import CHECKPOINT_MODES, ENGINES, SCHEDULES, even_balance, 
 from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch import HALO_DROPOUTS, HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER, units_per_layer
-from pipegnn.processes.group import DIST_BACKENDS, LAUNCHERS, START_METHODS, shared_devices
+from pipegnn.processes.backend import DIST_BACKENDS, shared_devices
+from pipegnn.processes.group import LAUNCHERS, START_METHODS
 
 __all__ = ["EVAL_SPLITS", "MONITORS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
 

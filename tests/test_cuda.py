@@ -68,7 +68,10 @@ def test_exact_on_cuda_equals_the_full_graph_on_cpu(graph: Graph, kind: str, chu
 def test_cuda_event_boxes_lie_inside_the_synchronised_step(graph: Graph) -> None:
     """The timeline stamps a CUDA stage with events: every box of a step lies between the host clock's
     readings before the step and after its closing synchronisation, forward before backward of each
-    micro-batch, and the boxes cover a good part of a step whose kernels dominate it."""
+    micro-batch, the boxes of the one stream never overlap, and together they span at least the kernel
+    time torch.profiler measured on the device in that step (a box spans every kernel enqueued between
+    its events, and idle time too where the host is slower: on an H200 this step is host-bound, so the
+    kernels need not fill the step)."""
     backend = get_backend("pyg")
     big = Graph("wide", torch.randn(20000, 256), torch.randint(3, (20000,)),
                 torch.randint(20000, (2, 400000)), *(torch.ones(20000, dtype=torch.bool),) * 3, num_classes=3)
@@ -82,18 +85,25 @@ def test_cuda_event_boxes_lie_inside_the_synchronised_step(graph: Graph) -> None
     engine.train_step(ids, labels, labels.numel())  # warm-up: kernels loaded, allocator filled
     engine.step_boxes()
     torch.cuda.synchronize(CUDA)
-    before = time.perf_counter() - engine.timeline.origin
-    engine.train_step(ids, labels, labels.numel())
-    torch.cuda.synchronize(CUDA)
-    after = time.perf_counter() - engine.timeline.origin
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as profile:
+        before = time.perf_counter() - engine.timeline.origin
+        engine.train_step(ids, labels, labels.numel())
+        torch.cuda.synchronize(CUDA)
+        after = time.perf_counter() - engine.timeline.origin
     boxes = engine.step_boxes()
     assert {b.kind for b in boxes} >= {"forward", "backward"}
-    assert all(before - 1e-3 <= b.start <= b.end <= after + 1e-3 for b in boxes), (before, after, boxes)
+    assert all(before - 1e-3 <= b.start < b.end <= after + 1e-3 for b in boxes), (before, after, boxes)
     for m in range(4):
         forward = next(b for b in boxes if b.kind == "forward" and b.micro_batch == m)
         backward = next(b for b in boxes if b.kind == "backward" and b.micro_batch == m)
         assert forward.end <= backward.start + 1e-6
-    assert sum(b.end - b.start for b in boxes) > 0.5 * (after - before)
+    ordered = sorted(boxes, key=lambda b: b.start)
+    assert all(a.end <= b.start + 1e-6 for a, b in zip(ordered, ordered[1:])), ordered
+    kernels = sum(e.device_time_total for e in profile.events()
+                  if e.device_type == torch.autograd.DeviceType.CUDA) / 1e6  # microseconds -> seconds
+    assert kernels > 0
+    assert sum(b.end - b.start for b in boxes) >= 0.8 * kernels, (boxes, kernels)
 
 
 def test_run_on_cuda_records_the_gpu_and_its_peak_memory() -> None:

@@ -12,7 +12,7 @@ import torch
 
 from pipegnn.config import check_config
 from pipegnn.errors import ConfigError
-from pipegnn.processes.group import dist_backend, shared_devices
+from pipegnn.processes.backend import dist_backend, shared_devices
 
 from conftest import ROOT, make_cfg
 

@@ -14,44 +14,12 @@ import torch.distributed as dist
 from pipegnn.engines.base import parse_device
 from pipegnn.errors import ConfigError
 from pipegnn.measure import peak_device_bytes, peak_rss_bytes
+from pipegnn.processes.backend import dist_backend
 
-__all__ = ["DIST_BACKENDS", "LAUNCHERS", "START_METHODS", "dist_backend", "gather_memory", "is_secondary_rank",
-           "process_group", "ranks_per_node", "shared_devices"]
+__all__ = ["LAUNCHERS", "START_METHODS", "gather_memory", "is_secondary_rank", "process_group"]
 
 LAUNCHERS = ("spawn", "external")
-DIST_BACKENDS = ("auto", "gloo", "nccl")
 START_METHODS = ("forkserver", "spawn")
-
-
-def ranks_per_node(engine: Mapping[str, Any]) -> int:
-    """How many consecutive ranks run on one machine: all of them when the run spawns its workers;
-    under torchrun its ``LOCAL_WORLD_SIZE`` (every node runs as many processes)."""
-    if engine["launcher"] == "external" and "LOCAL_WORLD_SIZE" in os.environ:
-        return int(os.environ["LOCAL_WORLD_SIZE"])
-    return len(engine["devices"])
-
-
-def shared_devices(engine: Mapping[str, Any]) -> list[str]:
-    """The CUDA devices that two ranks of one machine would share (named twice among one node's
-    entries of ``engine.devices``; ``cuda`` is ``cuda:0``), sorted; empty when every rank has its own."""
-    names = [torch.device(str(d)) for d in engine["devices"]]
-    devices = [f"cuda:{d.index or 0}" if d.type == "cuda" else str(d) for d in names]
-    per_node, shared = max(1, ranks_per_node(engine)), set()
-    for start in range(0, len(devices), per_node):
-        node = devices[start:start + per_node]
-        shared |= {d for d in node if d.startswith("cuda") and node.count(d) > 1}
-    return sorted(shared)
-
-
-def dist_backend(engine: Mapping[str, Any]) -> str:
-    """The process-group backend: ``engine.backend``, or for ``auto`` gloo on CPU, nccl where every
-    rank has a GPU of its own, and gloo where ranks share a GPU (NCCL refuses a device shared by two
-    ranks; the pipeline's traffic then goes through host memory, see :mod:`pipegnn.engines.stages`)."""
-    backend = engine.get("backend", "auto")
-    if backend == "auto":
-        cuda = str(engine["devices"][0]).startswith("cuda")
-        return "nccl" if cuda and not shared_devices(engine) else "gloo"
-    return backend
 
 
 def is_secondary_rank(cfg: Mapping[str, Any]) -> bool:

@@ -55,6 +55,7 @@ import torch.multiprocessing as mp
 
 from pipegnn.measure import peak_rss_bytes
 from pipegnn.preemption import Interrupted
+from pipegnn.processes.backend import dist_backend
 from pipegnn.processes.outcome import WorkerFailed, failure, merge
 
 __all__ = ["FORKSERVER_PRELOAD", "spawn"]
@@ -351,5 +352,5 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
     timing["launch_s"] = time.perf_counter() - start
     record["timing"].update(timing)
     record["memory"]["launcher_peak_rss_bytes"] = peak_rss_bytes()
-    record["workers"] = {"world_size": world, "start_method": method}
+    record["workers"] = {"world_size": world, "start_method": method, "backend": dist_backend(engine)}
     return []

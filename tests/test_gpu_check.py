@@ -1,0 +1,40 @@
+"""experiments/gpu.sh check: the script a session lent a GPU runs first, dry-run here on the CPU (cpu for
+cuda:0, a tiny graph, two epochs) so that it cannot rot between the rare sessions that have a GPU."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from conftest import ROOT
+
+
+def test_gpu_check_dry_run_leaves_its_two_files_and_every_part_passes(tmp_path: Path) -> None:
+    """Every part runs and exits 0 (the `gpu` tests skip without CUDA), OUTDIR holds only the summary and
+    one tarball, and the tarball's records are completed runs: the single engine, and two pipelining
+    ranks on one device."""
+    out = tmp_path / "check"
+    env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(["experiments/gpu.sh", "check", str(out), "--dry-run"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["check.tar.gz", "summary.txt"]
+    summary = (out / "summary.txt").read_text()
+    parts = dict(re.findall(r"^part (\S+): exit (\d+)", summary, re.M))
+    assert parts == {"gpu_tests": "0", "single_gpu": "0", "shared_gpu": "0", "depth_gcn2_4": "0",
+                     "host_overhead": "0"}, summary
+    with tarfile.open(out / "check.tar.gz") as tar:
+        names = tar.getnames()
+        records = {Path(n).parent.name: json.load(io.TextIOWrapper(tar.extractfile(n)))
+                   for n in names if n.endswith("result.json")}
+    assert {"./gpu_tests.xml", "./depth_gcn2_4.csv", "./host_overhead.csv"} <= set(names)
+    assert sorted(records) == ["pipelining_shared", "single"]
+    assert all(r["status"] == "completed" for r in records.values())
+    assert records["pipelining_shared"]["workers"] == {"world_size": 2, "start_method": "forkserver",
+                                                       "backend": "gloo"}
+    assert "pipelining_shared: completed" in summary and "best pipeline" in summary
