@@ -136,6 +136,16 @@ def _check_model(model: Mapping[str, Any]) -> None:
         raise ConfigError(f"model.dropout must be in [0, 1), got {model['dropout']!r}")
 
 
+def _positive_finite(value: Any, key: str, what: str, null: str | None = None) -> None:
+    """A finite number > 0 (a limit, where infinity and NaN mean nothing: null says "no limit")."""
+    if value is None and null is not None:
+        return
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value <= 0):
+        alternative = f", or null for {null}" if null is not None else ""
+        raise ConfigError(f"{key} must be a finite number of {what} > 0{alternative}, got {value!r}")
+
+
 def _check_train(train: Mapping[str, Any]) -> None:
     """Epochs, the optimizer's settings (``train.lr`` and ``train.weight_decay``, which default to
     ``model.lr`` and ``model.weight_decay``), the seed, the precision, the monitor, early stopping and
@@ -188,13 +198,8 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[i
     check_choice(engine["launcher"], LAUNCHERS, "engine.launcher")
     check_choice(engine["backend"], DIST_BACKENDS, "engine.backend")
     check_choice(engine["start_method"], START_METHODS, "engine.start_method")
-    timeout = engine["timeout_s"]
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ConfigError(f"engine.timeout_s must be a number of seconds > 0, got {timeout!r}")
-    cap = engine.get("memory_limit_gb")
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
-        raise ConfigError(f"engine.memory_limit_gb must be a number of GiB > 0 per stage process (or null for "
-                          f"no cap), got {cap!r}")
+    _positive_finite(engine["timeout_s"], "engine.timeout_s", "seconds")
+    _positive_finite(engine.get("memory_limit_gb"), "engine.memory_limit_gb", "GiB per stage process", "no cap")
     kinds = {str(d).split(":")[0] for d in devices}
     if len(kinds) > 1:
         raise ConfigError(f"engine.devices={devices} mixes CPU and CUDA; the processes of one pipeline "
@@ -241,15 +246,11 @@ def memory_limit_bytes(cfg: Mapping[str, Any]) -> int | None:
     """``train.memory_limit_gb`` (GiB, null = no cap) in bytes.
 
     Raises:
-        ConfigError: not a number > 0.
+        ConfigError: not a finite number > 0.
     """
     value = cfg["train"].get("memory_limit_gb")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(f"train.memory_limit_gb must be a number of GiB > 0 (or null for no cap), "
-                          f"got {value!r}")
-    return int(value * 2**30)
+    _positive_finite(value, "train.memory_limit_gb", "GiB", "no cap")
+    return None if value is None else int(value * 2**30)
 
 
 def _device(name: Any, key: str) -> None:
