@@ -18,6 +18,10 @@ reference`). For each, under ``out/<preset>/``:
 - ``timeline.png``: the traced step of one run (:func:`pipegnn.results.plot_timeline`): of the
   completed runs with a ``trace.json``, the one with the most chunks (the first by path among equals);
   none when no run has a trace.
+
+Exit status 1, after everything that could be written was, when a job left no record, a record or the
+traced run's ``trace.json`` cannot be read, or a sweep's ``multirun.yaml`` is damaged: stderr names each
+file and why.
 """
 from __future__ import annotations
 
@@ -112,13 +116,20 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def report(sweep: Path, out: Path) -> int:
-    """Copy ``sweep``'s records to ``out`` and write its tables and figures; returns the number of the
-    sweep's jobs that left no record (incomplete or missing), which are named on stderr."""
+    """Copy ``sweep``'s records to ``out`` and write its tables and figures; returns the number of
+    problems, each named on stderr: the sweep's jobs that left no record (incomplete or missing), a
+    damaged ``multirun.yaml``, records that cannot be read, and a trace that cannot be drawn."""
     unrecorded = results.unrecorded_jobs(sweep)
     for job in unrecorded:
-        print(f"{sweep.name}: job {job.directory} has no record ({job.status})", file=sys.stderr)
+        if job.file is not None:
+            print(f"{sweep.name}: {job.status}: {job.error}", file=sys.stderr)
+        else:
+            print(f"{sweep.name}: job {job.directory} has no record ({job.status})", file=sys.stderr)
     records = copy_records(sweep, out / "records")
     df = results.load(out / "records")
+    unreadable = df[df["status"] == results.UNREADABLE]
+    for row in unreadable.itertuples():
+        print(f"{sweep.name}: unreadable record {row.path}: {row.error}", file=sys.stderr)
     print(f"{sweep.name}: {records} records copied to {out / 'records'}; {results.summary(df)}")
     results.integers(df[[results.column(df, c) for c in RUN_COLUMNS]]).to_csv(out / "runs.csv", index=False)
     table = summary_table(df)
@@ -131,11 +142,15 @@ def report(sweep: Path, out: Path) -> int:
     for name in figures_of(sweep.name):
         plot, kwargs = FIGURES[name]
         results.draw(plot, df, out / name, **kwargs)
-    run = timeline_run(df)
+    run, broken = timeline_run(df), 0
     if run is not None:
         print(f"timeline.png: the traced step of {run.relative_to(out)}")
-        results.draw(results.plot_timeline, run, out / "timeline.png")
-    return len(unrecorded)
+        try:
+            results.draw(results.plot_timeline, run, out / "timeline.png")
+        except (OSError, ValueError) as e:  # JSONFileError names the file
+            print(f"{sweep.name}: unreadable trace: {e}", file=sys.stderr)
+            broken = 1
+    return len(unrecorded) + len(unreadable) + broken
 
 
 def main(argv=None) -> int:
@@ -147,10 +162,11 @@ def main(argv=None) -> int:
     sweeps = sorted(p for p in args.sweeps.iterdir() if p.is_dir() and (not args.only or p.name in args.only))
     if not sweeps:
         parser.error(f"no sweep folder in {args.sweeps}" + (f" named {', '.join(args.only)}" if args.only else ""))
-    unrecorded = sum(report(sweep, args.out / sweep.name) for sweep in sweeps)
-    if unrecorded:
-        print(f"error: {unrecorded} job(s) left no record: the reference results miss them", file=sys.stderr)
-    return 1 if unrecorded else 0
+    problems = sum(report(sweep, args.out / sweep.name) for sweep in sweeps)
+    if problems:
+        print(f"error: {problems} job(s) or file(s) left no usable record or trace (named above): the "
+              "reference results miss them", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -8,13 +8,20 @@
 - :func:`save` / :func:`load`: the training state of one process (``train.checkpoint_every``):
   parameters, optimizer, the finished epochs' entries (best-validation bookkeeping is computed from
   them), RNG states and history caches, written atomically beside the record as
-  ``checkpoint-rank<r>.pt`` (one per pipeline rank: each holds its own stages' state). They are read
-  with ``torch.load(weights_only=True)``, which builds tensors and plain containers only, never code.
+  ``checkpoint-rank<r>.pt`` (one per pipeline rank: each holds its own stages' state) with their content
+  checksum (:mod:`pipegnn.integrity`). They are read with ``torch.load(weights_only=True)``, which
+  builds tensors and plain containers only, never code.
+- :func:`resume`: a checkpoint that cannot be resumed from (unreadable, damaged, incomplete, made with
+  another configuration, or holding more epochs than ``train.epochs``) is set aside as
+  ``checkpoint-rank<r>.pt.unusable`` with a warning, and the run trains from epoch 0. The epoch budget
+  is not part of a checkpoint's configuration: a run resumed with a larger ``train.epochs`` trains on.
 """
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import os
 import signal
 import threading
 from contextlib import contextmanager
@@ -23,6 +30,7 @@ from typing import Any, Iterator
 
 import torch
 
+from pipegnn.integrity import seal, unsealed
 from pipegnn.results.records import atomic_file
 from pipegnn.results.sweep import comparable_config
 
@@ -99,7 +107,7 @@ def save(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` (tensors, numbers, strings, lists and dicts of them) to ``path`` atomically: a
     reader, or a run killed while writing, never sees half a file."""
     with atomic_file(path, "wb") as f:
-        torch.save(state, f)
+        torch.save(seal(state), f)
 
 
 def load(path: str | Path) -> dict[str, Any] | None:
@@ -113,8 +121,11 @@ def load(path: str | Path) -> dict[str, Any] | None:
 
 def config_key(config: dict[str, Any]) -> str:
     """What a checkpoint must have been made with to be resumed: the resolved config as JSON, without
-    the keys that do not change what a run computes (:func:`pipegnn.results.sweep.comparable_config`)."""
-    return json.dumps(comparable_config(config), sort_keys=True)
+    the keys that do not change what a run computes (:func:`pipegnn.results.sweep.comparable_config`)
+    and without the epoch budget (``train.epochs``: a longer run trains on from a shorter one's epochs)."""
+    plain = comparable_config(config)
+    plain["train"] = {k: v for k, v in plain.get("train", {}).items() if k != "epochs"}
+    return json.dumps(plain, sort_keys=True)
 
 
 def training_state(config: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
@@ -129,26 +140,54 @@ def training_state(config: dict[str, Any], model: torch.nn.Module, optimizer: to
             "history": {u.name: u.history.state() for u in model.transforms() if u.history is not None}}
 
 
+#: What a checkpoint holds (:func:`training_state`).
+_STATE_KEYS = ("config", "epochs", "model", "optimizer", "rng", "history")
+
+
+def _unusable(state: Any, config: dict[str, Any]) -> str | None:
+    """Why a loaded checkpoint cannot be resumed from in a run of ``config`` (None if it can)."""
+    why = unsealed(state)
+    if why is not None:
+        return why
+    missing = [k for k in _STATE_KEYS if k not in state]
+    if missing:
+        return f"no {', '.join(missing)} in it"
+    if not isinstance(state["epochs"], list) or not state["epochs"]:
+        return "no finished epochs in it"
+    if state["config"] != config_key(config):
+        return "made with another configuration"
+    if len(state["epochs"]) > int(config["train"]["epochs"]):
+        return f"{len(state['epochs'])} finished epochs, more than train.epochs={config['train']['epochs']}"
+    return None
+
+
 def resume(config: dict[str, Any], path: str | Path, model: torch.nn.Module,
            optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
     """The finished epochs of the checkpoint at ``path``, its state put back (:func:`restore`); none when
-    there is no checkpoint there, one that cannot be read (damaged, or holding anything but tensors and
-    plain containers), or one made with another configuration (each left to be replaced)."""
+    there is no checkpoint there, or when it cannot be resumed from (see the module doc), which is set
+    aside (``<path>.unusable``) with a warning; the model and optimizer are then as they were."""
     try:
         state = load(path)
     except Exception as e:  # damaged, or not ours (weights_only refuses anything that would run code)
-        log.warning("resume: the checkpoint %s cannot be read (%s: %s); training from epoch 0", path,
-                    type(e).__name__, str(e).split("\n", 1)[0])
-        return []
-    if state is None:
-        return []
-    if state["config"] != config_key(config):
-        log.warning("resume: the checkpoint %s was made with another configuration; training from epoch 0",
-                    path)
-        return []
-    epochs = restore(state, model, optimizer)
-    log.info("resume: continuing after epoch %d from %s", len(epochs) - 1, path)
-    return epochs
+        why = f"it cannot be read: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    else:
+        if state is None:
+            return []
+        why = _unusable(state, config)
+    if why is None:
+        before = copy.deepcopy(training_state(config, model, optimizer, []))
+        try:
+            epochs = restore(state, model, optimizer)
+            log.info("resume: continuing after epoch %d from %s", len(epochs) - 1, path)
+            return epochs
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:  # content of another shape
+            restore(before, model, optimizer)  # as it was: training starts from epoch 0
+            why = f"its state does not fit this model: {type(e).__name__}: {str(e).splitlines()[0]}"
+    aside = Path(f"{path}.unusable")
+    os.replace(path, aside)
+    log.warning("resume: the checkpoint %s cannot be resumed from (%s); set aside as %s, training from "
+                "epoch 0", path, why, aside.name)
+    return []
 
 
 def restore(state: dict[str, Any], model: torch.nn.Module,

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -166,6 +167,20 @@ def pipeline_info(**kw) -> PipelineInfo:
     base = dict(engine="pipelining", schedule="gpipe", chunks=4, stage_units=[["a"], ["b"]], lanes=[0, 1],
                 devices=["cpu", "cpu"], overlap_possible=True)
     return PipelineInfo(**{**base, **kw})
+
+
+def damage_a_tensor(path: Path) -> None:
+    """Invert 8 bytes in the middle of the largest tensor a ``torch.save`` file holds, in place: the size
+    and the zip structure unchanged, so the file still loads (as a damaged disk or a stray write leaves it)."""
+    with zipfile.ZipFile(path) as z:
+        info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    data = bytearray(path.read_bytes())
+    with open(path, "rb") as f:  # the member's data follows its local header (30 bytes + name + extra)
+        f.seek(info.header_offset + 26)
+        name, extra = int.from_bytes(f.read(2), "little"), int.from_bytes(f.read(2), "little")
+    start = info.header_offset + 30 + name + extra + info.file_size // 2
+    data[start:start + 8] = bytes(255 - b for b in data[start:start + 8])
+    path.write_bytes(bytes(data))
 
 
 # --- Dataset caches: crafted files and unwritable folders --------------------------------------------

@@ -11,7 +11,7 @@ from pipegnn import run
 from pipegnn.data import Graph
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
 
-from conftest import make_cfg
+from conftest import damage_a_tensor, make_cfg
 
 BASE = dict(num_layers=2, halo="exact", partitioner="metis", seed=0)
 
@@ -158,6 +158,24 @@ def test_edited_plan_with_its_key_is_rebuilt(graph: Graph, tmp_path: Path,
     assert not hit and plan.chunks == 3
     (warning,) = [r.getMessage() for r in caplog.records]
     assert str(path) in warning and "chunks=3" in warning
+
+
+def test_a_plan_damaged_in_place_is_rebuilt(graph: Graph, tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """Bytes of an edge tensor inverted in place (same size, still a loadable file with its key, and
+    consistent shapes: what the load's shape checks cannot see) fail the content checksum: the plan is
+    rebuilt with a warning naming the file, never trained on (it trained to another accuracy, completed)."""
+    build(graph, tmp_path)
+    path = only_file(tmp_path)
+    size = path.stat().st_size
+    damage_a_tensor(path)
+    assert path.stat().st_size == size and torch.load(path, weights_only=True)["key"]
+    plan, hit = build(graph, tmp_path)
+    assert not hit
+    assert_same_plan(plan, build(graph, None)[0])
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert str(path) in warning and "content checksum" in warning and "rebuilding" in warning
+    assert build(graph, tmp_path)[1]  # the rebuilt file is read back
 
 
 def test_unwritable_cache_folder_builds_in_memory(graph: Graph, tmp_path: Path,

@@ -17,7 +17,7 @@ from pipegnn import run
 from pipegnn.preemption import Interrupted, checkpoint_path, load, save
 from pipegnn.results import load as load_table
 
-from conftest import ROOT, TINY_SYNTHETIC, CodeMarker, make_cfg
+from conftest import ROOT, TINY_SYNTHETIC, CodeMarker, damage_a_tensor, make_cfg
 
 
 def _interrupt_at(epoch: int, signum: int = signal.SIGTERM):
@@ -103,8 +103,48 @@ def test_a_damaged_checkpoint_is_never_run_and_costs_only_the_resume(tmp_path: P
     record = run(make_cfg("train.checkpoint_every=1", "train.epochs=2", "resume=true"), output_dir=tmp_path)
     assert record["status"] == "completed" and "resumed" not in record, record["error"]
     assert [e["epoch"] for e in record["epochs"]] == [0, 1]
-    assert f"resume: the checkpoint {path} cannot be read" in caplog.text
+    assert f"resume: the checkpoint {path} cannot be resumed from (it cannot be read" in caplog.text
     assert not marker.exists()
+    assert Path(f"{path}.unusable").is_file()
+
+
+@pytest.mark.parametrize("content", ["list", "no optimizer", "flipped bytes", "more epochs"])
+def test_a_checkpoint_with_the_wrong_content_is_set_aside(tmp_path: Path, content: str,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A checkpoint that loads but cannot be resumed from (not a training state, a key missing, bytes of
+    a parameter overwritten in place, more finished epochs than train.epochs) is set aside with a
+    warning naming why, and the run trains from epoch 0 as a fresh run would: on every retry."""
+    cfg = ["model.dropout=0", "train.checkpoint_every=1", "train.epochs=2"]
+    fresh = run(make_cfg(*cfg), output_dir=tmp_path / "fresh")
+    path = checkpoint_path(tmp_path)
+    if content == "list":
+        torch.save([1, 2, 3], path)
+    else:
+        run(make_cfg(*cfg, "train.epochs=3" if content == "more epochs" else "train.epochs=2"), output_dir=tmp_path)
+        if content == "no optimizer":
+            torch.save({k: v for k, v in load(path).items() if k != "optimizer"}, path)
+        elif content == "flipped bytes":
+            damage_a_tensor(path)
+    record = run(make_cfg(*cfg, "resume=true"), output_dir=tmp_path)
+    assert record["status"] == "completed" and "resumed" not in record, record["error"]
+    assert _losses(record) == _losses(fresh)
+    assert f"resume: the checkpoint {path} cannot be resumed from" in caplog.text
+    assert Path(f"{path}.unusable").is_file()
+    why = {"list": "not a stored state", "no optimizer": "content checksum", "flipped bytes": "content checksum",
+           "more epochs": "3 finished epochs, more than train.epochs=2"}[content]
+    assert why in caplog.text
+
+
+def test_a_longer_run_trains_on_from_a_shorter_ones_checkpoint(tmp_path: Path) -> None:
+    """resume=true with a larger train.epochs continues after the checkpoint's last epoch (the epoch
+    budget is not part of what a checkpoint must match), and equals a run as long from the start."""
+    cfg = ["model.dropout=0", "train.checkpoint_every=1"]
+    whole = run(make_cfg(*cfg, "train.epochs=4"), output_dir=tmp_path / "whole")
+    run(make_cfg(*cfg, "train.epochs=2"), output_dir=tmp_path)
+    longer = run(make_cfg(*cfg, "train.epochs=4", "resume=true"), output_dir=tmp_path)
+    assert longer["resumed"]["epochs_restored"] == 2
+    assert [e["epoch"] for e in longer["epochs"]] == [0, 1, 2, 3]
+    assert _losses(longer) == _losses(whole)
 
 
 def test_save_is_atomic(tmp_path: Path) -> None:
@@ -118,7 +158,7 @@ def test_save_is_atomic(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError):
         save(path, {"epochs": [Unsaveable()]})
-    assert load(path) == {"epochs": [1]} and [p.name for p in tmp_path.iterdir()] == [path.name]
+    assert load(path)["epochs"] == [1] and [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
 @pytest.mark.parametrize("value", [0, -2, 1.5, True])

@@ -18,8 +18,9 @@ from conftest import ROOT, make_cfg
 
 #: Modules whose import makes CUDA unusable in processes forked afterwards (measured for PyG on a CUDA
 #: machine; DGL and torchgpipe load CUDA libraries of their own at import), and the trainer, which
-#: imports them.
-_POISON = ("torch_geometric", "dgl", "torchgpipe", "triton", "pipegnn.train", "pipegnn.models", "pipegnn.backends")
+#: imports them. (Not triton: a CUDA build's torch.distributed.pipelining imports it, and was measured
+#: to leave forked children able to use CUDA.)
+_POISON = ("torch_geometric", "dgl", "torchgpipe", "pipegnn.train", "pipegnn.models", "pipegnn.backends")
 
 #: Functions that initialise CUDA in the calling process.
 _CUDA_CALLS = ("is_available", "init", "_lazy_init", "current_device", "set_device", "get_device_name",

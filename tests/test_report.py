@@ -97,6 +97,30 @@ def test_report_copies_traces_and_draws_the_timeline_of_one_run(tmp_path: Path,
     assert (out / "pipeline" / "timeline.png").stat().st_size > 5_000
 
 
+@pytest.mark.parametrize("damage", ["truncated", "empty", "binary", "nested"])
+def test_report_names_unreadable_records_and_traces_and_fails(tmp_path: Path, damage: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A damaged result.json, and a damaged trace.json of the run the timeline draws: report.py writes
+    what it can (the tables, the other figures), names each file on stderr and exits 1 (it used to exit 0
+    with "1 unreadable", or stop with a raw JSONDecodeError traceback)."""
+    from test_results_cli import DAMAGED_JSON
+
+    sweep = tmp_path / "multirun" / "pipeline"
+    record = load_record(TIMELINE)
+    for job in ("0", "1"):
+        write_record(sweep / job, record)
+    shutil.copyfile(TIMELINE / "trace.json", sweep / "0" / "trace.json")
+    (sweep / "0" / "trace.json").write_bytes(DAMAGED_JSON[damage])
+    (sweep / "1" / "result.json").write_bytes(DAMAGED_JSON[damage])
+    out = tmp_path / "reference"
+    assert _report().main([str(sweep.parent), str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"unreadable record {out / 'pipeline' / 'records' / '1' / 'result.json'}: " in err
+    assert f"unreadable trace: {out / 'pipeline' / 'records' / '0' / 'trace.json'}: " in err
+    assert "2 job(s) or file(s) left no usable record or trace" in err
+    assert (out / "pipeline" / "runs.csv").is_file() and (out / "pipeline" / "summary.csv").is_file()
+
+
 def test_report_names_a_missing_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         _report().main([str(RECORDS), str(tmp_path), "--only", "poster_offline"])
@@ -113,7 +137,7 @@ def test_report_names_jobs_without_a_record_and_fails(tmp_path: Path, capsys: py
     (killed / ".hydra" / "config.yaml").write_text("chunks: 2\n")
     assert _report().main([str(sweeps), str(tmp_path / "out"), "--only", sweep.name]) == 1
     err = capsys.readouterr().err
-    assert f"job {killed} has no record (incomplete)" in err and "1 job(s) left no record" in err
+    assert f"job {killed} has no record (incomplete)" in err and "1 job(s) or file(s) left no usable" in err
     assert (tmp_path / "out" / sweep.name / "runs.csv").is_file()  # the records it has are reported
 
 

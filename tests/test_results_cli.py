@@ -3,6 +3,7 @@ Parquet, exit codes, the line naming a sweep's jobs without a record."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +13,7 @@ from pipegnn.results.__main__ import _arrow_safe, _parse_value, main
 from pipegnn.results.records import write_record
 from pipegnn.results.table import load
 
-from conftest import COMPLETED_RECORD, RECORD_CONFIG, killed_model_sweep, results_cli
+from conftest import COMPLETED_RECORD, RECORD_CONFIG, ROOT, killed_model_sweep, results_cli
 
 
 def test_cli(records_sweep: Path, tmp_path: Path) -> None:
@@ -95,6 +96,51 @@ def test_cli_fails_on_a_killed_sweep(tmp_path: Path, capsys: pytest.CaptureFixtu
     write_record(sweep / "3", COMPLETED_RECORD)
     assert main([str(sweep)]) == 0
     assert "sweep not finished" not in capsys.readouterr().err
+
+
+#: Content that no JSON reader may turn into anything but a clear error naming the file.
+DAMAGED_JSON = {"truncated": b'{"status": "completed", "epo', "empty": b"", "binary": bytes(range(256)),
+                "nested": b"[" * 100_000 + b"]" * 100_000}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED_JSON))
+def test_a_damaged_record_is_named_and_fails_the_table(tmp_path: Path, damage: str,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    """A sweep job whose result.json is damaged (nesting too deep for the parser included, which raised
+    an uncaught RecursionError and lost the whole table): the table still lists every job, that one as
+    unreadable, and the exit status is 1 with a line naming the file."""
+    sweep = killed_model_sweep(tmp_path / "sweep")
+    write_record(sweep / "1", COMPLETED_RECORD)
+    write_record(sweep / "3", COMPLETED_RECORD)
+    (sweep / "2" / "result.json").write_bytes(DAMAGED_JSON[damage])
+    assert main([str(sweep), "--columns", "chunks,status"]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "4 runs: 3 completed, 1 unreadable"
+    assert f"unreadable: {sweep / '2' / 'result.json'}: " in err
+
+
+@pytest.mark.parametrize("cut", ["  sweeper:", "basic_sweeper.", "overrides:\n    hydra:\n    - hydra.sweep.dir=/"])
+def test_a_damaged_sweep_plan_is_an_error_not_no_plan(tmp_path: Path, cut: str,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    """multirun.yaml cut short (before its sweeper, inside the sweeper's name, inside its overrides) and
+    the folders of the jobs after the first deleted: without the plan the missing jobs cannot be named,
+    so the table says the plan is damaged and exits 1 (it used to report "1 run: 1 completed" and exit
+    0); report.py likewise."""
+    sweep = killed_model_sweep(tmp_path / "sweep")
+    for job in ("1", "2", "3"):
+        shutil.rmtree(sweep / job, ignore_errors=True)
+    marker = sweep / "multirun.yaml"
+    text = marker.read_text()
+    marker.write_text(text[:text.index(cut) + len(cut) - 1] + "\n  x: [")
+    assert main([str(sweep), "--columns", "chunks,status"]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "2 runs: 1 completed, 1 unreadable"
+    assert f"unreadable: {marker}: " in err and "missing jobs cannot be named" in err
+    spec = importlib.util.spec_from_file_location("report", ROOT / "experiments" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    assert report.main([str(tmp_path), str(tmp_path / "out")]) == 1
+    assert f"unreadable: {marker}: " in capsys.readouterr().err
 
 
 def test_table_figure_with_a_published_reference(records_sweep: Path, tmp_path: Path,

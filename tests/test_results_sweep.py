@@ -51,8 +51,8 @@ def test_resume_reruns_a_malformed_record(tmp_path: Path) -> None:
 
 
 def test_sweep_jobs_ignores_jobs_of_an_older_sweep(tmp_path: Path) -> None:
-    marker = tmp_path / "multirun.yaml"  # what the sweeper writes before its first job
-    marker.write_text("")
+    marker = tmp_path / "multirun.yaml"  # what a sweeper writes before its first job (one whose plan is
+    marker.write_text("hydra:\n  sweeper:\n    _target_: pipegnn.results.sweep.Job\n")  # not known here)
     since = marker.stat().st_mtime
     for job, status in ((0, "completed"), (1, "failed")):
         write_record(tmp_path / str(job), {"status": status, "error": "E: x\nmore" if job else None})

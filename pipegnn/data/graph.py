@@ -5,9 +5,10 @@ A graph's node features are either in memory (``x``) or described by ``features`
 :class:`~pipegnn.data.features.FeatureMeta`: on disk, ``data.features=disk``, or not read by this
 process at all, e.g. a pipeline rank without the first layer); every other field is always in memory.
 
-A saved graph holds plain tensors, a name, an int and a format number, and is read back with
-``torch.load(..., weights_only=True)``: nothing read from a cache folder can execute code. A file that
-is unreadable or not the graph asked for is ignored with a warning (the loader rebuilds it). A cache
+A saved graph holds plain tensors, a name, an int, a format number and its content checksum
+(:mod:`pipegnn.integrity`), and is read back with ``torch.load(..., weights_only=True)``: nothing read
+from a cache folder can execute code. A file that is unreadable, damaged in place or not the graph asked
+for is ignored with a warning (the loader rebuilds it). A cache
 folder that cannot be written is no error: the graph is built in memory, with one warning.
 """
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from pipegnn.integrity import seal, unsealed
+
 if TYPE_CHECKING:
     from pipegnn.data.features import FeatureMeta
 
@@ -31,7 +34,7 @@ __all__ = ["GRAPH_FILE", "Graph", "load_saved_graph", "save_graph", "staging_fol
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 1  # bump when the saved layout changes
+_FORMAT = 2  # bump when the saved layout changes (2: content checksum)
 #: File name of a saved graph under ``<cache>/<dataset folder>/processed/`` (PyG's and ogb's own
 #: processed files there are never read).
 GRAPH_FILE = f"pipegnn-graph-v{_FORMAT}.pt"
@@ -116,9 +119,9 @@ def save_graph(graph: Graph, path: str | Path) -> bool:
     """Write ``graph`` to ``path`` as plain tensors (atomically: a parallel reader never sees half a
     file). Returns False, with one warning, when the folder cannot be written."""
     path = Path(path)
-    state = {"format": _FORMAT, "name": graph.name, "num_classes": int(graph.num_classes),
-             "x": graph.x, "y": graph.y, "edge_index": graph.edge_index,
-             **{m: getattr(graph, m) for m in _MASKS}}
+    state = seal({"format": _FORMAT, "name": graph.name, "num_classes": int(graph.num_classes),
+                  "x": graph.x, "y": graph.y, "edge_index": graph.edge_index,
+                  **{m: getattr(graph, m) for m in _MASKS}})
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +147,7 @@ def load_saved_graph(path: str | Path, name: str) -> Graph | None:
         return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-        why = _not_a_graph(state, name)
+        why = _not_a_graph(state, name) or unsealed(state)
     except Exception as e:  # truncated, foreign or code-carrying files: rebuild the graph
         why = f"{type(e).__name__}: {e}".splitlines()[0]
     if why is not None:

@@ -2,8 +2,9 @@
 
 A plan is keyed by everything it depends on: the computation graph (edges and weights), the targets,
 the number of chunks and layers, the halo mode, the partitioner and its seed. Any change gives a new key.
-The file stores its key and is checked on load: a file that belongs to another key (renamed, copied,
-swapped) or whose plan does not fit the request is rebuilt and overwritten, with a warning. A cache folder
+The file stores its key and its content checksum (:mod:`pipegnn.integrity`) and is checked on load: a
+file damaged in place, one that belongs to another key (renamed, copied, swapped) or whose plan does not
+fit the request is rebuilt and overwritten, with a warning. A cache folder
 that cannot be written still serves the plans it holds; new plans are then kept in memory only.
 Files are read with ``weights_only=True``: nothing read from a cache folder can execute code.
 """
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pipegnn.integrity import seal, unsealed
 from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.microbatch.plan import MicroBatchPlan, PlanStats, build_plan
 
@@ -28,7 +30,7 @@ __all__ = ["cached_plan", "plan_key"]
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 4  # bump when the stored layout or the plan semantics change
+_FORMAT = 5  # bump when the stored layout or the plan semantics change (5: content checksum)
 
 
 def plan_key(edge_index: Tensor, edge_weight: Tensor | None, targets: Tensor, **params: Any) -> str:
@@ -47,8 +49,8 @@ _unwritable: set[str] = set()  # cache folders already warned about (one warning
 def _to_state(plan: MicroBatchPlan, key: str) -> dict[str, Any]:
     batches = [{"nodes": mb.nodes, "sizes": mb.sizes, "edges": mb.edges, "weights": mb.weights,
                 "sources": mb.sources} for mb in plan.micro_batches]
-    return {"format": _FORMAT, "key": key, "micro_batches": batches, "targets": plan.targets,
-            "part": plan.part, "halo": plan.halo, "partition": plan.partition, "stats": asdict(plan.stats)}
+    return seal({"format": _FORMAT, "key": key, "micro_batches": batches, "targets": plan.targets,
+                 "part": plan.part, "halo": plan.halo, "partition": plan.partition, "stats": asdict(plan.stats)})
 
 
 def _mismatch(state: Any, key: str, num_nodes: int, targets: Tensor, chunks: int, num_layers: int,
@@ -115,10 +117,11 @@ def cached_plan(cache_dir: str | Path | None, edge_index: Tensor, num_nodes: int
     if path.is_file():
         try:
             state = torch.load(path, weights_only=True)
-            why = _mismatch(state, key, num_nodes, targets, chunks, num_layers, halo, partitioner)
+            why = (_mismatch(state, key, num_nodes, targets, chunks, num_layers, halo, partitioner)
+                   or unsealed(state))
             if why is None:
                 return _from_state(state), True
-            log.warning("ignoring cached plan %s, not the plan asked for (%s); rebuilding it", path, why)
+            log.warning("ignoring cached plan %s (%s); rebuilding it", path, why)
         except Exception as e:  # a truncated or foreign file: rebuild and overwrite it
             log.warning("ignoring unreadable cached plan %s (%s); rebuilding it", path, e)
     plan = build()

@@ -34,8 +34,8 @@ _EXPORTS = {
                 "plot_speedup_vs_chunks", "plot_time_to_accuracy_vs_chunks", "repeats_note"),
     "timeline_plot": ("plot_timeline",),
     "leaderboard_plot": ("plot_leaderboard",),
-    "sweep": ("INCOMPLETE", "VOLATILE_KEYS", "Job", "comparable_config", "completed_record", "planned_jobs",
-              "sweep_jobs", "unrecorded_jobs"),
+    "sweep": ("INCOMPLETE", "VOLATILE_KEYS", "Job", "SweepPlanError", "comparable_config", "completed_record",
+              "planned_jobs", "sweep_jobs", "unrecorded_jobs"),
     "callbacks": ("EpochProgress", "FailureSummary", "exit_code"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

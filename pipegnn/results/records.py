@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterator, Mapping
 
+from pipegnn.jsonfile import JSONFileError, read_json
+
 __all__ = ["RECORD_NAME", "RecordError", "atomic_file", "check_record", "find_records", "load_record", "natural_key",
            "write_record"]
 
@@ -45,14 +47,11 @@ def write_record(directory: str | Path, record: dict[str, Any], name: str = RECO
     return path
 
 
-class RecordError(ValueError):
-    """A record file that cannot be used: not valid JSON, or not shaped like a record.
+class RecordError(JSONFileError):
+    """A record file that cannot be used: not valid JSON (nesting too deep included), or not shaped like
+    a record.
 
     ``str()`` names the file; ``path`` and ``reason`` hold the two parts."""
-
-    def __init__(self, path: str | Path, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path, self.reason = Path(path), reason
 
 
 #: Record sections that are JSON objects (or null / absent).
@@ -114,11 +113,10 @@ def load_record(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         path = path / RECORD_NAME
-    data = path.read_bytes()
     try:
-        record = json.loads(data)
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-        raise RecordError(path, f"{type(e).__name__}: {e}") from e
+        record = read_json(path)
+    except JSONFileError as e:
+        raise RecordError(path, e.reason) from None
     try:
         return check_record(record)
     except ValueError as e:

@@ -21,8 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, natural_key
 
-__all__ = ["INCOMPLETE", "VOLATILE_KEYS", "Job", "comparable_config", "completed_record", "planned_jobs",
-           "sweep_jobs", "unrecorded_jobs"]
+__all__ = ["INCOMPLETE", "VOLATILE_KEYS", "Job", "SweepPlanError", "comparable_config", "completed_record",
+           "planned_jobs", "sweep_jobs", "unrecorded_jobs"]
 
 #: Top-level config keys that do not change what a run computes, ignored when resuming.
 VOLATILE_KEYS = ("resume",)
@@ -107,6 +107,12 @@ class Job:
     #: config-group choices (``.hydra/hydra.yaml``, or the group overrides).
     config: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     choices: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    #: The file the status is about when it is not the job's ``result.json`` (a damaged ``multirun.yaml``).
+    file: Path | None = field(default=None, compare=False)
+
+
+class SweepPlanError(ValueError):
+    """A sweep's ``multirun.yaml`` that cannot be read or expanded into its jobs (``str()`` names it)."""
 
 
 def _overrides(directory: Path) -> list[str] | None:
@@ -163,31 +169,57 @@ def planned_jobs(sweep_dir: str | Path) -> list[tuple[list[str], Path]] | None:
     Read from ``<sweep_dir>/multirun.yaml``, which Hydra's basic sweeper writes before the first job,
     expanded as that sweeper does (``hydra.sweeper.params`` then the command line's overrides, their
     product). None when that is not knowable: no ``multirun.yaml``, another sweeper, or overrides that
-    need the config (a ``glob``)."""
+    need the config (a ``glob``).
+
+    Raises:
+        SweepPlanError: a damaged ``multirun.yaml``."""
     plan = _plan(Path(sweep_dir))
     return None if plan is None else plan[1]
 
 
 def _plan(sweep_dir: Path) -> tuple[DictConfig, list[tuple[list[str], Path]]] | None:
-    """The sweep's ``multirun.yaml`` and :func:`planned_jobs`."""
+    """The sweep's ``multirun.yaml`` and :func:`planned_jobs`; None without one, or for a sweeper other
+    than Hydra's basic one (its plan is not known here).
+
+    Raises:
+        SweepPlanError: the file is damaged: not YAML, no ``hydra.sweeper``, or jobs that cannot be
+            expanded (a damaged plan must never read as "no plan": it would hide missing jobs).
+    """
     marker = sweep_dir / "multirun.yaml"
     if not marker.is_file():
         return None
     try:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
         cfg = OmegaConf.load(marker)
-        if OmegaConf.select(cfg, "hydra.sweeper._target_") != _BASIC_SWEEPER:
-            return None
+        target = OmegaConf.select(cfg, "hydra.sweeper._target_") if isinstance(cfg, DictConfig) else None
+    except Exception as e:  # noqa: BLE001 - YAML errors, binary content, nesting too deep
+        raise SweepPlanError(f"{marker}: unreadable sweep plan ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    if target is None:
+        raise SweepPlanError(f"{marker}: not a whole sweep plan (no hydra.sweeper: cut short or rewritten?)")
+    if target != _BASIC_SWEEPER:
+        from hydra.utils import get_class
+
+        try:
+            get_class(str(target))
+        except Exception:  # noqa: BLE001 - ImportError, ValueError: a name cut short is no sweeper
+            raise SweepPlanError(f"{marker}: its sweeper {target!r} is no class (cut short?)") from None
+        return None  # another sweeper's plan: not known here
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    try:
         params = OmegaConf.to_container(cfg.hydra.sweeper, resolve=False).get("params") or {}
         task = [str(o) for o in OmegaConf.to_container(cfg.hydra.overrides, resolve=False).get("task") or []]
-        parser = OverridesParser.create()
-        jobs = [list(job) for batch in BasicSweeper.split_arguments(
-            parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *task]), None) for job in batch]
-        return cfg, [(job, sweep_dir / _subdir(cfg, num, job, parser)) for num, job in enumerate(jobs)]
-    except Exception:  # noqa: BLE001 - whatever Hydra cannot expand is unknown, not an error
+        overrides = parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *task])
+    except Exception as e:  # noqa: BLE001 - a basic sweep's plan whose overrides do not parse is damaged
+        raise SweepPlanError(f"{marker}: its overrides cannot be read ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    try:
+        jobs = [list(job) for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    except Exception:  # noqa: BLE001 - overrides that need the config to expand (a glob): unknown here
         return None
+    return cfg, [(job, sweep_dir / _subdir(cfg, num, job, parser)) for num, job in enumerate(jobs)]
 
 
 def _subdir(cfg: DictConfig, num: int, overrides: list[str], parser: Any) -> str:
@@ -212,7 +244,11 @@ def _missing(sweep_dir: Path, started: Iterable[Path]) -> list[Job]:
     """The planned jobs of the sweep in ``sweep_dir`` that none of the ``started`` job folders ran: a
     job whose folder exists bare (no ``.hydra/``, as with ``hydra.output_subdir=null``, nor record) is
     incomplete, any other missing."""
-    plan = _plan(sweep_dir)
+    try:
+        plan = _plan(sweep_dir)
+    except SweepPlanError as e:
+        return [Job(sweep_dir, None, "", "unreadable", f"{e}; so the sweep's missing jobs cannot be named", False,
+                    file=sweep_dir / "multirun.yaml")]
     if plan is None:
         return []
     cfg, planned = plan

@@ -303,7 +303,7 @@ def _job_rows(root: Path, seen: set[Path]) -> list[dict[str, Any]]:
 
     rows = []
     for job in unrecorded_jobs(root):
-        file = job.directory / RECORD_NAME
+        file = job.file or job.directory / RECORD_NAME
         if file.resolve() in seen:
             continue
         seen.add(file.resolve())

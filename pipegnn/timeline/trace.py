@@ -9,10 +9,10 @@ for the activation / gradient of micro-batch 3). Times are microseconds from the
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from pipegnn.jsonfile import JSONFileError, read_json
 from pipegnn.timeline.figures import PipelineInfo
 from pipegnn.timeline.record import Box
 
@@ -50,8 +50,16 @@ def chrome_trace(boxes: list[Box], info: PipelineInfo, epoch: int) -> dict[str, 
 
 
 def load_trace(path: str | Path) -> dict[str, Any]:
-    """Read a ``trace.json`` (or the run directory holding it)."""
+    """Read a ``trace.json`` (or the run directory holding it).
+
+    Raises:
+        JSONFileError: (a ValueError) naming the file: not valid JSON, or not a Chrome trace object.
+        OSError: the file cannot be read.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / TRACE_NAME
-    return json.loads(path.read_text())
+    trace = read_json(path)
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise JSONFileError(path, "not a Chrome trace (an object with a traceEvents array)")
+    return trace

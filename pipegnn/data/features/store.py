@@ -10,6 +10,10 @@ It is dtype-agnostic: bytes are read as uint8 and viewed as the sidecar's dtype 
 NumPy lacks). A file whose rows are not in node order (a partition-ordered copy) is read through its
 row order: node ids never change, the store maps them to file rows (``position[node]``) on every read.
 
+**Integrity.** Before its first read, a store checks a tensor's files against their content checksums
+(one whole read; :func:`~pipegnn.data.features.files.verify_files`), or :meth:`check` with
+``verify=True`` did: damaged files raise :class:`FeatureFileError`, never serve rows.
+
 Hand-written here because no library provides it: PyG's ``FeatureStore`` is only the interface
 (implemented: ``_put_tensor``, ``_get_tensor``, ``_remove_tensor``, ``_get_tensor_size``,
 ``get_all_tensor_attrs``), and NumPy's and torch's file readers either map the file or read one
@@ -28,7 +32,8 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 
 from pipegnn.data.features.files import (ATTR, DTYPES, GROUP, FeatureFileError, paths, read_position,
-                                         read_sidecar, remove_files, stored_tensors, write_files)
+                                         read_sidecar, remove_files, reseal, stored_tensors, verify_files,
+                                         write_files)
 from pipegnn.data.features.matrix import FeatureMeta
 
 __all__ = ["DiskFeatureStore", "files_opened"]
@@ -92,18 +97,29 @@ class DiskFeatureStore(FeatureStore):
         self.bytes_read = 0
         self.read_calls = 0
         self._files: dict[tuple[str, str], _Open] = {}
+        self._verified: set[tuple[str, str]] = set()  # content checked against the checksums
 
     # --- files -----------------------------------------------------------------------------------
 
-    def check(self, group: str = GROUP, attr: str = ATTR, key: str | None = None) -> str | None:
-        """Why ``group.attr`` is not usable (missing, mismatched, or built for another ``key``), or None."""
+    def check(self, group: str = GROUP, attr: str = ATTR, key: str | None = None,
+              verify: bool = False) -> str | None:
+        """Why ``group.attr`` is not usable (missing, mismatched, built for another ``key`` or, with
+        ``verify``, content that does not match its checksums or an unreadable row order), or None."""
         try:
             meta = read_sidecar(self.folder, group, attr)
+            if key is not None and meta.get("key") != key:
+                return f"built for key {meta.get('key')!r}, expected {key!r}"
+            if verify:
+                self._verify(group, attr)
         except FeatureFileError as e:
             return str(e)
-        if key is not None and meta.get("key") != key:
-            return f"built for key {meta.get('key')!r}, expected {key!r}"
         return None
+
+    def _verify(self, group: str, attr: str) -> dict[str, Any]:
+        """The sidecar, the files checked against their checksums (once per store)."""
+        meta = verify_files(self.folder, group, attr)
+        self._verified.add((group, attr))
+        return meta
 
     def exists(self, group: str = GROUP, attr: str = ATTR) -> bool:
         return paths(self.folder, group, attr)[1].is_file()
@@ -121,7 +137,8 @@ class DiskFeatureStore(FeatureStore):
         key = (group, attr)
         if key not in self._files:
             global _opened
-            meta = read_sidecar(self.folder, group, attr)
+            meta = (read_sidecar(self.folder, group, attr) if key in self._verified
+                    else self._verify(group, attr))
             data, _, order_path = paths(self.folder, group, attr)
             position = None
             if meta["order"] is not None:
@@ -131,6 +148,7 @@ class DiskFeatureStore(FeatureStore):
         return self._files[key]
 
     def _forget(self, group: str, attr: str) -> None:
+        self._verified.discard((group, attr))
         f = self._files.pop((group, attr), None)
         if f is not None:
             os.close(f.fd)
@@ -241,6 +259,8 @@ class DiskFeatureStore(FeatureStore):
                 at += length * row_bytes
         finally:
             os.close(fd)
+        self._forget(group, name)
+        reseal(self.folder, group, name)
         return True
 
     def _get_tensor(self, attr: TensorAttr) -> Tensor | None:
