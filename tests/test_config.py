@@ -147,3 +147,25 @@ def test_sage_is_a_typed_valid_model() -> None:
     container["model"]["name"] = "gin"
     with pytest.raises(ConfigError, match=r"model.name='gin' is not valid; valid: gat, gcn, sage"):
         check_config(container)
+
+
+@pytest.mark.parametrize("overrides, targets", [
+    ([], "train"), (["microbatch.halo=none"], "train"), (["microbatch.halo=historical"], "all"),
+    (["microbatch.halo=historical", "microbatch.targets=train"], "train"),
+    (["microbatch.halo=exact", "microbatch.targets=all"], "all"),
+])
+def test_targets_follow_the_halo_unless_set(overrides: list[str], targets: str) -> None:
+    """microbatch.targets defaults to all for historical halos (train left every non-target row as stale
+    as the last evaluation: ten points on a 64-layer GCNII) and train for the others; a value set is
+    kept, and the composed config (so every record) holds the value used."""
+    cfg = make_cfg(*overrides)
+    assert cfg.microbatch.targets == targets
+    assert OmegaConf.to_container(cfg, resolve=True)["microbatch"]["targets"] == targets
+
+
+def test_historical_with_train_targets_warns_with_the_measured_cost(caplog: pytest.LogCaptureFixture) -> None:
+    record = run(make_cfg("microbatch.halo=historical", "microbatch.targets=train", "model=gcn2",
+                          "model.layers=4", "train.epochs=1"))
+    assert record["status"] == "completed" and record["config"]["microbatch"]["targets"] == "train"
+    (warning,) = [r.getMessage() for r in caplog.records if "microbatch.targets=train" in r.getMessage()]
+    assert "ten points on a 64-layer GCNII" in warning

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pipegnn.data.features import DiskFeatureStore, FeatureFileError
+from pipegnn.data.features.files import read_position
 
 
 @pytest.fixture
@@ -43,4 +44,6 @@ def test_order_file_must_be_a_permutation(tmp_path: Path, x: torch.Tensor) -> No
     order[1] = 0
     np.save(tmp_path / "node.x.order.npy", order)
     with pytest.raises(FeatureFileError, match="not a permutation"):
+        read_position(tmp_path / "node.x.order.npy", 50)
+    with pytest.raises(FeatureFileError, match=r"node\.x\.order\.npy is damaged"):  # its checksum, first
         DiskFeatureStore(tmp_path)["node", "x", torch.tensor([0])]
