@@ -21,8 +21,13 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+# make run's default engine: pipelining, one process per stage, the pipeline whose stages can overlap on
+# a CPU (GPipe's stages share the one CPU device and run one after another); ARGS that name an engine or a
+# devices preset choose instead.
+RUN_ENGINE := $(if $(or $(findstring engine=,$(ARGS)),$(findstring devices=,$(ARGS))),,engine=pipelining)
+
 run: setup
-	$(PY) experiments/train.py $(ARGS)
+	$(PY) experiments/train.py $(RUN_ENGINE) $(ARGS)
 
 # One OpenMP thread per test process unless set: the pipelining tests start several processes, and
 # oversubscribed OpenMP threads slow torch and DGL kernels many-fold on a small machine.

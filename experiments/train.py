@@ -3,7 +3,9 @@
 A job never raises for a failing run: ``pipegnn.run`` records the failure (status invalid, failed or
 oom, with the error and traceback) and the job returns, so a sweep goes on. At the end of a sweep the
 ``FailureSummary`` callback (conf/config.yaml) names the jobs that did not complete and the command
-exits with 1; a single run (no -m) that did not complete raises, so it exits with 1 too. SIGTERM or
+exits with 1; a single run (no -m) that did not complete logs one line (its status, the error and where
+its record is; the traceback, which the record holds too, only with ``hydra.verbose=true``) and exits
+with 1 too. SIGTERM or
 SIGINT ends the running job with its record (status interrupted), then the command, with 128 + the
 signal's number (143, 130); with ``resume=true`` a job that left a checkpoint (``train.checkpoint_every``)
 continues from it.
@@ -18,13 +20,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from pipegnn import RunFailed, results, schema
+from pipegnn import results, schema
 from pipegnn.preemption import Interrupted
 
 # The typed schemas behind the YAML groups must be in the ConfigStore before Hydra composes.
 schema.register()
 
 log = logging.getLogger("pipegnn.job")
+_single_failed: list[str] = []  # the message of a single run (no -m) that did not complete
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -48,8 +51,12 @@ def main(cfg: DictConfig) -> dict:
         record = run(cfg, output_dir=out, choices=hc.runtime.choices, on_epoch=progress)
     if record["status"] != "completed":
         message = f"{record['status']}: {record['error']} (record in {out})"
+        if record.get("traceback"):
+            log.debug("traceback of the run:\n%s", record["traceback"])  # shown with hydra.verbose=true
         if not multirun:
-            raise RunFailed(message)
+            _single_failed.append(message)
+            log.error("run %s", message)
+            return record
         # In a sweep the job returns; the FailureSummary callback reports it and sets the exit code.
         log.error("%s[%s] %s", job, " ".join(hc.overrides.task), message)
     return record
@@ -61,4 +68,4 @@ if __name__ == "__main__":
     except Interrupted as e:  # the run recorded it (status interrupted); a sweep stops here, as Hydra's does
         log.warning("%s: record written; exiting with %d", e, e.exit_code)
         sys.exit(e.exit_code)
-    sys.exit(results.exit_code())
+    sys.exit(1 if _single_failed else results.exit_code())

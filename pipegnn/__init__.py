@@ -1,9 +1,9 @@
 """pipegnn: pipeline-parallel GNN training with graph-aware micro-batches."""
 from typing import Any
 
-from pipegnn.errors import ConfigError, DatasetUnavailable, RunFailed
+from pipegnn.errors import ConfigError, DatasetUnavailable
 
-__all__ = ["ConfigError", "DatasetUnavailable", "RunFailed", "run"]
+__all__ = ["ConfigError", "DatasetUnavailable", "run"]
 __version__ = "0.1.0"
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["ConfigError", "DatasetUnavailable", "RunFailed", "check_choice"]
+__all__ = ["ConfigError", "DatasetUnavailable", "check_choice"]
 
 
 class ConfigError(ValueError):
@@ -12,10 +12,6 @@ class ConfigError(ValueError):
 
 class DatasetUnavailable(ConfigError):
     """Dataset files are missing and cannot be downloaded; the message says what to fetch and where."""
-
-
-class RunFailed(RuntimeError):
-    """A run ended without completing; raised after its record was written (non-zero exit)."""
 
 
 def check_choice(value: Any, valid: Sequence[str], key: str) -> None:

@@ -123,8 +123,10 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
         record["microbatch"]["history_per_stage"] = stage_medians(timed_epochs)
     record["pipeline"] = {**engine.info.as_dict(), "timeline": engine.timeline is not None,
                           **medians(e["pipeline"] for e in timed_epochs if "pipeline" in e)}
-    log.info("done: test acc %.3f (at best val %.3f: %.3f), median epoch %.4fs",
-             last["test_acc"], best["val_acc"], best["test_acc"], record["timing"]["epoch_time_median_s"])
+    log.info("done: test accuracy %.3f at the best validation epoch (%d, validation %s %.3f; the figure "
+             "results report), %.3f at the last; median epoch %.4fs", best["test_acc"], best["epoch"],
+             "accuracy" if monitor == "val_acc" else "loss", best[monitor], last["test_acc"],
+             record["timing"]["epoch_time_median_s"])
     if "makespan_s" in record["pipeline"]:
         _log_figures(record["pipeline"])
 

@@ -108,7 +108,9 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
             if trace is not None:
                 write_record(output_dir, trace, TRACE_NAME)
                 record.setdefault("pipeline", {})["trace"] = TRACE_NAME  # a failed run has no section yet
-            write_record(output_dir, record)
+            path = write_record(output_dir, record)
+            traced = f"; trace (Perfetto, chrome://tracing): {Path(output_dir) / TRACE_NAME}" if trace else ""
+            log.info("record: %s%s", path, traced)
         if loggers is not None:
             loggers.finish(record)
     if interrupted is None and guard.signum is not None:  # the signal came while the record was written

@@ -121,9 +121,13 @@ def test_cli_sweep_writes_one_record_per_job(tmp_path: Path) -> None:
 
 
 def test_cli_invalid_run_exits_nonzero_with_record(tmp_path: Path) -> None:
+    """One message naming the bad value and where the record is, no Python traceback (it used to follow
+    the message); exit status 1."""
     proc = _cli(tmp_path, "chunks=0", f"hydra.run.dir={tmp_path / 'run'}")
-    assert proc.returncode != 0
-    assert "chunks must be an integer >= 1, got 0" in proc.stderr
+    assert proc.returncode == 1
+    out = proc.stdout + proc.stderr
+    assert f"run invalid: chunks must be an integer >= 1, got 0 (record in {tmp_path / 'run'})" in out
+    assert "Traceback" not in out and "Error executing job" not in out
     record = json.loads((tmp_path / "run" / "result.json").read_text())
     assert record["status"] == "invalid" and record["status"] in STATUSES
 
