@@ -103,11 +103,39 @@ def checkpoint_path(directory: str | Path, rank: int = 0) -> Path:
     return Path(directory) / f"checkpoint-rank{rank}.pt"
 
 
+class _Writes:
+    """The file ``torch.save`` writes to, keeping the OSError of a write that failed: torch reports it
+    only as "unexpected pos ..." (a full disk named neither the file nor the cause)."""
+
+    def __init__(self, f: Any):
+        self.f, self.error = f, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def save(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` (tensors, numbers, strings, lists and dicts of them) to ``path`` atomically: a
-    reader, or a run killed while writing, never sees half a file."""
+    reader, or a run killed while writing, never sees half a file.
+
+    Raises:
+        OSError: naming ``path`` and the cause (``No space left on device``).
+    """
     with atomic_file(path, "wb") as f:
-        torch.save(seal(state), f)
+        out = _Writes(f)
+        try:
+            torch.save(seal(state), out)
+        except RuntimeError:
+            if out.error is None:
+                raise
+            raise out.error from None
 
 
 def load(path: str | Path) -> dict[str, Any] | None:

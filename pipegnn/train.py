@@ -24,12 +24,12 @@ from pipegnn.loggers import Loggers
 from pipegnn.measure import (address_space_bytes, allocation_failure, env_info, intra_op_threads, memory_limit,
                              peak_device_bytes, peak_rss_bytes, reset_peaks, timed)
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
-from pipegnn.models import build_model
+from pipegnn.models import build_model, model_stack
 from pipegnn.models.precision import autocast_dtype, dtype_name
 from pipegnn.processes.group import gather_memory, is_secondary_rank, process_group
 from pipegnn.processes.spawn import spawn
 from pipegnn.preemption import Interrupted, checkpoint_path, interruptible
-from pipegnn.results.records import write_record
+from pipegnn.results.records import probe_record_folder, write_record
 from pipegnn.timeline import TRACE_NAME, PipelineInfo
 
 __all__ = ["EPOCH_LINE", "run", "time_to_accuracy"]  # the last two: pipegnn.fit's
@@ -69,8 +69,11 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
     devices: list[torch.device] = []
     interrupted: Interrupted | None = None
     loggers: Loggers | None = None
+    writes = output_dir is not None and not is_secondary_rank(container)
     with interruptible() as guard:
         try:
+            if writes:  # before anything trains: the record must have a place to go
+                _probe(output_dir)
             # the trackers (logger=...) of the process that writes the record, fed every finished epoch
             if output_dir is not None and container.get("logger") and not is_secondary_rank(container):
                 loggers = Loggers(output_dir, container)
@@ -103,14 +106,8 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
         record["memory"] = {"peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": peak_device_bytes(devices),
                             **record["memory"]}
         # Under torchrun (engine.launcher=external) only rank 0 writes the record (and the trace).
-        if output_dir is not None and not is_secondary_rank(container):
-            trace = record.pop("trace", None)
-            if trace is not None:
-                write_record(output_dir, trace, TRACE_NAME)
-                record.setdefault("pipeline", {})["trace"] = TRACE_NAME  # a failed run has no section yet
-            path = write_record(output_dir, record)
-            traced = f"; trace (Perfetto, chrome://tracing): {Path(output_dir) / TRACE_NAME}" if trace else ""
-            log.info("record: %s%s", path, traced)
+        if writes:
+            _write(output_dir, record)
         if loggers is not None:
             loggers.finish(record)
     if interrupted is None and guard.signum is not None:  # the signal came while the record was written
@@ -119,6 +116,34 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
         interrupted.record = record
         raise interrupted
     return record
+
+
+def _probe(output_dir: str | Path) -> None:
+    """The record's folder takes a record (:func:`~pipegnn.results.records.probe_record_folder`), or
+    the run is invalid before it trains."""
+    try:
+        probe_record_folder(output_dir)
+    except OSError as e:
+        raise ConfigError(f"the run's output folder cannot take its record: {e}; free some space, or point "
+                          "hydra.run.dir (hydra.sweep.dir) elsewhere") from e
+
+
+def _write(output_dir: str | Path, record: dict[str, Any]) -> None:
+    """Write the record (and the trace it carries) into ``output_dir``; a write that fails is logged
+    naming the file and the cause, and a completed run becomes ``failed`` (its record is lost)."""
+    trace = record.pop("trace", None)
+    try:
+        if trace is not None:
+            write_record(output_dir, trace, TRACE_NAME)
+            record.setdefault("pipeline", {})["trace"] = TRACE_NAME  # a failed run has no section yet
+        path = write_record(output_dir, record)
+    except OSError as e:
+        if record["status"] == "completed":
+            record.update(status="failed", error=f"OSError: the record was not written: {e}")
+        log.error("the record was not written: %s", e)
+        return
+    traced = f"; trace (Perfetto, chrome://tracing): {Path(output_dir) / TRACE_NAME}" if trace else ""
+    log.info("record: %s%s", path, traced)
 
 
 def _then(first: Callable[[dict[str, Any]], Any],
@@ -161,19 +186,24 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
     first = mb_cfg.get("first_transform", "once_per_step")
     storage = cfg["data"].get("features", "memory")
     torch.manual_seed(int(train_cfg["seed"]))
-    with timed() as setup:
-        with timed() as loading:  # a synthetic graph is generated here (with disk: its feature file)
-            graph = load_graph(cfg["dataset"], cfg["data"]["root"], cfg["data"]["cache"],
-                               features="none" if storage == "disk" and not _reads_features(cfg) else storage)
-        check_targets(cfg, graph)
-        precision = train_cfg.get("precision", "fp32")
-        low = autocast_dtype(precision)
-        if low is not None and graph.x is not None:  # bf16: the features are kept in bfloat16 (one copy,
-            graph = dataclasses.replace(graph, x=graph.x.to(low))  # shared with the model; on disk: below)
-        backend = get_backend(cfg["framework"]["name"])
+    with timed() as loading:  # a synthetic graph is generated here (with disk: its feature file)
+        graph = load_graph(cfg["dataset"], cfg["data"]["root"], cfg["data"]["cache"],
+                           features="none" if storage == "disk" and not _reads_features(cfg) else storage)
+    check_targets(cfg, graph)
+    precision = train_cfg.get("precision", "fp32")
+    low = autocast_dtype(precision)
+    if low is not None and graph.x is not None:  # bf16: the features are kept in bfloat16 (one copy,
+        graph = dataclasses.replace(graph, x=graph.x.to(low))  # shared with the model; on disk: below)
+    backend = get_backend(cfg["framework"]["name"])
+    halo = mb_cfg["halo"]
+    # The plans before the model (they use no random numbers): a plan too large for the machine is refused
+    # in seconds, before a deep model's minutes of building.
+    with timed() as build:
+        (train_plan, train_cached), (eval_plan, eval_cached) = _build_plans(
+            cfg, graph, backend, len(model_stack(cfg["model"], 1, 1).layers))
+    with timed() as modelling:
         model = build_model(cfg["model"], backend, graph.feature_source, graph.num_classes,
-                            history=mb_cfg["halo"] == "historical",
-                            first_transform=first, precision=precision,
+                            history=halo == "historical", first_transform=first, precision=precision,
                             halo_dropout=mb_cfg.get("halo_dropout", "read"))
     record["dataset"] = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                          "num_features": graph.num_features, "num_classes": graph.num_classes,
@@ -181,11 +211,6 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
                          "feature_bytes": graph.num_nodes * graph.num_features * model.feature_dtype.itemsize}
     record["model"] = {"parameters": sum(p.numel() for p in model.parameters())}
     log.info("%s; %s with %d parameters", graph, cfg["model"]["name"], record["model"]["parameters"])
-
-    halo = mb_cfg["halo"]
-    with timed() as build:
-        (train_plan, train_cached), (eval_plan, eval_cached) = _build_plans(cfg, graph, backend,
-                                                                            model.num_layers)
     # Training reads the plans, the features (held by the model), the labels and the masks: let the
     # graph's edge list go, which on large graphs is a good share of what stays resident.
     graph = dataclasses.replace(graph, edge_index=torch.empty(2, 0, dtype=torch.long))
@@ -215,7 +240,8 @@ def _train_rank(cfg: dict[str, Any], record: dict[str, Any],
     _log_pipeline(engine.info)
     record["memory"]["setup_peak_rss_bytes"] = peak_rss_bytes()  # loading, plans, model and engine
     reset_peaks(engine.devices)
-    record["timing"].update(setup_s=setup.seconds, load_s=loading.seconds, microbatch_build_s=build.seconds,
+    record["timing"].update(setup_s=loading.seconds + modelling.seconds, load_s=loading.seconds,
+                            microbatch_build_s=build.seconds,
                             features_order_s=record["features"].pop("order_s", 0.0))
     with memory_limit(_stage_limit(cfg["engine"], record)):  # engine.memory_limit_gb: a device's memory
         if halo == "historical":

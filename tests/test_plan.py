@@ -190,3 +190,23 @@ def test_reused_partition_gives_the_same_plan(graph: Graph) -> None:
     assert torch.equal(again.part, fresh.part) and torch.equal(again.targets, fresh.targets)
     for a, b in zip(again.micro_batches, fresh.micro_batches):
         assert torch.equal(a.nodes, b.nodes) and all(torch.equal(x, y) for x, y in zip(a.edges, b.edges))
+
+
+def test_an_exact_plan_that_cannot_fit_is_refused_before_the_model_is_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """model.layers=100000 with exact halos: once a micro-batch's halo stops growing, the plan's size is
+    known (every layer left needs the same edges), and one larger than the free memory (8 GiB here,
+    pretended, so that the test means the same on every machine) is an `oom` record before the model
+    is built (it used to build for two minutes, then die with std::bad_alloc)."""
+    from types import SimpleNamespace
+
+    from pipegnn import run
+    from pipegnn.microbatch import halo
+
+    from conftest import make_cfg
+
+    monkeypatch.setattr(halo.psutil, "virtual_memory", lambda: SimpleNamespace(available=8 << 30))
+    record = run(make_cfg("dataset=cora", "model.layers=100000", "train.epochs=1"))
+    assert record["status"] == "oom" and record["epochs"] == [] and "model" not in record
+    assert "exact halos of 100000 layers" in record["error"]
+    assert "GiB of edges, more than the 8.0 GiB free" in record["error"]

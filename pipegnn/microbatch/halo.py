@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import psutil
 import torch
 from torch import Tensor
 
@@ -92,21 +93,57 @@ class InCSR:
         return torch.stack([src[keep], dst[keep]]), w
 
 
+#: Bytes a block holds per edge: its position in the CSR while it is built (int64), its local edge
+#: (2 x int32) and its weight (float32).
+_EDGE_BYTES = 8 + 8 + 4
+
+
+def _check_room(layers_done: int, num_layers: int, edges: int, per_layer: int, nodes: int) -> None:
+    """Once a halo has stopped growing, every layer left needs as many edges as the last: refuse a plan
+    whose edges cannot fit in the memory this machine has free, before building it (a 100000-layer model
+    used to build for minutes, then fail with std::bad_alloc).
+
+    Raises:
+        MemoryError: naming the layers, the projected size and what would fit.
+    """
+    projected = (edges + (num_layers - layers_done) * per_layer) * _EDGE_BYTES
+    free = psutil.virtual_memory().available
+    if projected > free:
+        raise MemoryError(f"exact halos of {num_layers} layers: after {layers_done} hops a micro-batch's halo "
+                          f"holds all {nodes} nodes it can reach, so each of the {num_layers - layers_done} layers "
+                          f"left needs their {per_layer} in-edges again: its plan would hold "
+                          f"{projected / 2**30:.1f} GiB of edges, more than the {free / 2**30:.1f} GiB free; "
+                          "use fewer layers or microbatch.halo=historical (one hop per layer)")
+
+
 def exact_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch:
-    """The targets plus their L-hop in-neighbourhood, with all in-edges of every computed node."""
+    """The targets plus their L-hop in-neighbourhood, with all in-edges of every computed node.
+
+    Raises:
+        MemoryError: the plan's edges cannot fit in the free memory (:func:`_check_room`).
+    """
     local = csr._local
     nodes = [targets]
     count = targets.numel()
     local[targets] = torch.arange(count, dtype=local.dtype)
     sizes = [count]
-    positions = []
-    for _ in range(num_layers):  # from the last layer down to the first
+    positions: list[Tensor] = []
+    edges, saturated = 0, False
+    for done in range(1, num_layers + 1):  # from the last layer down to the first
         pos = csr.in_edges(torch.cat(nodes))  # all in-edges of the nodes this layer computes
         src = csr.src[pos]
         new = torch.unique(src[local[src] < 0])
+        if new.numel() == 0 and done < num_layers and not saturated:  # every layer left is this one again
+            saturated = True
+            try:
+                _check_room(done, num_layers, edges, pos.numel(), count)
+            except MemoryError:
+                local[torch.cat(nodes)] = -1  # the scratch numbering back as it was
+                raise
         local[new] = torch.arange(count, count + new.numel(), dtype=local.dtype)
         nodes.append(new)
         count += new.numel()
+        edges += pos.numel()
         positions.insert(0, pos)
         sizes.insert(0, count)
     all_nodes = torch.cat(nodes)

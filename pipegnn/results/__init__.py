@@ -23,8 +23,8 @@ from typing import Any
 
 #: The public names of each module, all re-exported here.
 _EXPORTS = {
-    "records": ("RECORD_NAME", "RecordError", "atomic_file", "check_record", "find_records", "load_record",
-                "natural_key", "write_record"),
+    "records": ("RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record", "find_records",
+                "load_record", "natural_key", "probe_record_folder", "write_record"),
     "table": ("COLUMNS", "INTEGER_COLUMNS", "NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS",
               "UNREADABLE", "column", "flatten", "format_table", "integers", "load", "select"),
     "stats": ("LEADERBOARD_SETTINGS", "WITHIN", "device_type", "leaderboard", "relative", "setup_label",

@@ -5,6 +5,7 @@ This module knows files only; :mod:`pipegnn.results.table` aggregates records in
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -15,31 +16,71 @@ from typing import IO, Any, Iterator, Mapping
 
 from pipegnn.jsonfile import JSONFileError, read_json
 
-__all__ = ["RECORD_NAME", "RecordError", "atomic_file", "check_record", "find_records", "load_record", "natural_key",
-           "write_record"]
+__all__ = ["RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record", "find_records", "load_record",
+           "natural_key", "probe_record_folder", "write_record"]
 
 RECORD_NAME = "result.json"
+
+#: Room a record needs, which :func:`probe_record_folder` checks (a long run's record, every epoch's
+#: entry, is some hundreds of KiB).
+RECORD_ROOM = 1 << 20
+
 
 @contextmanager
 def atomic_file(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     """A file opened for writing that replaces ``path`` only when the block completes (a temporary file
     beside it, then ``os.replace``): a reader, or a process killed while writing, never sees half a
-    file; on any error the temporary file is removed and ``path`` is left as it was."""
+    file; on any error the temporary file is removed and ``path`` is left as it was.
+
+    Raises:
+        OSError: naming ``path`` and the cause (``No space left on device``), whatever failed: the
+            folder, the writes, the final flush or the replace.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, mode) as f:
             yield f
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except OSError as e:
+        raise OSError(e.errno, f"{path} could not be written: {e.strerror or e}") from e
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def probe_record_folder(directory: str | Path, name: str = RECORD_NAME) -> None:
+    """Check, before a run trains, that ``directory/<name>`` can be written: not a folder, and room for
+    :data:`RECORD_ROOM` bytes in a writable folder (a probe file, written, synced and removed).
+
+    Raises:
+        OSError: naming the file and the cause (IsADirectoryError, PermissionError, No space left...).
+    """
+    path = Path(directory) / name
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, f"{path} is a folder, so the run's record cannot be written there")
+    probe = Path(directory) / f".{name}.probe-{os.getpid()}"
+    try:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(bytes(RECORD_ROOM))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise OSError(e.errno, f"{path} could not be written: {e.strerror or e}") from e
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def write_record(directory: str | Path, record: dict[str, Any], name: str = RECORD_NAME) -> Path:
     """Write ``record`` as ``directory/<name>`` (``result.json``) atomically (a reader never sees half
-    a file)."""
+    a file).
+
+    Raises:
+        OSError: naming the file and the cause.
+    """
     path = Path(directory) / name
     with atomic_file(path) as f:
         json.dump(record, f, indent=2, default=str)
