@@ -40,6 +40,10 @@ def test_resume_keeps_only_a_completed_record_of_the_same_config(tmp_path: Path)
     assert completed_record(tmp_path, _container("chunks=2", "train.checkpoint_every=5"))[0] is None
     (tmp_path / "result.json").write_text("{not json")
     assert completed_record(tmp_path, cfg)[1].startswith("previous record unreadable")
+    # nested too deeply for the parser: the job reruns (a RecursionError used to end the job, no record)
+    (tmp_path / "result.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert completed_record(tmp_path, cfg) == (None, "previous record unreadable (RecursionError: nested too "
+                                                     "deeply to parse)")
 
 
 def test_resume_reruns_a_malformed_record(tmp_path: Path) -> None:

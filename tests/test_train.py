@@ -120,6 +120,21 @@ def test_cli_sweep_writes_one_record_per_job(tmp_path: Path) -> None:
     assert "epoch   1  loss" in (sweep / "0" / "train.log").read_text()
 
 
+def test_cli_run_names_its_record_and_trace_and_explains_its_accuracy(tmp_path: Path) -> None:
+    """What make run does (engine=pipelining), on a tiny graph: no warning about its own configuration,
+    the accuracy line says which figure it is, and the last line names the record and the trace."""
+    from conftest import TINY_SYNTHETIC
+
+    out = tmp_path / "run"
+    proc = _cli(tmp_path, "engine=pipelining", *TINY_SYNTHETIC, "train.epochs=3", f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = (out / "train.log").read_text()
+    assert "WARNING" not in log, log
+    assert "done: test accuracy" in log and "at the best validation epoch" in log
+    assert f"record: {out / 'result.json'}; trace (Perfetto, chrome://tracing): {out / 'trace.json'}" in log
+    assert (out / "result.json").is_file() and (out / "trace.json").is_file()
+
+
 def test_cli_invalid_run_exits_nonzero_with_record(tmp_path: Path) -> None:
     """One message naming the bad value and where the record is, no Python traceback (it used to follow
     the message); exit status 1."""
