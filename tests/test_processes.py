@@ -28,24 +28,27 @@ _CUDA_CALLS = ("is_available", "init", "_lazy_init", "current_device", "set_devi
 
 
 def test_forkserver_preload_touches_neither_cuda_nor_the_graph_libraries() -> None:
-    """What the forkserver imports (engine.start_method=forkserver) must leave CUDA untouched, or every
-    worker forked from it fails on a GPU machine with "CUDA error: initialization error" (measured with a
-    preload of pipegnn.train, which imports PyG). In a fresh interpreter: import torch, watch the calls
-    that initialise CUDA, import the preload; none of the poisoning modules is loaded and nothing called
-    into CUDA."""
+    """What the forkserver imports (engine.start_method=forkserver) on a machine with a CUDA device must
+    leave CUDA untouched, or every worker forked from it fails there with "CUDA error: initialization
+    error" (measured with a preload of pipegnn.train, which imports PyG). In a fresh interpreter that sees
+    one CUDA device (its count pretended, as NVML would give it): import torch, watch the calls that
+    initialise CUDA, import the preload; none of the poisoning modules is loaded and nothing called into
+    CUDA."""
     code = f"""
 import importlib, json, sys
 import torch
+torch.cuda.device_count = lambda: 1
 calls = []
 for name in {_CUDA_CALLS!r}:
     def spy(*args, _call=getattr(torch.cuda, name), _name=name, **kwargs):
         calls.append(_name)
         return _call(*args, **kwargs)
     setattr(torch.cuda, name, spy)
-from pipegnn.processes.spawn import FORKSERVER_PRELOAD
-for module in FORKSERVER_PRELOAD:
+from pipegnn.processes.spawn import forkserver_preload
+preload = forkserver_preload("pipegnn.train")
+for module in preload:
     importlib.import_module(module)
-print(json.dumps({{"preload": list(FORKSERVER_PRELOAD), "modules": sorted(sys.modules), "calls": calls,
+print(json.dumps({{"preload": preload, "modules": sorted(sys.modules), "calls": calls,
                   "initialized": torch.cuda.is_initialized()}}))
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
@@ -54,6 +57,17 @@ print(json.dumps({{"preload": list(FORKSERVER_PRELOAD), "modules": sorted(sys.mo
     loaded = [m for m in found["modules"] if m.split(".")[0] in _POISON or m.startswith(_POISON)]
     assert loaded == [], loaded
     assert found["calls"] == [] and not found["initialized"]
+
+
+def test_without_cuda_devices_the_forkserver_preloads_the_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no CUDA device is visible there is nothing to make unusable: the trainer is preloaded, and a
+    worker starts without importing PyG (results/benchmarks/start_method.txt)."""
+    from pipegnn.processes.spawn import FORKSERVER_PRELOAD, forkserver_preload
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert forkserver_preload("pipegnn.train") == [*FORKSERVER_PRELOAD, "pipegnn.train"]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert forkserver_preload("pipegnn.train") == list(FORKSERVER_PRELOAD)
 
 
 def _engine(devices: list[str], backend: str = "auto", launcher: str = "spawn") -> dict:

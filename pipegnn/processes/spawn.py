@@ -58,7 +58,7 @@ from pipegnn.preemption import Interrupted
 from pipegnn.processes.backend import dist_backend
 from pipegnn.processes.outcome import WorkerFailed, failure, merge
 
-__all__ = ["FORKSERVER_PRELOAD", "spawn"]
+__all__ = ["FORKSERVER_PRELOAD", "forkserver_preload", "spawn"]
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +68,21 @@ _FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 _GRACE_S = 5.0
 #: Exit code of a worker that found its launcher gone.
 _ORPHANED = 3
-#: What the forkserver imports before it forks the workers: only what leaves CUDA untouched. Measured on
-#: a CUDA machine (torch 2.11): importing PyG, or calling ``torch.cuda.is_available()``, in a process
-#: makes CUDA unusable in every process forked from it later ("CUDA error: initialization error"), CPU
-#: stages included (their record names the GPU); importing torch, torch.distributed.pipelining or this
-#: module does not. Each worker imports the trainer (PyG, DGL) itself, after the fork.
+#: What the forkserver imports before it forks the workers on a machine with CUDA devices: only what
+#: leaves CUDA untouched. Measured on a CUDA machine (torch 2.11): importing PyG, or calling
+#: ``torch.cuda.is_available()``, in a process makes CUDA unusable in every process forked from it later
+#: ("CUDA error: initialization error"), CPU stages included (their record names the GPU); importing
+#: torch, torch.distributed.pipelining or this module does not. Each worker imports the trainer (PyG,
+#: DGL) itself, after the fork.
 FORKSERVER_PRELOAD = ("torch", "torch.distributed.pipelining", __name__)
+
+
+def forkserver_preload(target_module: str) -> list[str]:
+    """What the forkserver imports: :data:`FORKSERVER_PRELOAD` and, where this machine has no CUDA
+    device (nothing to make unusable), the trainer's module too, so that a worker starts without
+    importing PyG (``results/benchmarks/start_method.txt``). The forkserver is a fresh interpreter, not
+    a fork of this process: what this process did with CUDA does not reach it."""
+    return [*FORKSERVER_PRELOAD, *([target_module] if torch.cuda.device_count() == 0 else [])]
 
 #: ``target(cfg, on_epoch=callback) -> record``: one rank's whole run (``pipegnn.train.run``); rank 0
 #: calls ``on_epoch(entry)`` with each finished epoch's entry of ``record["epochs"]``.
@@ -293,7 +302,8 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
         cfg: the run's configuration (``engine.launcher=spawn``).
         record: the parent's record; on failure it still gets the epochs rank 0 finished.
         target: what each worker runs, ``target(cfg, on_epoch=...)`` returning its record (a picklable
-            module-level function: ``pipegnn.train.run``), imported by each worker.
+            module-level function: ``pipegnn.train.run``); its module is preloaded by the forkserver
+            where no CUDA device is visible (:func:`forkserver_preload`), else imported by each worker.
         on_epoch: called in this process with each epoch rank 0 finished (from a reader thread).
         state_dir: where each rank keeps its checkpoints (``train.checkpoint_every``), if anywhere.
 
@@ -308,8 +318,8 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
     world, timeout = len(engine["devices"]), float(engine["timeout_s"])
     method = engine.get("start_method", "spawn")
     context = mp.get_context(method)
-    if method == "forkserver":  # workers fork from a server that imported torch once (not CUDA, not PyG)
-        context.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    if method == "forkserver":  # workers fork from a server that imported torch once (PyG without CUDA)
+        context.set_forkserver_preload(forkserver_preload(target.__module__))
     start = time.perf_counter()
     deadline = time.monotonic() + timeout
     lifeline, alive = context.Pipe(duplex=False)  # alive: the only writing end; never written to
