@@ -3,7 +3,8 @@ size written through the store (the checksum computed while writing), then read 
 side: plain reads of the whole file (the I/O alone), the store's check (the same reads and the CRC-32),
 and BLAKE2b over the same reads (the alternative the checksum was chosen against).
 
-    python benchmarks/integrity.py --gib 6 --folder /tmp/pipegnn-integrity | tee results/benchmarks/integrity.txt
+    python benchmarks/integrity.py --gib 6 --drop-caches | tee results/benchmarks/integrity.txt
+    python benchmarks/integrity.py --gib 6 | tee -a results/benchmarks/integrity.txt
 
 The file is read from the page cache when the machine's memory holds it (as on a machine that just wrote
 or read it); ``--drop-caches`` asks the kernel to drop it first (root, where allowed).

@@ -40,10 +40,12 @@ CASES = {
 }
 
 
-def profile_steps(overrides: list[str], epochs: int) -> tuple[dict[str, float], int, dict[str, Any]]:
-    """Self CPU seconds per operator summed over the training steps after the first (a warm-up), the
-    number of steps profiled, and the run's record."""
+def profile_steps(overrides: list[str],
+                  epochs: int) -> tuple[dict[str, float], dict[str, int], int, dict[str, Any]]:
+    """Self CPU seconds and calls per operator summed over the training steps after the first (a
+    warm-up), the number of steps profiled, and the run's record."""
     totals: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
     steps = 0
 
     def collect(prof: profile) -> None:
@@ -54,6 +56,7 @@ def profile_steps(overrides: list[str], epochs: int) -> tuple[dict[str, float], 
             # of the units (the per-micro-batch overhead), summed over micro-batches
             key = re.sub(r"^(stage\d+ \w+) \d+$", r"\1 (python, all micro-batches)", event.key)
             totals[key] += event.self_cpu_time_total / 1e6
+            calls[key] += event.count
 
     # Odd profiler steps record, even ones do not: each training step is wrapped in two step() calls,
     # so exactly the steps are recorded (the epoch's evaluation falls in a "none" step).
@@ -81,13 +84,13 @@ def profile_steps(overrides: list[str], epochs: int) -> tuple[dict[str, float], 
         Engine.train_step = original
     if record["status"] != "completed":
         raise RuntimeError(f"{overrides}: {record['status']}: {record['error']}")
-    return dict(totals), steps, record
+    return dict(totals), dict(calls), steps, record
 
 
 def measure(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame]:
     per_op, cases = {}, []
     for name in args.cases:
-        totals, steps, record = profile_steps([*CASES[name], "microbatch.targets=all", *args.overrides],
+        totals, _, steps, record = profile_steps([*CASES[name], "microbatch.targets=all", *args.overrides],
                                               args.epochs)
         per_op[name] = {op: seconds / steps for op, seconds in totals.items()}
         cases.append({"case": name, "profiled_steps": steps, "step_self_cpu_s": sum(per_op[name].values()),

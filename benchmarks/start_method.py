@@ -52,10 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[list[float]]] = {method: [] for method in METHODS}
     for _ in range(args.repeats):  # alternated, each in a fresh process
         for method in times:
-            done = subprocess.run([sys.executable, __file__, "--child", method], capture_output=True, text=True,
-                                  check=True)
+            done = subprocess.run([sys.executable, __file__, "--child", method], capture_output=True,
+                                  text=True, check=True)
             times[method].append([float(s) for s in done.stdout.split()[-2:]])
-    print(f"start-up of a 2-stage pipelining run, seconds ({args.repeats} processes per method; median, range)")
+    print(f"start-up of a 2-stage pipelining run, seconds ({args.repeats} processes per method; "
+          "median, range)")
     print(f"{'start_method':18s} {'first job':>22s} {'later job':>22s}")
     for method, runs in times.items():
         cells = []

@@ -2,15 +2,15 @@
 # The GPU check (`experiments/gpu.sh check OUTDIR`): what a session lent a GPU runs first, in at most 6
 # minutes on one H100/H200 with 16 cores. Each part has its own time limit (together 305 s), so one slow
 # part cannot lose the others; OUTDIR gets summary.txt (each part: exit status, seconds, the figures) and
-# check.tar.gz (records, CSVs, logs), nothing else. (The host-overhead part is profile_step.py's operator
-# table until benchmarks/host_overhead.py exists.)
+# check.tar.gz (records, CSVs, logs), nothing else.
 #   1. the `gpu` tests (tests/test_cuda.py), junit XML and log;
 #   2. two pipelining ranks on one GPU (gloo, traffic through the host) against the single engine:
 #      GAT 2 layers on the PubMed-shaped synthetic graph, exact halos, k=8;
 #   3. the depth map on the host's 16 cores: 2 pipeline processes x 8 threads against one process with
 #      16 (and with 8), GCNII 16 and 64 layers, historical halos, k=8 (benchmarks/depth.py);
-#   4. the host overhead of a step on the GPU: full batch, exact and historical k=8, operator by operator
-#      (benchmarks/profile_step.py with engine.device=cuda:0).
+#   4. the host overhead of a step on the GPU: aten and sync-forcing calls and step time of a plain PyG
+#      loop and pipegnn's full batch, exact k=8 and 32, historical k=8, GAT 2 layers
+#      (benchmarks/host_overhead.py --device cuda:0).
 # With --dry-run (a CPU machine; tests/test_gpu_check.py): cpu for cuda:0, a tiny graph, two epochs:
 # the same commands, so that the check cannot rot.
 # Usage: experiments/gpu_check.sh OUTDIR [--dry-run]   (PYTHON: the interpreter, default python3)
@@ -75,9 +75,9 @@ for layers in "${depths[@]}"; do
   grep -A3 "^best pipeline" "$work/depth_gcn2_$layers.log" | sed 's/^/  /' >>"$summary"
 done
 
-part host_overhead "${limit[3]}" "$py" benchmarks/profile_step.py --epochs 3 --cases "full batch" "exact k=8" \
-  "historical k=8" --csv "$work/host_overhead.csv" model=gat engine.device=$device "${graph[@]}"
-grep -A4 "^cases" "$work/host_overhead.log" | sed 's/^/  /' >>"$summary"
+part host_overhead "${limit[3]}" "$py" benchmarks/host_overhead.py --models "GAT 2" --epochs 3 --device $device \
+  --cases "full batch" "exact k=8" "exact k=32" "historical k=8" --csv "$work/host_overhead.csv" "${graph[@]}"
+grep -A6 "^per training step" "$work/host_overhead.log" | sed 's/^/  /' >>"$summary"
 
 tar -czf "$out/check.tar.gz" -C "$work" .
 echo "files: $out/summary.txt, $out/check.tar.gz" >>"$summary"
