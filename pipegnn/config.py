@@ -200,7 +200,8 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[i
     check_choice(engine["backend"], DIST_BACKENDS, "engine.backend")
     check_choice(engine["start_method"], START_METHODS, "engine.start_method")
     _positive_finite(engine["timeout_s"], "engine.timeout_s", "seconds")
-    _positive_finite(engine.get("memory_limit_gb"), "engine.memory_limit_gb", "GiB per stage process", "no cap")
+    _positive_finite(engine.get("memory_limit_gb"), "engine.memory_limit_gb", "GiB per stage process",
+                     "no cap")
     kinds = {str(d).split(":")[0] for d in devices}
     if len(kinds) > 1:
         raise ConfigError(f"engine.devices={devices} mixes CPU and CUDA; the processes of one pipeline "

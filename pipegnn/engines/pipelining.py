@@ -3,13 +3,14 @@
 Each process (rank r of W, device ``engine.devices[r]``) builds the same graph, model and plans, keeps
 only its own stage(s) and runs them through a torch schedule; activations and gradients travel point
 to point (gloo on CPU and where ranks share a GPU, nccl on CUDA; only floating-point rows cross a
-boundary, see :mod:`pipegnn.engines.stages`). ``train_step`` returns the loss and ``predict`` the logits on
-*every* rank (broadcast from the last rank), so the trainer's epoch loop is the same for all engines.
+boundary, see :mod:`pipegnn.engines.stages`). ``train_step`` returns the loss and ``predict`` the
+logits on *every* rank (broadcast from the last rank), so the trainer's epoch loop is the same for all engines.
 
 Taken from torch as is: ``PipelineStage`` (send/receive of activations and gradients), the schedules
 (``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``; evaluation runs a schedule without a
 loss, which is forward-only), the split of the first stage's id tensor into micro-batches
-(``tensor_split`` along dim 0) and the per-micro-batch loss. Hand-written here because torch has no equivalent:
+(``tensor_split`` along dim 0) and the per-micro-batch loss. Hand-written here because torch has no
+equivalent:
 
 - static shapes for micro-batches of different sizes: torch fixes every inter-stage tensor's shape
   once, so each stage pads its output rows to the largest micro-batch of the call and the next stage

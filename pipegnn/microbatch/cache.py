@@ -50,7 +50,8 @@ def _to_state(plan: MicroBatchPlan, key: str) -> dict[str, Any]:
     batches = [{"nodes": mb.nodes, "sizes": mb.sizes, "edges": mb.edges, "weights": mb.weights,
                 "sources": mb.sources} for mb in plan.micro_batches]
     return seal({"format": _FORMAT, "key": key, "micro_batches": batches, "targets": plan.targets,
-                 "part": plan.part, "halo": plan.halo, "partition": plan.partition, "stats": asdict(plan.stats)})
+                 "part": plan.part, "halo": plan.halo, "partition": plan.partition,
+                 "stats": asdict(plan.stats)})
 
 
 def _mismatch(state: Any, key: str, num_nodes: int, targets: Tensor, chunks: int, num_layers: int,

@@ -109,9 +109,10 @@ def _check_room(layers_done: int, num_layers: int, edges: int, per_layer: int, n
     projected = (edges + (num_layers - layers_done) * per_layer) * _EDGE_BYTES
     free = psutil.virtual_memory().available
     if projected > free:
-        raise MemoryError(f"exact halos of {num_layers} layers: after {layers_done} hops a micro-batch's halo "
-                          f"holds all {nodes} nodes it can reach, so each of the {num_layers - layers_done} layers "
-                          f"left needs their {per_layer} in-edges again: its plan would hold "
+        raise MemoryError(f"exact halos of {num_layers} layers: after {layers_done} hops a micro-batch's "
+                          f"halo holds all {nodes} nodes it can reach, so each of the "
+                          f"{num_layers - layers_done} layers left needs their {per_layer} in-edges again: "
+                          "its plan would hold "
                           f"{projected / 2**30:.1f} GiB of edges, more than the {free / 2**30:.1f} GiB free; "
                           "use fewer layers or microbatch.halo=historical (one hop per layer)")
 

@@ -16,8 +16,8 @@ from typing import IO, Any, Iterator, Mapping
 
 from pipegnn.jsonfile import JSONFileError, read_json
 
-__all__ = ["RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record", "find_records", "load_record",
-           "natural_key", "probe_record_folder", "write_record"]
+__all__ = ["RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record", "find_records",
+           "load_record", "natural_key", "probe_record_folder", "write_record"]
 
 RECORD_NAME = "result.json"
 
@@ -60,7 +60,8 @@ def probe_record_folder(directory: str | Path, name: str = RECORD_NAME) -> None:
     """
     path = Path(directory) / name
     if path.is_dir():
-        raise IsADirectoryError(errno.EISDIR, f"{path} is a folder, so the run's record cannot be written there")
+        raise IsADirectoryError(errno.EISDIR,
+                                f"{path} is a folder, so the run's record cannot be written there")
     probe = Path(directory) / f".{name}.probe-{os.getpid()}"
     try:
         probe.parent.mkdir(parents=True, exist_ok=True)

@@ -247,8 +247,8 @@ def _missing(sweep_dir: Path, started: Iterable[Path]) -> list[Job]:
     try:
         plan = _plan(sweep_dir)
     except SweepPlanError as e:
-        return [Job(sweep_dir, None, "", "unreadable", f"{e}; so the sweep's missing jobs cannot be named", False,
-                    file=sweep_dir / "multirun.yaml")]
+        why = f"{e}; so the sweep's missing jobs cannot be named"
+        return [Job(sweep_dir, None, "", "unreadable", why, False, file=sweep_dir / "multirun.yaml")]
     if plan is None:
         return []
     cfg, planned = plan

@@ -10,8 +10,9 @@ store's folder:
 Nothing read from these files can execute code: JSON, raw bytes, and ``.npy`` read with
 ``allow_pickle=False``. A file that does not match its sidecar (size, dtype, order) raises
 :class:`FeatureFileError`, and so does content that does not match its checksum
-(:func:`verify_files`, a whole read of the files: 6.5-8.8 s per 6 GiB, ``results/benchmarks/integrity.txt``). Files are written atomically (temporary file, then ``os.replace``; the
-sidecar last), so parallel jobs never read half a file.
+(:func:`verify_files`, a whole read of the files: 6.5-8.8 s per 6 GiB,
+``results/benchmarks/integrity.txt``). Files are written atomically (temporary file, then
+``os.replace``; the sidecar last), so parallel jobs never read half a file.
 """
 from __future__ import annotations
 
