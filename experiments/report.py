@@ -5,9 +5,11 @@
 ``sweeps`` holds one sweep folder per preset (``multirun/reference/poster_offline`` ...; see `make
 reference`). For each, under ``out/<preset>/``:
 
-- ``records/<job>/result.json``: every record of the sweep, copied as written (resolved config, seeds,
-  versions, git sha, per-epoch history) - the source of every number below - with the run's stage
-  timeline ``records/<job>/trace.json`` where it wrote one;
+- ``records.jsonl.gz``: every record of the sweep (resolved config, seeds, versions, git sha, per-epoch
+  history) - the source of every number below - with the run's stage timeline where it wrote one, packed
+  as ``records/<job>/result.json`` and ``records/<job>/trace.json`` (:mod:`pipegnn.results.archive`: one
+  compact file a clone carries; ``python -m pipegnn.results.archive --unpack`` writes the files back, and
+  :func:`pipegnn.results.load` reads it as it reads them);
 - ``runs.csv``: one row per run (the main columns of :func:`pipegnn.results.load`);
 - ``summary.csv``: mean, std and count over seeds per setting of the varying keys, with ``overhead``:
   epoch time over the chunks=1 run of the same dataset, model (and hidden size), graph (nodes, edges,
@@ -28,11 +30,14 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import tempfile
 from pathlib import Path
+from typing import Collection
 
 import pandas as pd
 
 from pipegnn import results
+from pipegnn.results import archive
 from pipegnn.timeline import TRACE_NAME
 
 #: Per-run columns of runs.csv.
@@ -77,29 +82,43 @@ def figures_of(name: str) -> list[str]:
     return [] if name.startswith(NO_FIGURES_PREFIX) else PRESET_FIGURES.get(name, list(FIGURES))
 
 
-def copy_records(sweep: Path, dest: Path) -> int:
-    """Copy every result.json below ``sweep``, and the trace.json beside it if any, to the same relative
-    place below ``dest`` (emptied); returns the number of records."""
-    if dest.exists():
-        shutil.rmtree(dest)
-    files = results.find_records(sweep)
-    for file in files:
-        target = dest / file.relative_to(sweep)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(file, target)
-        if (file.parent / TRACE_NAME).is_file():
-            shutil.copyfile(file.parent / TRACE_NAME, target.parent / TRACE_NAME)
-    return len(files)
+def pack_records(sweep: Path, out: Path) -> tuple[Path, int]:
+    """Pack every result.json below ``sweep``, and the trace.json beside it if any, into
+    ``out/records.jsonl.gz``, each under ``records/`` at its path below ``sweep`` (so the rows' paths are
+    those of the copies earlier reports wrote, whose folder ``out/records`` goes); returns the archive and
+    the number of records."""
+    files = archive.run_files(sweep, beside=(TRACE_NAME,), under="records")
+    packed = archive.pack(out / archive.ARCHIVE_NAME, files)
+    if (out / "records").exists():
+        shutil.rmtree(out / "records")
+    return packed, sum(Path(key).name == results.RECORD_NAME for key in files)
 
 
-def timeline_run(df: pd.DataFrame) -> Path | None:
-    """The run directory drawn in timeline.png: of the completed runs with a trace.json, the one with the
-    most chunks, the first in ``df``'s order (by path) among equals; None when no run has a trace."""
+def timeline_run(df: pd.DataFrame, traces: Collection[Path]) -> Path | None:
+    """The run directory drawn in timeline.png: of the completed runs with a trace.json (among
+    ``traces``), the one with the most chunks, the first in ``df``'s order (by path) among equals; None
+    when no run has a trace."""
     done = df[df["status"] == "completed"]
-    traced = done[[(Path(p).parent / TRACE_NAME).is_file() for p in done["path"]]]
+    traced = done[[Path(p).parent / TRACE_NAME in traces for p in done["path"]]]
     if traced.empty:
         return None
     return Path(traced.sort_values("chunks", ascending=False, kind="stable")["path"].iloc[0]).parent
+
+
+def draw_timeline(packed: Path, run: Path, path: Path) -> str | None:
+    """Draw the trace of ``run`` (its folder as :func:`pipegnn.results.load` names it) in the archive
+    ``packed`` to ``path``; None, or why the trace cannot be read (naming it)."""
+    trace = run / TRACE_NAME
+    key = trace.relative_to(packed.parent).as_posix()
+    with tempfile.TemporaryDirectory() as tmp:
+        written, unreadable = archive.unpack(packed, tmp, keep={key})
+        if key in unreadable:
+            return f"{trace}: {unreadable[key]}"
+        try:
+            results.draw(results.plot_timeline, written[0], path)
+        except (OSError, ValueError) as e:  # JSONFileError: not a Chrome trace
+            return f"{trace}: {getattr(e, 'reason', e)}"
+    return None
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -116,7 +135,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def report(sweep: Path, out: Path) -> int:
-    """Copy ``sweep``'s records to ``out`` and write its tables and figures; returns the number of
+    """Pack ``sweep``'s records into ``out`` and write its tables and figures; returns the number of
     problems, each named on stderr: the sweep's jobs that left no record (incomplete or missing), a
     damaged ``multirun.yaml``, records that cannot be read, and a trace that cannot be drawn."""
     unrecorded = results.unrecorded_jobs(sweep)
@@ -125,12 +144,12 @@ def report(sweep: Path, out: Path) -> int:
             print(f"{sweep.name}: {job.status}: {job.error}", file=sys.stderr)
         else:
             print(f"{sweep.name}: job {job.directory} has no record ({job.status})", file=sys.stderr)
-    records = copy_records(sweep, out / "records")
-    df = results.load(out / "records")
+    packed, records = pack_records(sweep, out)
+    df = results.load(packed)
     unreadable = df[df["status"] == results.UNREADABLE]
     for row in unreadable.itertuples():
         print(f"{sweep.name}: unreadable record {row.path}: {row.error}", file=sys.stderr)
-    print(f"{sweep.name}: {records} records copied to {out / 'records'}; {results.summary(df)}")
+    print(f"{sweep.name}: {records} records packed into {packed}; {results.summary(df)}")
     results.integers(df[[results.column(df, c) for c in RUN_COLUMNS]]).to_csv(out / "runs.csv", index=False)
     table = summary_table(df)
     table.to_csv(out / "summary.csv", index=False, float_format="%.6g")
@@ -142,13 +161,14 @@ def report(sweep: Path, out: Path) -> int:
     for name in figures_of(sweep.name):
         plot, kwargs = FIGURES[name]
         results.draw(plot, df, out / name, **kwargs)
-    run, broken = timeline_run(df), 0
+    traces = {packed.parent / key for key in archive.read(packed, keep=()).paths
+              if Path(key).name == TRACE_NAME}
+    run, broken = timeline_run(df, traces), 0
     if run is not None:
         print(f"timeline.png: the traced step of {run.relative_to(out)}")
-        try:
-            results.draw(results.plot_timeline, run, out / "timeline.png")
-        except (OSError, ValueError) as e:  # JSONFileError names the file
-            print(f"{sweep.name}: unreadable trace: {e}", file=sys.stderr)
+        problem = draw_timeline(packed, run, out / "timeline.png")
+        if problem is not None:
+            print(f"{sweep.name}: unreadable trace: {problem}", file=sys.stderr)
             broken = 1
     return len(unrecorded) + len(unreadable) + broken
 

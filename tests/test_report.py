@@ -1,5 +1,5 @@
-"""experiments/report.py: records (and traces) copied, per-run and summary tables, figures per sweep
-folder."""
+"""experiments/report.py: records (and traces) packed into one archive, per-run and summary tables,
+figures per sweep folder."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipegnn.results import load, load_record, write_record
+from pipegnn.results import archive, load, load_record, write_record
 
 from conftest import ROOT
 
@@ -24,22 +24,25 @@ def _report():
     return module
 
 
-def test_report_copies_records_and_writes_tables_and_figures(tmp_path: Path,
+def test_report_packs_records_and_writes_tables_and_figures(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     report = _report()
     sweeps = tmp_path / "multirun"
     shutil.copytree(RECORDS, sweeps)
     (sweeps / "halo" / "exact-c1-s0" / "train.log").write_text("not a record")
     out = tmp_path / "reference"
-    stale = out / "halo" / "records" / "old" / "result.json"  # a record of an earlier report goes
+    stale = out / "halo" / "records" / "old" / "result.json"  # a record an earlier report copied goes
     stale.parent.mkdir(parents=True)
     stale.write_text("{}")
     (out / "halo" / "old_figure.png").write_bytes(b"not a figure of this report")
     assert report.main([str(sweeps), str(out), "--only", "halo", "invalid"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["halo", "invalid"]
-    copied = sorted(p.relative_to(out / "halo" / "records") for p in (out / "halo" / "records").rglob("*")
-                    if p.is_file())
-    assert copied == sorted(p.relative_to(RECORDS / "halo") for p in (RECORDS / "halo").rglob("result.json"))
+    assert not (out / "halo" / "records").exists()
+    packed = archive.read(out / "halo" / archive.ARCHIVE_NAME).paths
+    assert sorted(packed) == sorted(f"records/{p.relative_to(RECORDS / 'halo').as_posix()}"
+                                    for p in (RECORDS / "halo").rglob("result.json"))
+    # the rows are those of the records' copies that earlier reports wrote
+    assert set(load(out / "halo")["path"]) == {str(out / "halo" / key) for key in packed}
 
     runs = pd.read_csv(out / "halo" / "runs.csv")
     source = load(RECORDS / "halo")
@@ -73,7 +76,7 @@ def test_report_copies_records_and_writes_tables_and_figures(tmp_path: Path,
     assert pd.read_csv(out / "invalid" / "runs.csv")["status"].tolist() == ["invalid"]
 
 
-def test_report_copies_traces_and_draws_the_timeline_of_one_run(tmp_path: Path,
+def test_report_packs_traces_and_draws_the_timeline_of_one_run(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     report = _report()
     sweep = tmp_path / "multirun" / "pipeline"
@@ -86,11 +89,14 @@ def test_report_copies_traces_and_draws_the_timeline_of_one_run(tmp_path: Path,
             shutil.copyfile(TIMELINE / "trace.json", sweep / job / "trace.json")
     out = tmp_path / "reference"
     assert report.main([str(sweep.parent), str(out)]) == 0
-    records = out / "pipeline" / "records"
-    assert sorted(p.parent.name for p in records.rglob("trace.json")) == ["0", "1", "2", "3"]
-    assert (records / "1" / "trace.json").read_bytes() == (TIMELINE / "trace.json").read_bytes()
+    packed = out / "pipeline" / archive.ARCHIVE_NAME
+    traces = [key for key in archive.read(packed).paths if key.endswith("/trace.json")]
+    assert traces == [f"records/{job}/trace.json" for job in "0123"]
+    written, _ = archive.unpack(packed, tmp_path / "unpacked", keep=traces[1:2])
+    assert written[0].read_bytes() == (TIMELINE / "trace.json").read_bytes()
     # the most chunks among completed traced runs (job 2 failed, job 4 has no trace), first by path
-    assert report.timeline_run(load(records)) == records / "1"
+    records = out / "pipeline" / "records"
+    assert report.timeline_run(load(packed), {out / "pipeline" / key for key in traces}) == records / "1"
     printed = capsys.readouterr().out
     assert "timeline.png: the traced step of records/1" in printed
     assert f"wrote {out / 'pipeline' / 'timeline.png'}" in printed
@@ -152,16 +158,22 @@ def test_figures_per_folder() -> None:
 
 # report folders (a folder holding only a run directory, such as pipeline/timeline, is none)
 PRESETS = sorted(p.name for p in (ROOT / "results" / "reference").iterdir()
-                 if (p / "summary.csv").is_file() or (p / "records").is_dir())
+                 if (p / "summary.csv").is_file() or (p / "records").is_dir()
+                 or (p / archive.ARCHIVE_NAME).is_file())
 
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_committed_reference_tables_come_from_the_committed_records(preset: str) -> None:
     """results/reference/<preset>/summary.csv and runs.csv are what the report derives from the records
-    committed beside them (so every number in results/README.md traces back to a record)."""
+    committed beside them (so every number in results/README.md traces back to a record): packed in
+    records.jsonl.gz, or, for presets not packed yet, as records/<job>/result.json files (one or the
+    other)."""
     report = _report()
     folder = ROOT / "results" / "reference" / preset
-    df = load(folder / "records")
+    packed = folder / archive.ARCHIVE_NAME
+    assert packed.is_file() != (folder / "records").is_dir()
+    df = load(packed if packed.is_file() else folder / "records")
+    assert all(Path(p).is_relative_to(folder / "records") for p in df["path"])  # the rows' paths either way
     assert len(df) > 0 and (df["status"] == "completed").all()
     expected = report.summary_table(df)
     committed = pd.read_csv(folder / "summary.csv")

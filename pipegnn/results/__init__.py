@@ -1,6 +1,9 @@
 """After training: result records, the runs table, its statistics and figures, and sweeps on disk.
 
 - :mod:`~pipegnn.results.records`: one ``result.json`` per run, written atomically, found, read, checked;
+- :mod:`~pipegnn.results.archive`: a sweep's records (and traces) as one ``records.jsonl.gz``, which
+  :func:`load` reads as it reads the files; used through its module (``archive.pack``, ``archive.read``,
+  ``archive.unpack``: short names that would be ambiguous here), so not re-exported;
 - :mod:`~pipegnn.results.table`: the runs table (:func:`load`: one row per record, and per sweep job
   that left none), filtered (:func:`select`) and printed (:func:`format_table`);
 - :mod:`~pipegnn.results.stats`: statistics of the table (:func:`summary`, :func:`summarize`,
@@ -21,10 +24,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-#: The public names of each module, all re-exported here.
+#: The public names of each module (but :mod:`~pipegnn.results.archive`), all re-exported here.
 _EXPORTS = {
     "records": ("RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record", "find_records",
-                "load_record", "natural_key", "probe_record_folder", "write_record"),
+                "load_record", "natural_key", "probe_record_folder", "record_of", "write_record"),
     "table": ("COLUMNS", "INTEGER_COLUMNS", "NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS",
               "UNREADABLE", "column", "flatten", "format_table", "integers", "load", "select"),
     "stats": ("LEADERBOARD_SETTINGS", "WITHIN", "device_type", "leaderboard", "relative", "setup_label",

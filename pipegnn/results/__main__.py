@@ -57,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pipegnn.results",
         description="Aggregate result.json records (one row per run) into a table, CSV or Parquet.")
-    parser.add_argument("paths", nargs="*", type=Path, help="sweep or results directories")
+    parser.add_argument("paths", nargs="*", type=Path,
+                        help="sweep or results directories, or records archives (records.jsonl.gz)")
     parser.add_argument("--csv", type=Path, help="write every column of the listed runs here")
     parser.add_argument("--parquet", type=Path, help="same as Parquet (needs pyarrow)")
     parser.add_argument("--where", nargs="+", action="extend", default=[], metavar="KEY=VALUE",

@@ -17,7 +17,7 @@ from typing import IO, Any, Iterator, Mapping
 from pipegnn.jsonfile import JSONFileError, read_json
 
 __all__ = ["RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record", "find_records",
-           "load_record", "natural_key", "probe_record_folder", "write_record"]
+           "load_record", "natural_key", "probe_record_folder", "record_of", "write_record"]
 
 RECORD_NAME = "result.json"
 
@@ -159,8 +159,18 @@ def load_record(path: str | Path) -> dict[str, Any]:
         record = read_json(path)
     except JSONFileError as e:
         raise RecordError(path, e.reason) from None
+    return record_of(record, path)
+
+
+def record_of(value: Any, path: str | Path) -> dict[str, Any]:
+    """``value``, read from ``path`` (a file, or its place in a records archive), when it is shaped like a
+    record (see :func:`check_record`).
+
+    Raises:
+        RecordError: naming ``path``: not shaped like a record.
+    """
     try:
-        return check_record(record)
+        return check_record(value)
     except ValueError as e:
         raise RecordError(path, f"malformed record: {e}") from None
 

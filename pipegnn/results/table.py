@@ -26,7 +26,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, natural_key
+from pipegnn.results.archive import ArchiveError, entries, find_archives, is_archive
+from pipegnn.results.records import (RECORD_NAME, RecordError, find_records, load_record, natural_key,
+                                     record_of)
 
 __all__ = ["COLUMNS", "INTEGER_COLUMNS", "NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE",
            "column", "flatten", "format_table", "integers", "load", "select"]
@@ -119,6 +121,8 @@ _PIPELINE_FIGURES = ("bubble_theoretical", "bubble", "bubble_ideal", "makespan_s
 TABLE_COLUMNS = ("dataset", "model", "framework", "engine", "chunks", "halo", "partition", "status",
                  "test_acc", "epoch_time_median_s", "peak_rss_mb", "inflation")
 _MIB = 2 ** 20
+#: :func:`_record_row`'s default: read the record from its file.
+_FROM_FILE = object()
 
 
 def _dict(value: Any) -> Mapping[str, Any]:
@@ -241,8 +245,12 @@ def select(df: pd.DataFrame, where: Mapping[str, Any] | None = None) -> pd.DataF
 
 def load(path: str | Path | Iterable[str | Path],
          where: Mapping[str, Any] | None = None, jobs: bool = True) -> pd.DataFrame:
-    """One row per ``result.json`` under ``path`` (a directory, a record, or a list of them), flattened
-    by :func:`flatten` and filtered by ``where`` (see :func:`select`), in path order.
+    """One row per ``result.json`` under ``path`` (a directory, a record, a records archive, or a list of
+    them), flattened by :func:`flatten` and filtered by ``where`` (see :func:`select`), in path order.
+
+    A directory's records archives (``records.jsonl.gz``, :mod:`pipegnn.results.archive`) give the rows
+    their files would: each record's ``path`` is its place were the archive unpacked (a file that is
+    there too gives one row). A damaged archive is one ``unreadable`` row, its ``path`` the archive.
 
     A file that is not valid JSON or not shaped like a record (see :func:`check_record`) becomes a row
     with status ``unreadable`` and the reason as its error. With ``jobs`` (the default), each directory
@@ -255,11 +263,13 @@ def load(path: str | Path | Iterable[str | Path],
     rows, seen = [], set()
     for root in paths:
         found = []
-        for file in find_records(root):
+        for file in [] if is_archive(root) else find_records(root):
             if file.resolve() in seen:
                 continue
             seen.add(file.resolve())
             found.append(_record_row(file))
+        for archive in find_archives(root):
+            found += _archive_rows(archive, seen)
         if jobs and Path(root).is_dir():
             found += _job_rows(Path(root), seen)
         rows += sorted(found, key=lambda row: natural_key(row["path"]))
@@ -281,19 +291,47 @@ def integers(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _record_row(file: Path) -> dict[str, Any]:
-    """The row of one record file; an ``unreadable`` row when it cannot be used."""
+def _record_row(file: Path, value: Any = _FROM_FILE) -> dict[str, Any]:
+    """The row of one record file, or of its ``value`` read from an archive; an ``unreadable`` row when it
+    cannot be used."""
     try:
-        return flatten(load_record(file), path=file)
+        return flatten(load_record(file) if value is _FROM_FILE else record_of(value, file), path=file)
     except RecordError as e:
         reason = e.reason
     except OSError as e:
         reason = f"{type(e).__name__}: {e}"
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:  # a shape check_record missed
         reason = f"malformed record: {type(e).__name__}: {e}"
+    return _unreadable_row(file, reason)
+
+
+def _unreadable_row(file: Path, reason: str) -> dict[str, Any]:
     row = flatten({"status": UNREADABLE, "error": reason}, path=file)
     row["epochs"] = math.nan
     return row
+
+
+def _archive_rows(archive: Path, seen: set[Path]) -> list[dict[str, Any]]:
+    """The rows of the records in ``archive`` (at their unpacked places) not in ``seen``, flattened one
+    at a time (an archive holds a sweep); one ``unreadable`` row for the archive when it is damaged."""
+    if archive.resolve() in seen:
+        return []
+    seen.add(archive.resolve())
+    rows, places = [], set()
+    try:
+        for entry in entries(archive):
+            file = archive.parent / entry.path
+            if file.name != RECORD_NAME or file.resolve() in seen:
+                continue
+            places.add(file.resolve())
+            rows.append(_record_row(file, entry.value) if entry.unreadable is None
+                        else _unreadable_row(file, entry.unreadable))
+    except ArchiveError as e:
+        return [_unreadable_row(archive, e.reason)]
+    except OSError as e:
+        return [_unreadable_row(archive, f"{type(e).__name__}: {e}")]
+    seen |= places
+    return rows
 
 
 def _job_rows(root: Path, seen: set[Path]) -> list[dict[str, Any]]:

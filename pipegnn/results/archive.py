@@ -1,0 +1,293 @@
+"""Records archives: a sweep's per-run JSON files (records, and the traces beside them) as one compact file,
+``records.jsonl.gz``, which a clone carries instead of a file per run.
+
+Each file is keyed by its path relative to the archive's folder (``records/3/result.json``), so that
+:func:`pipegnn.results.load` reads an archive as it reads the files it holds: the same rows, each row's
+``path`` the file's place were the archive unpacked (``python -m pipegnn.results.archive --unpack ARCHIVE
+DEST`` puts it there, written as :func:`~pipegnn.results.records.write_record` writes every record and
+trace, so byte for byte the files the runs wrote).
+
+The format, gzipped JSON lines:
+
+- line 1, the header: ``{"format": "pipegnn.records", "version": 1, "files": N, "checksum": "crc32:..."}``,
+  the CRC-32 (:mod:`pipegnn.integrity`) of the N lines after it: gzip's own CRC is made anew whenever
+  the lines are compressed again, so an archive cut at a line, or edited, and compressed again is found
+  by this one only;
+- one line per file, in natural path order (job 2 before job 10): ``{"path": KEY, "json": VALUE}``, or
+  ``{"path": KEY, "unreadable": WHY}`` for a file that was not valid JSON when packed (read as the file
+  was: an ``unreadable`` row).
+
+Same files, same bytes: compact separators, key order as in the files, gzip at level 9 with mtime 0 and
+no file name (the bytes could change only with zlib's version). Reading parses JSON only: nothing an
+archive holds can run code. Any damage (a cut or corrupt gzip stream, a line that is not JSON or not an
+entry, a wrong count or checksum) is one :class:`ArchiveError` naming the archive.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
+
+from pipegnn.jsonfile import JSONFileError, read_json
+from pipegnn.results.records import atomic_file, find_records, natural_key, write_record
+
+__all__ = ["ARCHIVE_NAME", "ArchiveError", "Entry", "Packed", "entries", "find_archives", "is_archive",
+           "pack", "read", "run_files", "unpack"]
+
+#: A sweep's archive, in its results folder (``results/reference/<preset>/records.jsonl.gz``).
+ARCHIVE_NAME = "records.jsonl.gz"
+_SUFFIX = ".jsonl.gz"
+_FORMAT, _VERSION = "pipegnn.records", 1
+#: Fixed, so that packing the same files gives the same bytes.
+_LEVEL = 9
+
+
+class ArchiveError(JSONFileError):
+    """An archive that cannot be used: not a whole gzip stream, not an archive, or a line damaged.
+    ``str()`` names the archive (and the line); ``path`` and ``reason`` hold the two parts."""
+
+
+@dataclass(frozen=True)
+class Packed:
+    """What an archive holds.
+
+    Attributes:
+        paths: every file's key, in the archive's order.
+        files: the JSON value of each file asked for (all by default), by key.
+        unreadable: the files that were not valid JSON when packed: key -> why.
+    """
+    paths: tuple[str, ...]
+    files: dict[str, Any]
+    unreadable: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One file of an archive: its key, its JSON value (None when it is unreadable), and why it was not
+    valid JSON when packed (None when it was)."""
+    path: str
+    value: Any
+    unreadable: str | None
+
+
+def is_archive(path: str | Path) -> bool:
+    """Whether ``path`` is named as an archive is (``*.jsonl.gz``)."""
+    return Path(path).name.endswith(_SUFFIX)
+
+
+def find_archives(path: str | Path) -> list[Path]:
+    """Every ``records.jsonl.gz`` below the folder ``path`` (recursively, in natural order); ``path``
+    itself when it is an archive; none for another file.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file or directory: {path}")
+    if path.is_file():
+        return [path] if is_archive(path) else []
+    return sorted((p for p in path.rglob(ARCHIVE_NAME) if p.is_file()), key=natural_key)
+
+
+def run_files(folder: str | Path, beside: Sequence[str] = (), under: str = "") -> dict[str, Path]:
+    """Every ``result.json`` below ``folder`` and each file named in ``beside`` (``trace.json``) next to it,
+    keyed by its path relative to ``folder`` below ``under`` (``records`` gives ``records/3/result.json``)."""
+    folder = Path(folder)
+    files = {}
+    for record in find_records(folder):
+        for file in (record, *(record.parent / name for name in beside)):
+            if file.is_file():
+                files[(PurePosixPath(under) / file.relative_to(folder).as_posix()).as_posix()] = file
+    return files
+
+
+def _check_key(key: Any) -> str | None:
+    """Why ``key`` cannot name a file below an archive's folder (None if it can): unpacking must never
+    write outside its destination."""
+    if not isinstance(key, str) or not key:
+        return f"path {key!r} is not a file name"
+    if key.startswith("/") or "\\" in key or any(p in ("", ".", "..") for p in key.split("/")):
+        return f"path {key!r} is not a relative path below the archive's folder"
+    return None
+
+
+def _order(key: str) -> tuple[list[Any], str]:
+    """The archive's order of keys: natural (job 2 before job 10), ties by text."""
+    return natural_key(key), key
+
+
+def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
+    """Write ``files`` (key -> the JSON file) as the archive ``archive``, atomically; a file that is not
+    valid JSON is packed as unreadable, with why. Returns ``archive``.
+
+    Raises:
+        ValueError: a key is not a relative path without ``..``.
+        OSError: a file cannot be read, or the archive cannot be written (naming it).
+    """
+    from pipegnn.integrity import stream_checksum  # imports torch: only when an archive is packed or read
+
+    lines = []
+    for key in sorted(files, key=_order):
+        if (problem := _check_key(key)) is not None:
+            raise ValueError(f"{archive}: {problem}")
+        try:
+            entry = {"path": key, "json": read_json(files[key])}
+        except JSONFileError as e:
+            entry = {"path": key, "unreadable": e.reason}
+        lines.append(json.dumps(entry, separators=(",", ":")).encode() + b"\n")
+    header = {"format": _FORMAT, "version": _VERSION, "files": len(lines), "checksum": stream_checksum(lines)}
+    data = json.dumps(header, separators=(",", ":")).encode() + b"\n" + b"".join(lines)
+    with atomic_file(archive, "wb") as f:
+        f.write(gzip.compress(data, compresslevel=_LEVEL, mtime=0))
+    return Path(archive)
+
+
+def _parse(archive: Path, number: int, line: bytes) -> Any:
+    """The JSON value of line ``number``; :class:`ArchiveError` naming it when it is not JSON."""
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise ArchiveError(archive, f"line {number}: RecursionError: nested too deeply to parse") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ArchiveError(archive, f"line {number}: {type(e).__name__}: {e}") from None
+
+
+def _body(archive: Path) -> bytes:
+    """The lines of ``archive`` after its header, once the gzip stream, the header, the count of lines
+    and their checksum hold."""
+    from pipegnn.integrity import stream_checksum  # imports torch: only when an archive is packed or read
+
+    raw = archive.read_bytes()
+    try:
+        data = gzip.decompress(raw)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # cut short; not gzip or a bad CRC; corrupt
+        raise ArchiveError(archive, f"not a whole gzip stream ({type(e).__name__}: {e})") from None
+    header_line, _, body = data.partition(b"\n")
+    header = _parse(archive, 1, header_line)
+    if not isinstance(header, dict) or header.get("format") != _FORMAT:
+        raise ArchiveError(archive, f"line 1 is not the header of a {_FORMAT} archive")
+    if header.get("version") != _VERSION:
+        raise ArchiveError(archive, f"version {header.get('version')!r}, this reader knows {_VERSION}")
+    lines = body.count(b"\n")
+    if lines != header.get("files") or not body.endswith(b"\n") and body:
+        raise ArchiveError(archive, f"{lines} whole lines after the header, which says "
+                                    f"{header.get('files')!r}")
+    checksum, stored = stream_checksum([body]), header.get("checksum")  # that of the lines, one by one
+    if checksum != stored:
+        raise ArchiveError(archive, f"content checksum {checksum}, the header says {stored!r}: "
+                                    "the archive was damaged after it was packed")
+    return body
+
+
+def entries(archive: str | Path) -> Iterator[Entry]:
+    """Each file of ``archive``, in order, one at a time (a reader keeps what it needs). The whole archive
+    is checked first (gzip stream, header, count, checksum), each line as it comes.
+
+    Raises:
+        ArchiveError: (a ValueError) naming the archive: the gzip stream is cut or corrupt, the header is
+            not an archive's, the lines are not the header's count or checksum, or a line is not JSON or
+            not an entry (its number named; the entries before it have come).
+        OSError: the file cannot be read (FileNotFoundError: there is none).
+    """
+    archive = Path(archive)
+    body, start, previous = _body(archive), 0, None
+    for number in itertools.count(2):
+        if start == len(body):
+            return
+        end = body.index(b"\n", start) + 1
+        entry = _parse(archive, number, body[start:end])
+        start = end
+        problem = _check_key(entry.get("path")) if isinstance(entry, dict) else "not a JSON object"
+        if problem is None and not (set(entry) == {"path", "json"} or (
+                set(entry) == {"path", "unreadable"} and isinstance(entry["unreadable"], str))):
+            problem = "not an entry (path and json, or path and unreadable)"
+        if problem is None and previous is not None and _order(entry["path"]) <= _order(previous):
+            problem = f"path {entry['path']!r} out of order or again"  # so that no file is listed twice
+        if problem is not None:
+            raise ArchiveError(archive, f"line {number}: {problem}")
+        previous = entry["path"]
+        yield Entry(entry["path"], entry.get("json"), entry.get("unreadable"))
+
+
+def read(archive: str | Path, keep: Callable[[str], bool] | Collection[str] | None = None) -> Packed:
+    """What ``archive`` holds, every line checked (see :func:`entries`); the values of the files ``keep``
+    accepts (a predicate on the key or a collection of keys; None: every file).
+
+    Raises:
+        ArchiveError: see :func:`entries` (nothing is returned from a damaged archive).
+        OSError: the file cannot be read (FileNotFoundError: there is none).
+    """
+    wanted = keep if keep is None or callable(keep) else set(keep).__contains__
+    paths, files, unreadable = [], {}, {}
+    for entry in entries(archive):
+        paths.append(entry.path)
+        if entry.unreadable is not None:
+            unreadable[entry.path] = entry.unreadable
+        elif wanted is None or wanted(entry.path):
+            files[entry.path] = entry.value
+    return Packed(tuple(paths), files, unreadable)
+
+
+def unpack(archive: str | Path, dest: str | Path,
+           keep: Callable[[str], bool] | Collection[str] | None = None) -> tuple[list[Path], dict[str, str]]:
+    """Write the files of ``archive`` (those ``keep`` accepts, see :func:`read`) below ``dest``, each at
+    its key, as :func:`~pipegnn.results.records.write_record` writes it. Returns the files written and
+    the ones that could not be (unreadable when packed: key -> why).
+
+    Raises:
+        ArchiveError: see :func:`read`.
+        OSError: a file cannot be written (naming it).
+    """
+    packed = read(archive, keep)
+    written = []
+    for key, value in packed.files.items():
+        file = Path(dest, *PurePosixPath(key).parts)
+        written.append(write_record(file.parent, value, file.name))
+    return written, packed.unreadable
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: 0 done, 1 some file was unreadable when packed (named on stderr), 2 a damaged
+    archive or misuse."""
+    parser = argparse.ArgumentParser(prog="python -m pipegnn.results.archive", description=(
+        "Pack a results folder's per-run JSON files (result.json and the trace.json beside it) into one "
+        f"{ARCHIVE_NAME}, or unpack one."))
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--pack", nargs="+", type=Path, metavar=("FOLDER", "ARCHIVE"),
+                      help=f"pack FOLDER's files, keyed by their path below it, into ARCHIVE (default: "
+                           f"FOLDER/{ARCHIVE_NAME}); the files stay")
+    what.add_argument("--unpack", nargs=2, type=Path, metavar=("ARCHIVE", "DEST"),
+                      help="write ARCHIVE's files below DEST")
+    args = parser.parse_args(argv)
+    try:
+        if args.pack:
+            if len(args.pack) > 2:
+                parser.error("--pack takes FOLDER and at most one ARCHIVE")
+            from pipegnn.timeline import TRACE_NAME  # imports torch: the command line only
+
+            folder = args.pack[0]
+            archive = args.pack[1] if len(args.pack) == 2 else folder / ARCHIVE_NAME
+            files = run_files(folder, beside=(TRACE_NAME,))
+            pack(archive, files)
+            unreadable = read(archive, keep=()).unreadable
+            print(f"packed {len(files)} files of {folder} into {archive} ({archive.stat().st_size:,} bytes)")
+        else:
+            written, unreadable = unpack(*args.unpack)
+            print(f"wrote {len(written)} files of {args.unpack[0]} below {args.unpack[1]}")
+    except (ArchiveError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for key, reason in unreadable.items():
+        print(f"unreadable when packed: {key}: {reason}", file=sys.stderr)
+    return 1 if unreadable else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""pipegnn/results/archive.py: a sweep's records and traces as one records.jsonl.gz, packed with the same
+bytes every time, unpacked byte for byte, read by load() as it reads the files, refused when damaged."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipegnn.results import archive, load, write_record
+from pipegnn.results.archive import ARCHIVE_NAME, ArchiveError
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "results" / "reference"
+
+
+def _record(job: int, status: str = "completed") -> dict:
+    """A small record: a config with the sweep's keys, accuracies, timing, one epoch; text and numbers
+    that JSON writers spell differently (non-ASCII, NaN, exponents, nesting)."""
+    return {"status": status, "error": None if status == "completed" else "RuntimeError: boom\nline 2",
+            "config": {"chunks": 2 ** (job % 4), "microbatch": {"halo": "exact", "partition": "metis"},
+                       "train": {"seed": job, "epochs": 3}, "engine": {"devices": ["cpu", "cpu"]},
+                       "note": "métis ≠ naïve"},
+            "choices": {"dataset": "cora", "model": "gat", "framework": "pyg", "engine": "gpipe"},
+            "final": {"test_acc": 0.8 + job / 1000, "test_acc_at_best_val": 0.81,
+                      "best_val_loss": float("nan")},
+            "timing": {"epoch_time_median_s": 1.5e-05 * (job + 1), "total_s": 12.0},
+            "epochs": [{"epoch": 0, "loss": 1.0986122886681098, "val_acc": 0.5}]}
+
+
+def _trace(job: int) -> dict:
+    return {"traceEvents": [{"name": "F0", "cat": "forward", "ph": "X", "ts": 0.0, "dur": 12.5 + job,
+                             "pid": 0, "tid": 0, "args": {"stage": 0, "micro_batch": 0}}],
+            "displayTimeUnit": "ms", "otherData": {"epoch": 1, "engine": "gpipe"}}
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    """A results folder as report.py wrote them: records/<job>/result.json (jobs 2 and 10, so that
+    natural order matters), trace.json beside some, a failed run, and a file that is no record."""
+    folder = tmp_path / "preset"
+    for job in (0, 1, 2, 10):
+        write_record(folder / "records" / str(job), _record(job, "failed" if job == 1 else "completed"))
+        if job in (0, 2):
+            write_record(folder / "records" / str(job), _trace(job), "trace.json")
+    (folder / "records" / "0" / "train.log").write_text("not packed")
+    return folder
+
+
+def _json_files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*.json"))}
+
+
+def _pack(folder: Path, archive_path: Path | None = None) -> Path:
+    files = archive.run_files(folder, beside=("trace.json",))
+    return archive.pack(archive_path or folder / ARCHIVE_NAME, files)
+
+
+def test_round_trip_gives_the_files_back_byte_for_byte(sweep: Path, tmp_path: Path) -> None:
+    packed = _pack(sweep)
+    contents = archive.read(packed)
+    files = _json_files(sweep)
+    assert list(contents.paths) == ["records/0/result.json", "records/0/trace.json", "records/1/result.json",
+                                    "records/2/result.json", "records/2/trace.json", "records/10/result.json"]
+    assert list(contents.paths) == list(contents.files) and contents.unreadable == {}
+    assert set(files) == set(contents.paths)  # train.log stays out
+    assert contents.files["records/2/trace.json"] == _trace(2)
+    written, unreadable = archive.unpack(packed, tmp_path / "out")
+    assert unreadable == {} and sorted(written) == sorted(tmp_path / "out" / key for key in files)
+    assert _json_files(tmp_path / "out") == files
+    # only the files asked for
+    assert archive.read(packed, keep=lambda key: key.endswith("/trace.json")).files.keys() == {
+        "records/0/trace.json", "records/2/trace.json"}
+    written, _ = archive.unpack(packed, tmp_path / "one", keep={"records/10/result.json"})
+    assert written == [tmp_path / "one" / "records" / "10" / "result.json"]
+
+
+def test_packing_the_same_files_gives_the_same_bytes(sweep: Path, tmp_path: Path) -> None:
+    first = _pack(sweep, tmp_path / "a" / ARCHIVE_NAME).read_bytes()
+    for file in sweep.rglob("*.json"):  # other times, and the files listed in another order
+        os.utime(file, (1e9, 1e9))
+    files = archive.run_files(sweep, beside=("trace.json",))
+    second = archive.pack(tmp_path / "b" / "other.jsonl.gz", dict(reversed(files.items()))).read_bytes()
+    assert first == second
+    assert first[:2] == b"\x1f\x8b" and first[4:8] == bytes(4)  # gzip, mtime 0
+    assert first[3] & 0x08 == 0  # no file name in the header
+    lines = gzip.decompress(first).split(b"\n")
+    assert json.loads(lines[0]) == {"format": "pipegnn.records", "version": 1, "files": 6,
+                                    "checksum": json.loads(lines[0])["checksum"]}
+    assert all(b"\n" not in line and b": " not in line[:40] for line in lines)  # compact, one file a line
+
+
+def test_load_reads_an_archive_as_it_reads_the_files(sweep: Path, tmp_path: Path) -> None:
+    (sweep / "records" / "3").mkdir()
+    (sweep / "records" / "3" / "result.json").write_text('{"status": "completed", "config": [1]}')
+    (sweep / "records" / "4").mkdir()
+    (sweep / "records" / "4" / "result.json").write_bytes(b'{"status": "comp')
+    from_files = load(sweep / "records")
+    packed = _pack(sweep)
+    assert archive.read(packed).unreadable == {"records/4/result.json": from_files["error"][4]}
+    from_archive = load(packed)
+    pd.testing.assert_frame_equal(from_archive, from_files)
+    assert from_files["status"].tolist() == ["completed", "failed", "completed", "unreadable", "unreadable",
+                                             "completed"]
+    # both forms in one folder: each run once; the folder of the archive alone; a folder of both forms
+    pd.testing.assert_frame_equal(load(sweep), from_files)
+    moved = tmp_path / "packed" / "preset"
+    moved.mkdir(parents=True)
+    packed.rename(moved / ARCHIVE_NAME)
+    expected = from_files.assign(path=[p.replace(str(sweep), str(moved)) for p in from_files["path"]])
+    pd.testing.assert_frame_equal(load(moved.parent), expected)
+    both = load([moved.parent, sweep.parent / "preset" / "records"])
+    assert len(both) == 2 * len(from_files) and set(both["path"]) == {*expected["path"], *from_files["path"]}
+
+
+def test_the_command_lines_read_and_unpack_an_archive(sweep: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    packed = tmp_path / "packed" / ARCHIVE_NAME
+    done = subprocess.run([sys.executable, "-m", "pipegnn.results.archive", "--pack", str(sweep),
+                           str(packed)], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0 and f"packed 6 files of {sweep} into {packed}" in done.stdout, done.stderr
+    assert packed.read_bytes() == _pack(sweep, tmp_path / ARCHIVE_NAME).read_bytes()
+    done = subprocess.run([sys.executable, "-m", "pipegnn.results.archive", "--unpack", str(packed),
+                           str(tmp_path / "out")], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0 and "wrote 6 files" in done.stdout, done.stderr
+    assert _json_files(tmp_path / "out") == _json_files(sweep)
+    table = subprocess.run([sys.executable, "-m", "pipegnn.results", str(packed.parent), "--columns",
+                            "chunks,status"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert table.returncode == 1 and "failed: " in table.stderr  # job 1 failed, as from the files
+    assert table.stdout.splitlines()[:5] == ["chunks  status", "     1  completed", "     2  failed",
+                                             "     4  completed", "     4  completed"]
+
+
+def _rewrite(packed: Path, edit, checksum: bool = True) -> None:
+    """Edit the lines of ``packed`` and compress them again, with a header whose count and checksum fit
+    them when ``checksum`` (as a packer with a bug would write them), else the old header."""
+    from pipegnn.integrity import stream_checksum
+
+    header, *lines = gzip.decompress(packed.read_bytes()).split(b"\n")[:-1]
+    lines = [line + b"\n" for line in edit(lines)]
+    head = json.loads(header)
+    if checksum:
+        head.update(files=len(lines), checksum=stream_checksum(lines))
+    packed.write_bytes(gzip.compress(json.dumps(head).encode() + b"\n" + b"".join(lines)))
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("truncated", "not a whole gzip stream (EOFError: Compressed file ended before the end-of-stream marker"),
+    ("flipped", "not a whole gzip stream"),
+    ("not gzip", "not a whole gzip stream (BadGzipFile: Not a gzipped file"),
+    ("edited", "content checksum crc32:"),
+    ("line lost", "5 whole lines after the header, which says 6"),
+    ("bad JSON line", "line 3: JSONDecodeError: "),
+    ("nested", "line 2: RecursionError: nested too deeply to parse"),
+    ("outside", "line 2: path '../../evil.json' is not a relative path below the archive's folder"),
+    ("twice", "line 3: path 'records/0/result.json' out of order or again"),
+    ("not an entry", "line 2: not an entry (path and json, or path and unreadable)"),
+    ("no header", "line 1 is not the header of a pipegnn.records archive"),
+])
+def test_a_damaged_archive_is_one_error_naming_it(sweep: Path, tmp_path: Path, damage: str,
+                                                  reason: str) -> None:
+    packed = _pack(sweep)
+    data = packed.read_bytes()
+    if damage == "truncated":
+        packed.write_bytes(data[:len(data) // 2])
+    elif damage == "flipped":
+        packed.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
+    elif damage == "not gzip":
+        packed.write_bytes(gzip.decompress(data))
+    elif damage == "edited":
+        _rewrite(packed, lambda lines: [lines[0].replace(b'"status":"completed"', b'"status":"completes"'),
+                                        *lines[1:]], checksum=False)
+    elif damage == "line lost":
+        _rewrite(packed, lambda lines: lines[:-1], checksum=False)
+    elif damage == "bad JSON line":
+        _rewrite(packed, lambda lines: [lines[0], lines[1][:-10], *lines[2:]])
+    elif damage == "nested":
+        _rewrite(packed, lambda lines: [b'{"path":"a.json","json":' + b"[" * 100_000 + b"]" * 100_000 + b"}"])
+    elif damage == "outside":
+        _rewrite(packed, lambda lines: [b'{"path":"../../evil.json","json":{}}'])
+    elif damage == "twice":
+        _rewrite(packed, lambda lines: [lines[0], lines[0]])
+    elif damage == "not an entry":
+        _rewrite(packed, lambda lines: [b'{"path":"a.json","json":{},"exec":"print(1)"}'])
+    elif damage == "no header":
+        packed.write_bytes(gzip.compress(b"{}\n"))
+    with pytest.raises(ArchiveError) as raised:
+        archive.read(packed)
+    assert str(raised.value).startswith(f"{packed}: {reason}") and raised.value.path == packed
+    assert not (tmp_path / "evil.json").exists()
+    # load: one unreadable row, the archive's (the record files beside it still read)
+    df = load(packed)
+    assert df[["path", "status"]].values.tolist() == [[str(packed), "unreadable"]]
+    assert df["error"][0].startswith(reason[:40])
+    done = subprocess.run([sys.executable, "-m", "pipegnn.results.archive", "--unpack", str(packed),
+                           str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 2 and done.stderr.startswith(f"error: {packed}: {reason[:40]}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_file_that_was_no_json_when_packed_is_named_not_written(sweep: Path, tmp_path: Path) -> None:
+    (sweep / "records" / "0" / "trace.json").write_bytes(b'{"traceEvents": [\xff')
+    packed = _pack(sweep)
+    written, unreadable = archive.unpack(packed, tmp_path / "out")
+    assert unreadable == {"records/0/trace.json": "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff "
+                                                  "in position 17: invalid start byte"}
+    assert len(written) == 5 and not (tmp_path / "out" / "records" / "0" / "trace.json").exists()
+    assert (load(packed)["status"] != "unreadable").all()  # a trace is no row
+    with pytest.raises(ValueError, match="is not a relative path below"):
+        archive.pack(tmp_path / ARCHIVE_NAME, {"/etc/passwd": sweep / "records" / "0" / "result.json"})
+
+
+COMMITTED = sorted(REFERENCE.glob(f"*/{ARCHIVE_NAME}"))
+
+
+def test_the_committed_archives_are_canonical(tmp_path: Path) -> None:
+    """Each committed archive is what packing its unpacked files gives (so it can be re-packed, and its
+    files diffed, without a byte changing), holds a record per run and a trace beside each, and no preset
+    holds both an archive and loose records."""
+    assert {p.parent.name for p in COMMITTED} >= {"halo_modes", "poster_offline", "historical_gap"}
+    for packed in COMMITTED:
+        assert not (packed.parent / "records").exists()
+    smallest = min(COMMITTED, key=lambda p: p.stat().st_size)
+    written, unreadable = archive.unpack(smallest, tmp_path / smallest.parent.name)
+    assert unreadable == {} and all(key.startswith("records/") for key in archive.read(smallest).paths)
+    again = archive.pack(tmp_path / ARCHIVE_NAME, archive.run_files(tmp_path / smallest.parent.name,
+                                                                    beside=("trace.json",)))
+    assert again.read_bytes() == smallest.read_bytes()
