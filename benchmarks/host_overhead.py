@@ -1,16 +1,17 @@
 """What a training step asks of the host: per step, the aten operator calls and, among them, the calls
 that force a device-to-host synchronisation on a GPU, with the step's time, side by side in one run, for
 a plain PyG loop (the same layers and loss, no pipegnn) and pipegnn's single engine at full batch and with
-exact and historical micro-batches at k = 1, 8, 32; GAT 2 layers, GCNII 16 and 64 layers.
+exact and historical micro-batches at k = 1, 8, 32; GAT 2 layers, GCNII 16 and 64 layers; on a GPU with
+``--captured`` also each case whose step can be recorded as a CUDA graph (``engine.capture=cuda_graph``:
+not historical), replayed.
 
-Counted with ``torch.profiler`` (nested calls included, so every count has one meaning for every case).
-The counts do not depend on the device: a call that synchronises on a GPU is made on the CPU too, which
-is what makes them a CPU proxy for the GPU's wait on the host. Sync-forcing calls: ``_local_scalar_dense``
-(every ``.item()``, ``int()`` or ``float()`` of a tensor), ``nonzero`` (boolean-mask indexing goes
-through it), ``masked_select``, ``unique`` and ``repeat_interleave`` (sizes computed from data). The step
-time is the median epoch of a second, unprofiled run (``--device cuda:0`` on a GPU).
+Counted with ``torch.profiler`` (nested calls included, so every count has one meaning for every case;
+which calls wait for a GPU: :mod:`pipegnn.hostcalls`). The counts do not depend on the device, which is
+what makes them a CPU proxy for the GPU's wait on the host. The step time is the median epoch of a
+second, unprofiled run (``--device cuda:0`` on a GPU).
 
     OMP_NUM_THREADS=1 python benchmarks/host_overhead.py --csv results/benchmarks/host_overhead.csv
+    python benchmarks/host_overhead.py --device cuda:0 --captured --csv OUT.csv   # on a GPU
 """
 from __future__ import annotations
 
@@ -30,11 +31,9 @@ from profile_step import profile_steps  # noqa: E402 - a sibling benchmark: the 
 
 from pipegnn import run  # noqa: E402
 from pipegnn.data import load_graph  # noqa: E402
+from pipegnn.hostcalls import HostCalls  # noqa: E402
 from pipegnn.schema import compose_config  # noqa: E402
 
-#: aten operators that read a device value on the host (or size an output by one).
-SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2",
-            "aten::unique_dim", "aten::unique_consecutive", "aten::repeat_interleave")
 #: model: config overrides.
 MODELS = {"GAT 2": ["model=gat"], "GCNII 16": ["model=gcn2", "model.layers=16"],
           "GCNII 64": ["model=gcn2", "model.layers=64"]}
@@ -47,12 +46,6 @@ CASES = {"full batch": ["chunks=1", "microbatch.halo=none"],
 def _layers(model: str) -> int:
     """The depth of a :data:`MODELS` entry (2 unless it sets ``model.layers``)."""
     return int(next((o.split("=")[1] for o in MODELS[model] if o.startswith("model.layers=")), 2))
-
-
-def counts(events: dict[str, int]) -> tuple[int, int]:
-    """Aten calls and sync-forcing calls among ``events`` (operator name -> calls)."""
-    aten = sum(n for name, n in events.items() if name.startswith("aten::"))
-    return aten, sum(events.get(name, 0) for name in SYNC_OPS)
 
 
 def _plain_model(name: str, cfg: dict, in_dim: int, classes: int) -> torch.nn.Module:
@@ -125,20 +118,21 @@ def plain_pyg(overrides: list[str], epochs: int, device: torch.device) -> dict:
         optimizer.step()
     for e in opt.key_averages():
         events[e.key] = events.get(e.key, 0) - e.count
-    aten, sync = counts(events)
-    return {"aten_calls": aten, "sync_calls": sync, "step_s": statistics.median(seconds)}
+    calls = HostCalls.of(events)
+    return {"aten_calls": calls.aten, "sync_calls": calls.syncs, "step_s": statistics.median(seconds)}
 
 
-def pipegnn_case(overrides: list[str], epochs: int) -> dict:
-    """Per training step of pipegnn's single engine: aten and sync-forcing calls (profiled run), and the
-    median epoch's training step time of an unprofiled run."""
+def pipegnn_case(overrides: list[str], epochs: int, captured: bool = False) -> dict:
+    """Per training step of pipegnn's single engine (``captured``: recorded once, replayed): aten and
+    sync-forcing calls (profiled run), and the median epoch's training step time of an unprofiled run."""
     common = ["engine=single", "microbatch.targets=all", "model.dropout=0", "engine.timeline=false",
-              *overrides]
-    _, calls, steps, record = profile_steps(common, epochs + 1)
-    aten, sync = counts({op: n / steps for op, n in calls.items()})
-    timed = run(compose_config([f"train.epochs={epochs + 1}", *common]))
-    return {"aten_calls": aten, "sync_calls": sync, "step_s": timed["timing"]["epoch_time_median_s"],
-            "inflation": record["microbatch"].get("inflation")}
+              *overrides, *(["engine.capture=cuda_graph"] if captured else [])]
+    warmup = 2 if captured else 1  # a captured run's second step records the graph
+    _, ops, steps, record = profile_steps(common, epochs + warmup, warmup=warmup)
+    calls = HostCalls.of({op: n / steps for op, n in ops.items()})
+    timed = run(compose_config([f"train.epochs={epochs + warmup}", *common]))
+    return {"aten_calls": calls.aten, "sync_calls": calls.syncs,
+            "step_s": timed["timing"]["epoch_time_median_s"], "inflation": record["microbatch"].get("inflation")}
 
 
 def measure(args: argparse.Namespace) -> pd.DataFrame:
@@ -153,8 +147,12 @@ def measure(args: argparse.Namespace) -> pd.DataFrame:
         for case in cases:
             rows.append({"model": model, "case": case, **pipegnn_case([*base, *CASES[case]], args.epochs)})
             print(f"{model}, {case}: {rows[-1]}", file=sys.stderr, flush=True)
+            if args.captured and not case.startswith("historical"):
+                rows.append({"model": model, "case": f"{case}, captured",
+                             **pipegnn_case([*base, *CASES[case]], args.epochs, captured=True)})
+                print(f"{model}, {case}, captured: {rows[-1]}", file=sys.stderr, flush=True)
     table = pd.DataFrame(rows)
-    table["micro_batches"] = [int(c.split("k=")[1]) if "k=" in c else 1 for c in table.case]
+    table["micro_batches"] = [int(c.split("k=")[1].split(",")[0]) if "k=" in c else 1 for c in table.case]
     table["aten_per_micro_batch_layer"] = table.aten_calls / (table.micro_batches * table.model.map(_layers))
     return table
 
@@ -168,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="exact halos at k > 1 only up to this depth (deeper, a micro-batch's halo is "
                         "nearly the whole graph: results/benchmarks/depth_synthetic.txt)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda:0 for the times on a GPU")
+    parser.add_argument("--captured", action="store_true",
+                        help="also each non-historical case recorded as a CUDA graph and replayed (a GPU only)")
     parser.add_argument("--csv", type=Path)
     parser.add_argument("overrides", nargs="*", help="config overrides for every case (e.g. a dataset)")
     args = parser.parse_args(argv)

@@ -27,7 +27,7 @@ import torch
 from torch.profiler import ProfilerAction, profile
 
 from pipegnn import run
-from pipegnn.engines.base import Engine
+from pipegnn.engines import Engine, Replayed
 from pipegnn.schema import compose_config
 
 #: case name: overrides.
@@ -40,10 +40,12 @@ CASES = {
 }
 
 
-def profile_steps(overrides: list[str],
-                  epochs: int) -> tuple[dict[str, float], dict[str, int], int, dict[str, Any]]:
-    """Self CPU seconds and calls per operator summed over the training steps after the first (a
-    warm-up), the number of steps profiled, and the run's record."""
+def profile_steps(overrides: list[str], epochs: int,
+                  warmup: int = 1) -> tuple[dict[str, float], dict[str, int], int, dict[str, Any]]:
+    """Self CPU seconds and calls per operator summed over the training steps after the first
+    ``warmup`` (with ``engine.capture=cuda_graph``: 2, the eager step and the recording), the number of
+    steps profiled, and the run's record. A step is the engine's (``Engine.train_step``) or, captured,
+    the replayed one (``Replayed.train_step``, the optimizer's step included)."""
     totals: dict[str, float] = defaultdict(float)
     calls: dict[str, int] = defaultdict(int)
     steps = 0
@@ -62,26 +64,30 @@ def profile_steps(overrides: list[str],
     # so exactly the steps are recorded (the epoch's evaluation falls in a "none" step).
     prof = profile(schedule=lambda step: ProfilerAction.RECORD_AND_SAVE if step % 2 else ProfilerAction.NONE,
                    on_trace_ready=collect)
-    original = Engine.train_step
     seen = 0
 
-    def train_step(self: Engine, *args: Any, **kwargs: Any) -> float:
-        nonlocal seen
-        seen += 1
-        if seen == 1:  # the warm-up step is not profiled
-            return original(self, *args, **kwargs)
-        prof.step()
-        try:
-            return original(self, *args, **kwargs)
-        finally:
+    def profiled(original: Any) -> Any:
+        def train_step(self: Any, *args: Any, **kwargs: Any) -> float:
+            nonlocal seen
+            seen += 1
+            if seen <= warmup:  # warm-up steps are not profiled
+                return original(self, *args, **kwargs)
             prof.step()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                prof.step()
+        return train_step
 
-    Engine.train_step = train_step  # benchmark-only instrumentation of the engines' common step
+    originals = {cls: cls.train_step for cls in (Engine, Replayed)}
+    for cls, original in originals.items():  # benchmark-only instrumentation of the steps
+        cls.train_step = profiled(original)
     try:
         with prof:
             record = run(compose_config([f"train.epochs={epochs}", *overrides]))
     finally:
-        Engine.train_step = original
+        for cls, original in originals.items():
+            cls.train_step = original
     if record["status"] != "completed":
         raise RuntimeError(f"{overrides}: {record['status']}: {record['error']}")
     return dict(totals), dict(calls), steps, record

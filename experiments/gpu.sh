@@ -4,11 +4,12 @@
 # folder of their own, then:
 #   experiments/gpu.sh test [PYTEST ARGS]   the `gpu` tests (tests/test_cuda.py: exactness on cuda:0,
 #                                           CUDA-event timelines, device memory, CUDA OOM records, bf16,
-#                                           pipelining on one GPU)
+#                                           pipelining on one GPU; tests/engines/test_capture.py:
+#                                           replayed CUDA graphs against eager steps)
 #   experiments/gpu.sh run [TRAIN ARGS]     experiments/train.py, e.g. `-m experiment=poster_pubmed devices=gpu`
 #   experiments/gpu.sh bench SCRIPT [ARGS]  benchmarks/SCRIPT, e.g. the depth map on the machine's CPU cores:
 #                                           `bench depth.py --stage-threads 8 --datasets synthetic ...`
-#   experiments/gpu.sh check OUTDIR         the GPU check, first thing a session lent a GPU runs (at most 6
+#   experiments/gpu.sh check OUTDIR         the GPU check, first thing a session lent a GPU runs (at most 7
 #                                           minutes; experiments/gpu_check.sh): tests, figures, 2 files
 #                                           in OUTDIR; `check OUTDIR --dry-run` runs it on a CPU machine
 # PYTHON picks the interpreter (default python3); SITE the wheels' folder (default /tmp/pipegnn-site).
@@ -30,7 +31,7 @@ print('torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_dev
 what=${1:-test}
 shift || true
 case "$what" in
-  test) exec "$py" -m pytest -m gpu tests/test_cuda.py "$@" ;;
+  test) exec "$py" -m pytest -m gpu tests/test_cuda.py tests/engines/test_capture.py "$@" ;;
   run) exec "$py" experiments/train.py "$@" ;;
   bench) script=${1:?usage: experiments/gpu.sh bench SCRIPT [ARGS]}; shift; exec "$py" "benchmarks/$script" "$@" ;;
   check) PYTHON=$py exec experiments/gpu_check.sh "$@" ;;

@@ -11,6 +11,7 @@ from pipegnn.backends import FRAMEWORKS
 from pipegnn.backends.base import check_aggregation
 from pipegnn.data import DATASETS, STORAGE, Graph
 from pipegnn.engines import CHECKPOINT_MODES, ENGINES, SCHEDULES, even_balance, parse_device, unit_balance
+from pipegnn.engines.capture import CAPTURES, capture_problems
 from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch import HALO_DROPOUTS, HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER, units_per_layer
@@ -88,6 +89,7 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     _seed(cfg["microbatch"]["seed"], "microbatch.seed")
     engine = cfg["engine"]
     _check_timeline(engine)
+    _check_capture(cfg)
     _positive_int(engine.get("threads"), "engine.threads", null="torch's default (threads per process)")
     if engine["name"] == "single":
         _device(engine["device"], "engine.device")
@@ -178,6 +180,16 @@ def _check_timeline(engine: Mapping[str, Any]) -> None:
     if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
         raise ConfigError(f"engine.trace_epoch must be an epoch number >= 0 (or null: no trace), got "
                           f"{epoch!r}")
+
+
+def _check_capture(cfg: Mapping[str, Any]) -> None:
+    """``engine.capture``: a choice, and ``cuda_graph`` only where a step can be recorded."""
+    capture = cfg["engine"]["capture"]
+    check_choice(capture, CAPTURES, "engine.capture")
+    problems = capture_problems(cfg) if capture == "cuda_graph" else []
+    if problems:
+        raise ConfigError("engine.capture=cuda_graph cannot record this run's training step: "
+                          + "; ".join(problems) + ". Use engine.capture=none (eager steps)")
 
 
 def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[int]) -> None:

@@ -16,7 +16,7 @@ from torch import Tensor
 from pipegnn.config import TTA_FRACTION
 from pipegnn.data import Graph
 from pipegnn.data.features import DiskFeatureStore
-from pipegnn.engines import IGNORE, Engine
+from pipegnn.engines import IGNORE, Engine, Replayed
 from pipegnn.measure import timed
 from pipegnn.microbatch import MicroBatchPlan
 from pipegnn.microbatch.history import epoch_figures, stage_medians
@@ -39,7 +39,8 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
     ``pipeline`` figures; with ``state_path``, resume from the checkpoint there (``resume=true``) and save
     one every ``train.checkpoint_every``."""
     train_cfg = cfg["train"]
-    optimizer = _optimizer(model, train_cfg)
+    captured = cfg["engine"]["capture"] == "cuda_graph"
+    optimizer = _optimizer(model, train_cfg, capturable=captured)
     every = train_cfg.get("checkpoint_every")
     epochs = record["epochs"]
     if cfg.get("resume") and state_path is not None:
@@ -60,16 +61,20 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
     if trace_epoch is not None:
         trace_epoch = min(int(trace_epoch), int(train_cfg["epochs"]) - 1)
     patience, monitor = train_cfg.get("patience"), train_cfg.get("monitor", "val_acc")
+    replayed = Replayed(engine, optimizer, train_ids, train_labels, num_labelled, eval_ids) if captured else None
     for epoch in range(len(epochs), int(train_cfg["epochs"])):
         model.train()
-        if optimizer is not None:
+        if optimizer is not None and replayed is None:
             optimizer.zero_grad(set_to_none=True)
         before = store.read_stats() if store is not None else None  # feature file reads so far
         with timed(engine.devices) as step:
             model.tick()  # a new step for the caches (ages count steps; per-node masks drawn anew)
-            loss = engine.train_step(train_ids, train_labels, num_labelled)
-            if optimizer is not None:
-                optimizer.step()
+            if replayed is not None:  # the optimizer's step is part of the recorded step
+                loss = replayed.train_step()
+            else:
+                loss = engine.train_step(train_ids, train_labels, num_labelled)
+                if optimizer is not None:
+                    optimizer.step()
         boxes = engine.step_boxes()
         history = engine.history_per_stage(model) if historical else None
         trained = store.read_stats() if store is not None else None
@@ -78,7 +83,11 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
         model.eval()
         with timed(engine.devices) as evaluation:
             # Historical mode evaluates layer-wise, which also refreshes every cached row.
-            logits = (engine.refresh(model, eval_ids) if historical else engine.predict(eval_ids)).to(out)
+            if historical:
+                logits = engine.refresh(model, eval_ids)
+            else:
+                logits = engine.predict(eval_ids) if replayed is None else replayed.predict()
+            logits = logits.to(out)
             correct = logits.argmax(1) == eval_labels
         acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
         val_loss = float(F.cross_entropy(logits[masks["val"]].float(), eval_labels[masks["val"]]))
@@ -115,7 +124,8 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
                        "best_epoch": best["epoch"],
                        "stopped_epoch": stopped,
                        "time_to_accuracy": time_to_accuracy(epochs, train_cfg.get("target_val_acc"))}
-    timed_epochs = epochs[1:] or epochs  # the first epoch is a warm-up
+    # the first epoch is a warm-up; with a captured step, so is the second (it records the graph)
+    timed_epochs = epochs[2 if replayed is not None else 1:] or epochs
     record["timing"].update(
         epoch_time_median_s=statistics.median(e["epoch_time_s"] for e in timed_epochs),
         eval_time_median_s=statistics.median(e["eval_time_s"] for e in timed_epochs))
@@ -139,10 +149,12 @@ def best_epoch(epochs: list[dict[str, Any]], monitor: str = "val_acc") -> dict[s
     return max(epochs, key=lambda e: e["val_acc"])
 
 
-def _optimizer(model: torch.nn.Module, train_cfg: dict[str, Any]) -> torch.optim.Optimizer | None:
+def _optimizer(model: torch.nn.Module, train_cfg: dict[str, Any],
+               capturable: bool = False) -> torch.optim.Optimizer | None:
     """Adam over this process's parameters (None when it holds none: a pipeline rank may hold only the
     first layer's input rows and dropout), with ``train.conv_weight_decay``, when set, on the
-    message-passing layers' parameters and ``train.weight_decay`` on the others (GCNII's Linear)."""
+    message-passing layers' parameters and ``train.weight_decay`` on the others (GCNII's Linear);
+    ``capturable``: its step can be recorded in a CUDA graph (``engine.capture``)."""
     decay, conv_decay = float(train_cfg["weight_decay"]), train_cfg.get("conv_weight_decay")
     layers: list[torch.nn.Parameter] = []
     dense: list[torch.nn.Parameter] = []
@@ -151,7 +163,7 @@ def _optimizer(model: torch.nn.Module, train_cfg: dict[str, Any]) -> torch.optim
     groups = [{"params": dense, "weight_decay": decay},
               {"params": layers, "weight_decay": decay if conv_decay is None else float(conv_decay)}]
     groups = [g for g in groups if g["params"]]
-    return torch.optim.Adam(groups, lr=float(train_cfg["lr"])) if groups else None
+    return torch.optim.Adam(groups, lr=float(train_cfg["lr"]), capturable=capturable) if groups else None
 
 
 def _feature_reads(before: dict[str, int], trained: dict[str, int],

@@ -115,6 +115,7 @@ class SingleEngineConfig:
     threads: Optional[int] = MISSING
     timeline: bool = MISSING
     trace_epoch: Optional[int] = MISSING
+    capture: str = MISSING
 
 
 @dataclass
@@ -127,6 +128,7 @@ class GPipeEngineConfig:
     threads: Optional[int] = MISSING
     timeline: bool = MISSING
     trace_epoch: Optional[int] = MISSING
+    capture: str = MISSING
 
 
 @dataclass
@@ -147,6 +149,7 @@ class PipeliningEngineConfig:
     threads: Optional[int] = MISSING
     timeline: bool = MISSING
     trace_epoch: Optional[int] = MISSING
+    capture: str = MISSING
 
 
 @dataclass

@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from pipegnn.errors import ConfigError
+from pipegnn.microbatch.current import computing
 from pipegnn.models.base import StagedGNN
 
 __all__ = ["AUTO", "auto_balance", "even_balance", "mask_draw_costs", "measure_unit_costs", "per_stage_balance",
@@ -118,7 +119,8 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
                     x = tuple(t.detach().requires_grad_(t.requires_grad) for t in x)
                     _sync(device)
                     start = time.perf_counter()
-                    y = unit(x)
+                    with computing(m):
+                        y = unit(x)
                     outputs = [t for t in y if t.requires_grad and t.grad_fn is not None]
                     if outputs:
                         torch.autograd.backward(outputs, [torch.ones_like(t) for t in outputs])

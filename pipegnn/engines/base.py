@@ -10,7 +10,7 @@ from torch import Tensor
 
 from pipegnn.microbatch.history import per_stage
 from pipegnn.models.base import StagedGNN
-from pipegnn.models.units import Transform
+from pipegnn.models.transform import Transform
 from pipegnn.timeline import Box, PipelineInfo, Timeline
 
 __all__ = ["IGNORE", "Engine", "exact_loss", "parse_device"]
@@ -65,6 +65,7 @@ class Engine:
     #: the once-per-step first transform computes each row when a micro-batch first needs it
     #: (:meth:`Transform.begin_step`), not all rows before the first micro-batch
     lazy_first = False
+    _id_tensors: dict[tuple, Tensor] | None = None  # id_tensor's, per set of ids and grad mode
 
     @property
     def input_device(self) -> torch.device:
@@ -79,10 +80,23 @@ class Engine:
 
     def id_tensor(self, ids: Tensor) -> Tensor:
         """Micro-batch ids as the pipe carries them: float (exact below 2**24), requiring grad while
-        training, because torchgpipe back-propagates through every output of a checkpointed stage."""
-        return ids.to(self.input_device, torch.float32).requires_grad_(torch.is_grad_enabled())
+        training, because torchgpipe back-propagates through every output of a checkpointed stage.
+        Made once per set of ids and kept on the device: a copy from host memory each step would wait
+        for the device (the units never read its values: :mod:`pipegnn.microbatch.current`)."""
+        grad = torch.is_grad_enabled()
+        key = (tuple(ids.tolist()), grad)
+        if self._id_tensors is None:
+            self._id_tensors = {}
+        if key not in self._id_tensors:
+            self._id_tensors[key] = ids.to(self.input_device, torch.float32).requires_grad_(grad)
+        return self._id_tensors[key]
 
     def train_step(self, ids: Tensor, labels: Tensor, num_targets: int) -> float:
+        """One training step (:meth:`step_loss`), its loss read on the host: the step's one wait for
+        the device."""
+        return float(self.step_loss(ids, labels, num_targets))
+
+    def step_loss(self, ids: Tensor, labels: Tensor, num_targets: int) -> Tensor:
         """Forward and backward over all micro-batches; gradients accumulate in the parameters.
 
         The loss is :func:`exact_loss`, so the accumulated gradient equals the full-batch mean-loss
@@ -95,7 +109,8 @@ class Engine:
             num_targets: number of labelled targets over all micro-batches.
 
         Returns:
-            The mean training loss over the labelled targets.
+            The mean training loss over the labelled targets, a scalar on the output device (not read
+            on the host here).
         """
         if self.timeline is not None:
             self.timeline.begin()
@@ -109,7 +124,7 @@ class Engine:
             loss.backward()
             total += loss.detach()
         self.end_first()
-        return float(total)
+        return total
 
     def begin_first(self, ids: Tensor) -> None:
         """Run the first layer's transform once for the step's micro-batches ``ids`` (if this process

@@ -7,8 +7,10 @@ import torch
 from torch import Tensor
 from torchgpipe import GPipe
 from torchgpipe.checkpoint import is_recomputing
+from torchgpipe.skip.tracker import current_skip_tracker
 
 from pipegnn.engines.base import Engine
+from pipegnn.microbatch.current import resolving
 from pipegnn.models.base import StagedGNN
 from pipegnn.timeline import HookProbe, PipelineInfo, Timeline
 
@@ -53,4 +55,31 @@ class GPipeEngine(Engine):
     def outputs(self, ids: Tensor) -> Iterator[Tensor]:
         if ids.numel() != self.chunks:
             raise ValueError(f"GPipe engine runs {self.chunks} micro-batches per call, got {ids.numel()}")
-        yield self.pipe((self.id_tensor(ids),))[0]
+        # installed until the step's backward is done: checkpointed partitions recompute in it
+        with resolving(_StepIds(ids.tolist())):
+            yield self.pipe((self.id_tensor(ids),))[0]
+
+
+class _StepIds:
+    """The micro-batch a unit computes in a GPipe step, from host metadata only.
+
+    torchgpipe runs each micro-batch's every partition, and its recomputation, under the micro-batch's
+    own skip tracker (a thread-local it sets in its worker threads). The first unit of a micro-batch to
+    ask runs in the first partition, whose input is the micro-batch's chunk of the step's id tensor
+    (``torch.chunk``: a view whose storage offset is its position in the step); the answer is kept by
+    tracker for the micro-batch's later partitions, whose ids may have been copied to another device.
+
+    Args:
+        order: the step's micro-batch ids, in the order the pipe's input holds them.
+    """
+
+    def __init__(self, order: list[int]):
+        self.order = order
+        self.by_tracker: dict[object, int] = {}
+
+    def __call__(self, ids: Tensor) -> int:
+        tracker = current_skip_tracker()
+        m = self.by_tracker.get(tracker)
+        if m is None:
+            m = self.by_tracker[tracker] = self.order[ids.storage_offset()]
+        return m

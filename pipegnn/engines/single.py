@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from pipegnn.engines.base import Engine
+from pipegnn.microbatch.current import computing
 from pipegnn.models.base import StagedGNN
 from pipegnn.timeline import HookProbe, PipelineInfo, Timeline
 
@@ -37,6 +38,8 @@ class SingleEngine(Engine):
             HookProbe(self.timeline, [self.model])
 
     def outputs(self, ids: Tensor) -> Iterator[Tensor]:
-        ids = self.id_tensor(ids)
-        for i in range(ids.numel()):
-            yield self.model((ids[i:i + 1],))[0]
+        carried = self.id_tensor(ids)
+        for i, m in enumerate(ids.tolist()):
+            with computing(m):
+                logits = self.model((carried[i:i + 1],))[0]
+            yield logits

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.pipelining import PipelineStage
 
+from pipegnn.microbatch.current import computing
 from pipegnn.models.base import Unit
 from pipegnn.timeline import Timeline
 
@@ -76,8 +77,9 @@ class PipeStage(nn.Module):
         rows: tuple[Tensor, ...] = () if self.rows_in is None else tuple(
             t[:n[m]].to(self.device) for t, n in zip(inputs, self.rows_in))
         x = (*rows, self._id(m))
-        for unit in self.units:
-            x = unit(x)
+        with computing(m):
+            for unit in self.units:
+                x = unit(x)
         out = [F.pad(h, (0, 0, 0, pad[m] - h.size(0))) for h, pad in zip(x[:-1], self.pad)]
         return out[0] if self.last else tuple(h.to(self.transport) for h in out)
 

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from pipegnn.dropout import fill_mask_
+from pipegnn.hostcalls import read_on_host
 
 __all__ = ["HALO_DROPOUTS", "History", "epoch_figures", "per_stage", "stage_medians"]
 
@@ -42,7 +43,8 @@ class History(nn.Module):
         self.register_buffer("written", torch.full((num_nodes,), -1, dtype=torch.long), persistent=False)
         self.step = 0
         self._filled = False  # every row written at least once
-        self._ages: dict[int, tuple[float, int]] = {}  # micro-batch -> (sum of ages, rows) this step
+        # micro-batch -> (sum of ages, on the device: read once per step, by whoever reports; rows) this step
+        self._ages: dict[int, tuple[Tensor, int]] = {}
         self._pushed: dict[int, int] = {}  # micro-batch -> rows pushed this step
         self.node_dropout = node_dropout
         # this step's dropout mask, kept entries already scaled (0 or 1 / (1 - p) per node and feature, in
@@ -108,7 +110,7 @@ class History(nn.Module):
             self._filled = bool((self.written >= 0).all())
         if micro_batch is not None and micro_batch not in self._ages:
             written = self.written.index_select(0, nodes)
-            self._ages[micro_batch] = (float((self.step - written).sum()), nodes.numel())
+            self._ages[micro_batch] = ((self.step - written).sum(), nodes.numel())
         return self.rows.index_select(0, nodes)
 
     def dropout(self, nodes: Tensor, h: Tensor) -> Tensor:
@@ -143,19 +145,28 @@ class History(nn.Module):
                                                      self.node_dropout))
             self._drawn.index_fill_(0, new, self.step)
 
-    def staleness(self) -> float:
-        """Mean age in steps of the rows pulled during the current step (0 when none)."""
-        total = sum(a for a, _ in self._ages.values())
-        count = sum(n for _, n in self._ages.values())
-        return total / count if count else 0.0
+    def age_sum(self) -> Tensor:
+        """The summed ages (steps) of the rows pulled during the current step: a 0-d integer tensor on
+        the cache's device, not read on the host (:meth:`staleness` reads it)."""
+        if not self._ages:
+            return self.written.new_zeros(())
+        return torch.stack([a for a, _ in self._ages.values()]).sum()
 
-    def traffic(self) -> dict[str, float]:
+    def staleness(self, age_sum: float | None = None) -> float:
+        """Mean age in steps of the rows pulled during the current step (0 when none); ``age_sum``:
+        :meth:`age_sum` already read on the host (else read here: a wait for the device)."""
+        count = sum(n for _, n in self._ages.values())
+        if not count:
+            return 0.0
+        return (read_on_host(self.age_sum()) if age_sum is None else age_sum) / count
+
+    def traffic(self, age_sum: float | None = None) -> dict[str, float]:
         """The current training step's rows (and bytes) pulled from and pushed to this cache, and the
-        pulled rows' mean age (:meth:`staleness`)."""
+        pulled rows' mean age (:meth:`staleness`, given ``age_sum``)."""
         pulled = sum(n for _, n in self._ages.values())
         pushed = sum(self._pushed.values())
         row = self.rows.size(1) * self.rows.element_size()
-        return {"staleness": self.staleness(), "pulled_rows": pulled, "pushed_rows": pushed,
+        return {"staleness": self.staleness(age_sum), "pulled_rows": pulled, "pushed_rows": pushed,
                 "pulled_bytes": pulled * row, "pushed_bytes": pushed * row}
 
 

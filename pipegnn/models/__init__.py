@@ -11,7 +11,8 @@ from pipegnn.models.gcn2 import gcn2_stack
 from pipegnn.models.precision import PRECISIONS
 from pipegnn.models.sage import sage_layers
 from pipegnn.models.spec import LayerSpec, Stack
-from pipegnn.models.units import Propagate, Readout, Transform, Unit
+from pipegnn.models.transform import Transform
+from pipegnn.models.units import Propagate, Readout, Unit
 
 __all__ = ["FIRST_TRANSFORMS", "MODELS", "PRECISIONS", "UNITS_PER_LAYER", "LayerSpec", "Propagate", "Readout",
            "Stack", "StagedGNN", "Transform", "Unit", "build_model", "layerwise", "model_stack", "units_per_layer"]

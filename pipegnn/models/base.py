@@ -17,11 +17,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pipegnn.hostcalls import read_on_host
+from pipegnn.microbatch.current import computing
 from pipegnn.microbatch.history import History
 from pipegnn.microbatch.plan import MicroBatchPlan
 from pipegnn.models.precision import autocast_dtype
 from pipegnn.models.spec import UNITS_PER_LAYER, LayerSpec, Stack
-from pipegnn.models.units import Propagate, Readout, Transform, Unit
+from pipegnn.models.transform import Transform
+from pipegnn.models.units import Propagate, Readout, Unit
 
 __all__ = ["FIRST_TRANSFORMS", "UNITS_PER_LAYER", "StagedGNN", "layerwise"]
 
@@ -113,8 +116,14 @@ class StagedGNN(nn.Sequential):
         return sum(h.staleness() for h in histories) / len(histories) if histories else None
 
     def history_traffic(self) -> dict[str, dict[str, float]]:
-        """Per unit with a history cache (by name), the current step's :meth:`History.traffic`."""
-        return {u.name: u.history.traffic() for u in self.transforms() if u.history is not None}
+        """Per unit with a history cache (by name), the current step's :meth:`History.traffic`; every
+        cache's ages read on the host at once (one wait for the device, however many caches)."""
+        caches = {u.name: u.history for u in self.transforms() if u.history is not None}
+        if not caches:
+            return {}
+        device = next(iter(caches.values())).rows.device
+        sums = read_on_host(torch.stack([h.age_sum().to(device) for h in caches.values()]))
+        return {name: h.traffic(float(s)) for (name, h), s in zip(caches.items(), sums)}
 
     @property
     def num_layers(self) -> int:
@@ -172,16 +181,19 @@ def layerwise(units: list[Unit], ids: Tensor, inputs: list[tuple[Tensor, ...]]) 
     Returns:
         Per micro-batch, what the last of ``units`` hands on, without the id.
     """
-    outs = inputs
+    outs, order = inputs, ids.tolist()
     for unit in units:
         device = unit.device
         moved = [tuple(t.to(device) for t in out) for out in outs]
         history = getattr(unit, "history", None)
         if history is not None:
-            for m, out in zip(ids.tolist(), moved):
+            for m, out in zip(order, moved):
                 history.push(unit.read[m][:unit.initial_rows[m]], out[0])
         mb_ids = ids.to(device, torch.float32)
-        outs = [unit((*out, mb_ids[i:i + 1]))[:-1] for i, out in enumerate(moved)]
+        outs = []
+        for i, (m, out) in enumerate(zip(order, moved)):
+            with computing(m):
+                outs.append(unit((*out, mb_ids[i:i + 1]))[:-1])
     return outs
 
 

@@ -1,0 +1,128 @@
+"""``engine.capture=cuda_graph``: the single engine's whole training step and its evaluation pass, each
+recorded once as a CUDA graph and replayed, so that a step costs the host one launch and one read.
+
+A plan is static (the same micro-batches and shapes every epoch) and a training step waits for the
+device only for its loss (:mod:`pipegnn.microbatch.current`, ``tests/test_hostcalls.py``), so every
+kernel of a step (each micro-batch's forward and backward, the once-per-step first transform, Adam with
+``capturable=True``) can be recorded once (``torch.cuda.graph``) and replayed by one call. Dropout
+draws new masks on every replay (torch's graph-safe RNG).
+
+Epochs: the first runs eagerly on a side stream (what torch asks before a capture: lazily built
+structures, index caches and library workspaces exist afterwards); the second records the graph, then
+replays it (so it also trains); later ones replay. The evaluation graph is recorded at the first
+evaluation after the training graph, in the same memory pool.
+
+What cannot be captured is refused before training (:func:`capture_problems`), each with its reason.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor
+
+from pipegnn.engines.base import Engine
+
+__all__ = ["CAPTURES", "Replayed", "capture_problems"]
+
+#: ``engine.capture``: ``none`` (eager steps) or ``cuda_graph``.
+CAPTURES = ("none", "cuda_graph")
+
+
+def capture_problems(cfg: Mapping[str, Any]) -> list[str]:
+    """Why ``engine.capture=cuda_graph`` cannot record this run's steps (empty: it can)."""
+    engine, problems = cfg["engine"], []
+    if engine["name"] != "single":
+        why = {"gpipe": "torchgpipe computes in worker threads, each on its own stream",
+               "pipelining": "its stages exchange tensors between processes through torch.distributed"}
+        problems.append(f"engine={engine['name']}: only the single engine's step can be recorded ("
+                        f"{why.get(engine['name'], 'not one stream of one thread')})")
+    elif not str(engine["device"]).startswith("cuda"):
+        problems.append(f"engine.device={engine['device']}: CUDA graphs need a CUDA device")
+    if engine["timeline"]:
+        problems.append("engine.timeline=true: the timeline reads host clocks between micro-batches; "
+                        "set engine.timeline=false")
+    if cfg["microbatch"]["halo"] == "historical":
+        problems.append("microbatch.halo=historical: the history caches count ages and draw masks on the "
+                        "host every step")
+    if cfg["data"]["features"] != "memory":
+        problems.append(f"data.features={cfg['data']['features']}: rows read from a file on the host each "
+                        "step")
+    if cfg["framework"]["name"] != "pyg":
+        problems.append(f"framework={cfg['framework']['name']}: its kernels are not known to be "
+                        "capturable (only PyG's message passing is)")
+    if cfg["model"]["aggregation"] not in (None, "messages"):
+        problems.append(f"model.aggregation={cfg['model']['aggregation']}: torch's sparse CSR kernels are "
+                        "not known to be capturable")
+    if cfg["train"]["precision"] != "fp32":
+        problems.append(f"train.precision={cfg['train']['precision']}: autocast's weight cache cannot live "
+                        "across replays")
+    return problems
+
+
+class Replayed:
+    """A single engine's training step (with the optimizer's) and evaluation pass as CUDA graphs.
+
+    Args:
+        engine: the single engine, on a CUDA device.
+        optimizer: its optimizer, built with ``capturable=True`` (or None: no parameters to step).
+        ids, labels, num_targets: the training step's arguments (:meth:`Engine.step_loss`), the
+            same every step.
+        eval_ids: the evaluation pass's micro-batches.
+    """
+
+    def __init__(self, engine: Engine, optimizer: torch.optim.Optimizer | None, ids: Tensor, labels: Tensor,
+                 num_targets: int, eval_ids: Tensor):
+        self.engine, self.optimizer = engine, optimizer
+        self.ids, self.labels, self.num_targets, self.eval_ids = ids, labels, num_targets, eval_ids
+        self.device = engine.input_device
+        self.steps = 0
+        self._train: torch.cuda.CUDAGraph | None = None
+        self._loss: Tensor | None = None
+        self._eval: torch.cuda.CUDAGraph | None = None
+        self._logits: Tensor | None = None
+
+    @property
+    def recording_epoch(self) -> int:
+        """The epoch (of this run's steps, from 0) whose step records the training graph."""
+        return 1
+
+    def _step(self) -> Tensor:
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)  # backward assigns the gradients: replays too
+        loss = self.engine.step_loss(self.ids, self.labels, self.num_targets)
+        if self.optimizer is not None:
+            self.optimizer.step()
+        return loss
+
+    def train_step(self) -> float:
+        """One training step, optimizer included: eager on a side stream (the first), recorded and
+        replayed (the second), replayed (later). Returns the loss, read on the host."""
+        self.steps += 1
+        if self.steps == 1:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                loss = self._step()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            return float(loss)
+        if self._train is None:
+            self._train = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self._train):
+                self._loss = self._step()
+        self._train.replay()
+        return float(self._loss)
+
+    @torch.no_grad()
+    def predict(self) -> Tensor:
+        """The evaluation pass's logits (:meth:`Engine.predict`): eager until the training graph exists,
+        then recorded once (in its memory pool) and replayed. The tensor is the graph's output: read it
+        before the next call."""
+        if self._train is None:
+            return self.engine.predict(self.eval_ids)
+        if self._eval is None:
+            self._eval = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self._eval, pool=self._train.pool()):
+                self._logits = self.engine.predict(self.eval_ids)
+        self._eval.replay()
+        return self._logits
