@@ -14,9 +14,6 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterable
 
-import torch
-from torch import Tensor
-
 __all__ = ["BLOCK_BYTES", "CHECKSUM", "content_checksum", "crc32", "file_checksum", "seal", "stream_checksum",
            "unsealed"]
 
@@ -49,7 +46,9 @@ def _walk(obj: Any, crc: int) -> int:
         for item in obj:
             crc = _walk(item, crc)
         return crc
-    if isinstance(obj, Tensor):
+    import torch  # here, not at import: reading an archive of JSON needs no torch
+
+    if isinstance(obj, torch.Tensor):
         t = obj.detach().cpu().contiguous()
         crc = zlib.crc32(f"{t.dtype}{tuple(t.shape)}".encode(), crc)
         return zlib.crc32(t.view(-1).view(torch.uint8).numpy(), crc) if t.numel() else crc

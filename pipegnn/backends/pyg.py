@@ -168,7 +168,12 @@ class PygBackend(Adapter):
         rows: tuple = ((h, h[:num_dst]),) if isinstance(conv, (GATConv, SAGEConv)) else (h,)
         if initial is not None:
             rows = (*rows, initial)
+        kwargs = {}
+        if isinstance(conv, GATConv):  # plain edges and the sizes: EdgeIndex's Python dispatch costs
+            # GAT about a fifth of its aten calls (benchmarks/host_overhead.py), and GATConv takes sizes
+            kwargs["size"] = (edge_index.sparse_size(0), num_dst)
+            edge_index = edge_index.as_tensor()
         args = (*rows, edge_index) if edge_weight is None else (*rows, edge_index, edge_weight)
         if not cast:
-            return conv(*args)
-        return functional_call(conv, {name: p.to(low) for name, p in conv.named_parameters()}, args)
+            return conv(*args, **kwargs)
+        return functional_call(conv, {name: p.to(low) for name, p in conv.named_parameters()}, args, kwargs)

@@ -26,6 +26,9 @@ __all__ = ["INCOMPLETE", "VOLATILE_KEYS", "Job", "SweepPlanError", "comparable_c
 
 #: Top-level config keys that do not change what a run computes, ignored when resuming.
 VOLATILE_KEYS = ("resume",)
+#: Config keys added after records were written, with the value that trains as those records did: a
+#: config holding that value compares equal to one without the key, so a resumed sweep keeps its jobs.
+ADDED_KEYS = {("engine", "capture"): "none"}
 #: Error of an ``incomplete`` job (started, no record).
 INCOMPLETE = "no result.json: the job was killed or died before writing it, or is still running"
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
@@ -38,11 +41,18 @@ def _plain(value: Any) -> Any:
 
 def comparable_config(config: Mapping[str, Any] | DictConfig,
                       output_dir: str | Path | None = None) -> dict[str, Any]:
-    """The resolved config without :data:`VOLATILE_KEYS`; string values that contain the job's
+    """The resolved config without :data:`VOLATILE_KEYS` (nor :data:`ADDED_KEYS` at their old
+    behaviour's value); string values that contain the job's
     output directory (a path embedding Hydra's timestamp) have it replaced by ``<output_dir>``."""
     if isinstance(config, DictConfig):
         config = OmegaConf.to_container(config, resolve=True)
     plain = {k: v for k, v in _plain(dict(config)).items() if k not in VOLATILE_KEYS}
+    for (*parents, key), value in ADDED_KEYS.items():
+        section = plain
+        for name in parents:
+            section = section.get(name) if isinstance(section, dict) else None
+        if isinstance(section, dict) and section.get(key, value) == value:
+            section.pop(key, None)
     if output_dir is None:
         return plain
     out = str(Path(output_dir).resolve())
