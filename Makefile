@@ -6,7 +6,7 @@ STAMP := $(VENV)/.pipegnn-installed
 # Raw Planetoid files (Cora, CiteSeer) are read from here when present; never written to.
 export PIPEGNN_DATA ?= $(abspath ../shared/datasets)
 
-.PHONY: setup run test test-all test-gpu gpu-wheels docs bench reference clean
+.PHONY: setup run test test-all test-gpu gpu-wheels docs lint bench reference clean
 
 setup: $(STAMP)
 
@@ -60,6 +60,18 @@ $(DOCS_STAMP): requirements-docs.txt
 
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(PY) -m mkdocs build --strict --site-dir site
+
+# The linter (pyproject.toml's [tool.ruff]: line length, rules) over the package: ruff, pinned, installed
+# into the venv once (a stamp, as for docs; the venv is created when missing, and ruff needs nothing else).
+LINT_STAMP := $(VENV)/.pipegnn-lint-installed
+
+$(LINT_STAMP):
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet ruff==0.8.6
+	touch $(LINT_STAMP)
+
+lint: $(LINT_STAMP)
+	$(PY) -m ruff check pipegnn
 
 # The benchmark tables behind results/README.md and the docs (results/benchmarks/*.csv and *.txt), one thread
 # per process so that ratios are not distorted by oversubscription. Takes about 3.5 hours on 2 cores (the

@@ -16,10 +16,11 @@ from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch import HALO_DROPOUTS, HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER, units_per_layer
 from pipegnn.processes.backend import DIST_BACKENDS, shared_devices
-from pipegnn.schema import targets_for_halo  # noqa: F401 - registers the resolver run configs use
 from pipegnn.processes.group import LAUNCHERS, START_METHODS
+from pipegnn.schema import targets_for_halo  # noqa: F401 - registers the resolver run configs use
 
-__all__ = ["EVAL_SPLITS", "MONITORS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets", "memory_limit_bytes"]
+__all__ = ["EVAL_SPLITS", "MONITORS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets",
+           "memory_limit_bytes"]
 
 #: Splits whose nodes are the evaluation targets (train accuracy is measured in the same pass).
 EVAL_SPLITS = ("train", "val", "test")
@@ -130,7 +131,8 @@ def _check_model(model: Mapping[str, Any]) -> None:
         _positive_int(model["out_heads"], "model.out_heads")
     if model["name"] == "gcn2":
         if not 0.0 <= float(model["alpha"]) <= 1.0:
-            raise ConfigError(f"model.alpha (GCNII's initial residual) must be in [0, 1], got {model['alpha']!r}")
+            raise ConfigError("model.alpha (GCNII's initial residual) must be in [0, 1], "
+                              f"got {model['alpha']!r}")
         if not float(model["theta"]) >= 0.0:
             raise ConfigError(f"model.theta (GCNII's identity mapping) must be >= 0, got {model['theta']!r}")
     if not isinstance(model.get("residual", False), bool):
@@ -199,13 +201,14 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[i
     replicas = _positive_int(engine.get("data_parallel", 1), "engine.data_parallel")
     if replicas > 1:  # D pipelines of len(devices) / D processes, each running chunks / D micro-batches
         if ranks % replicas:
-            raise ConfigError(f"engine.data_parallel={replicas} pipeline replicas need one process per replica "
-                              f"and stage, so len(engine.devices) must be a multiple of {replicas}; "
+            raise ConfigError(f"engine.data_parallel={replicas} pipeline replicas need one process per "
+                              f"replica and stage, so len(engine.devices) must be a multiple of {replicas}; "
                               f"engine.devices={devices} has {ranks} entries (e.g. give {replicas * 2} "
                               f"devices for {replicas} x 2 stages)")
         if chunks % replicas:
-            raise ConfigError(f"engine.data_parallel={replicas} shares each step's micro-batches out across "
-                              f"the replicas, so chunks must be a multiple of {replicas}; got chunks={chunks}")
+            raise ConfigError(f"engine.data_parallel={replicas} shares each step's micro-batches out "
+                              f"across the replicas, so chunks must be a multiple of {replicas}; "
+                              f"got chunks={chunks}")
         ranks, chunks = ranks // replicas, chunks // replicas
     check_choice(engine["schedule"], tuple(SCHEDULES), "engine.schedule")
     check_choice(engine["launcher"], LAUNCHERS, "engine.launcher")

@@ -61,7 +61,8 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
     if trace_epoch is not None:
         trace_epoch = min(int(trace_epoch), int(train_cfg["epochs"]) - 1)
     patience, monitor = train_cfg.get("patience"), train_cfg.get("monitor", "val_acc")
-    replayed = Replayed(engine, optimizer, train_ids, train_labels, num_labelled, eval_ids) if captured else None
+    replayed = (Replayed(engine, optimizer, train_ids, train_labels, num_labelled, eval_ids)
+                if captured else None)
     for epoch in range(len(epochs), int(train_cfg["epochs"])):
         model.train()
         if optimizer is not None and replayed is None:

@@ -25,8 +25,8 @@ from typing import Any, Iterable, Mapping
 
 from pipegnn.errors import ConfigError
 
-__all__ = ["ARTIFACTS", "LOGGERS", "CSVLogger", "Loggers", "MLflowLogger", "TensorBoardLogger", "check_loggers",
-           "epoch_metrics", "final_metrics", "flat_params"]
+__all__ = ["ARTIFACTS", "LOGGERS", "CSVLogger", "Loggers", "MLflowLogger", "TensorBoardLogger",
+           "check_loggers", "epoch_metrics", "final_metrics", "flat_params"]
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +144,11 @@ class MLflowLogger:
         self.client = MlflowClient(remote or f"sqlite:///{(folder / 'mlflow.db').resolve()}")
         name = settings.get("experiment", "pipegnn")
         experiment = self.client.get_experiment_by_name(name)
-        experiment_id = (experiment.experiment_id if experiment is not None else self.client.create_experiment(
-            name, artifact_location=None if remote else (folder / "artifacts").resolve().as_uri()))
+        if experiment is not None:
+            experiment_id = experiment.experiment_id
+        else:
+            artifacts = None if remote else (folder / "artifacts").resolve().as_uri()
+            experiment_id = self.client.create_experiment(name, artifact_location=artifacts)
         self.run_id = self.client.create_run(experiment_id, run_name=settings.get("run_name")).info.run_id
         self.last = 0  # the last epoch logged: the final figures' step
         params = [Param(k, v[:6000]) for k, v in flat_params(config).items()]  # MLflow's longest value
@@ -169,7 +172,8 @@ class MLflowLogger:
         for file in files:
             self.client.log_artifact(self.run_id, str(file))
         self.client.set_tag(self.run_id, "status", str(record.get("status")))
-        self.client.set_terminated(self.run_id, "FINISHED" if record.get("status") == "completed" else "FAILED")
+        self.client.set_terminated(self.run_id,
+                                   "FINISHED" if record.get("status") == "completed" else "FAILED")
 
 
 #: ``logger.<name>`` option: its class.
@@ -184,9 +188,9 @@ def check_loggers(settings: Mapping[str, Any] | None) -> None:
                               "logger=[csv,tensorboard])")
         package = LOGGERS[name].package
         if package is not None and importlib.util.find_spec(package) is None:
+            install = "mlflow-skinny sqlalchemy alembic" if name == "mlflow" else package
             raise ConfigError(f"logger={name} needs the {package!r} package, which is not installed: "
-                              f"pip install {'mlflow-skinny sqlalchemy alembic' if name == 'mlflow' else package} "
-                              "(requirements.txt pins them)")
+                              f"pip install {install} (requirements.txt pins them)")
 
 
 class Loggers:
@@ -198,8 +202,10 @@ class Loggers:
         check_loggers(settings)
         self.dir = Path(directory)
         self.active: dict[str, Any] = {}
+        # _guard calls each lambda at once; the defaults bind this iteration's name and options.
         for name, options in settings.items():
-            self._guard(name, lambda: self.active.update({name: LOGGERS[name](self.dir, options or {}, config)}))
+            self._guard(name, lambda name=name, options=options:
+                        self.active.update({name: LOGGERS[name](self.dir, options or {}, config)}))
 
     def _guard(self, name: str, work: Any) -> None:
         try:
@@ -210,7 +216,7 @@ class Loggers:
 
     def _each(self, call: str, *args: Any) -> None:
         for name, tracker in list(self.active.items()):
-            self._guard(name, lambda: getattr(tracker, call)(*args))
+            self._guard(name, lambda tracker=tracker: getattr(tracker, call)(*args))
 
     def epoch(self, entry: Mapping[str, Any]) -> None:
         self._each("epoch", int(entry["epoch"]), epoch_metrics(entry))

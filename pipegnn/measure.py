@@ -9,8 +9,8 @@ import platform
 import socket
 import subprocess
 import time
-from datetime import datetime, timezone
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -18,8 +18,8 @@ import torch
 
 from pipegnn.errors import ConfigError
 
-__all__ = ["address_space_bytes", "allocation_failure", "env_info", "git_sha", "intra_op_threads", "memory_limit",
-           "peak_device_bytes", "peak_rss_bytes", "reset_peaks", "timed"]
+__all__ = ["address_space_bytes", "allocation_failure", "env_info", "git_sha", "intra_op_threads",
+           "memory_limit", "peak_device_bytes", "peak_rss_bytes", "reset_peaks", "timed"]
 
 _PACKAGES = ("torch", "torch_geometric", "dgl", "torchgpipe", "hydra-core", "pymetis", "numpy")
 _CLEAR_REFS = Path("/proc/self/clear_refs")

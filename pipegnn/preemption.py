@@ -34,8 +34,8 @@ from pipegnn.integrity import seal, unsealed
 from pipegnn.results.records import atomic_file
 from pipegnn.results.sweep import comparable_config
 
-__all__ = ["SIGNALS", "Guard", "Interrupted", "checkpoint_path", "config_key", "interruptible", "load", "restore",
-           "resume", "save", "training_state"]
+__all__ = ["SIGNALS", "Guard", "Interrupted", "checkpoint_path", "config_key", "interruptible", "load",
+           "restore", "resume", "save", "training_state"]
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,23 @@ from pipegnn.engines import build_engine
 from pipegnn.errors import ConfigError
 from pipegnn.fit import EPOCH_LINE, fit, time_to_accuracy
 from pipegnn.loggers import Loggers
-from pipegnn.measure import (address_space_bytes, allocation_failure, env_info, intra_op_threads, memory_limit,
-                             peak_device_bytes, peak_rss_bytes, reset_peaks, timed)
+from pipegnn.measure import (
+    address_space_bytes,
+    allocation_failure,
+    env_info,
+    intra_op_threads,
+    memory_limit,
+    peak_device_bytes,
+    peak_rss_bytes,
+    reset_peaks,
+    timed,
+)
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.models import build_model, model_stack
 from pipegnn.models.precision import autocast_dtype, dtype_name
+from pipegnn.preemption import Interrupted, checkpoint_path, interruptible
 from pipegnn.processes.group import gather_memory, is_secondary_rank, process_group
 from pipegnn.processes.spawn import spawn
-from pipegnn.preemption import Interrupted, checkpoint_path, interruptible
 from pipegnn.results.records import probe_record_folder, write_record
 from pipegnn.timeline import TRACE_NAME, PipelineInfo
 
@@ -79,7 +88,8 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
                 loggers = Loggers(output_dir, container)
                 on_epoch = _then(loggers.epoch, on_epoch)
             with memory_limit(memory_limit_bytes(container)):  # train.memory_limit_gb, restored on exit
-                devices = _train(container, record, on_epoch, state_dir if state_dir is not None else output_dir)
+                devices = _train(container, record, on_epoch,
+                                 state_dir if state_dir is not None else output_dir)
             record["status"] = "completed"
         except Interrupted as e:
             interrupted = e
@@ -103,8 +113,8 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
         guard.hold()  # a signal from here on waits for the record
         record["timing"]["total_s"] = time.perf_counter() - start
         # A pipeline's peaks of every rank (set during training) take precedence over this process's.
-        record["memory"] = {"peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": peak_device_bytes(devices),
-                            **record["memory"]}
+        record["memory"] = {"peak_rss_bytes": peak_rss_bytes(),
+                            "peak_device_bytes": peak_device_bytes(devices), **record["memory"]}
         # Under torchrun (engine.launcher=external) only rank 0 writes the record (and the trace).
         if writes:
             _write(output_dir, record)
@@ -310,9 +320,9 @@ def _build_plans(cfg: dict[str, Any], graph: Graph, backend: Any,
     evaluation nodes (targets=all): one partitioner run instead of two.
     """
     mb_cfg = cfg["microbatch"]
-    edge_index, edge_weight = backend.computation_graph(cfg["model"]["name"], graph.edge_index,
-                                                        graph.num_nodes,
-                                                        torch.promote_types(graph.feature_dtype, torch.float32))
+    edge_index, edge_weight = backend.computation_graph(
+        cfg["model"]["name"], graph.edge_index, graph.num_nodes,
+        torch.promote_types(graph.feature_dtype, torch.float32))
 
     def plan(targets: Tensor, part: Tensor | None = None) -> tuple[MicroBatchPlan, bool]:
         return cached_plan(mb_cfg["cache"], edge_index, graph.num_nodes, targets, int(cfg["chunks"]),

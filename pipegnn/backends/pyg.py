@@ -154,7 +154,8 @@ class PygBackend(Adapter):
         bfloat16 kernel on CPU and needs both operands in one dtype."""
         if isinstance(block, Tensor):  # sparse adjacency: weights are its values
             with torch.autocast(h.device.type, enabled=False):
-                rows = (h.to(block.dtype),) if initial is None else (h.to(block.dtype), initial.to(block.dtype))
+                rows = ((h.to(block.dtype),) if initial is None
+                        else (h.to(block.dtype), initial.to(block.dtype)))
                 return conv(*rows, block)
         edge_index, edge_weight = block
         num_dst = edge_index.sparse_size(1)

@@ -99,7 +99,8 @@ def _synthetic(dataset: Mapping[str, Any], cache: str | Path, features: str) -> 
     generated: list[Graph] = []  # the graph, when its features had to be written
     key = feature_key(spec)
     store = cached_store(Path(cache) / FEATURES_DIR / f"synthetic-{key}", key,
-                         lambda s: generated.append(make_synthetic(spec, name=name, features="disk", store=s)))
+                         lambda s: generated.append(
+                             make_synthetic(spec, name=name, features="disk", store=s)))
     if generated:
         return generated[0]
     return dataclasses.replace(make_synthetic(spec, name=name, features="none"), features=store.meta())

@@ -7,8 +7,16 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pipegnn.engines.balance import (AUTO, auto_balance, even_balance, mask_draw_costs, measure_unit_costs,
-                                     per_stage_balance, stage_units, unit_balance)
+from pipegnn.engines.balance import (
+    AUTO,
+    auto_balance,
+    even_balance,
+    mask_draw_costs,
+    measure_unit_costs,
+    per_stage_balance,
+    stage_units,
+    unit_balance,
+)
 from pipegnn.engines.base import IGNORE, Engine, exact_loss, parse_device
 from pipegnn.engines.capture import CAPTURES, Replayed
 from pipegnn.engines.gpipe import CHECKPOINT_MODES, GPipeEngine
@@ -16,9 +24,9 @@ from pipegnn.engines.pipelining import SCHEDULES, PipeliningEngine
 from pipegnn.engines.single import SingleEngine
 from pipegnn.models.base import StagedGNN
 
-__all__ = ["AUTO", "CAPTURES", "CHECKPOINT_MODES", "ENGINES", "IGNORE", "SCHEDULES", "Engine", "GPipeEngine", "PipeliningEngine",
-           "Replayed", "SingleEngine", "build_engine", "even_balance", "exact_loss", "parse_device", "per_stage_balance",
-           "stage_units", "unit_balance"]
+__all__ = ["AUTO", "CAPTURES", "CHECKPOINT_MODES", "ENGINES", "IGNORE", "SCHEDULES", "Engine", "GPipeEngine",
+           "PipeliningEngine", "Replayed", "SingleEngine", "build_engine", "even_balance", "exact_loss",
+           "parse_device", "per_stage_balance", "stage_units", "unit_balance"]
 
 ENGINES = ("single", "gpipe", "pipelining")
 

@@ -37,8 +37,8 @@ from pipegnn.errors import ConfigError
 from pipegnn.microbatch.current import computing
 from pipegnn.models.base import StagedGNN
 
-__all__ = ["AUTO", "auto_balance", "even_balance", "mask_draw_costs", "measure_unit_costs", "per_stage_balance",
-           "stage_units", "unit_balance"]
+__all__ = ["AUTO", "auto_balance", "even_balance", "mask_draw_costs", "measure_unit_costs",
+           "per_stage_balance", "stage_units", "unit_balance"]
 
 AUTO = "auto"
 
@@ -66,11 +66,11 @@ def unit_balance(balance: Any, layer_units: list[int], parts: int, what: str = "
           and sum(entries) in (num_layers, units))
     if not ok:
         raise ConfigError(f"engine.balance={balance!r} does not match the model: it needs one positive "
-                          f"entry per {what} ({parts} {what}{'es' if what.endswith('s') else 's'}) summing to "
-                          f"model.layers={num_layers} "
-                          f"(whole layers) or to {units} (units: a transform and a propagation per layer"
-                          f"{', and the input and output Linear' if units > 2 * num_layers else ''}), or null "
-                          "(even) or auto (measured)")
+                          f"entry per {what} ({parts} {what}{'es' if what.endswith('s') else 's'}) "
+                          f"summing to model.layers={num_layers} "
+                          f"(whole layers) or to {units} (units: a transform and a propagation per "
+                          f"layer{', and the input and output Linear' if units > 2 * num_layers else ''}), "
+                          "or null (even) or auto (measured)")
     if sum(entries) == units:
         return entries
     ends = list(accumulate(entries))

@@ -4,7 +4,8 @@ Each process (rank r of W, device ``engine.devices[r]``) builds the same graph, 
 only its own stage(s) and runs them through a torch schedule; activations and gradients travel point
 to point (gloo on CPU and where ranks share a GPU, nccl on CUDA; only floating-point rows cross a
 boundary, see :mod:`pipegnn.engines.stages`). ``train_step`` returns the loss and ``predict`` the
-logits on *every* rank (broadcast from the last rank), so the trainer's epoch loop is the same for all engines.
+logits on *every* rank (broadcast from the last rank), so the trainer's epoch loop is the same for all
+engines.
 
 Taken from torch as is: ``PipelineStage`` (send/receive of activations and gradients), the schedules
 (``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``; evaluation runs a schedule without a
@@ -32,7 +33,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
@@ -96,10 +97,12 @@ class PipeliningEngine(Engine):
         self.dtype = model.feature_dtype
         names = model.unit_names
         # The timeline's stages: every replica's, replica by replica; lane = global rank.
-        lanes = [d * self.world + s % self.world for d in range(data_parallel) for s in range(self.num_stages)]
+        lanes = [d * self.world + s % self.world
+                 for d in range(data_parallel) for s in range(self.num_stages)]
         self.prefix = [f"replica{d}:" if data_parallel > 1 else "" for d in range(data_parallel)]
         self.info = PipelineInfo("pipelining", schedule, chunks,
-                                 [[f"{p}{n}" for n in names[r.start:r.stop]] for p in self.prefix for r in self.units],
+                                 [[f"{p}{n}" for n in names[r.start:r.stop]]
+                                  for p in self.prefix for r in self.units],
                                  lanes, [f"rank{r}:{device.type}" for r in lanes],
                                  overlap_possible=self.world * data_parallel > 1,
                                  overlap_note=None if self.world * data_parallel > 1 else "one process",
@@ -266,7 +269,8 @@ class PipeliningEngine(Engine):
         return torch.cat([part[:n] for part, n in zip(gathered, shares)]).to(self.devices[0])
 
     def _from_last(self, parts: list[Tensor], rows: int) -> Tensor:
-        """The logits the last stage's rank holds (``parts``, ``rows`` in all) on every rank of the replica."""
+        """The logits the last stage's rank holds (``parts``, ``rows`` in all) on every rank of the
+        replica."""
         logits = (torch.cat(parts).to(self.dtype) if self.has_last
                   else torch.empty(rows, self.width[-1][0], dtype=self.dtype, device=self.devices[0]))
         dist.broadcast(logits, src=self._global(self.last_rank), group=self.pp_group)

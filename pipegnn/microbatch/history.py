@@ -37,7 +37,8 @@ class History(nn.Module):
             draws none.
     """
 
-    def __init__(self, num_nodes: int, dim: int, dtype: torch.dtype = torch.float32, node_dropout: float = 0.0):
+    def __init__(self, num_nodes: int, dim: int, dtype: torch.dtype = torch.float32,
+                 node_dropout: float = 0.0):
         super().__init__()
         self.register_buffer("rows", torch.zeros(num_nodes, dim, dtype=dtype), persistent=False)
         self.register_buffer("written", torch.full((num_nodes,), -1, dtype=torch.long), persistent=False)
@@ -66,7 +67,8 @@ class History(nn.Module):
         self._filled = False  # checked again on the next read
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "History":
-        self._mask, self._drawn, self._whole = None, None, -1  # drawn again on the new device, in the new dtype
+        # drawn again on the new device, in the new dtype
+        self._mask, self._drawn, self._whole = None, None, -1
         return super()._apply(fn, *args, **kwargs)
 
     def tick(self, draw: bool = False) -> None:
@@ -176,7 +178,8 @@ def per_stage(traffic: dict[str, dict[str, float]], stage_units: list[list[str]]
     stages = []
     for s, names in enumerate(stage_units):
         mine = [traffic[n] for n in names if n in traffic]
-        stage: dict[str, Any] = {"stage": s, "caches": len(mine), **{k: sum(t[k] for t in mine) for k in _COUNTS}}
+        stage: dict[str, Any] = {"stage": s, "caches": len(mine),
+                                 **{k: sum(t[k] for t in mine) for k in _COUNTS}}
         stage["staleness"] = sum(t["staleness"] for t in mine) / len(mine) if mine else None
         stages.append(stage)
     return stages

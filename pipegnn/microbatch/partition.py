@@ -2,8 +2,9 @@
 
 ``sequential`` is GPipe's contiguous order (node ids cut into k ranges), ``random`` the same over a
 random permutation, ``bfs`` the same over a breadth-first (reverse Cuthill-McKee, from scipy) order that
-keeps neighbours close (a cheap locality-aware order), ``metis`` a min-cut partition from pymetis. All three balance the number of
-*targets* per part (targets drive the work of a micro-batch); the other nodes follow.
+keeps neighbours close (a cheap locality-aware order), ``metis`` a min-cut partition from pymetis. All
+three balance the number of *targets* per part (targets drive the work of a micro-batch); the other
+nodes follow.
 """
 from __future__ import annotations
 

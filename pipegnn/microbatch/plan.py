@@ -6,8 +6,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
-from pipegnn.microbatch.halo import (HALOS, InCSR, MicroBatch, exact_block, historical_block,
-                                     naive_block)
+from pipegnn.microbatch.halo import HALOS, InCSR, MicroBatch, exact_block, historical_block, naive_block
 from pipegnn.microbatch.partition import partition, reuse_partition
 
 __all__ = ["MicroBatchPlan", "PlanStats", "build_plan"]

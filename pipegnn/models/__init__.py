@@ -14,8 +14,9 @@ from pipegnn.models.spec import LayerSpec, Stack
 from pipegnn.models.transform import Transform
 from pipegnn.models.units import Propagate, Readout, Unit
 
-__all__ = ["FIRST_TRANSFORMS", "MODELS", "PRECISIONS", "UNITS_PER_LAYER", "LayerSpec", "Propagate", "Readout",
-           "Stack", "StagedGNN", "Transform", "Unit", "build_model", "layerwise", "model_stack", "units_per_layer"]
+__all__ = ["FIRST_TRANSFORMS", "MODELS", "PRECISIONS", "UNITS_PER_LAYER", "LayerSpec", "Propagate",
+           "Readout", "Stack", "StagedGNN", "Transform", "Unit", "build_model", "layerwise", "model_stack",
+           "units_per_layer"]
 
 MODELS = ("gat", "gcn", "sage", "gcn2")
 
@@ -59,4 +60,5 @@ def build_model(model: Mapping[str, Any], backend: Any, features: Any, num_class
     specs = model_stack(model, features.shape[1], num_classes)
     if model.get("aggregation") is not None:
         backend = backend.with_aggregation(model["aggregation"])
-    return StagedGNN(specs, backend, model["name"], features, history, first_transform, precision, halo_dropout)
+    return StagedGNN(specs, backend, model["name"], features, history, first_transform, precision,
+                     halo_dropout)

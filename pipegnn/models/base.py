@@ -89,7 +89,8 @@ class StagedGNN(nn.Sequential):
         :attr:`feature_dtype`), e.g. once the feature file ordered by the plan's partition exists."""
         first = self[0]
         if features.shape[1] != first.spec.in_dim:
-            raise ValueError(f"features of width {features.shape[1]} for a model built for {first.spec.in_dim}")
+            raise ValueError(f"features of width {features.shape[1]} for a model built for "
+                             f"{first.spec.in_dim}")
         first.add_features(features.to(self.feature_dtype), once_per_step=first.once_per_step)
 
     def transforms(self) -> list[Transform]:

@@ -127,7 +127,8 @@ class Transform(Unit):
                                                  torch.tensor(sizes, device=rows.device))
                 first.fill_(len(ids)).scatter_reduce_(0, inverse, reader, "amin")
             first, order = torch.sort(first, stable=True)
-            position = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
+            position = torch.empty_like(order).scatter_(0, order,
+                                                        torch.arange(order.numel(), device=order.device))
             ends = torch.bincount(first, minlength=len(ids)).cumsum(0).tolist()
             self._gathers[key] = rows[order], dict(zip(ids, position[inverse].split(sizes))), ends
         return self._gathers[key]

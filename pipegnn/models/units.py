@@ -2,8 +2,9 @@
 
 Every message-passing layer is two units, so that a pipeline can cut inside a layer:
 
-- :class:`~pipegnn.models.transform.Transform` (node-wise, its own module): the layer's input rows (the node features on layer 0; with a history
-  cache, the received rows plus cached halo rows), input dropout, and the layer's own dense transform
+- :class:`~pipegnn.models.transform.Transform` (node-wise, its own module): the layer's input rows (the
+  node features on layer 0; with a history cache, the received rows plus cached halo rows), input
+  dropout, and the layer's own dense transform
   (the Linear the framework's layer was built with, taken out of it by the adapter's ``split``; both of
   GraphSAGE's, side by side, see :mod:`pipegnn.models.sage`);
 - :class:`Propagate`: the framework's layer without its transform (attention or normalisation, and

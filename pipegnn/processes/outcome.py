@@ -19,8 +19,8 @@ __all__ = ["LOST_PEER", "MERGED", "WorkerFailed", "death", "failure", "merge"]
 
 #: Record fields the parent takes from rank 0's record (on failure: all but the memory, see :func:`merge`);
 #: ``env`` too: its ``torch_threads`` are the ones a stage process trained with (``engine.threads``).
-MERGED = ("env", "dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace", "features",
-          "resumed")
+MERGED = ("env", "dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace",
+          "features", "resumed")
 #: A reported error with one of these only says that the rank lost its peer (which failed first).
 LOST_PEER = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",
              "socket closed")
@@ -54,13 +54,13 @@ def failure(exits: list[tuple[int, int]], results: dict[int, dict[str, Any]]) ->
     if not failed:
         return None
     reported = [(r, results[r]) for r, _ in failed if r in results]
-    for r, res in reported:
+    for _, res in reported:
         if res.get("status") == "invalid":
             return ConfigError(res["error"])
     for r, res in reported:
         if res.get("status") == "oom":
             return MemoryError(f"pipeline worker rank {r}: {res['error']}")
-    for r, res in reported:  # a worker stopped by a signal (a scheduler's): the run is interrupted
+    for _, res in reported:  # a worker stopped by a signal (a scheduler's): the run is interrupted
         if res.get("status") == "interrupted":
             return Interrupted(signal.Signals[res["interrupted"]["signal"]])
     for r, code in failed:

@@ -334,7 +334,8 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
     try:
         for rank, (_, out) in enumerate(pipes):
             p = context.Process(target=_worker, name=f"pipegnn-rank{rank}",
-                                args=(rank, *args, out, lifeline, parent, deadline, _log_targets(), state_dir))
+                                args=(rank, *args, out, lifeline, parent, deadline, _log_targets(),
+                                      state_dir))
             p.start()
             processes.append(p)
             out.close()  # the worker holds its writing end now: its exit ends the pipe

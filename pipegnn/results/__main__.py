@@ -43,7 +43,7 @@ def _parse_value(text: str) -> Any:
 def _arrow_safe(df: pd.DataFrame) -> pd.DataFrame:
     """Object columns mixing value types (e.g. int and str) as text, which Parquet can store."""
     out = df.copy()
-    for name in out.columns[out.dtypes == object]:
+    for name in out.columns[out.dtypes.eq(object)]:
         present = out[name].dropna()
         if len({type(v) for v in present}) > 1:
             out[name] = out[name].map(lambda v: v if v is None or v != v else str(v))
@@ -72,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "date (--csv then writes it)")
     parser.add_argument("--figure", type=Path, help="with --table: draw it as a figure (PNG) here")
     parser.add_argument("--reference", nargs="+", action="extend", default=[], metavar="DATASET=MEAN,STD",
-                        help="with --figure: a published test accuracy (percent) per dataset, drawn as a band")
+                        help="with --figure: a published test accuracy (percent) per dataset, "
+                             "drawn as a band")
     args = parser.parse_args(argv)
     if (args.figure or args.reference) and not args.table:
         parser.error("--figure and --reference draw the --table: give --table too")

@@ -127,7 +127,8 @@ def check_record(record: Any) -> dict[str, Any]:
             raise ValueError(f"'{key}' is {_kind(record[key])}, expected an object")
     checks = [("epochs", record.get("epochs"), True)]
     pipeline, memory = record.get("pipeline") or {}, record.get("memory") or {}
-    checks += [("pipeline.stages", pipeline.get("stages"), True), ("pipeline.balance", pipeline.get("balance"), False)]
+    checks += [("pipeline.stages", pipeline.get("stages"), True),
+               ("pipeline.balance", pipeline.get("balance"), False)]
     for key, value, of_objects in checks:
         if value is None:
             continue
@@ -137,7 +138,8 @@ def check_record(record: Any) -> dict[str, Any]:
         if bad is not None:
             raise ValueError(f"'{key}' holds {_kind(bad)}, expected objects")
     if not isinstance(memory.get("peak_device_bytes"), (dict, type(None))):
-        raise ValueError(f"'memory.peak_device_bytes' is {_kind(memory['peak_device_bytes'])}, expected an object")
+        raise ValueError(f"'memory.peak_device_bytes' is {_kind(memory['peak_device_bytes'])}, "
+                         "expected an object")
     for group, choice in (record.get("choices") or {}).items():
         if isinstance(choice, (list, tuple, Mapping)):
             raise ValueError(f"'choices.{group}' is {_kind(choice)}, expected a string")

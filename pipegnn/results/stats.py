@@ -155,7 +155,8 @@ def leaderboard(df: pd.DataFrame, by: Sequence[str] = LEADERBOARD_SETTINGS) -> p
     keys = [k for k in by if k in done and done[k].notna().any()]
     rows = []
     for key, group in done.groupby(keys, dropna=False, sort=True) if keys else [((), done)]:
-        test, val = (pd.to_numeric(group[c], errors="coerce") for c in ("test_acc_at_best_val", "best_val_acc"))
+        test, val = (pd.to_numeric(group[c], errors="coerce")
+                     for c in ("test_acc_at_best_val", "best_val_acc"))
         row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         row.update(test_mean=test.mean(), test_std=test.std(), val_mean=val.mean(), val_std=val.std(),
                    runs=len(group), seeds=group["seed"].nunique(),

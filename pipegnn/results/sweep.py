@@ -107,8 +107,8 @@ class Job:
     directory: Path
     num: int | None
     overrides: str
-    #: completed | failed | invalid | oom | interrupted (its record's) | unreadable (record not valid JSON or malformed)
-    #: | incomplete (started, no record) | missing (planned, never started: no folder)
+    #: completed | failed | invalid | oom | interrupted (its record's) | unreadable (record not valid JSON
+    #: or malformed) | incomplete (started, no record) | missing (planned, never started: no folder)
     status: str
     error: str | None
     fresh: bool          # its record was written by this sweep (False: kept by resume, or none)
@@ -128,7 +128,8 @@ class SweepPlanError(ValueError):
 def _overrides(directory: Path) -> list[str] | None:
     """The job's overrides as Hydra saved them (``.hydra/overrides.yaml``), None when absent."""
     try:
-        return [str(o) for o in OmegaConf.to_container(OmegaConf.load(directory / ".hydra" / "overrides.yaml"))]
+        saved = OmegaConf.load(directory / ".hydra" / "overrides.yaml")
+        return [str(o) for o in OmegaConf.to_container(saved)]
     except Exception:  # noqa: BLE001 - .hydra files are optional (hydra.output_subdir=null)
         return None
 
@@ -164,7 +165,8 @@ def _incomplete(directory: Path) -> Job:
     except Exception:  # noqa: BLE001
         pass
     try:
-        choices = OmegaConf.to_container(OmegaConf.load(directory / ".hydra" / "hydra.yaml").hydra.runtime.choices)
+        saved = OmegaConf.load(directory / ".hydra" / "hydra.yaml")
+        choices = OmegaConf.to_container(saved.hydra.runtime.choices)
     except Exception:  # noqa: BLE001
         choices = {}
     return Job(directory, num, overrides, "incomplete", INCOMPLETE, False,
@@ -268,7 +270,8 @@ def _missing(sweep_dir: Path, started: Iterable[Path]) -> list[Job]:
     for num, (overrides, directory) in enumerate(planned):
         if tuple(overrides) in ran or directory.resolve() in started:
             continue
-        if directory.is_dir() and not (directory / ".hydra").exists() and not (directory / RECORD_NAME).exists():
+        if (directory.is_dir() and not (directory / ".hydra").exists()
+                and not (directory / RECORD_NAME).exists()):
             job = _incomplete(directory)
             job.num, job.overrides = num, " ".join(overrides)
         else:

@@ -27,11 +27,17 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from pipegnn.results.archive import ArchiveError, entries, find_archives, is_archive
-from pipegnn.results.records import (RECORD_NAME, RecordError, find_records, load_record, natural_key,
-                                     record_of)
+from pipegnn.results.records import (
+    RECORD_NAME,
+    RecordError,
+    find_records,
+    load_record,
+    natural_key,
+    record_of,
+)
 
-__all__ = ["COLUMNS", "INTEGER_COLUMNS", "NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE",
-           "column", "flatten", "format_table", "integers", "load", "select"]
+__all__ = ["COLUMNS", "INTEGER_COLUMNS", "NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS",
+           "UNREADABLE", "column", "flatten", "format_table", "integers", "load", "select"]
 
 #: Statuses a run writes in its record.
 STATUSES = ("completed", "failed", "invalid", "oom", "interrupted")
@@ -113,10 +119,10 @@ COLUMNS: dict[str, str] = {
 }
 #: Columns that are None, not NaN, when missing (text, and the overlap flag).
 _TEXT = {"path", "status", "error", "dataset", "model", "framework", "engine", "halo", "partition",
-         "targets", "devices", "git_sha", "hardware", "date", "pipeline_schedule", "pipeline_balance", "pipeline_balance_source",
-         "pipeline_overlap"}
-_PIPELINE_FIGURES = ("bubble_theoretical", "bubble", "bubble_ideal", "makespan_s", "busy_s", "communication_s", "imbalance",
-                     "ideal_makespan_s", "ideal_speedup")
+         "targets", "devices", "git_sha", "hardware", "date", "pipeline_schedule", "pipeline_balance",
+         "pipeline_balance_source", "pipeline_overlap"}
+_PIPELINE_FIGURES = ("bubble_theoretical", "bubble", "bubble_ideal", "makespan_s", "busy_s",
+                     "communication_s", "imbalance", "ideal_makespan_s", "ideal_speedup")
 #: Columns of the command line's table unless ``--columns`` is given.
 TABLE_COLUMNS = ("dataset", "model", "framework", "engine", "chunks", "halo", "partition", "status",
                  "test_acc", "epoch_time_median_s", "peak_rss_mb", "inflation")
@@ -285,8 +291,8 @@ def integers(table: pd.DataFrame) -> pd.DataFrame:
     table = table.copy()
     for name in INTEGER_COLUMNS:
         known = table[name].dropna() if name in table else ()
-        if len(known) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer()
-                              for v in known):
+        if len(known) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                              and float(v).is_integer() for v in known):
             table[name] = table[name].astype("Float64").astype("Int64")
     return table
 

@@ -37,7 +37,8 @@ def chrome_trace(boxes: list[Box], info: PipelineInfo, epoch: int) -> dict[str, 
         pid = info.lanes[s] if per_rank else 0
         events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": s,
                        "args": {"name": f"stage {s} ({' '.join(units)}) on {info.devices[s]}"}})
-        events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": s, "args": {"sort_index": s}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": s,
+                       "args": {"sort_index": s}})
     for b in boxes:
         name = _NAMES[b.kind] if b.micro_batch < 0 else f"{_NAMES[b.kind]}{b.micro_batch}"
         events.append({"name": name, "cat": b.kind,

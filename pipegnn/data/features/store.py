@@ -31,9 +31,20 @@ import torch
 from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 
-from pipegnn.data.features.files import (ATTR, DTYPES, GROUP, FeatureFileError, paths, read_position,
-                                         read_sidecar, remove_files, reseal, stored_tensors, verify_files,
-                                         write_files)
+from pipegnn.data.features.files import (
+    ATTR,
+    DTYPES,
+    GROUP,
+    FeatureFileError,
+    paths,
+    read_position,
+    read_sidecar,
+    remove_files,
+    reseal,
+    stored_tensors,
+    verify_files,
+    write_files,
+)
 from pipegnn.data.features.matrix import FeatureMeta
 
 __all__ = ["DiskFeatureStore", "files_opened"]

@@ -15,8 +15,14 @@ from torch import Tensor
 
 from pipegnn.data.features import DiskFeatureStore, FeatureMeta
 from pipegnn.data.graph import Graph
-from pipegnn.data.synthetic.documents import (class_topics, feature_key, feature_matrix, feature_rows,
-                                              idf_weights, skip_features)
+from pipegnn.data.synthetic.documents import (
+    class_topics,
+    feature_key,
+    feature_matrix,
+    feature_rows,
+    idf_weights,
+    skip_features,
+)
 from pipegnn.data.synthetic.spec import DEFAULT_AVG_DEGREE, SyntheticSpec
 from pipegnn.data.synthetic.topology import community_edges
 
