@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 
 def _overhead():

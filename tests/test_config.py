@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from pipegnn import run
 from pipegnn.config import check_config
 
-from conftest import make_cfg
+from tests.helpers import make_cfg
 
 
 def test_defaults() -> None:

@@ -20,8 +20,8 @@ from pipegnn.engines import SingleEngine
 from pipegnn.microbatch import build_plan
 from pipegnn.models import build_model
 
-from conftest import assert_close, assert_grads_close, make_cfg, run_plan
-from test_precision import GRAD_TOL, OUT_TOL, outputs_and_grads, relative
+from tests.helpers import assert_close, assert_grads_close, make_cfg, run_plan
+from tests.models.test_precision import GRAD_TOL, OUT_TOL, outputs_and_grads, relative
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

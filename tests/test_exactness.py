@@ -33,7 +33,7 @@ from pipegnn.engines import GPipeEngine, SingleEngine  # noqa: E402
 from pipegnn.microbatch import build_plan  # noqa: E402
 from pipegnn.models import FIRST_TRANSFORMS, Propagate, StagedGNN, Transform, build_model  # noqa: E402
 
-from conftest import assert_close, assert_grads_close  # noqa: E402
+from tests.helpers import assert_close, assert_grads_close  # noqa: E402
 
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.usefixtures("float64")

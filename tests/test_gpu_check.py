@@ -11,7 +11,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 
 def test_gpu_check_dry_run_leaves_its_two_files_and_every_part_passes(tmp_path: Path) -> None:

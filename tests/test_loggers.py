@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from pipegnn import run
 
-from conftest import TINY_SYNTHETIC, cli, make_cfg
+from tests.helpers import TINY_SYNTHETIC, cli, make_cfg
 
 
 def test_every_tracker_gets_the_records_epochs_params_and_files(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from pipegnn import run
 from pipegnn.measure import intra_op_threads
 
-from conftest import make_cfg
+from tests.helpers import make_cfg
 
 
 def test_intra_op_threads_sets_the_count_inside_and_restores_it() -> None:

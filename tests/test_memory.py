@@ -19,8 +19,8 @@ from pipegnn.data import Graph
 from pipegnn.measure import address_space_bytes
 from pipegnn.models import build_model
 
-from conftest import assert_close, assert_grads_close, make_cfg
-from test_exactness import MODELS, micro_batched, reference
+from tests.helpers import assert_close, assert_grads_close, make_cfg
+from tests.test_exactness import MODELS, micro_batched, reference
 
 
 def cfg(*overrides: str, **extra: Any) -> dict[str, Any]:

@@ -1,9 +1,9 @@
-"""The notebooks run against tests/data and write their figures; they are committed without outputs.
+"""The notebooks run against tests/fixtures and write their figures; they are committed without outputs.
 
 Each notebook runs in a kernel of this interpreter (the .venv's python, through a kernel spec made in a
 temporary folder, never a global Jupyter's): poster.ipynb reads its folders from $PIPEGNN_RESULTS /
 $PIPEGNN_FIGURES, memory_and_halo.ipynb gets them injected after its `parameters` cell, as papermill
-does; timeline.ipynb shows the run directory tests/data/timeline (injected), then a missing one.
+does; timeline.ipynb shows the run directory tests/fixtures/timeline (injected), then a missing one.
 """
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from nbclient import NotebookClient
 
 from pipegnn import results
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 NOTEBOOKS = ROOT / "notebooks"
-RECORDS = ROOT / "tests" / "data" / "records"
-TIMELINE = ROOT / "tests" / "data" / "timeline"  # a pipelining run with its trace.json
+RECORDS = ROOT / "tests" / "fixtures" / "records"
+TIMELINE = ROOT / "tests" / "fixtures" / "timeline"  # a pipelining run with its trace.json
 KERNEL = "pipegnn-test"
 #: notebook -> (figures it writes from the test records, figures it must skip with a printed line)
 FIGURES = {

@@ -17,7 +17,7 @@ from pipegnn import run
 from pipegnn.preemption import Interrupted, checkpoint_path, load, save
 from pipegnn.results import load as load_table
 
-from conftest import ROOT, TINY_SYNTHETIC, CodeMarker, damage_a_tensor, make_cfg
+from tests.helpers import ROOT, TINY_SYNTHETIC, CodeMarker, damage_a_tensor, make_cfg
 
 
 def _interrupt_at(epoch: int, signum: int = signal.SIGTERM):

@@ -14,7 +14,7 @@ from pipegnn.config import check_config
 from pipegnn.errors import ConfigError
 from pipegnn.schema import compose_config
 
-from conftest import CONF, TINY_SYNTHETIC, cli, make_cfg
+from tests.helpers import CONF, TINY_SYNTHETIC, cli, make_cfg
 
 
 def _compose(*overrides: str, hydra: bool = False):

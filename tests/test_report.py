@@ -11,10 +11,10 @@ import pytest
 
 from pipegnn.results import archive, load, load_record, write_record
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
-RECORDS = ROOT / "tests" / "data" / "records"
-TIMELINE = ROOT / "tests" / "data" / "timeline"  # a pipelining run with its trace.json
+RECORDS = ROOT / "tests" / "fixtures" / "records"
+TIMELINE = ROOT / "tests" / "fixtures" / "timeline"  # a pipelining run with its trace.json
 
 
 def _report():
@@ -109,7 +109,7 @@ def test_report_names_unreadable_records_and_traces_and_fails(tmp_path: Path, da
     """A damaged result.json, and a damaged trace.json of the run the timeline draws: report.py writes
     what it can (the tables, the other figures), names each file on stderr and exits 1 (it used to exit 0
     with "1 unreadable", or stop with a raw JSONDecodeError traceback)."""
-    from test_results_cli import DAMAGED_JSON
+    from tests.results.test_results_cli import DAMAGED_JSON
 
     sweep = tmp_path / "multirun" / "pipeline"
     record = load_record(TIMELINE)

@@ -6,7 +6,7 @@ import pytest
 from pipegnn.errors import ConfigError
 from pipegnn.schema import compose_config, config_dir
 
-from conftest import CONF
+from tests.helpers import CONF
 
 
 def test_config_dir_from_environment_or_checkout(tmp_path, monkeypatch) -> None:

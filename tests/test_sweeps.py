@@ -11,7 +11,7 @@ import pytest
 from pipegnn import run
 from pipegnn.results import load
 
-from conftest import TINY_SYNTHETIC, cli, make_cfg
+from tests.helpers import TINY_SYNTHETIC, cli, make_cfg
 
 # Four jobs of one sweep, one per variant (a config group added from a test folder): two that complete,
 # one invalid (31 chunks, the tiny graph has 30 training targets) and one that diverges mid-training

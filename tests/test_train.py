@@ -14,7 +14,7 @@ import pytest
 from pipegnn import run
 from pipegnn.results import STATUSES
 
-from conftest import ROOT, make_cfg
+from tests.helpers import ROOT, make_cfg
 
 
 def test_record_has_every_field(tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_sweep_writes_one_record_per_job(tmp_path: Path) -> None:
-    from conftest import TINY_SYNTHETIC
+    from tests.helpers import TINY_SYNTHETIC
 
     sweep = tmp_path / "sweep"
     proc = _cli(tmp_path, "-m", *TINY_SYNTHETIC, "train.epochs=2", "chunks=1,2",
@@ -123,7 +123,7 @@ def test_cli_sweep_writes_one_record_per_job(tmp_path: Path) -> None:
 def test_cli_run_names_its_record_and_trace_and_explains_its_accuracy(tmp_path: Path) -> None:
     """What make run does (engine=pipelining), on a tiny graph: no warning about its own configuration,
     the accuracy line says which figure it is, and the last line names the record and the trace."""
-    from conftest import TINY_SYNTHETIC
+    from tests.helpers import TINY_SYNTHETIC
 
     out = tmp_path / "run"
     proc = _cli(tmp_path, "engine=pipelining", *TINY_SYNTHETIC, "train.epochs=3", f"hydra.run.dir={out}")
