@@ -185,14 +185,20 @@ class Propagate(Unit):
             h, skip = h.split([spec.product_width, spec.in_dim], 1)
         if spec.initial:
             x0 = inputs[1]
-            out = self.backend.apply(self.conv, h, self.structure(m), initial=x0)[:rows]
+            out = _first(self.backend.apply(self.conv, h, self.structure(m), initial=x0), rows)
         else:
-            out = self.backend.apply(self.conv, h, self.structure(m))[:rows]
+            out = _first(self.backend.apply(self.conv, h, self.structure(m)), rows)
         if self.activation is not None:
             out = self.activation(out)
         if skip is not None:
-            out = out + skip[:rows]
-        return (out, x0[:rows], ids) if self.carries_initial else (out, ids)
+            out = out + _first(skip, rows)
+        return (out, _first(x0, rows), ids) if self.carries_initial else (out, ids)
+
+
+def _first(h: Tensor, rows: int) -> Tensor:
+    """The first ``rows`` rows of ``h``: ``h`` itself when it has no more (a slice and its backward are
+    aten calls of their own, per layer and micro-batch)."""
+    return h if h.size(0) == rows else h[:rows]
 
 
 class Readout(Unit):
