@@ -74,7 +74,7 @@ lint: $(LINT_STAMP)
 	$(PY) -m ruff check pipegnn
 
 # The benchmark tables behind results/README.md and the docs (results/benchmarks/*.csv and *.txt), one thread
-# per process so that ratios are not distorted by oversubscription. Takes about 3.5 hours on 2 cores (the
+# per process so that ratios are not distorted by oversubscription. Takes about 3.8 hours on 2 cores (the
 # depth map, benchmarks/depth.py: 2 graphs x 2 models x 6 depths x 3 k, 37 minutes of it; its widths at 16
 # layers, 21 minutes).
 BENCH := results/benchmarks
@@ -100,6 +100,8 @@ bench: setup
 	$(PY) benchmarks/depth.py --datasets synthetic --models gcn2 residual_gcn --depths 16 --hidden 64 128 256 --chunks 4 8 --halos historical --halo-dropout node --csv $(BENCH)/depth_synthetic_widths.csv | tee $(BENCH)/depth_synthetic_widths.txt; \
 	$(PY) benchmarks/dropout.py --csv $(BENCH)/dropout.csv | tee $(BENCH)/dropout.txt; \
 	$(PY) benchmarks/profile_step.py model=gcn2 model.layers=16 --csv $(BENCH)/profile_gcn2_16.csv | tee $(BENCH)/profile_gcn2_16.txt; \
+	$(PY) benchmarks/host_overhead.py --csv $(BENCH)/host_overhead.csv | tee $(BENCH)/host_overhead.txt; \
+	$(PY) benchmarks/compile_step.py | tee $(BENCH)/compile_step.txt; \
 	$(PY) benchmarks/capacity.py --csv $(BENCH)/capacity.csv | tee $(BENCH)/capacity.txt; \
 	$(PY) benchmarks/capacity.py --what nodes --graph-depth 16 --start-nodes 16384 --csv $(BENCH)/capacity_graph.csv | tee $(BENCH)/capacity_graph.txt; \
 	$(PY) benchmarks/pipeline.py --epochs 4 --csv $(BENCH)/pipeline_synthetic.csv --out multirun/reference/pipeline | tee $(BENCH)/pipeline_synthetic.txt; \

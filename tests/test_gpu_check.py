@@ -26,14 +26,14 @@ def test_gpu_check_dry_run_leaves_its_two_files_and_every_part_passes(tmp_path: 
     assert sorted(p.name for p in out.iterdir()) == ["check.tar.gz", "summary.txt"]
     summary = (out / "summary.txt").read_text()
     parts = dict(re.findall(r"^part (\S+): exit (\d+)", summary, re.M))
-    assert parts == {"gpu_tests": "0", "single_gpu": "0", "shared_gpu": "0", "depth_gcn2_4": "0",
-                     "host_overhead": "0"}, summary
+    assert parts == {"gpu_tests": "0", "single_gpu": "0", "single_gpu_graph": "0", "shared_gpu": "0",
+                     "depth_gcn2_4": "0", "host_overhead": "0"}, summary
     with tarfile.open(out / "check.tar.gz") as tar:
         names = tar.getnames()
         records = {Path(n).parent.name: json.load(io.TextIOWrapper(tar.extractfile(n)))
                    for n in names if n.endswith("result.json")}
     assert {"./gpu_tests.xml", "./depth_gcn2_4.csv", "./host_overhead.csv"} <= set(names)
-    assert sorted(records) == ["pipelining_shared", "single"]
+    assert sorted(records) == ["pipelining_shared", "single", "single_graph"]
     assert all(r["status"] == "completed" for r in records.values())
     assert records["pipelining_shared"]["workers"] == {"world_size": 2, "start_method": "forkserver",
                                                        "backend": "gloo"}

@@ -128,7 +128,7 @@ def test_ablation_settings(axis: str) -> None:
 
 # --- devices ---------------------------------------------------------------------------------------------
 
-EVERY_ENGINE = {"threads": None, "timeline": True, "trace_epoch": 1}
+EVERY_ENGINE = {"threads": None, "timeline": True, "trace_epoch": 1, "capture": "none"}
 DEVICES = {
     "cpu": {"name": "single", "device": "cpu", **EVERY_ENGINE},
     "gpu": {"name": "single", "device": "cuda:0", **EVERY_ENGINE},

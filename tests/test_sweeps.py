@@ -78,7 +78,8 @@ def test_failing_jobs_are_recorded_the_sweep_goes_on_and_resume_redoes_only_them
         assert records[name]["choices"]["devices"] == "cpu2"
         assert records[name]["config"]["engine"] == {"name": "gpipe", "devices": ["cpu", "cpu"],
                                                      "balance": None, "checkpoint": "except_last",
-                                                     "threads": None, "timeline": True, "trace_epoch": 1}
+                                                     "threads": None, "timeline": True, "trace_epoch": 1,
+                                                     "capture": "none"}
     df = load(sweep)
     assert len(df) == 4 and sorted(df["status"]) == ["completed", "completed", "failed", "invalid"]
     # The failures are named on stderr and in the sweep's log: number, overrides, status, error.

@@ -76,6 +76,10 @@ class Replayed:
         self.engine, self.optimizer = engine, optimizer
         self.ids, self.labels, self.num_targets, self.eval_ids = ids, labels, num_targets, eval_ids
         self.device = engine.input_device
+        # one stream on the engine's device for the warm-up and both recordings: torch.cuda.graph's own
+        # default stream is made on the current device, which need not be this one (cuda:1), and
+        # graphs that share a memory pool are to be recorded on one stream
+        self.stream = torch.cuda.Stream(self.device)
         self.steps = 0
         self._train: torch.cuda.CUDAGraph | None = None
         self._loss: Tensor | None = None
@@ -99,30 +103,33 @@ class Replayed:
         """One training step, optimizer included: eager on a side stream (the first), recorded and
         replayed (the second), replayed (later). Returns the loss, read on the host."""
         self.steps += 1
-        if self.steps == 1:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                loss = self._step()
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            return float(loss)
-        if self._train is None:
-            self._train = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self._train):
-                self._loss = self._step()
-        self._train.replay()
-        return float(self._loss)
+        with torch.cuda.device(self.device):
+            if self.steps == 1:
+                self.stream.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(self.stream):
+                    loss = self._step()
+                torch.cuda.current_stream(self.device).wait_stream(self.stream)
+                return float(loss)
+            if self._train is None:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=self.stream):
+                    loss = self._step()
+                self._train, self._loss = graph, loss  # kept only once recorded
+            self._train.replay()
+            return float(self._loss)
 
     @torch.no_grad()
     def predict(self) -> Tensor:
         """The evaluation pass's logits (:meth:`Engine.predict`): eager until the training graph exists,
-        then recorded once (in its memory pool) and replayed. The tensor is the graph's output: read it
-        before the next call."""
+        then recorded once (in its memory pool) and replayed. The tensor is the graph's output, in the
+        pool the training graph shares: read it before the next :meth:`train_step`."""
         if self._train is None:
             return self.engine.predict(self.eval_ids)
-        if self._eval is None:
-            self._eval = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self._eval, pool=self._train.pool()):
-                self._logits = self.engine.predict(self.eval_ids)
-        self._eval.replay()
-        return self._logits
+        with torch.cuda.device(self.device):
+            if self._eval is None:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self._train.pool(), stream=self.stream):
+                    logits = self.engine.predict(self.eval_ids)
+                self._eval, self._logits = graph, logits
+            self._eval.replay()
+            return self._logits

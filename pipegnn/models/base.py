@@ -113,8 +113,8 @@ class StagedGNN(nn.Sequential):
 
     def staleness(self) -> float | None:
         """Mean age (steps) of the historical rows read in the current step, None without history."""
-        histories = self.histories()
-        return sum(h.staleness() for h in histories) / len(histories) if histories else None
+        ages = [t["staleness"] for t in self.history_traffic().values()]  # one read for every cache
+        return sum(ages) / len(ages) if ages else None
 
     def history_traffic(self) -> dict[str, dict[str, float]]:
         """Per unit with a history cache (by name), the current step's :meth:`History.traffic`; every
@@ -183,6 +183,7 @@ def layerwise(units: list[Unit], ids: Tensor, inputs: list[tuple[Tensor, ...]]) 
         Per micro-batch, what the last of ``units`` hands on, without the id.
     """
     outs, order = inputs, ids.tolist()
+    carried: dict[torch.device, Tensor] = {}  # the ids on each unit's device (autocast reads it), copied once
     for unit in units:
         device = unit.device
         moved = [tuple(t.to(device) for t in out) for out in outs]
@@ -190,7 +191,9 @@ def layerwise(units: list[Unit], ids: Tensor, inputs: list[tuple[Tensor, ...]]) 
         if history is not None:
             for m, out in zip(order, moved):
                 history.push(unit.read[m][:unit.initial_rows[m]], out[0])
-        mb_ids = ids.to(device, torch.float32)
+        if device not in carried:
+            carried[device] = ids.to(device, torch.float32)
+        mb_ids = carried[device]
         outs = []
         for i, (m, out) in enumerate(zip(order, moved)):
             with computing(m):

@@ -85,3 +85,17 @@ def test_sweep_jobs_name_the_jobs_a_killed_sweep_left_without_a_record(tmp_path:
     later = since + 100
     os.utime(sweep / "multirun.yaml", (later, later))
     assert [j.status for j in sweep_jobs(sweep, later)] == ["missing"] * 4
+
+
+def test_a_key_added_since_a_record_keeps_its_job_at_the_old_behaviour() -> None:
+    """engine.capture arrived after the committed records: a config with its old behaviour (none)
+    compares equal to a record's config without the key, and any other value does not."""
+    from pipegnn.results.sweep import comparable_config
+
+    now = OmegaConf.to_container(make_cfg("engine=single"), resolve=True)
+    before = {**now, "engine": {k: v for k, v in now["engine"].items() if k != "capture"}}
+    assert now["engine"]["capture"] == "none" and "capture" not in before["engine"]
+    assert comparable_config(now) == comparable_config(before)
+    captured = {**now, "engine": {**now["engine"], "capture": "cuda_graph"}}
+    assert comparable_config(captured) != comparable_config(before)
+    assert comparable_config(captured)["engine"]["capture"] == "cuda_graph"
