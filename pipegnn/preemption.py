@@ -30,9 +30,9 @@ from typing import Any, Iterator
 
 import torch
 
+from pipegnn.atomic import atomic_file
 from pipegnn.integrity import seal, unsealed
-from pipegnn.results.records import atomic_file
-from pipegnn.results.sweep import comparable_config
+from pipegnn.schema import comparable_config
 
 __all__ = ["SIGNALS", "Guard", "Interrupted", "checkpoint_path", "config_key", "interruptible", "load",
            "restore", "resume", "save", "training_state"]

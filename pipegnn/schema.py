@@ -28,17 +28,19 @@ The ``devices`` presets set ``engine.*`` (package ``_global_``), so the engine's
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-__all__ = ["Config", "DataConfig", "GATConfig", "GCN2Config", "GPipeEngineConfig", "FrameworkConfig",
-           "MicrobatchConfig", "ModelConfig", "PipeliningEngineConfig", "PlanetoidConfig",
-           "SingleEngineConfig", "SCHEMAS", "SyntheticConfig", "TrainConfig", "compose_config",
-           "config_dir", "register", "targets_for_halo"]
+__all__ = ["ADDED_KEYS", "Config", "DataConfig", "GATConfig", "GCN2Config", "GPipeEngineConfig",
+           "FrameworkConfig", "MicrobatchConfig", "ModelConfig", "PipeliningEngineConfig", "PlanetoidConfig",
+           "SingleEngineConfig", "SCHEMAS", "SyntheticConfig", "TrainConfig", "VOLATILE_KEYS",
+           "comparable_config", "compose_config", "config_dir", "plain_config", "register",
+           "targets_for_halo"]
 
 # Postponed annotations (from __future__) are resolved by OmegaConf through typing.get_type_hints, so
 # the typing names above must stay importable from this module.
@@ -268,3 +270,44 @@ def register() -> None:
     cs = ConfigStore.instance()
     for group, name, node in SCHEMAS:
         cs.store(group=group, name=name, node=node)
+
+
+#: Top-level config keys that do not change what a run computes, ignored when resuming.
+VOLATILE_KEYS = ("resume",)
+#: Config keys added after records were written, with the value that trains as those records did: a
+#: config holding that value compares equal to one without the key, so a resumed sweep keeps its jobs.
+ADDED_KEYS = {("engine", "capture"): "none"}
+
+
+def plain_config(value: Any) -> Any:
+    """``value`` as JSON would give it back (lists for tuples, str for odd objects)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def comparable_config(config: Mapping[str, Any] | DictConfig,
+                      output_dir: str | Path | None = None) -> dict[str, Any]:
+    """The resolved config as two runs of the same computation hold it, to compare a sweep's job with
+    its record: without :data:`VOLATILE_KEYS` (nor :data:`ADDED_KEYS` at their old behaviour's value);
+    string values that contain the job's output directory (a path embedding Hydra's timestamp) have it
+    replaced by ``<output_dir>``."""
+    if isinstance(config, DictConfig):
+        config = OmegaConf.to_container(config, resolve=True)
+    plain = {k: v for k, v in plain_config(dict(config)).items() if k not in VOLATILE_KEYS}
+    for (*parents, key), value in ADDED_KEYS.items():
+        section = plain
+        for name in parents:
+            section = section.get(name) if isinstance(section, dict) else None
+        if isinstance(section, dict) and section.get(key, value) == value:
+            section.pop(key, None)
+    if output_dir is None:
+        return plain
+    out = str(Path(output_dir).resolve())
+
+    def strip(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        return v.replace(out, "<output_dir>") if isinstance(v, str) else v
+
+    return strip(plain)

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
+from pipegnn.atomic import atomic_file
 from pipegnn.jsonfile import JSONFileError, read_json
-from pipegnn.results.records import atomic_file, find_records, natural_key, write_record
+from pipegnn.results.records import find_records, natural_key, write_record
 
 __all__ = ["ARCHIVE_NAME", "ArchiveError", "Entry", "Packed", "entries", "find_archives", "is_archive",
            "pack", "read", "run_files", "unpack"]

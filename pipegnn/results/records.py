@@ -9,11 +9,10 @@ import errno
 import json
 import os
 import re
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator, Mapping
+from typing import Any, Mapping
 
+from pipegnn.atomic import atomic_file
 from pipegnn.jsonfile import JSONFileError, read_json
 
 __all__ = ["RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record", "find_records",
@@ -24,31 +23,6 @@ RECORD_NAME = "result.json"
 #: Room a record needs, which :func:`probe_record_folder` checks (a long run's record, every epoch's
 #: entry, is some hundreds of KiB).
 RECORD_ROOM = 1 << 20
-
-
-@contextmanager
-def atomic_file(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
-    """A file opened for writing that replaces ``path`` only when the block completes (a temporary file
-    beside it, then ``os.replace``): a reader, or a process killed while writing, never sees half a
-    file; on any error the temporary file is removed and ``path`` is left as it was.
-
-    Raises:
-        OSError: naming ``path`` and the cause (``No space left on device``), whatever failed: the
-            folder, the writes, the final flush or the replace.
-    """
-    path = Path(path)
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, mode) as f:
-            yield f
-        os.replace(tmp, path)
-    except OSError as e:
-        raise OSError(e.errno, f"{path} could not be written: {e.strerror or e}") from e
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
 def probe_record_folder(directory: str | Path, name: str = RECORD_NAME) -> None:

@@ -10,7 +10,7 @@ The end-of-sweep failure summary and the progress bar are in :mod:`pipegnn.resul
 """
 from __future__ import annotations
 
-import json
+import itertools
 import re
 import sys
 from dataclasses import dataclass, field
@@ -20,51 +20,14 @@ from typing import Any, Iterable, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, natural_key
+from pipegnn.schema import VOLATILE_KEYS, comparable_config, plain_config
 
 __all__ = ["INCOMPLETE", "VOLATILE_KEYS", "Job", "SweepPlanError", "comparable_config", "completed_record",
            "planned_jobs", "sweep_jobs", "unrecorded_jobs"]
 
-#: Top-level config keys that do not change what a run computes, ignored when resuming.
-VOLATILE_KEYS = ("resume",)
-#: Config keys added after records were written, with the value that trains as those records did: a
-#: config holding that value compares equal to one without the key, so a resumed sweep keeps its jobs.
-ADDED_KEYS = {("engine", "capture"): "none"}
 #: Error of an ``incomplete`` job (started, no record).
 INCOMPLETE = "no result.json: the job was killed or died before writing it, or is still running"
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as JSON would give it back (lists for tuples, str for odd objects)."""
-    return json.loads(json.dumps(value, default=str))
-
-
-def comparable_config(config: Mapping[str, Any] | DictConfig,
-                      output_dir: str | Path | None = None) -> dict[str, Any]:
-    """The resolved config without :data:`VOLATILE_KEYS` (nor :data:`ADDED_KEYS` at their old
-    behaviour's value); string values that contain the job's
-    output directory (a path embedding Hydra's timestamp) have it replaced by ``<output_dir>``."""
-    if isinstance(config, DictConfig):
-        config = OmegaConf.to_container(config, resolve=True)
-    plain = {k: v for k, v in _plain(dict(config)).items() if k not in VOLATILE_KEYS}
-    for (*parents, key), value in ADDED_KEYS.items():
-        section = plain
-        for name in parents:
-            section = section.get(name) if isinstance(section, dict) else None
-        if isinstance(section, dict) and section.get(key, value) == value:
-            section.pop(key, None)
-    if output_dir is None:
-        return plain
-    out = str(Path(output_dir).resolve())
-
-    def strip(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: strip(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [strip(x) for x in v]
-        return v.replace(out, "<output_dir>") if isinstance(v, str) else v
-
-    return strip(plain)
 
 
 def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -170,7 +133,7 @@ def _incomplete(directory: Path) -> Job:
     except Exception:  # noqa: BLE001
         choices = {}
     return Job(directory, num, overrides, "incomplete", INCOMPLETE, False,
-               config=_plain(config) if isinstance(config, dict) else {},
+               config=plain_config(config) if isinstance(config, dict) else {},
                choices={k: v for k, v in (choices or {}).items() if not str(k).startswith("hydra/")})
 
 
@@ -216,7 +179,6 @@ def _plan(sweep_dir: Path) -> tuple[DictConfig, list[tuple[list[str], Path]]] | 
         except Exception:  # noqa: BLE001 - ImportError, ValueError: a name cut short is no sweeper
             raise SweepPlanError(f"{marker}: its sweeper {target!r} is no class (cut short?)") from None
         return None  # another sweeper's plan: not known here
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -228,10 +190,30 @@ def _plan(sweep_dir: Path) -> tuple[DictConfig, list[tuple[list[str], Path]]] | 
         raise SweepPlanError(f"{marker}: its overrides cannot be read ({type(e).__name__}: "
                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
     try:
-        jobs = [list(job) for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+        jobs = _expand(overrides)
     except Exception:  # noqa: BLE001 - overrides that need the config to expand (a glob): unknown here
         return None
     return cfg, [(job, sweep_dir / _subdir(cfg, num, job, parser)) for num, job in enumerate(jobs)]
+
+
+def _expand(overrides: list[Any]) -> list[list[str]]:
+    """The jobs of parsed ``overrides`` as Hydra's basic sweeper expands them: each key's values (a
+    sweep's, or the one value), the last override of a key winning its place, their product in order.
+    Restated from Hydra's public override API: the sweeper's own expansion is in a private module.
+
+    Raises:
+        Exception: an override the basic sweeper cannot expand either (an interval; a glob needs the
+            config)."""
+    values: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            if not override.is_discrete_sweep():
+                raise ValueError(f"{key}: the basic sweeper expands discrete sweeps only")
+            values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            values[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*values.values())]
 
 
 def _subdir(cfg: DictConfig, num: int, overrides: list[str], parser: Any) -> str:
@@ -298,7 +280,7 @@ def _settings(overrides: list[str], sweep_cfg: DictConfig) -> tuple[dict[str, An
             key = o.key_or_group
             if o.is_delete() or key == "hydra" or key.startswith(("hydra.", "hydra/")):
                 continue
-            value = _plain(o.value())
+            value = plain_config(o.value())
             leaf = base.get(key) if "." not in key else None
             if key in groups or "/" in key or o.package is not None or (
                     "." not in key and isinstance(value, str) and (leaf is None or isinstance(leaf, dict))):
