@@ -19,7 +19,7 @@ from pipegnn.data.features import DiskFeatureStore
 from pipegnn.engines import IGNORE, Engine, Replayed
 from pipegnn.measure import timed
 from pipegnn.microbatch import MicroBatchPlan
-from pipegnn.microbatch.history import epoch_figures, stage_medians
+from pipegnn.microbatch.traffic import epoch_figures, stage_medians
 from pipegnn.preemption import resume, save, training_state
 from pipegnn.timeline import chrome_trace, medians, step_figures
 

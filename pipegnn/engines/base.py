@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pipegnn.microbatch.history import per_stage
+from pipegnn.microbatch.traffic import per_stage
 from pipegnn.models.base import StagedGNN
 from pipegnn.models.transform import Transform
 from pipegnn.timeline import Box, PipelineInfo, Timeline

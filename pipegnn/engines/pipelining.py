@@ -95,31 +95,15 @@ class PipeliningEngine(Engine):
         self.pad = [[[0] * len(r) for r in unit] for unit in self.rows]
         self.width = [[width for _, width in unit.outputs()] for unit in model]
         self.dtype = model.feature_dtype
-        names = model.unit_names
         # The timeline's stages: every replica's, replica by replica; lane = global rank.
         lanes = [d * self.world + s % self.world
                  for d in range(data_parallel) for s in range(self.num_stages)]
         self.prefix = [f"replica{d}:" if data_parallel > 1 else "" for d in range(data_parallel)]
-        self.info = PipelineInfo("pipelining", schedule, chunks,
-                                 [[f"{p}{n}" for n in names[r.start:r.stop]]
-                                  for p in self.prefix for r in self.units],
-                                 lanes, [f"rank{r}:{device.type}" for r in lanes],
-                                 overlap_possible=self.world * data_parallel > 1,
-                                 overlap_note=None if self.world * data_parallel > 1 else "one process",
-                                 balance_source=balance_source, unit_costs_s=unit_costs,
-                                 per_lane=self.num_stages // self.world, replicas=data_parallel)
+        self.info = self._describe(model.unit_names, schedule, chunks, lanes, device, balance_source,
+                                   unit_costs)
         self.transport = transport_device(device, self.pp_group)
-        units = list(model)
-        self.modules = {s: PipeStage(units[self.units[s].start:self.units[s].stop],
-                                     None if s == 0 else self.rows[self.units[s].start - 1],
-                                     self.pad[self.units[s].stop - 1], s == self.num_stages - 1,
-                                     device, self.transport).to(device)
-                        for s in self.local}
+        self.modules = self._own_stages(model, device)
         self.first = self.modules[0].units[0] if 0 in self.modules else None
-        own = {unit for s in self.local for unit in self.units[s]}
-        for i in reversed(range(len(model))):
-            if i not in own:
-                del model[i]
         self._schedules: dict[tuple, Any] = {}
         self._num_targets = 1
         if timeline:
@@ -127,6 +111,36 @@ class PipeliningEngine(Engine):
             mine = lanes[self.replica * self.num_stages:(self.replica + 1) * self.num_stages]
             self.timeline = Timeline([device] * self.num_stages, mine)
             self.timeline.set_origin()
+
+    def _describe(self, names: list[str], schedule: str, chunks: int, lanes: list[int],
+                  device: torch.device, balance_source: str,
+                  unit_costs: dict[str, float] | None) -> PipelineInfo:
+        """The pipeline as the record describes it: every replica's stages and their units, lanes,
+        devices, schedule and balance."""
+        processes = self.world * self.replicas
+        return PipelineInfo("pipelining", schedule, chunks,
+                            [[f"{p}{n}" for n in names[r.start:r.stop]]
+                             for p in self.prefix for r in self.units],
+                            lanes, [f"rank{r}:{device.type}" for r in lanes],
+                            overlap_possible=processes > 1,
+                            overlap_note=None if processes > 1 else "one process",
+                            balance_source=balance_source, unit_costs_s=unit_costs,
+                            per_lane=self.num_stages // self.world, replicas=self.replicas)
+
+    def _own_stages(self, model: StagedGNN, device: torch.device) -> dict[int, PipeStage]:
+        """This rank's stages as :class:`PipeStage` modules on ``device``; the other ranks' units are
+        removed from ``model`` (so that its parameters are this rank's)."""
+        units = list(model)
+        modules = {s: PipeStage(units[self.units[s].start:self.units[s].stop],
+                                None if s == 0 else self.rows[self.units[s].start - 1],
+                                self.pad[self.units[s].stop - 1], s == self.num_stages - 1,
+                                device, self.transport).to(device)
+                   for s in self.local}
+        own = {unit for s in self.local for unit in self.units[s]}
+        for i in reversed(range(len(model))):
+            if i not in own:
+                del model[i]
+        return modules
 
     def _global(self, rank: int) -> int:
         """The global rank of pipeline rank ``rank`` of this replica."""

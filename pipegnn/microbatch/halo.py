@@ -73,9 +73,9 @@ class InCSR:
         self.rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
         torch.cumsum(torch.bincount(self.dst, minlength=num_nodes), 0, out=self.rowptr[1:])
         self.num_nodes = num_nodes
-        # Scratch map global id -> local id (-1 = absent), reset after each micro-batch; its dtype is
-        # that of the blocks' local edges.
-        self._local = torch.full((num_nodes,), -1, dtype=torch.int32 if num_nodes < 2**31 else torch.long)
+        #: Scratch map global id -> local id (-1 = absent) that the block builders fill for one
+        #: micro-batch and reset after it; its dtype is that of the blocks' local edges.
+        self.local = torch.full((num_nodes,), -1, dtype=torch.int32 if num_nodes < 2**31 else torch.long)
 
     def in_edges(self, nodes: Tensor) -> Tensor:
         """Positions (in CSR order) of all edges whose target is in ``nodes``."""
@@ -84,9 +84,10 @@ class InCSR:
         offset = torch.repeat_interleave(start - (torch.cumsum(count, 0) - count), count)
         return offset + torch.arange(offset.numel())
 
-    def _block(self, pos: Tensor, num_dst: int) -> tuple[Tensor, Tensor | None]:
-        """Local edges (and weights) at CSR positions ``pos`` whose local target is below ``num_dst``."""
-        local = self._local
+    def block(self, pos: Tensor, num_dst: int) -> tuple[Tensor, Tensor | None]:
+        """Local edges (and weights) at CSR positions ``pos`` whose local target is below ``num_dst``,
+        local ids read from :attr:`local` (filled by the caller for the micro-batch)."""
+        local = self.local
         src, dst = local[self.src[pos]], local[self.dst[pos]]
         keep = dst < num_dst
         w = None if self.weight is None else self.weight[pos][keep]
@@ -123,7 +124,7 @@ def exact_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch:
     Raises:
         MemoryError: the plan's edges cannot fit in the free memory (:func:`_check_room`).
     """
-    local = csr._local
+    local = csr.local
     nodes = [targets]
     count = targets.numel()
     local[targets] = torch.arange(count, dtype=local.dtype)
@@ -148,7 +149,7 @@ def exact_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch:
         positions.insert(0, pos)
         sizes.insert(0, count)
     all_nodes = torch.cat(nodes)
-    blocks = [csr._block(pos, sizes[layer + 1]) for layer, pos in enumerate(positions)]
+    blocks = [csr.block(pos, sizes[layer + 1]) for layer, pos in enumerate(positions)]
     local[all_nodes] = -1
     return MicroBatch(all_nodes, sizes, [b[0] for b in blocks], [b[1] for b in blocks])
 
@@ -159,7 +160,7 @@ def historical_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch
     Layer 1 reads the halo's features (exact); layer l > 1 receives fresh rows of the targets only and
     reads the halo's layer-(l-1) embeddings from the cache (as in GNNAutoScale).
     """
-    local = csr._local
+    local = csr.local
     t = targets.numel()
     local[targets] = torch.arange(t, dtype=local.dtype)
     pos = csr.in_edges(targets)
@@ -167,7 +168,7 @@ def historical_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch
     halo = torch.unique(src[local[src] < 0])
     local[halo] = torch.arange(t, t + halo.numel(), dtype=local.dtype)
     all_nodes = torch.cat([targets, halo])
-    edges, weights = csr._block(pos, t)
+    edges, weights = csr.block(pos, t)
     local[all_nodes] = -1
     n = all_nodes.numel()
     return MicroBatch(all_nodes, [n] + [t] * num_layers, [edges] * num_layers, [weights] * num_layers,
@@ -176,13 +177,13 @@ def historical_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch
 
 def naive_block(csr: InCSR, targets: Tensor, others: Tensor, num_layers: int) -> MicroBatch:
     """The poster's micro-batch: the subgraph induced by one part; edges from other parts are lost."""
-    local = csr._local
+    local = csr.local
     all_nodes = torch.cat([targets, others])
     local[all_nodes] = torch.arange(all_nodes.numel(), dtype=local.dtype)
     pos = csr.in_edges(all_nodes)
     pos = pos[local[csr.src[pos]] >= 0]
     m, t = all_nodes.numel(), targets.numel()
     sizes = [m] * num_layers + [t]
-    blocks = [csr._block(pos, sizes[layer + 1]) for layer in range(num_layers)]
+    blocks = [csr.block(pos, sizes[layer + 1]) for layer in range(num_layers)]
     local[all_nodes] = -1
     return MicroBatch(all_nodes, sizes, [b[0] for b in blocks], [b[1] for b in blocks])

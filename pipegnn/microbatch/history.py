@@ -7,7 +7,6 @@ and step (:meth:`History.dropout`).
 """
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 import torch
@@ -16,13 +15,12 @@ from torch import Tensor, nn
 from pipegnn.dropout import fill_mask_
 from pipegnn.hostcalls import read_on_host
 
-__all__ = ["HALO_DROPOUTS", "History", "epoch_figures", "per_stage", "stage_medians"]
+__all__ = ["HALO_DROPOUTS", "History"]
 
 #: ``microbatch.halo_dropout``: ``read`` (every read of a halo row draws its own input dropout mask, as
 #: GNNAutoScale does) or ``node`` (one mask per node and step, as full-graph training draws it).
 HALO_DROPOUTS = ("read", "node")
 
-_COUNTS = ("pulled_rows", "pushed_rows", "pulled_bytes", "pushed_bytes")
 
 
 class History(nn.Module):
@@ -170,36 +168,3 @@ class History(nn.Module):
         row = self.rows.size(1) * self.rows.element_size()
         return {"staleness": self.staleness(age_sum), "pulled_rows": pulled, "pushed_rows": pushed,
                 "pulled_bytes": pulled * row, "pushed_bytes": pushed * row}
-
-
-def per_stage(traffic: dict[str, dict[str, float]], stage_units: list[list[str]]) -> list[dict[str, Any]]:
-    """Per pipeline stage (its units' names in ``stage_units``), the :meth:`History.traffic` of its
-    caches (``traffic``: by unit name) summed, and their ages averaged (None without caches)."""
-    stages = []
-    for s, names in enumerate(stage_units):
-        mine = [traffic[n] for n in names if n in traffic]
-        stage: dict[str, Any] = {"stage": s, "caches": len(mine),
-                                 **{k: sum(t[k] for t in mine) for k in _COUNTS}}
-        stage["staleness"] = sum(t["staleness"] for t in mine) / len(mine) if mine else None
-        stages.append(stage)
-    return stages
-
-
-def epoch_figures(stages: list[dict[str, Any]]) -> dict[str, Any]:
-    """An epoch's historical figures: the mean age of the rows pulled (over the caches) and, per
-    stage, the rows and bytes pulled and pushed and their age."""
-    ages = [s["staleness"] for s in stages for _ in range(s["caches"])]
-    return {"staleness": sum(ages) / len(ages) if ages else 0.0, "history": stages}
-
-
-def stage_medians(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per stage, the median over ``epochs`` (each with :func:`epoch_figures`' ``history``) of each
-    step's traffic and age (a stage without caches keeps None as its age)."""
-    stages = []
-    for s, stage in enumerate(epochs[0]["history"]):
-        entry = dict(stage)
-        for key, value in stage.items():
-            if key not in ("stage", "caches") and value is not None:
-                entry[key] = statistics.median(e["history"][s][key] for e in epochs)
-        stages.append(entry)
-    return stages
