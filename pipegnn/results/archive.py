@@ -36,7 +36,7 @@ from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 from pipegnn.atomic import atomic_file
 from pipegnn.jsonfile import JSONFileError, read_json
-from pipegnn.results.records import find_records, natural_key, write_record
+from pipegnn.results.records import find_named, find_records, natural_key, write_record
 
 __all__ = ["ARCHIVE_NAME", "ArchiveError", "Entry", "Packed", "entries", "find_archives", "is_archive",
            "pack", "read", "run_files", "unpack"]
@@ -89,12 +89,7 @@ def find_archives(path: str | Path) -> list[Path]:
     Raises:
         FileNotFoundError: ``path`` does not exist.
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no such file or directory: {path}")
-    if path.is_file():
-        return [path] if is_archive(path) else []
-    return sorted((p for p in path.rglob(ARCHIVE_NAME) if p.is_file()), key=natural_key)
+    return find_named(path, ARCHIVE_NAME, is_archive)
 
 
 def run_files(folder: str | Path, beside: Sequence[str] = (), under: str = "") -> dict[str, Path]:

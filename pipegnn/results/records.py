@@ -10,7 +10,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from pipegnn.atomic import atomic_file
 from pipegnn.jsonfile import JSONFileError, read_json
@@ -158,12 +158,22 @@ def find_records(path: str | Path) -> list[Path]:
     Raises:
         FileNotFoundError: ``path`` does not exist.
     """
+    return find_named(path, RECORD_NAME)
+
+
+def find_named(path: str | Path, name: str, accept: Callable[[Path], bool] = Path.is_file) -> list[Path]:
+    """Every file called ``name`` below the folder ``path`` (recursively, in natural order); ``path``
+    itself when it is a file that ``accept`` takes.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file or directory: {path}")
     if path.is_file():
-        return [path]
-    return sorted((p for p in path.rglob(RECORD_NAME) if p.is_file()), key=natural_key)
+        return [path] if accept(path) else []
+    return sorted((p for p in path.rglob(name) if p.is_file()), key=natural_key)
 
 
 def natural_key(text: Any) -> list[Any]:
