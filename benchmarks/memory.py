@@ -100,7 +100,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one case in this process: compose the overrides, set the extra keys, run, measure."""
     from omegaconf import OmegaConf
 
-    import pipegnn.train as train
+    import pipegnn.training.rank as rank
     from pipegnn import run
     from pipegnn.measure import peak_rss_bytes, reset_peaks
     from pipegnn.results import write_record
@@ -111,7 +111,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         group, key = dotted.split(".")
         cfg[group][key] = value
     marks: dict[str, int] = {}
-    fit = train.fit  # the epoch loop, as train.py calls it (pipegnn.fit.fit)
+    fit = rank.fit  # the epoch loop, as one process's run calls it (pipegnn.training.epochs.fit)
 
     def measured_fit(*args: Any, **kwargs: Any) -> None:
         marks["setup_peak"] = peak_rss_bytes()
@@ -121,7 +121,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         fit(*args, **kwargs)
         marks["train_peak"] = peak_rss_bytes()
 
-    train.fit = measured_fit
+    rank.fit = measured_fit
     base = _status_kb("VmRSS")
     start = time.perf_counter()
     record = run(cfg)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 from pipegnn import run
-from pipegnn.processes import spawn
+from pipegnn.training.processes import spawn
 from pipegnn.schema import compose_config
 
 METHODS = ("forkserver", "forkserver (CUDA)", "spawn")

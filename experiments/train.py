@@ -21,7 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from pipegnn import results, schema
-from pipegnn.preemption import Interrupted
+from pipegnn.training.preemption import Interrupted
 
 # The typed schemas behind the YAML groups must be in the ConfigStore before Hydra composes.
 schema.register()

@@ -11,6 +11,6 @@ def __getattr__(name: str) -> Any:
     # `run` pulls in torch and the frameworks; loaded on first use so that light entry points
     # (e.g. `python -m pipegnn.results`) start fast.
     if name == "run":
-        from pipegnn.train import run
+        from pipegnn.training.launch import run
         return run
     raise AttributeError(f"module 'pipegnn' has no attribute {name!r}")

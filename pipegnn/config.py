@@ -15,9 +15,9 @@ from pipegnn.engines.capture import CAPTURES, capture_problems
 from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch import HALO_DROPOUTS, HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER, units_per_layer
-from pipegnn.processes.backend import DIST_BACKENDS, shared_devices
-from pipegnn.processes.group import LAUNCHERS, START_METHODS
 from pipegnn.schema import targets_for_halo  # noqa: F401 - registers the resolver run configs use
+from pipegnn.training.processes.backend import DIST_BACKENDS, shared_devices
+from pipegnn.training.processes.group import LAUNCHERS, START_METHODS
 
 __all__ = ["EVAL_SPLITS", "MONITORS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets",
            "memory_limit_bytes"]

@@ -331,7 +331,7 @@ _RECORD_DEVICES = {"cpu2": ("gpipe", ["cpu", "cpu"]), "cpu": ("single", "cpu"), 
 def make_record(*, status: str = "completed", dataset: str = "cora", num_nodes: int = 2708, model: str = "gat",
                 framework: str = "pyg", devices: str = "cpu2", chunks: int = 1, halo: str = "exact",
                 partition: str = "metis", seed: int = 0, hidden: int = 8, **values: float) -> dict[str, Any]:
-    """A hand-made record shaped like pipegnn.train's; ``values`` fill final/timing/memory/microbatch."""
+    """A hand-made record shaped like pipegnn.training.launch's; ``values`` fill final/timing/memory/microbatch."""
     engine, dev = _RECORD_DEVICES[devices]
     engine_cfg = {"name": engine, **({"devices": dev} if engine == "gpipe" else {"device": dev})}
     final = {k: values[k] for k in ("test_acc", "val_acc", "test_acc_at_best_val", "best_val_acc") if k in values}

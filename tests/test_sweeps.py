@@ -117,7 +117,7 @@ def test_joblib_launcher_gives_the_same_statuses(tmp_path: Path, variants: Path)
 
 def test_cli_rejects_schema_errors(tmp_path: Path) -> None:
     """experiments/train.py registers the schemas: a wrong type stops the command at composition.
-    (A single run that fails exits non-zero too: tests/test_train.py.)"""
+    (A single run that fails exits non-zero too: tests/training/test_launch.py.)"""
     bad = cli(tmp_path, "chunks=abc", f"hydra.run.dir={tmp_path / 'bad'}")
     assert bad.returncode == 1
     assert "Error merging override chunks=abc" in bad.stderr

@@ -33,7 +33,7 @@ ENGINES = ("single", "gpipe", "pipelining")
 
 def build_engine(engine: Mapping[str, Any], model: StagedGNN, train_ids: Tensor) -> Engine:
     """The engine an (already validated) ``engine`` config describes (``pipelining``: this process's
-    rank, inside :func:`pipegnn.processes.group.process_group`) for the training micro-batches
+    rank, inside :func:`pipegnn.training.processes.group.process_group`) for the training micro-batches
     ``train_ids`` (their number is the engine's chunks; timed per unit for ``engine.balance=auto``)."""
     chunks = train_ids.numel()
     timeline = bool(engine.get("timeline", True))

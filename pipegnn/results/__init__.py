@@ -17,7 +17,7 @@
 
 In a notebook: ``from pipegnn import results; df = results.load("multirun/...")``. Every name below
 is importable from here; each is loaded with its module on first use, so that importing one module
-(``pipegnn.train`` writes records) pulls in neither matplotlib nor Hydra.
+(``pipegnn.training.launch`` writes records) pulls in neither matplotlib nor Hydra.
 """
 from __future__ import annotations
 

@@ -93,8 +93,8 @@ class EpochProgress:
 
     Use as a context manager; it does nothing unless ``enabled`` (``experiments/train.py`` enables it
     when stderr is a terminal). While active, the trainer's per-epoch log lines (marked with
-    :data:`pipegnn.train.EPOCH_LINE`) are kept off the console handlers that write to a terminal (the
-    bar shows loss and validation accuracy instead); they still go to the job's log file.
+    :data:`pipegnn.training.epochs.EPOCH_LINE`) are kept off the console handlers that write to a
+    terminal (the bar shows loss and validation accuracy instead); they still go to the job's log file.
     """
 
     def __init__(self, total: int, enabled: bool, desc: str | None = None) -> None:
@@ -104,7 +104,8 @@ class EpochProgress:
 
     @staticmethod
     def _mute(record: logging.LogRecord) -> bool:
-        return not getattr(record, "pipegnn_epoch", False)  # pipegnn.train.EPOCH_LINE (not imported: torch)
+        # pipegnn.training.epochs.EPOCH_LINE (not imported: torch)
+        return not getattr(record, "pipegnn_epoch", False)
 
     def __enter__(self) -> "EpochProgress":
         if not self.enabled:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pipegnn import run
-from pipegnn.preemption import save
+from pipegnn.training.preemption import save
 from pipegnn.results.records import RecordError, find_records, load_record, write_record
 
 from tests.helpers import make_cfg

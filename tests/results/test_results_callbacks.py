@@ -36,7 +36,7 @@ class _Terminal(io.StringIO):
 def test_progress_bar_follows_the_epochs(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bar advances with each finished epoch ``run`` hands to ``on_epoch``; the per-epoch log lines
     stay off the terminal while it runs and come back after."""
-    from pipegnn.train import EPOCH_LINE
+    from pipegnn.training.epochs import EPOCH_LINE
 
     term = _Terminal()
     monkeypatch.setattr(sys, "stderr", term)

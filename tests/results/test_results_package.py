@@ -27,7 +27,7 @@ def test_every_public_name_of_every_module_is_exported() -> None:
 
 
 def test_importing_a_module_loads_no_other_module_of_the_package() -> None:
-    """``pipegnn.train`` writes records: that pulls in neither pandas, matplotlib nor Hydra."""
+    """``pipegnn.training.launch`` writes records: that pulls in neither pandas, matplotlib nor Hydra."""
     code = ("import sys, pipegnn.results.records; "
             "print(sorted(m for m in sys.modules if m.startswith(('pipegnn.results', 'pandas', 'matplotlib', "
             "'hydra'))))")

@@ -18,7 +18,7 @@ from tests.helpers import (COMPLETED_RECORD, RECORD_CONFIG, failed_record, inval
                            make_cfg, results_cli, seeded_record)
 
 
-#: A record's ``pipeline`` section (shaped like pipegnn.train's: static info, then medians over epochs).
+#: A record's ``pipeline`` section (shaped like pipegnn.training.launch's: static info, then medians over epochs).
 PIPELINE = {
     "engine": "pipelining", "schedule": "1f1b", "chunks": 8, "stage_units": [["transform0"], ["propagate0",
     "transform1", "propagate1"]], "lanes": [0, 1], "devices": ["rank0:cpu", "rank1:cpu"],

@@ -13,7 +13,7 @@ import signal
 from typing import Any
 
 from pipegnn.errors import ConfigError
-from pipegnn.preemption import Interrupted
+from pipegnn.training.preemption import Interrupted
 
 __all__ = ["LOST_PEER", "MERGED", "WorkerFailed", "death", "failure", "merge"]
 

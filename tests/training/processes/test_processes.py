@@ -1,4 +1,4 @@
-"""pipegnn.processes: what the workers of a pipelining run are forked from, and the process-group backend
+"""pipegnn.training.processes: what the workers of a pipelining run are forked from, and the process-group backend
 for each layout of devices (CPU only here: the choices are pure functions of the config, and the
 forkserver's imports are read in a fresh interpreter)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from pipegnn.config import check_config
 from pipegnn.errors import ConfigError
-from pipegnn.processes.backend import dist_backend, shared_devices
+from pipegnn.training.processes.backend import dist_backend, shared_devices
 
 from tests.helpers import ROOT, make_cfg
 
@@ -20,7 +20,7 @@ from tests.helpers import ROOT, make_cfg
 #: machine; DGL and torchgpipe load CUDA libraries of their own at import), and the trainer, which
 #: imports them. (Not triton: a CUDA build's torch.distributed.pipelining imports it, and was measured
 #: to leave forked children able to use CUDA.)
-_POISON = ("torch_geometric", "dgl", "torchgpipe", "pipegnn.train", "pipegnn.models", "pipegnn.backends")
+_POISON = ("torch_geometric", "dgl", "torchgpipe", "pipegnn.training.launch", "pipegnn.models", "pipegnn.backends")
 
 #: Functions that initialise CUDA in the calling process.
 _CUDA_CALLS = ("is_available", "init", "_lazy_init", "current_device", "set_device", "get_device_name",
@@ -30,7 +30,7 @@ _CUDA_CALLS = ("is_available", "init", "_lazy_init", "current_device", "set_devi
 def test_forkserver_preload_touches_neither_cuda_nor_the_graph_libraries() -> None:
     """What the forkserver imports (engine.start_method=forkserver) on a machine with a CUDA device must
     leave CUDA untouched, or every worker forked from it fails there with "CUDA error: initialization
-    error" (measured with a preload of pipegnn.train, which imports PyG). In a fresh interpreter that sees
+    error" (measured with a preload of pipegnn.training.launch, which imports PyG). In a fresh interpreter that sees
     one CUDA device (its count pretended, as NVML would give it): import torch, watch the calls that
     initialise CUDA, import the preload; none of the poisoning modules is loaded and nothing called into
     CUDA."""
@@ -44,8 +44,8 @@ for name in {_CUDA_CALLS!r}:
         calls.append(_name)
         return _call(*args, **kwargs)
     setattr(torch.cuda, name, spy)
-from pipegnn.processes.spawn import forkserver_preload
-preload = forkserver_preload("pipegnn.train")
+from pipegnn.training.processes.spawn import forkserver_preload
+preload = forkserver_preload("pipegnn.training.launch")
 for module in preload:
     importlib.import_module(module)
 print(json.dumps({{"preload": preload, "modules": sorted(sys.modules), "calls": calls,
@@ -53,7 +53,7 @@ print(json.dumps({{"preload": preload, "modules": sorted(sys.modules), "calls": 
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     found = json.loads(out.stdout.strip().splitlines()[-1])
-    assert "torch" in found["preload"] and "pipegnn.processes.spawn" in found["preload"]
+    assert "torch" in found["preload"] and "pipegnn.training.processes.spawn" in found["preload"]
     loaded = [m for m in found["modules"] if m.split(".")[0] in _POISON or m.startswith(_POISON)]
     assert loaded == [], loaded
     assert found["calls"] == [] and not found["initialized"]
@@ -62,12 +62,12 @@ print(json.dumps({{"preload": preload, "modules": sorted(sys.modules), "calls": 
 def test_without_cuda_devices_the_forkserver_preloads_the_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no CUDA device is visible there is nothing to make unusable: the trainer is preloaded, and a
     worker starts without importing PyG (results/benchmarks/start_method.txt)."""
-    from pipegnn.processes.spawn import FORKSERVER_PRELOAD, forkserver_preload
+    from pipegnn.training.processes.spawn import FORKSERVER_PRELOAD, forkserver_preload
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    assert forkserver_preload("pipegnn.train") == [*FORKSERVER_PRELOAD, "pipegnn.train"]
+    assert forkserver_preload("pipegnn.training.launch") == [*FORKSERVER_PRELOAD, "pipegnn.training.launch"]
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert forkserver_preload("pipegnn.train") == list(FORKSERVER_PRELOAD)
+    assert forkserver_preload("pipegnn.training.launch") == list(FORKSERVER_PRELOAD)
 
 
 def _engine(devices: list[str], backend: str = "auto", launcher: str = "spawn") -> dict:

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from pipegnn.engines.base import parse_device
 from pipegnn.errors import ConfigError
 from pipegnn.measure import peak_device_bytes, peak_rss_bytes
-from pipegnn.processes.backend import dist_backend
+from pipegnn.training.processes.backend import dist_backend
 
 __all__ = ["LAUNCHERS", "START_METHODS", "gather_memory", "is_secondary_rank", "process_group"]
 

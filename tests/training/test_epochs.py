@@ -1,10 +1,10 @@
-"""pipegnn.fit: the best epoch by either monitor; time to accuracy, counted over training time only, to a
+"""pipegnn.training.epochs: the best epoch by either monitor; time to accuracy, counted over training time only, to a
 configured or an own target."""
 from __future__ import annotations
 
 import pytest
 
-from pipegnn.fit import best_epoch, time_to_accuracy
+from pipegnn.training.epochs import best_epoch, time_to_accuracy
 
 
 def test_best_epoch_is_the_first_with_the_best_monitor() -> None:

@@ -1,8 +1,8 @@
 """The process-group backend of a ``pipelining`` run (``engine.backend``), chosen from its devices.
 
-Kept apart from :mod:`pipegnn.processes.group` so that the launcher can name it without importing the
+Kept apart from :mod:`pipegnn.training.processes.group` so that the launcher can name it without importing the
 engines (and through them PyG), which the forkserver it starts from must never import
-(:data:`pipegnn.processes.spawn.FORKSERVER_PRELOAD`).
+(:data:`pipegnn.training.processes.spawn.FORKSERVER_PRELOAD`).
 """
 from __future__ import annotations
 

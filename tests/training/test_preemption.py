@@ -14,7 +14,7 @@ import torch
 from omegaconf import OmegaConf
 
 from pipegnn import run
-from pipegnn.preemption import Interrupted, checkpoint_path, load, save
+from pipegnn.training.preemption import Interrupted, checkpoint_path, load, save
 from pipegnn.results import load as load_table
 
 from tests.helpers import ROOT, TINY_SYNTHETIC, CodeMarker, damage_a_tensor, make_cfg

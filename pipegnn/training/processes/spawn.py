@@ -4,7 +4,7 @@ The parent process (the *launcher*: a normal ``run``, e.g. one job of a Hydra sw
 per entry of ``engine.devices`` (``engine.start_method``: from a forkserver or as fresh interpreters).
 Each worker gets torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT),
 so it runs exactly what a process started by ``torchrun`` with ``engine.launcher=external`` runs: the
-whole run for its rank, i.e. the ``target`` the caller passes in (``pipegnn.train.run``; passed, not
+whole run for its rank, i.e. the ``target`` the caller passes in (``pipegnn.training.launch.run``; passed, not
 imported, so that this module does not depend on the trainer).
 
 What goes between the launcher and its workers goes through pipes, not files: a pipe is a kernel object
@@ -26,7 +26,7 @@ launcher that cannot act (stopped, hung) does not leave them running.
 
 Failure: when a worker exits non-zero, the others get a grace period to exit by themselves (they usually
 fail at once with a lost connection to the dead peer), then are terminated; which rank's failure the
-run's record names: :mod:`pipegnn.processes.outcome`.
+run's record names: :mod:`pipegnn.training.processes.outcome`.
 
 Hand-written rather than ``torch.distributed.launcher.api.elastic_launch``: elastic's agent hands the
 workers' return values back only when all of them have finished (a failed run would lose the epochs rank
@@ -54,9 +54,9 @@ import torch
 import torch.multiprocessing as mp
 
 from pipegnn.measure import peak_rss_bytes
-from pipegnn.preemption import Interrupted
-from pipegnn.processes.backend import dist_backend
-from pipegnn.processes.outcome import WorkerFailed, failure, merge
+from pipegnn.training.preemption import Interrupted
+from pipegnn.training.processes.backend import dist_backend
+from pipegnn.training.processes.outcome import WorkerFailed, failure, merge
 
 __all__ = ["FORKSERVER_PRELOAD", "forkserver_preload", "spawn"]
 
@@ -84,8 +84,8 @@ def forkserver_preload(target_module: str) -> list[str]:
     a fork of this process: what this process did with CUDA does not reach it."""
     return [*FORKSERVER_PRELOAD, *([target_module] if torch.cuda.device_count() == 0 else [])]
 
-#: ``target(cfg, on_epoch=callback) -> record``: one rank's whole run (``pipegnn.train.run``); rank 0
-#: calls ``on_epoch(entry)`` with each finished epoch's entry of ``record["epochs"]``.
+#: ``target(cfg, on_epoch=callback) -> record``: one rank's whole run (``pipegnn.training.launch.run``);
+#: rank 0 calls ``on_epoch(entry)`` with each finished epoch's entry of ``record["epochs"]``.
 Target = Callable[..., dict[str, Any]]
 
 
@@ -302,7 +302,7 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
         cfg: the run's configuration (``engine.launcher=spawn``).
         record: the parent's record; on failure it still gets the epochs rank 0 finished.
         target: what each worker runs, ``target(cfg, on_epoch=...)`` returning its record (a picklable
-            module-level function: ``pipegnn.train.run``); its module is preloaded by the forkserver
+            module-level function: ``pipegnn.training.launch.run``); its module is preloaded by the forkserver
             where no CUDA device is visible (:func:`forkserver_preload`), else imported by each worker.
         on_epoch: called in this process with each epoch rank 0 finished (from a reader thread).
         state_dir: where each rank keeps its checkpoints (``train.checkpoint_every``), if anywhere.

@@ -20,12 +20,14 @@ from pipegnn.engines import IGNORE, Engine, Replayed
 from pipegnn.measure import timed
 from pipegnn.microbatch import MicroBatchPlan
 from pipegnn.microbatch.traffic import epoch_figures, stage_medians
-from pipegnn.preemption import resume, save, training_state
 from pipegnn.timeline import chrome_trace, medians, step_figures
+from pipegnn.training.preemption import resume, save, training_state
 
 __all__ = ["EPOCH_LINE", "best_epoch", "fit", "time_to_accuracy"]
 
-log = logging.getLogger("pipegnn.train")  # the run's log (train.log's lines keep their logger name)
+#: The run's log: launch, rank and epochs log under one name, which train.log's lines keep.
+RUN_LOG = "pipegnn.train"
+log = logging.getLogger(RUN_LOG)
 #: ``extra`` of the per-epoch log line, so that handlers can tell it apart (``sweep.EpochProgress``).
 EPOCH_LINE = {"pipegnn_epoch": True}
 

@@ -1,0 +1,187 @@
+"""One run: load the graph, build the plans and the staged model, train, evaluate, record."""
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+
+from pipegnn.config import check_config, memory_limit_bytes
+from pipegnn.data.features import files_opened
+from pipegnn.errors import ConfigError
+from pipegnn.measure import (
+    allocation_failure,
+    env_info,
+    intra_op_threads,
+    memory_limit,
+    peak_device_bytes,
+    peak_rss_bytes,
+    reset_peaks,
+)
+from pipegnn.results.records import probe_record_folder, write_record
+from pipegnn.timeline import TRACE_NAME
+from pipegnn.training.epochs import RUN_LOG
+from pipegnn.training.loggers import Loggers
+from pipegnn.training.preemption import Interrupted, interruptible
+from pipegnn.training.processes.group import gather_memory, is_secondary_rank, process_group
+from pipegnn.training.processes.spawn import spawn
+from pipegnn.training.rank import train_rank
+
+__all__ = ["run"]
+
+log = logging.getLogger(RUN_LOG)
+
+
+def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = None,
+        choices: Mapping[str, Any] | None = None,
+        on_epoch: Callable[[dict[str, Any]], Any] | None = None,
+        state_dir: str | Path | None = None) -> dict[str, Any]:
+    """Train and evaluate one configuration and return its result record.
+
+    Never raises for a failing run: an invalid configuration, an out-of-memory error or any other
+    exception becomes the record's ``status`` (``invalid``, ``oom``, ``failed``) and ``error``. A
+    SIGTERM or SIGINT ends the run with status ``interrupted`` (the epochs finished so far, the signal
+    under ``interrupted``); the record is written, then :class:`~pipegnn.training.preemption.Interrupted` is
+    raised with it attached, so that the process (or sweep) stops as the signal asked.
+
+    Args:
+        cfg: the resolved run configuration (see ``conf/config.yaml``).
+        output_dir: where ``result.json`` (and ``trace.json``, the timeline of ``engine.trace_epoch``)
+            are written; when None nothing is written and the record keeps the trace under ``trace``.
+        choices: Hydra's runtime choices of the config groups, stored in the record.
+        on_epoch: called with each finished epoch's entry of the record's ``epochs`` (a spawned
+            pipeline's rank 0 sends it to the launcher, which keeps it if the run fails later).
+        state_dir: where the training state is saved every ``train.checkpoint_every`` epochs and, with
+            ``resume=true``, read back (default: ``output_dir``; none: no checkpoints).
+    """
+    start = time.perf_counter()
+    reset_peaks()
+    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    record: dict[str, Any] = {
+        "status": "failed", "error": None, "config": container, "choices": dict(choices or {}),
+        "env": env_info(), "epochs": [], "final": {}, "timing": {}, "memory": {}, "microbatch": {},
+    }
+    devices: list[torch.device] = []
+    interrupted: Interrupted | None = None
+    loggers: Loggers | None = None
+    writes = output_dir is not None and not is_secondary_rank(container)
+    with interruptible() as guard:
+        try:
+            if writes:  # before anything trains: the record must have a place to go
+                _probe(output_dir)
+            # the trackers (logger=...) of the process that writes the record, fed every finished epoch
+            if output_dir is not None and container.get("logger") and not is_secondary_rank(container):
+                loggers = Loggers(output_dir, container)
+                on_epoch = _then(loggers.epoch, on_epoch)
+            with memory_limit(memory_limit_bytes(container)):  # train.memory_limit_gb, restored on exit
+                devices = _train(container, record, on_epoch,
+                                 state_dir if state_dir is not None else output_dir)
+            record["status"] = "completed"
+        except Interrupted as e:
+            interrupted = e
+            record.update(status="interrupted", error=str(e),
+                          interrupted={"signal": e.name, "epochs_finished": len(record["epochs"])})
+            log.warning("%s after %d finished epochs", e, len(record["epochs"]))
+        except ConfigError as e:
+            record.update(status="invalid", error=str(e))
+            log.error("invalid configuration: %s", e)
+        except Exception as e:  # the record must survive any failure of the run
+            failure = allocation_failure(e)
+            if failure is not None:
+                record.update(status="oom", error=f"{type(failure).__name__}: {failure}",
+                              traceback=traceback.format_exc())
+                log.error("out of memory: %s", failure)
+            else:
+                # A pipeline worker's failure carries the worker's traceback.
+                record.update(status="failed", error=f"{type(e).__name__}: {e}",
+                              traceback=getattr(e, "worker_traceback", None) or traceback.format_exc())
+                log.exception("run failed")
+        guard.hold()  # a signal from here on waits for the record
+        record["timing"]["total_s"] = time.perf_counter() - start
+        # A pipeline's peaks of every rank (set during training) take precedence over this process's.
+        record["memory"] = {"peak_rss_bytes": peak_rss_bytes(),
+                            "peak_device_bytes": peak_device_bytes(devices), **record["memory"]}
+        # Under torchrun (engine.launcher=external) only rank 0 writes the record (and the trace).
+        if writes:
+            _write(output_dir, record)
+        if loggers is not None:
+            loggers.finish(record)
+    if interrupted is None and guard.signum is not None:  # the signal came while the record was written
+        interrupted = Interrupted(guard.signum)
+    if interrupted is not None:
+        interrupted.record = record
+        raise interrupted
+    return record
+
+
+def _probe(output_dir: str | Path) -> None:
+    """The record's folder takes a record (:func:`~pipegnn.results.records.probe_record_folder`), or
+    the run is invalid before it trains."""
+    try:
+        probe_record_folder(output_dir)
+    except OSError as e:
+        raise ConfigError(f"the run's output folder cannot take its record: {e}; free some space, or point "
+                          "hydra.run.dir (hydra.sweep.dir) elsewhere") from e
+
+
+def _write(output_dir: str | Path, record: dict[str, Any]) -> None:
+    """Write the record (and the trace it carries) into ``output_dir``; a write that fails is logged
+    naming the file and the cause, and a completed run becomes ``failed`` (its record is lost)."""
+    trace = record.pop("trace", None)
+    try:
+        if trace is not None:
+            write_record(output_dir, trace, TRACE_NAME)
+            record.setdefault("pipeline", {})["trace"] = TRACE_NAME  # a failed run has no section yet
+        path = write_record(output_dir, record)
+    except OSError as e:
+        if record["status"] == "completed":
+            record.update(status="failed", error=f"OSError: the record was not written: {e}")
+        log.error("the record was not written: %s", e)
+        return
+    traced = f"; trace (Perfetto, chrome://tracing): {Path(output_dir) / TRACE_NAME}" if trace else ""
+    log.info("record: %s%s", path, traced)
+
+
+def _then(first: Callable[[dict[str, Any]], Any],
+          then: Callable[[dict[str, Any]], Any] | None) -> Callable[[dict[str, Any]], Any]:
+    """An ``on_epoch`` callback calling ``first``, then ``then`` (if any)."""
+    def both(entry: dict[str, Any]) -> None:
+        first(entry)
+        if then is not None:
+            then(entry)
+    return both
+
+
+def _train(cfg: dict[str, Any], record: dict[str, Any],
+           on_epoch: Callable[[dict[str, Any]], Any] | None = None,
+           state_dir: str | Path | None = None) -> list[torch.device]:
+    check_config(cfg)
+    if cfg["train"].get("checkpoint_every") is not None and state_dir is None:
+        raise ConfigError("train.checkpoint_every is set but the run has no output directory to keep "
+                          "checkpoints in; give run() an output_dir (or state_dir), or set it to null")
+    engine = cfg["engine"]
+    pipelining = engine["name"] == "pipelining"
+    if pipelining and engine["launcher"] == "spawn":  # this process starts one worker per rank and waits
+        return spawn(cfg, record, target=run, on_epoch=on_epoch, state_dir=state_dir)  # workers run `run`
+    with intra_op_threads(engine.get("threads")):
+        record["env"]["torch_threads"] = torch.get_num_threads()  # this process's, as it trains
+        if not pipelining:
+            return train_rank(cfg, record, on_epoch, state_dir)
+        with process_group(engine):  # this process is one rank (a spawned worker or under torchrun)
+            opened = files_opened()
+            devices = train_rank(cfg, record, on_epoch, state_dir)
+            record["memory"] = {**record["memory"], **gather_memory(devices)}
+            _gather_feature_files(record, files_opened() - opened)
+            return devices
+
+
+def _gather_feature_files(record: dict[str, Any], opened: int) -> None:
+    """Every pipeline rank's count of feature files opened for reading during the run (a collective)."""
+    ranks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, opened)
+    record.setdefault("features", {})["files_opened_per_rank"] = ranks
