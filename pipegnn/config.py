@@ -16,8 +16,6 @@ from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch import HALO_DROPOUTS, HALOS, PARTITIONERS, TARGETS
 from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER, units_per_layer
 from pipegnn.schema import targets_for_halo  # noqa: F401 - registers the resolver run configs use
-from pipegnn.training.processes.backend import DIST_BACKENDS, shared_devices
-from pipegnn.training.processes.group import LAUNCHERS, START_METHODS
 
 __all__ = ["EVAL_SPLITS", "MONITORS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets",
            "memory_limit_bytes"]
@@ -211,9 +209,6 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[i
                               f"got chunks={chunks}")
         ranks, chunks = ranks // replicas, chunks // replicas
     check_choice(engine["schedule"], tuple(SCHEDULES), "engine.schedule")
-    check_choice(engine["launcher"], LAUNCHERS, "engine.launcher")
-    check_choice(engine["backend"], DIST_BACKENDS, "engine.backend")
-    check_choice(engine["start_method"], START_METHODS, "engine.start_method")
     _positive_finite(engine["timeout_s"], "engine.timeout_s", "seconds")
     _positive_finite(engine.get("memory_limit_gb"), "engine.memory_limit_gb", "GiB per stage process",
                      "no cap")
@@ -221,15 +216,6 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[i
     if len(kinds) > 1:
         raise ConfigError(f"engine.devices={devices} mixes CPU and CUDA; the processes of one pipeline "
                           "must all use cpu or all cuda:N")
-    if engine["backend"] == "nccl" and kinds != {"cuda"}:
-        raise ConfigError(f"engine.backend=nccl needs CUDA devices, got engine.devices={devices}; use "
-                          "backend=gloo (or auto) on CPU")
-    shared = shared_devices(engine) if engine["backend"] == "nccl" else []
-    if shared:
-        raise ConfigError(f"engine.backend=nccl cannot run two ranks on one GPU (NCCL refuses a shared "
-                          f"device), but engine.devices={devices} gives {shared[0]} to several ranks of one "
-                          "machine; use engine.backend=auto or gloo (their traffic then goes through host "
-                          "memory), or one GPU per rank")
     interleaved = engine["schedule"] == "interleaved1f1b"
     per_rank = _positive_int(engine["virtual_stages"], "engine.virtual_stages") if interleaved else 1
     if interleaved and per_rank < 2:

@@ -28,7 +28,7 @@ from pipegnn.timeline import TRACE_NAME
 from pipegnn.training.epochs import RUN_LOG
 from pipegnn.training.loggers import Loggers
 from pipegnn.training.preemption import Interrupted, interruptible
-from pipegnn.training.processes.group import gather_memory, is_secondary_rank, process_group
+from pipegnn.training.processes.group import check_launch, gather_memory, is_secondary_rank, process_group
 from pipegnn.training.processes.spawn import spawn
 from pipegnn.training.rank import train_rank
 
@@ -166,6 +166,8 @@ def _train(cfg: dict[str, Any], record: dict[str, Any],
                           "checkpoints in; give run() an output_dir (or state_dir), or set it to null")
     engine = cfg["engine"]
     pipelining = engine["name"] == "pipelining"
+    if pipelining:
+        check_launch(engine)
     if pipelining and engine["launcher"] == "spawn":  # this process starts one worker per rank and waits
         return spawn(cfg, record, target=run, on_epoch=on_epoch, state_dir=state_dir)  # workers run `run`
     with intra_op_threads(engine.get("threads")):

@@ -12,14 +12,39 @@ import torch
 import torch.distributed as dist
 
 from pipegnn.engines.base import parse_device
-from pipegnn.errors import ConfigError
+from pipegnn.errors import ConfigError, check_choice
 from pipegnn.measure import peak_device_bytes, peak_rss_bytes
-from pipegnn.training.processes.backend import dist_backend
+from pipegnn.training.processes.backend import DIST_BACKENDS, dist_backend, shared_devices
 
-__all__ = ["LAUNCHERS", "START_METHODS", "gather_memory", "is_secondary_rank", "process_group"]
+__all__ = ["LAUNCHERS", "START_METHODS", "check_launch", "gather_memory", "is_secondary_rank",
+           "process_group"]
 
 LAUNCHERS = ("spawn", "external")
 START_METHODS = ("forkserver", "spawn")
+
+
+def check_launch(engine: Mapping[str, Any]) -> None:
+    """``engine=pipelining``'s processes, checked before any starts (``pipegnn.config`` checks the rest
+    of the pipeline): the launcher, how workers start, and a backend that can join them on their
+    devices.
+
+    Raises:
+        ConfigError: naming the bad value and what would be valid.
+    """
+    check_choice(engine["launcher"], LAUNCHERS, "engine.launcher")
+    check_choice(engine["backend"], DIST_BACKENDS, "engine.backend")
+    check_choice(engine["start_method"], START_METHODS, "engine.start_method")
+    devices = list(engine["devices"])
+    kinds = {str(d).split(":")[0] for d in devices}
+    if engine["backend"] == "nccl" and kinds != {"cuda"}:
+        raise ConfigError(f"engine.backend=nccl needs CUDA devices, got engine.devices={devices}; use "
+                          "backend=gloo (or auto) on CPU")
+    shared = shared_devices(engine) if engine["backend"] == "nccl" else []
+    if shared:
+        raise ConfigError(f"engine.backend=nccl cannot run two ranks on one GPU (NCCL refuses a shared "
+                          f"device), but engine.devices={devices} gives {shared[0]} to several ranks of one "
+                          "machine; use engine.backend=auto or gloo (their traffic then goes through host "
+                          "memory), or one GPU per rank")
 
 
 def is_secondary_rank(cfg: Mapping[str, Any]) -> bool:

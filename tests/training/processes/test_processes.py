@@ -13,6 +13,7 @@ import torch
 from pipegnn.config import check_config
 from pipegnn.errors import ConfigError
 from pipegnn.training.processes.backend import dist_backend, shared_devices
+from pipegnn.training.processes.group import check_launch
 
 from tests.helpers import ROOT, make_cfg
 
@@ -101,11 +102,14 @@ def test_auto_backend_takes_nccl_only_where_every_rank_has_its_own_gpu(
 
 
 def test_explicit_nccl_on_a_shared_gpu_is_invalid_before_training(monkeypatch: pytest.MonkeyPatch) -> None:
-    """engine.backend=nccl with two ranks on cuda:0 is refused by the config check (before any worker
+    """engine.backend=nccl with two ranks on cuda:0 is refused by the processes' check (before any worker
     starts), naming the device and what would work; one GPU per rank passes. (Two CUDA devices are
     pretended here: the check reads only their count.)"""
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     shared = make_cfg("engine=pipelining", "engine.backend=nccl", "engine.devices=[cuda:0,cuda:0]")
+    check_config(shared)  # the pipeline is valid; its processes are not
     with pytest.raises(ConfigError, match=r"cuda:0 to several ranks.*engine.backend=auto or gloo"):
-        check_config(shared)
-    check_config(make_cfg("engine=pipelining", "engine.backend=nccl", "engine.devices=[cuda:0,cuda:1]"))
+        check_launch(shared["engine"])
+    apart = make_cfg("engine=pipelining", "engine.backend=nccl", "engine.devices=[cuda:0,cuda:1]")
+    check_config(apart)
+    check_launch(apart["engine"])
