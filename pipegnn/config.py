@@ -10,11 +10,9 @@ from torch import Tensor
 from pipegnn.backends import FRAMEWORKS
 from pipegnn.backends.base import check_aggregation
 from pipegnn.data import DATASETS, STORAGE, Graph
-from pipegnn.engines import CHECKPOINT_MODES, ENGINES, SCHEDULES, even_balance, parse_device, unit_balance
-from pipegnn.engines.capture import CAPTURES, capture_problems
-from pipegnn.errors import ConfigError, check_choice
+from pipegnn.errors import ConfigError, check_choice, check_positive_finite, check_positive_int
 from pipegnn.microbatch import HALO_DROPOUTS, HALOS, PARTITIONERS, TARGETS
-from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS, UNITS_PER_LAYER, units_per_layer
+from pipegnn.models import FIRST_TRANSFORMS, MODELS, PRECISIONS
 from pipegnn.schema import targets_for_halo  # noqa: F401 - registers the resolver run configs use
 
 __all__ = ["EVAL_SPLITS", "MONITORS", "TTA_FRACTION", "check_config", "check_targets", "eval_targets",
@@ -32,16 +30,6 @@ MONITORS = ("val_acc", "val_loss")
 #: Largest seed: seeds go to torch.manual_seed, torch.Generator.manual_seed and METIS, which take
 #: 64-bit signed integers; like dataset.seed, a seed must be >= 0.
 _MAX_SEED = 2**63 - 1
-
-
-def _positive_int(value: Any, key: str, null: str | None = None) -> int | None:
-    """``value`` if it is an integer >= 1 (or None where ``null`` says what None means)."""
-    if value is None and null is not None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        alternative = f", or null for {null}" if null is not None else ""
-        raise ConfigError(f"{key} must be an integer >= 1{alternative}, got {value!r}")
-    return value
 
 
 def _seed(value: Any, key: str) -> None:
@@ -69,7 +57,6 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     check_aggregation(cfg["framework"]["name"], cfg["model"]["name"],
                       cfg["model"].get("aggregation") or "messages")
     memory_limit_bytes(cfg)
-    check_choice(cfg["engine"]["name"], ENGINES, "engine.name")
     check_choice(cfg["microbatch"]["halo"], HALOS, "microbatch.halo")
     check_choice(cfg["microbatch"]["partition"], PARTITIONERS, "microbatch.partition")
     check_choice(cfg["microbatch"]["targets"], TARGETS, "microbatch.targets")
@@ -81,52 +68,19 @@ def check_config(cfg: Mapping[str, Any]) -> None:
                           "microbatch.halo=historical, or halo_dropout=read")
     check_choice(cfg["microbatch"].get("first_transform", "once_per_step"), FIRST_TRANSFORMS,
                  "microbatch.first_transform")
-    _positive_int(cfg["chunks"], "chunks")
+    check_positive_int(cfg["chunks"], "chunks")
     _check_model(cfg["model"])
-    layers = units_per_layer(cfg["model"])
     _check_train(cfg["train"])
     _seed(cfg["microbatch"]["seed"], "microbatch.seed")
-    engine = cfg["engine"]
-    _check_timeline(engine)
-    _check_capture(cfg)
-    _positive_int(engine.get("threads"), "engine.threads", null="torch's default (threads per process)")
-    if engine["name"] == "single":
-        _device(engine["device"], "engine.device")
-        extra = sorted(set(engine) & {"balance", "devices", "schedule", "data_parallel",
-                                      "memory_limit_gb", "checkpoint", "virtual_stages"})
-        if extra:
-            raise ConfigError(f"engine={engine['name']} runs the whole model as one stage in one process, so "
-                              f"{', '.join(f'engine.{k}' for k in extra)} would have no effect; use "
-                              "engine=gpipe or engine=pipelining for stages, or leave it out")
-        return
-    devices = list(engine["devices"])
-    if not devices:
-        raise ConfigError("engine.devices is empty; give one device per pipeline stage, e.g. [cpu, cpu]")
-    for i, d in enumerate(devices):
-        _device(d, f"engine.devices[{i}]")
-    if engine["name"] == "pipelining":
-        _check_pipelining(cfg, devices, layers)
-        return
-    check_choice(engine["checkpoint"], CHECKPOINT_MODES, "engine.checkpoint")
-    units = sum(layers)
-    if unit_balance(engine["balance"], layers, len(devices)) is None and len(devices) > units:
-        raise ConfigError(f"engine.devices has {len(devices)} devices but the model has only {units} "
-                          f"units ({_units_note(layers)}); use at most {units} devices")
-
-
-def _units_note(layers: list[int]) -> str:
-    """What the model's units are, for an error message."""
-    extra = ", and an input and an output Linear" if sum(layers) > UNITS_PER_LAYER * len(layers) else ""
-    return f"model.layers={len(layers)}: a transform and a propagation per layer{extra}"
 
 
 def _check_model(model: Mapping[str, Any]) -> None:
     """The model's sizes (GAT: also its heads; GCNII: alpha and theta), dropout and residual flag."""
-    _positive_int(model["layers"], "model.layers")
-    _positive_int(model["hidden"], "model.hidden")
+    check_positive_int(model["layers"], "model.layers")
+    check_positive_int(model["hidden"], "model.hidden")
     if model["name"] == "gat":
-        _positive_int(model["heads"], "model.heads")
-        _positive_int(model["out_heads"], "model.out_heads")
+        check_positive_int(model["heads"], "model.heads")
+        check_positive_int(model["out_heads"], "model.out_heads")
     if model["name"] == "gcn2":
         if not 0.0 <= float(model["alpha"]) <= 1.0:
             raise ConfigError("model.alpha (GCNII's initial residual) must be in [0, 1], "
@@ -137,16 +91,6 @@ def _check_model(model: Mapping[str, Any]) -> None:
         raise ConfigError(f"model.residual must be true or false, got {model['residual']!r}")
     if not 0.0 <= float(model["dropout"]) < 1.0:
         raise ConfigError(f"model.dropout must be in [0, 1), got {model['dropout']!r}")
-
-
-def _positive_finite(value: Any, key: str, what: str, null: str | None = None) -> None:
-    """A finite number > 0 (a limit, where infinity and NaN mean nothing: null says "no limit")."""
-    if value is None and null is not None:
-        return
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value <= 0):
-        alternative = f", or null for {null}" if null is not None else ""
-        raise ConfigError(f"{key} must be a finite number of {what} > 0{alternative}, got {value!r}")
 
 
 def _check_train(train: Mapping[str, Any]) -> None:
@@ -173,78 +117,6 @@ def _check_train(train: Mapping[str, Any]) -> None:
                           f"{TTA_FRACTION} of the run's best), got {target!r}")
 
 
-def _check_timeline(engine: Mapping[str, Any]) -> None:
-    if not isinstance(engine.get("timeline", True), bool):
-        raise ConfigError(f"engine.timeline must be true or false, got {engine['timeline']!r}")
-    epoch = engine.get("trace_epoch")
-    if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
-        raise ConfigError(f"engine.trace_epoch must be an epoch number >= 0 (or null: no trace), got "
-                          f"{epoch!r}")
-
-
-def _check_capture(cfg: Mapping[str, Any]) -> None:
-    """``engine.capture``: a choice, and ``cuda_graph`` only where a step can be recorded."""
-    capture = cfg["engine"]["capture"]
-    check_choice(capture, CAPTURES, "engine.capture")
-    problems = capture_problems(cfg) if capture == "cuda_graph" else []
-    if problems:
-        raise ConfigError("engine.capture=cuda_graph cannot record this run's training step: "
-                          + "; ".join(problems) + ". Use engine.capture=none (eager steps)")
-
-
-def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[int]) -> None:
-    """engine=pipelining: one process per entry of engine.devices, each with one stage (or
-    engine.virtual_stages stages with schedule=interleaved1f1b)."""
-    engine, chunks, ranks = cfg["engine"], int(cfg["chunks"]), len(devices)
-    replicas = _positive_int(engine.get("data_parallel", 1), "engine.data_parallel")
-    if replicas > 1:  # D pipelines of len(devices) / D processes, each running chunks / D micro-batches
-        if ranks % replicas:
-            raise ConfigError(f"engine.data_parallel={replicas} pipeline replicas need one process per "
-                              f"replica and stage, so len(engine.devices) must be a multiple of {replicas}; "
-                              f"engine.devices={devices} has {ranks} entries (e.g. give {replicas * 2} "
-                              f"devices for {replicas} x 2 stages)")
-        if chunks % replicas:
-            raise ConfigError(f"engine.data_parallel={replicas} shares each step's micro-batches out "
-                              f"across the replicas, so chunks must be a multiple of {replicas}; "
-                              f"got chunks={chunks}")
-        ranks, chunks = ranks // replicas, chunks // replicas
-    check_choice(engine["schedule"], tuple(SCHEDULES), "engine.schedule")
-    _positive_finite(engine["timeout_s"], "engine.timeout_s", "seconds")
-    _positive_finite(engine.get("memory_limit_gb"), "engine.memory_limit_gb", "GiB per stage process",
-                     "no cap")
-    kinds = {str(d).split(":")[0] for d in devices}
-    if len(kinds) > 1:
-        raise ConfigError(f"engine.devices={devices} mixes CPU and CUDA; the processes of one pipeline "
-                          "must all use cpu or all cuda:N")
-    interleaved = engine["schedule"] == "interleaved1f1b"
-    per_rank = _positive_int(engine["virtual_stages"], "engine.virtual_stages") if interleaved else 1
-    if interleaved and per_rank < 2:
-        raise ConfigError(f"schedule=interleaved1f1b needs engine.virtual_stages >= 2 stages per "
-                          f"process, got {per_rank}; use schedule=1f1b for one stage per process")
-    units = sum(layers)
-    # units per process (null and auto: even, which needs as many units as balance=auto's stages)
-    balance = unit_balance(engine["balance"], layers, ranks, "process") or even_balance(units, ranks)
-    if min(balance) < per_rank:
-        if interleaved:
-            raise ConfigError(f"schedule=interleaved1f1b puts engine.virtual_stages={per_rank} stages on "
-                              f"each of the {ranks} processes, which needs >= {per_rank} units per "
-                              f"process, but the units per process are {balance} ({units} units, "
-                              f"{_units_note(layers)}); use model.layers >= "
-                              f"{-(-per_rank * ranks // UNITS_PER_LAYER)} or schedule=gpipe|1f1b")
-        raise ConfigError(f"engine.devices has {ranks} devices but the model has only {units} units "
-                          f"({_units_note(layers)}); use at most {units} devices")
-    if engine["schedule"] == "1f1b" and chunks < ranks:
-        raise ConfigError(f"schedule=1f1b needs chunks >= the number of processes ({ranks}) per pipeline "
-                          f"replica, got {chunks}{' per replica' if replicas > 1 else ''}; use more chunks "
-                          "or schedule=gpipe")
-    if interleaved:
-        rounds = max(1, chunks // ranks)
-        if chunks % rounds:
-            raise ConfigError(f"schedule=interleaved1f1b needs chunks to be a multiple of "
-                              f"max(1, chunks // processes) = {rounds}, got chunks={chunks} with {ranks} "
-                              "processes")
-
-
 def memory_limit_bytes(cfg: Mapping[str, Any]) -> int | None:
     """``train.memory_limit_gb`` (GiB, null = no cap) in bytes.
 
@@ -252,15 +124,8 @@ def memory_limit_bytes(cfg: Mapping[str, Any]) -> int | None:
         ConfigError: not a finite number > 0.
     """
     value = cfg["train"].get("memory_limit_gb")
-    _positive_finite(value, "train.memory_limit_gb", "GiB", "no cap")
+    check_positive_finite(value, "train.memory_limit_gb", "GiB", "no cap")
     return None if value is None else int(value * 2**30)
-
-
-def _device(name: Any, key: str) -> None:
-    try:
-        parse_device(name)
-    except ValueError as e:
-        raise ConfigError(f"{key}: {e}") from e
 
 
 def eval_targets(graph: Graph, halo: str = "exact") -> Tensor:

@@ -1,9 +1,10 @@
 """Errors that end a run before training starts, with a message naming the bad value."""
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
-__all__ = ["ConfigError", "DatasetUnavailable", "check_choice"]
+__all__ = ["ConfigError", "DatasetUnavailable", "check_choice", "check_positive_finite", "check_positive_int"]
 
 
 class ConfigError(ValueError):
@@ -19,3 +20,23 @@ def check_choice(value: Any, valid: Sequence[str], key: str) -> None:
     them (the one check of a value against its choices)."""
     if value not in valid:
         raise ConfigError(f"{key}={value!r} is not valid; valid: {', '.join(valid)}")
+
+
+def check_positive_int(value: Any, key: str, null: str | None = None) -> int | None:
+    """``value`` if it is an integer >= 1 (or None where ``null`` says what None means)."""
+    if value is None and null is not None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        alternative = f", or null for {null}" if null is not None else ""
+        raise ConfigError(f"{key} must be an integer >= 1{alternative}, got {value!r}")
+    return value
+
+
+def check_positive_finite(value: Any, key: str, what: str, null: str | None = None) -> None:
+    """A finite number > 0 (a limit, where infinity and NaN mean nothing: null says "no limit")."""
+    if value is None and null is not None:
+        return
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value <= 0):
+        alternative = f", or null for {null}" if null is not None else ""
+        raise ConfigError(f"{key} must be a finite number of {what} > 0{alternative}, got {value!r}")

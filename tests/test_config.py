@@ -9,7 +9,7 @@ from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
 
 from pipegnn import run
-from pipegnn.config import check_config
+from pipegnn.training.launch import check_run
 
 from tests.helpers import make_cfg
 
@@ -22,7 +22,7 @@ def test_defaults() -> None:
     assert (cfg.microbatch.halo, cfg.microbatch.partition) == ("exact", "metis")
     assert list(cfg.engine.devices) == ["cpu", "cpu"]
     assert cfg.train.precision == "fp32"
-    check_config(OmegaConf.to_container(cfg, resolve=True))
+    check_run(OmegaConf.to_container(cfg, resolve=True))
 
 
 @pytest.mark.parametrize("dataset", ["cora", "citeseer", "pubmed", "synthetic"])
@@ -123,7 +123,7 @@ def test_bad_numbers_are_invalid_before_training(tmp_path: Path, overrides: list
     ["model=gcn"],  # no heads to check
 ])
 def test_edge_numbers_are_valid(overrides: list[str]) -> None:
-    check_config(OmegaConf.to_container(make_cfg(*overrides), resolve=True))
+    check_run(OmegaConf.to_container(make_cfg(*overrides), resolve=True))
 
 
 def test_sage_is_a_typed_valid_model() -> None:
@@ -140,13 +140,13 @@ def test_sage_is_a_typed_valid_model() -> None:
     for framework in ("pyg", "dgl"):
         for aggregation in ("messages", "sparse"):
             sage = make_cfg("model=sage", f"framework={framework}", f"model.aggregation={aggregation}")
-            check_config(OmegaConf.to_container(sage, resolve=True))
+            check_run(OmegaConf.to_container(sage, resolve=True))
     with pytest.raises(ConfigCompositionException, match="model.heads"):
         make_cfg("model=sage", "model.heads=2")  # SAGE has no heads
     container = OmegaConf.to_container(cfg, resolve=True)
     container["model"]["name"] = "gin"
     with pytest.raises(ConfigError, match=r"model.name='gin' is not valid; valid: gat, gcn, sage"):
-        check_config(container)
+        check_run(container)
 
 
 @pytest.mark.parametrize("overrides, targets", [

@@ -10,7 +10,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from pipegnn.config import check_config
+from pipegnn.training.launch import check_run
 from pipegnn.errors import ConfigError
 from pipegnn.schema import compose_config
 
@@ -98,7 +98,7 @@ def test_poster_offline_settings() -> None:
         job = _compose("experiment=poster_offline", f"dataset={dataset}", "devices=cpu2")
         assert job.dataset.name == dataset and job.train.epochs == 100
         assert (job.engine.name, list(job.engine.devices)) == ("gpipe", ["cpu", "cpu"])
-        check_config(OmegaConf.to_container(job, resolve=True))
+        check_run(OmegaConf.to_container(job, resolve=True))
 
 
 def test_halo_modes_scaling_and_smoke_settings() -> None:
@@ -123,7 +123,7 @@ def test_ablation_settings(axis: str) -> None:
     assert (job.engine.name, job.microbatch.halo, job.microbatch.partition, job.microbatch.targets) == \
         ("single", "exact", "metis", "all")
     assert job.train.epochs == 5
-    check_config(OmegaConf.to_container(job, resolve=True))
+    check_run(OmegaConf.to_container(job, resolve=True))
 
 
 # --- devices ---------------------------------------------------------------------------------------------
@@ -152,14 +152,14 @@ def test_devices_preset(preset: str) -> None:
     container = OmegaConf.to_container(_compose(f"devices={preset}"), resolve=True)
     if preset.startswith("gpu") and not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="CUDA is not available"):
-            check_config(container)
+            check_run(container)
     elif preset == "cpu4":  # four stages need four units: two layers
-        check_config(container)
+        check_run(container)
         with pytest.raises(ConfigError, match=r"engine.devices has 4 devices but the model has only 2 "
                                               r"units \(model.layers=1"):
-            check_config(OmegaConf.to_container(_compose("devices=cpu4", "model.layers=1"), resolve=True))
+            check_run(OmegaConf.to_container(_compose("devices=cpu4", "model.layers=1"), resolve=True))
     else:
-        check_config(container)
+        check_run(container)
 
 
 def test_engine_choice_without_devices_is_unchanged() -> None:

@@ -19,16 +19,16 @@ from pipegnn.engines.balance import (
 )
 from pipegnn.engines.base import IGNORE, Engine, exact_loss, parse_device
 from pipegnn.engines.capture import CAPTURES, Replayed
+from pipegnn.engines.checks import ENGINES, check_engine
 from pipegnn.engines.gpipe import CHECKPOINT_MODES, GPipeEngine
 from pipegnn.engines.pipelining import SCHEDULES, PipeliningEngine
 from pipegnn.engines.single import SingleEngine
 from pipegnn.models.base import StagedGNN
 
 __all__ = ["AUTO", "CAPTURES", "CHECKPOINT_MODES", "ENGINES", "IGNORE", "SCHEDULES", "Engine", "GPipeEngine",
-           "PipeliningEngine", "Replayed", "SingleEngine", "build_engine", "even_balance", "exact_loss",
+           "PipeliningEngine", "Replayed", "SingleEngine", "build_engine", "check_engine", "even_balance",
+           "exact_loss",
            "parse_device", "per_stage_balance", "stage_units", "unit_balance"]
-
-ENGINES = ("single", "gpipe", "pipelining")
 
 
 def build_engine(engine: Mapping[str, Any], model: StagedGNN, train_ids: Tensor) -> Engine:

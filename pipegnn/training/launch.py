@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipegnn.config import check_config, memory_limit_bytes
 from pipegnn.data.features import files_opened
+from pipegnn.engines import check_engine
 from pipegnn.errors import ConfigError
 from pipegnn.measure import (
     allocation_failure,
@@ -32,7 +33,7 @@ from pipegnn.training.processes.group import check_launch, gather_memory, is_sec
 from pipegnn.training.processes.spawn import spawn
 from pipegnn.training.rank import train_rank
 
-__all__ = ["run"]
+__all__ = ["check_run", "run"]
 
 log = logging.getLogger(RUN_LOG)
 
@@ -157,17 +158,29 @@ def _then(first: Callable[[dict[str, Any]], Any],
     return both
 
 
+def check_run(cfg: Mapping[str, Any]) -> None:
+    """Everything about ``cfg`` that can be checked before the graph is loaded: the general keys
+    (:func:`pipegnn.config.check_config`), the engine (:func:`pipegnn.engines.check_engine`) and a
+    pipelining run's processes (:func:`~pipegnn.training.processes.group.check_launch`).
+
+    Raises:
+        ConfigError: the first problem found, naming the bad key, its value and what would be valid.
+    """
+    check_config(cfg)
+    check_engine(cfg)
+    if cfg["engine"]["name"] == "pipelining":
+        check_launch(cfg["engine"])
+
+
 def _train(cfg: dict[str, Any], record: dict[str, Any],
            on_epoch: Callable[[dict[str, Any]], Any] | None = None,
            state_dir: str | Path | None = None) -> list[torch.device]:
-    check_config(cfg)
+    check_run(cfg)
     if cfg["train"].get("checkpoint_every") is not None and state_dir is None:
         raise ConfigError("train.checkpoint_every is set but the run has no output directory to keep "
                           "checkpoints in; give run() an output_dir (or state_dir), or set it to null")
     engine = cfg["engine"]
     pipelining = engine["name"] == "pipelining"
-    if pipelining:
-        check_launch(engine)
     if pipelining and engine["launcher"] == "spawn":  # this process starts one worker per rank and waits
         return spawn(cfg, record, target=run, on_epoch=on_epoch, state_dir=state_dir)  # workers run `run`
     with intra_op_threads(engine.get("threads")):

@@ -12,7 +12,7 @@ from pipegnn.backends import get_backend
 from pipegnn.engines import IGNORE, Replayed, SingleEngine
 from pipegnn.engines.capture import capture_problems
 from pipegnn.errors import ConfigError
-from pipegnn.config import check_config
+from pipegnn.training.launch import check_run
 from pipegnn.microbatch import build_plan
 from pipegnn.models import build_model
 
@@ -55,13 +55,13 @@ def test_a_capturable_config_has_no_problem() -> None:
 def test_refused_before_training_as_an_invalid_record() -> None:
     """On a machine without CUDA, as on one with it: one error naming every problem, no training."""
     with pytest.raises(ConfigError, match="engine.capture=cuda_graph cannot record") as e:
-        check_config(_plain("engine=single", "engine.capture=cuda_graph"))
+        check_run(_plain("engine=single", "engine.capture=cuda_graph"))
     assert "CUDA graphs need a CUDA device" in str(e.value) and "engine.timeline=true" in str(e.value)
     record = run(make_cfg("engine=gpipe", "engine.capture=cuda_graph"))
     assert record["status"] == "invalid" and "engine=gpipe: only the single engine" in record["error"]
     assert not record.get("epochs")
     with pytest.raises(ConfigError, match="engine.capture='compile' is not valid; valid: none, cuda_graph"):
-        check_config(_plain("engine.capture=compile"))
+        check_run(_plain("engine.capture=compile"))
 
 
 def _steps(kind: dict, chunks: int, captured: bool, steps: int = 4) -> tuple[list[float], torch.Tensor,

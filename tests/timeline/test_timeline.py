@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from pipegnn import ConfigError, run
 from pipegnn.backends import get_backend
-from pipegnn.config import check_config
+from pipegnn.training.launch import check_run
 from pipegnn.data import Graph
 from pipegnn.engines import GPipeEngine, SingleEngine
 from pipegnn.microbatch import build_plan
@@ -110,7 +110,7 @@ def test_invalid_timeline_settings(value: object, message: str) -> None:
     cfg = OmegaConf.to_container(make_cfg("engine=single"), resolve=True)
     cfg["engine"]["timeline" if value == "yes" else "trace_epoch"] = value
     with pytest.raises(ConfigError, match=message):
-        check_config(cfg)
+        check_run(cfg)
 
 
 def test_a_run_failing_after_its_traced_epoch_keeps_record_and_trace(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from pipegnn.config import check_config
+from pipegnn.training.launch import check_run
 from pipegnn.errors import ConfigError
 from pipegnn.training.processes.backend import dist_backend, shared_devices
 from pipegnn.training.processes.group import check_launch
@@ -107,9 +107,10 @@ def test_explicit_nccl_on_a_shared_gpu_is_invalid_before_training(monkeypatch: p
     pretended here: the check reads only their count.)"""
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     shared = make_cfg("engine=pipelining", "engine.backend=nccl", "engine.devices=[cuda:0,cuda:0]")
-    check_config(shared)  # the pipeline is valid; its processes are not
     with pytest.raises(ConfigError, match=r"cuda:0 to several ranks.*engine.backend=auto or gloo"):
         check_launch(shared["engine"])
+    with pytest.raises(ConfigError, match=r"cuda:0 to several ranks"):
+        check_run(shared)  # the run's checks reach it
     apart = make_cfg("engine=pipelining", "engine.backend=nccl", "engine.devices=[cuda:0,cuda:1]")
-    check_config(apart)
     check_launch(apart["engine"])
+    check_run(apart)
