@@ -10,6 +10,7 @@ checking it takes 6.5 s from the page cache (a plain read 4.8 s) and 8.8 s from 
 """
 from __future__ import annotations
 
+import sys
 import zlib
 from pathlib import Path
 from typing import Any, Iterable
@@ -46,9 +47,8 @@ def _walk(obj: Any, crc: int) -> int:
         for item in obj:
             crc = _walk(item, crc)
         return crc
-    import torch  # here, not at import: reading an archive of JSON needs no torch
-
-    if isinstance(obj, torch.Tensor):
+    torch = sys.modules.get("torch")  # no object is a tensor before torch is imported: JSON needs none
+    if torch is not None and isinstance(obj, torch.Tensor):
         t = obj.detach().cpu().contiguous()
         crc = zlib.crc32(f"{t.dtype}{tuple(t.shape)}".encode(), crc)
         return zlib.crc32(t.view(-1).view(torch.uint8).numpy(), crc) if t.numel() else crc

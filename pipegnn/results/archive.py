@@ -35,6 +35,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 from pipegnn.atomic import atomic_file
+from pipegnn.integrity import stream_checksum
 from pipegnn.jsonfile import JSONFileError, read_json
 from pipegnn.results.records import find_named, find_records, natural_key, write_record
 
@@ -127,8 +128,6 @@ def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
         ValueError: a key is not a relative path without ``..``.
         OSError: a file cannot be read, or the archive cannot be written (naming it).
     """
-    from pipegnn.integrity import stream_checksum  # imports torch: only when an archive is packed or read
-
     lines = []
     for key in sorted(files, key=_order):
         if (problem := _check_key(key)) is not None:
@@ -158,8 +157,6 @@ def _parse(archive: Path, number: int, line: bytes) -> Any:
 def _body(archive: Path) -> bytes:
     """The lines of ``archive`` after its header, once the gzip stream, the header, the count of lines
     and their checksum hold."""
-    from pipegnn.integrity import stream_checksum  # imports torch: only when an archive is packed or read
-
     raw = archive.read_bytes()
     try:
         data = gzip.decompress(raw)

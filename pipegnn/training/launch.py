@@ -1,4 +1,5 @@
-"""One run: load the graph, build the plans and the staged model, train, evaluate, record."""
+"""One run: its checks, then this process's part (:mod:`pipegnn.training.rank`) or one worker per
+pipeline rank, signals, and the record written."""
 from __future__ import annotations
 
 import logging
