@@ -12,13 +12,16 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from pipegnn.results.records import RECORD_NAME
 from pipegnn.results.sweep import Job, sweep_jobs
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 __all__ = ["EpochProgress", "FailureSummary", "exit_code"]
 
@@ -99,7 +102,7 @@ class EpochProgress:
 
     def __init__(self, total: int, enabled: bool, desc: str | None = None) -> None:
         self.total, self.enabled, self.desc = total, enabled, desc
-        self.bar = None
+        self.bar: tqdm | None = None
         self._muted: list[logging.Handler] = []
 
     @staticmethod
@@ -123,16 +126,16 @@ class EpochProgress:
         if not self.enabled:
             return
         try:
-            if self.bar is None:  # drawn from the first epoch on, below the setup lines
+            bar = self.bar
+            if bar is None:  # drawn from the first epoch on, below the setup lines
                 from tqdm import tqdm
 
-                self.bar = tqdm(total=self.total, desc=self.desc or "epochs", unit="epoch",
-                                file=sys.stderr, dynamic_ncols=True, leave=True)
-            self.bar.set_postfix(loss=f"{epoch['train_loss']:.4f}", val=f"{epoch['val_acc']:.3f}",
-                                 refresh=False)
-            self.bar.update(int(epoch["epoch"]) + 1 - self.bar.n)
-            if self.bar.n >= self.total:  # finish the line before the run's closing log line
-                self.bar.close()
+                bar = self.bar = tqdm(total=self.total, desc=self.desc or "epochs", unit="epoch",
+                                      file=sys.stderr, dynamic_ncols=True, leave=True)
+            bar.set_postfix(loss=f"{epoch['train_loss']:.4f}", val=f"{epoch['val_acc']:.3f}", refresh=False)
+            bar.update(int(epoch["epoch"]) + 1 - bar.n)
+            if bar.n >= self.total:  # finish the line before the run's closing log line
+                bar.close()
         except Exception:  # noqa: BLE001 - a progress bar must never break a run
             pass
 

@@ -43,8 +43,8 @@ def plot_leaderboard(df: pd.DataFrame, path: str | Path | None = None, *,
         at = np.arange(len(panel))
         mean, std = (100 * panel[c].to_numpy(dtype=float) for c in ("test_mean", "test_std"))
         ax.errorbar(mean, at, xerr=np.nan_to_num(std), fmt="o", capsize=3, color="C0")
-        published = (reference or {}).get(dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-                                           .get("dataset"))
+        dataset = dict(zip(keys, key if isinstance(key, tuple) else (key,))).get("dataset")
+        published = None if dataset is None else (reference or {}).get(dataset)
         if published is not None:
             centre, spread = published
             ax.axvspan(centre - spread, centre + spread, color="C1", alpha=0.2)

@@ -17,13 +17,14 @@ __all__ = ["plot_timeline"]
 
 #: Legend label and bar style of each kind of timeline box (a trace event's ``cat``), in legend order;
 #: waits are light grey, hatched and drawn thinner, behind the work.
-_BOXES = {"forward": ("forward", {"color": "C0", "edgecolor": "white"}),
-          "backward": ("backward", {"color": "C1", "edgecolor": "white"}),
-          "recompute": ("recompute", {"color": "C2", "edgecolor": "white"}),
-          "shared_forward": ("first-layer transform", {"color": "C4", "edgecolor": "white"}),
-          "shared_backward": ("first-layer transform backward", {"color": "C5", "edgecolor": "white"}),
-          "recv_forward": ("wait for activation", {"color": "0.88", "hatch": "///", "edgecolor": "0.6"}),
-          "recv_backward": ("wait for gradient", {"color": "0.88", "hatch": "\\\\\\", "edgecolor": "0.6"})}
+_BOXES: dict[str, tuple[str, dict[str, Any]]] = {
+    "forward": ("forward", {"color": "C0", "edgecolor": "white"}),
+    "backward": ("backward", {"color": "C1", "edgecolor": "white"}),
+    "recompute": ("recompute", {"color": "C2", "edgecolor": "white"}),
+    "shared_forward": ("first-layer transform", {"color": "C4", "edgecolor": "white"}),
+    "shared_backward": ("first-layer transform backward", {"color": "C5", "edgecolor": "white"}),
+    "recv_forward": ("wait for activation", {"color": "0.88", "hatch": "///", "edgecolor": "0.6"}),
+    "recv_backward": ("wait for gradient", {"color": "0.88", "hatch": "\\\\\\", "edgecolor": "0.6"})}
 _WAITS = ("recv_forward", "recv_backward")
 
 
