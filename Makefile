@@ -67,7 +67,7 @@ LINT_STAMP := $(VENV)/.pipegnn-lint-installed
 
 $(LINT_STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet ruff==0.8.6
+	$(PY) -m pip install --quiet ruff==0.8.6 mypy==2.4.1
 	touch $(LINT_STAMP)
 
 lint: $(LINT_STAMP)
