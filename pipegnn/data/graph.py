@@ -80,16 +80,21 @@ class Graph:
 
     @property
     def num_features(self) -> int:
-        return int(self.x.size(1)) if self.x is not None else self.features.cols
+        return int(self.x.size(1)) if self.x is not None else self._described().cols
 
     @property
     def feature_dtype(self) -> torch.dtype:
-        return self.x.dtype if self.x is not None else self.features.dtype
+        return self.x.dtype if self.x is not None else self._described().dtype
 
     @property
     def feature_source(self) -> "Tensor | FeatureMeta":
         """``x``, or the description of the features that are not in memory (sizes a model either way)."""
-        return self.x if self.x is not None else self.features
+        return self.x if self.x is not None else self._described()
+
+    def _described(self) -> FeatureMeta:
+        """``features``, for a graph whose ``x`` is None (``__post_init__``: then ``features`` is set)."""
+        assert self.features is not None
+        return self.features
 
     def split(self, name: str) -> Tensor:
         """Node ids of split ``name`` (``train``, ``val``, ``test`` or ``all``), ascending."""
@@ -165,8 +170,9 @@ def _not_a_graph(state: Any, name: str) -> str | None:
     if state.get("format") != _FORMAT or state.get("name") != name:
         return f"format {state.get('format')!r} of dataset {state.get('name')!r}"
     x, y, edges, k = state.get("x"), state.get("y"), state.get("edge_index"), state.get("num_classes")
-    tensors = [x, y, edges, *(state.get(m) for m in _MASKS)]
-    if not all(isinstance(t, Tensor) for t in tensors) or type(k) is not int or k < 1:
+    masks = [state.get(m) for m in _MASKS]
+    if not (isinstance(x, Tensor) and isinstance(y, Tensor) and isinstance(edges, Tensor)
+            and all(isinstance(t, Tensor) for t in masks)) or type(k) is not int or k < 1:
         return "missing or mistyped fields"
     n = x.size(0) if x.dim() == 2 else -1
     if x.dtype != torch.float32 or y.dtype != torch.int64 or tuple(y.shape) != (n,):

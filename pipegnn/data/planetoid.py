@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import importlib
 import logging
 import os
 import pickle
@@ -52,9 +53,10 @@ PUBMED_TOPOLOGY_FILES = tuple(f"ind.pubmed.{part}" for part in ("y", "ty", "ally
 PUBMED_FEATURES = 500  # width of PubMed's TF-IDF features
 
 try:
-    from numpy._core.multiarray import _reconstruct
+    _multiarray = importlib.import_module("numpy._core.multiarray")
 except ImportError:  # numpy < 2
-    from numpy.core.multiarray import _reconstruct
+    _multiarray = importlib.import_module("numpy.core.multiarray")
+_reconstruct = _multiarray._reconstruct
 
 #: The only globals a raw Planetoid pickle may name (module, name as written by Python 2's pickle),
 #: mapped to the objects themselves: nothing is imported by a name read from a file.
@@ -129,6 +131,20 @@ def read_raw(folder: str | Path, name: str, part: str) -> Tensor | dict[int, lis
     return torch.from_numpy(np.asarray(out)).to(torch.float)
 
 
+def _read_tensor(folder: str | Path, name: str, part: str) -> Tensor:
+    """:func:`read_raw` of a part that is a tensor (any part but ``graph``)."""
+    out = read_raw(folder, name, part)
+    assert isinstance(out, Tensor), part
+    return out
+
+
+def _read_graph(folder: str | Path, name: str) -> dict[int, list[int]]:
+    """:func:`read_raw` of the ``graph`` part: the adjacency dict."""
+    out = read_raw(folder, name, "graph")
+    assert isinstance(out, dict)
+    return out
+
+
 def _numeric(a: Any, path: Path) -> np.ndarray:
     if not isinstance(a, np.ndarray) or a.dtype.kind not in "biuf":
         raise ValueError(f"{path}: expected a numeric array, got {type(a).__name__}"
@@ -144,7 +160,10 @@ def read_planetoid(folder: str | Path, name: str) -> Data:
     Raises:
         One of :data:`_MALFORMED` (ValueError, pickle.UnpicklingError, ...): a malformed file.
     """
-    x, tx, allx, y, ty, ally, graph, test_index = (read_raw(folder, name, part) for part in _PARTS)
+    x, tx, allx, y, ty, ally = (_read_tensor(folder, name, part)  # _PARTS, in order
+                                for part in ("x", "tx", "allx", "y", "ty", "ally"))
+    graph = _read_graph(folder, name)
+    test_index = _read_tensor(folder, name, "test.index")
     sorted_test_index = test_index.sort()[0]
     if name.lower() == "citeseer":
         # Isolated CiteSeer nodes leave gaps in the test ids: zero rows for them in tx and ty.
@@ -264,8 +283,9 @@ def load_pubmed_topology(root: str | Path | None, cache: str | Path, seed: int =
     log.warning("pubmed_topology: PubMed's real graph, labels and split with RANDOM features (seed %d): "
                 "use it for timing, partition and halo statistics, never for accuracy", seed)
     try:
-        y, ty, ally, graph, test_index = (read_raw(folder, "pubmed", part)
-                                          for part in ("y", "ty", "ally", "graph", "test.index"))
+        y, ty, ally = (_read_tensor(folder, "pubmed", part) for part in ("y", "ty", "ally"))
+        graph = _read_graph(folder, "pubmed")
+        test_index = _read_tensor(folder, "pubmed", "test.index")
         # As read_planetoid_data: labels of allx nodes then test nodes, test rows moved to their ids.
         labels = torch.cat([ally, ty]).max(dim=1)[1]
         labels[test_index] = labels[test_index.sort()[0]]

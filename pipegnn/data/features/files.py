@@ -169,7 +169,7 @@ def write_files(folder: Path, blocks: Iterable[Tensor], *, rows: int, cols: int,
             block = block.detach().to("cpu", dtype).contiguous()
             if block.dim() != 2 or block.size(1) != cols:
                 raise ValueError(f"feature block of shape {tuple(block.shape)}, expected [*, {cols}]")
-            chunk = memoryview(block.view(-1).view(torch.uint8).numpy())
+            chunk = block.view(-1).view(torch.uint8).numpy().data
             out.write(chunk)
             written += block.size(0)
             yield chunk

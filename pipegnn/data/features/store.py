@@ -205,7 +205,7 @@ class DiskFeatureStore(FeatureStore):
         row_bytes = cols * dtype.itemsize
         buffer = torch.empty(positions.size * row_bytes, dtype=torch.uint8)
         if positions.size and row_bytes:
-            view, at = memoryview(buffer.numpy()), 0
+            view, at = buffer.numpy().data, 0
             path = self.file(group, attr)
             for start, length in zip(*_runs(positions)):  # one read per run of consecutive rows
                 size = length * row_bytes
@@ -248,6 +248,7 @@ class DiskFeatureStore(FeatureStore):
         meta = read_sidecar(self.folder, group, name)
         dtype = DTYPES[meta["dtype"]]
         ids = _index(attr.index, meta["rows"])
+        assert ids is not None  # a whole-tensor index was written above
         if tensor.shape != (ids.size, meta["cols"]):
             raise ValueError(f"{tuple(tensor.shape)} rows for {ids.size} ids of a "
                              f"{meta['rows']} x {meta['cols']} tensor")
@@ -263,7 +264,7 @@ class DiskFeatureStore(FeatureStore):
         try:
             at = 0
             for start, length in zip(*_runs(positions[by_position])):
-                chunk = memoryview(data)[at:at + length * row_bytes]
+                chunk = data.data[at:at + length * row_bytes]
                 while chunk.nbytes:
                     n = os.pwrite(fd, chunk, start * row_bytes)
                     chunk, start = chunk[n:], start + n // row_bytes
