@@ -6,6 +6,8 @@ The adapters import only from here (never from the package ``__init__``, which i
 """
 from __future__ import annotations
 
+from typing import TypeVar
+
 from torch import nn
 
 from pipegnn.errors import ConfigError, check_choice
@@ -25,6 +27,7 @@ _AVAILABLE: dict[str, dict[str, tuple[str, ...]]] = {
             "gcn2": ("messages", "sparse")},
     "dgl": {"gcn": AGGREGATIONS, "gat": AGGREGATIONS, "sage": AGGREGATIONS, "gcn2": AGGREGATIONS},  # fused
 }
+_AdapterT = TypeVar("_AdapterT", bound="Adapter")
 _WHY = {("pyg", "gat"): "PyG's GATConv needs per-edge attention values, it has no sparse-matmul path"}
 
 
@@ -65,7 +68,7 @@ class Adapter:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(aggregation={self.aggregation!r})"
 
-    def with_aggregation(self, aggregation: str) -> "Adapter":
+    def with_aggregation(self: _AdapterT, aggregation: str) -> _AdapterT:
         """This adapter, or one of the same framework made for ``aggregation``."""
         return self if aggregation == self.aggregation else type(self)(aggregation)
 

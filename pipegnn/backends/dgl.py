@@ -13,6 +13,7 @@ code (and give the same numbers).
 from __future__ import annotations
 
 import os
+from typing import cast
 
 os.environ.setdefault("DGLBACKEND", "pytorch")  # before importing dgl: no backend warning
 
@@ -178,16 +179,17 @@ class DglBackend(Adapter):
         if isinstance(conv, BlockGCN2Conv):  # its weight comes after aggregating: nothing to take out
             return nn.Identity(), conv
         if isinstance(conv, SAGEConv):
-            transform = SAGETransform(conv.fc_neigh.weight, conv.fc_self.weight, conv.fc_self.bias)
+            transform: nn.Module = SAGETransform(conv.fc_neigh.weight, conv.fc_self.weight, conv.fc_self.bias)
             conv.fc_neigh, conv.fc_self = TakenOut(), TakenOut()
             return transform, SplitSAGEConv(conv)
         if isinstance(conv, HeadReducedGATConv):
             transform = conv.gat.fc
             conv.gat.fc = TakenOut()
             return transform, conv
-        transform = WeightTransform(conv.weight)
-        conv.weight = None
-        return transform, conv
+        graph_conv = cast(GraphConv, conv)  # the one kind left
+        transform = WeightTransform(graph_conv.weight)
+        graph_conv.weight = None
+        return transform, graph_conv
 
     @staticmethod
     def structure(edge_index: Tensor, edge_weight: Tensor | None, num_src: int,

@@ -8,6 +8,7 @@ per-edge messages.
 from __future__ import annotations
 
 import warnings
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -120,15 +121,15 @@ class PygBackend(Adapter):
         if isinstance(conv, GCN2Conv):
             return nn.Identity(), conv
         if isinstance(conv, SAGEConv):
-            transform = SAGETransform(conv.lin_l.weight, conv.lin_r.weight, conv.lin_l.bias)
+            transform: nn.Module = SAGETransform(conv.lin_l.weight, conv.lin_r.weight, conv.lin_l.bias)
             conv.lin_l, conv.lin_r = TakenOut(), TakenOut()
             return transform, SplitSAGEConv(conv)
-        transform = conv.lin
+        transform = cast(nn.Module, conv.lin)  # GATConv's or GCNConv's Linear
         conv.lin = TakenOut()
         return transform, conv
 
     def structure(self, edge_index: Tensor, edge_weight: Tensor | None, num_src: int,
-                  num_dst: int) -> tuple[Tensor, Tensor | None] | Tensor:
+                  num_dst: int) -> tuple[EdgeIndex, Tensor | None] | Tensor:
         """A block as PyG layers take it: the local edges as PyG's ``EdgeIndex`` of size
         ``(num_src, num_dst)`` and their weights (``messages``), so that a layer writes the block's
         ``num_dst`` target rows only (from a plain ``edge_index`` PyG sizes the output by the input rows,
@@ -139,7 +140,7 @@ class PygBackend(Adapter):
         return EdgeIndex(edge_index.long(), sparse_size=(num_src, num_dst)), edge_weight
 
     @staticmethod
-    def apply(conv: nn.Module, h: Tensor, block: tuple[Tensor, Tensor | None] | Tensor,
+    def apply(conv: nn.Module, h: Tensor, block: tuple[EdgeIndex, Tensor | None] | Tensor,
               initial: Tensor | None = None) -> Tensor:
         """Run ``conv`` over one block; returns at least the block's target rows (callers slice).
         ``initial``: a GCNII layer's initial representation (at least the block's target rows).
@@ -154,8 +155,8 @@ class PygBackend(Adapter):
         bfloat16 kernel on CPU and needs both operands in one dtype."""
         if isinstance(block, Tensor):  # sparse adjacency: weights are its values
             with torch.autocast(h.device.type, enabled=False):
-                rows = ((h.to(block.dtype),) if initial is None
-                        else (h.to(block.dtype), initial.to(block.dtype)))
+                rows: tuple = ((h.to(block.dtype),) if initial is None
+                               else (h.to(block.dtype), initial.to(block.dtype)))
                 return conv(*rows, block)
         edge_index, edge_weight = block
         num_dst = edge_index.sparse_size(1)
@@ -166,7 +167,7 @@ class PygBackend(Adapter):
             initial = None if initial is None else initial.to(low)
         # layers that read a target's own row (GAT's attention, SAGE's root) take (sources, targets) rows;
         # GCNII reads the initial representation of the rows it writes (the targets')
-        rows: tuple = ((h, h[:num_dst]),) if isinstance(conv, (GATConv, SAGEConv)) else (h,)
+        rows = ((h, h[:num_dst]),) if isinstance(conv, (GATConv, SAGEConv)) else (h,)
         if initial is not None:
             rows = (*rows, initial)
         kwargs = {}
