@@ -12,7 +12,7 @@ CSR gather (no Python loop over nodes or edges).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 import torch
@@ -34,17 +34,17 @@ class MicroBatch:
             int32 (local ids of graphs below 2**31 nodes: half the memory of int64 in large plans).
         weights: per layer, edge weights ``[E_l]`` aligned with ``edges`` (None when unweighted).
         sources: per layer, the source rows it reads (``nodes[:sources[l]]``); rows beyond the
-            ``sizes[l]`` it receives come from the layer's history cache. None means ``sizes[:-1]``.
+            ``sizes[l]`` it receives come from the layer's history cache. Left out (or None): ``sizes[:-1]``.
     """
 
     nodes: Tensor
     sizes: list[int]
     edges: list[Tensor]
     weights: list[Tensor | None]
-    sources: list[int] | None = None
+    sources: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.sources is None:
+        if not self.sources:  # left out or None (an empty list fits no layers only, as sizes[:-1] does)
             self.sources = list(self.sizes[:-1])
 
     @property

@@ -35,6 +35,9 @@ class History(nn.Module):
             draws none.
     """
 
+    rows: Tensor  # buffers
+    written: Tensor
+
     def __init__(self, num_nodes: int, dim: int, dtype: torch.dtype = torch.float32,
                  node_dropout: float = 0.0):
         super().__init__()
@@ -127,6 +130,7 @@ class History(nn.Module):
             return h * 0
         if self._whole != self.step:  # not every row drawn at the step's start
             self._draw(nodes)
+        assert self._mask is not None  # drawn
         return h * self._mask.index_select(0, nodes)
 
     def _draw(self, nodes: Tensor | None) -> None:
@@ -134,6 +138,7 @@ class History(nn.Module):
         if self._mask is None:
             self._mask = torch.empty_like(self.rows)
             self._drawn = torch.full_like(self.written, -1)
+        assert self._drawn is not None  # made with the mask
         if nodes is None:
             fill_mask_(self._mask, self.node_dropout)
             self._drawn.fill_(self.step)

@@ -12,7 +12,7 @@ features in bfloat16.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator, overload
 
 import torch
 from torch import Tensor, nn
@@ -53,6 +53,17 @@ class StagedGNN(nn.Sequential):
             in bfloat16 (converted here unless they already are) and runs every unit under autocast.
     """
 
+    if TYPE_CHECKING:  # what nn.Sequential holds here: units
+        def __iter__(self) -> Iterator[Unit]: ...
+
+        @overload
+        def __getitem__(self, idx: int) -> Unit: ...
+
+        @overload
+        def __getitem__(self, idx: slice) -> nn.Sequential: ...
+
+        def __getitem__(self, idx: int | slice) -> Unit | nn.Sequential: ...
+
     def __init__(self, specs: Stack | list[LayerSpec], backend: Any, kind: str, features: Any,
                  history: bool = False, first_transform: str = "once_per_step", precision: str = "fp32",
                  halo_dropout: str = "read"):
@@ -75,7 +86,7 @@ class StagedGNN(nn.Sequential):
             for unit in units:
                 unit.compute_dtype = dtype
         self.precision = precision
-        self[0].add_features(features, once_per_step=first_transform == "once_per_step")
+        self.first().add_features(features, once_per_step=first_transform == "once_per_step")
         self.feature_dtype: torch.dtype = features.dtype
         if history:
             for unit in self.transforms():
@@ -87,11 +98,18 @@ class StagedGNN(nn.Sequential):
     def set_features(self, features: Any) -> None:
         """Give the first unit the features' rows (a Tensor or a source of rows out of core, read in
         :attr:`feature_dtype`), e.g. once the feature file ordered by the plan's partition exists."""
-        first = self[0]
+        first = self.first()
         if features.shape[1] != first.spec.in_dim:
             raise ValueError(f"features of width {features.shape[1]} for a model built for "
                              f"{first.spec.in_dim}")
         first.add_features(features.to(self.feature_dtype), once_per_step=first.once_per_step)
+
+    def first(self) -> Transform:
+        """The first unit: a transform (the stack's input Linear's or the first layer's), the one that
+        reads the features (not on a pipeline rank whose stages do not hold it)."""
+        first = self[0]
+        assert isinstance(first, Transform), type(first).__name__
+        return first
 
     def transforms(self) -> list[Transform]:
         return [u for u in self if isinstance(u, Transform)]
@@ -147,9 +165,9 @@ class StagedGNN(nn.Sequential):
         Returns:
             Logits of the targets of ``ids``'s micro-batches, concatenated in micro-batch order.
         """
-        self[0].begin_step(ids.tolist())
+        self.first().begin_step(ids.tolist())
         outputs = layerwise(list(self), ids, [() for _ in range(ids.numel())])
-        self[0].end_step()
+        self.first().end_step()
         return torch.cat([out[0] for out in outputs])
 
     def attach(self, plan: MicroBatchPlan) -> Tensor:
@@ -187,10 +205,9 @@ def layerwise(units: list[Unit], ids: Tensor, inputs: list[tuple[Tensor, ...]]) 
     for unit in units:
         device = unit.device
         moved = [tuple(t.to(device) for t in out) for out in outs]
-        history = getattr(unit, "history", None)
-        if history is not None:
+        if isinstance(unit, Transform) and unit.history is not None:  # only transforms have caches
             for m, out in zip(order, moved):
-                history.push(unit.read[m][:unit.initial_rows[m]], out[0])
+                unit.history.push(unit.read[m][:unit.initial_rows[m]], out[0])
         if device not in carried:
             carried[device] = ids.to(device, torch.float32)
         mb_ids = carried[device]

@@ -55,6 +55,8 @@ class SAGETransform(nn.Module):
         bias: ``b`` ``[out]`` (None: no bias), added to the root half.
     """
 
+    bias: nn.Parameter | None
+
     def __init__(self, neighbour: nn.Parameter, root: nn.Parameter, bias: nn.Parameter | None):
         super().__init__()
         if neighbour.shape != root.shape:

@@ -53,8 +53,10 @@ class Transform(Unit):
         self.kind = kind
         self.carries_initial = spec.initial
         self.transform = transform
-        self.nodes = TensorList()  # global ids of each micro-batch's input rows (first layer only)
-        self.read = TensorList()  # historical: global ids of the rows received, then of those pulled
+        # global ids of each micro-batch's input rows (first layer only)
+        self.nodes: TensorList[Tensor] = TensorList()
+        # historical: global ids of the rows received, then of those pulled
+        self.read: TensorList[Tensor] = TensorList()
         self.register_buffer("features", None, persistent=False)
         self.stored: Any = None  # the features' rows out of core (FeatureRows), when not a buffer
         self.reads_features = False  # the first layer's unit: its input rows are the features
@@ -152,6 +154,7 @@ class Transform(Unit):
         """Transform the step's rows up to ``end`` (in :meth:`_gather`'s order) not yet transformed."""
         if end <= self._done:
             return
+        assert self._order is not None  # begin_step
         rows = self._order[self._done:end]
         # Distinct rows in ascending order as many as the nodes are all of them: no copy of the features.
         x = self._rows(rows, everything=self.features is not None and rows.numel() == self.features.size(0))
@@ -192,6 +195,7 @@ class Transform(Unit):
                 raise RuntimeError("first-layer transform once per step: call begin_step(ids) before "
                                    "running the micro-batches")
             self._transform(self._ends[m])
+            assert self._shared is not None  # made by the step's first transform
             return self._shared.index_select(0, self._index[m]), ids
         h = self._rows(self.nodes[m]) if self.reads_features else inputs[0]
         initial = (inputs[1] if len(inputs) == 3 else h,) if self.carries_initial else ()

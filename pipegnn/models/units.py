@@ -35,7 +35,7 @@ threads and its recomputations.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -52,18 +52,22 @@ __all__ = ["Propagate", "Readout", "TensorList", "Unit"]
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"elu": F.elu, "relu": F.relu}
 
 
-class TensorList(nn.Module):
-    """A list of tensors held as non-persistent buffers (moved by ``.to``; not in ``state_dict``)."""
+_T = TypeVar("_T", bound="Tensor | None")
+
+
+class TensorList(nn.Module, Generic[_T]):
+    """A list of tensors (``TensorList[Tensor | None]``: or Nones) held as non-persistent buffers (moved by
+    ``.to``; not in ``state_dict``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._count = 0
 
-    def append(self, tensor: Tensor | None) -> None:
+    def append(self, tensor: _T) -> None:
         self.register_buffer(f"t{self._count}", tensor, persistent=False)
         self._count += 1
 
-    def __getitem__(self, i: int) -> Tensor | None:
+    def __getitem__(self, i: int) -> _T:
         return getattr(self, f"t{i}")
 
     def __len__(self) -> int:
@@ -113,7 +117,7 @@ class Unit(nn.Module):
     @property
     def device(self) -> torch.device:
         """The device this unit's parameters (or buffers) are on."""
-        tensor = next(self.parameters(), None)
+        tensor: Tensor | None = next(self.parameters(), None)
         if tensor is None:
             tensor = next(self.buffers(), None)
         return torch.device("cpu") if tensor is None else tensor.device
@@ -153,7 +157,8 @@ class Propagate(Unit):
         self.carries_initial = spec.initial  # the last layer of a stack does not (StagedGNN sets it)
         self.conv, self.backend = conv, backend
         self.activation = _ACTIVATIONS[spec.activation] if spec.activation else None
-        self.edges, self.weights = TensorList(), TensorList()
+        self.edges: TensorList[Tensor] = TensorList()
+        self.weights: TensorList[Tensor | None] = TensorList()
         self.sources: list[int] = []  # source rows each micro-batch reads
         self._structures: dict[int, Any] = {}  # framework structure per micro-batch, on this device
 

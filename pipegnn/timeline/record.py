@@ -139,7 +139,9 @@ def _earliest_node(t: Tensor) -> Any:
     """The autograd node of ``t``'s graph created first (the smallest sequence number; AccumulateGrad
     leaves excluded): the node that backward runs last, since the engine runs ready nodes in decreasing
     sequence order."""
-    best = root = t.grad_fn
+    root = t.grad_fn
+    assert root is not None, "t has no grad_fn: no recorded operation computed it"
+    best = root
     seen, stack = {id(root)}, [root]
     while stack:
         for nxt, _ in stack.pop().next_functions:
