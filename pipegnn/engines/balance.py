@@ -71,6 +71,7 @@ def unit_balance(balance: Any, layer_units: list[int], parts: int, what: str = "
                           f"(whole layers) or to {units} (units: a transform and a propagation per "
                           f"layer{', and the input and output Linear' if units > 2 * num_layers else ''}), "
                           "or null (even) or auto (measured)")
+    assert entries is not None  # ok
     if sum(entries) == units:
         return entries
     ends = list(accumulate(entries))
@@ -99,19 +100,20 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
     chosen = ids[:micro_batches].tolist()
     cuda = [device] if device.type == "cuda" else []
     samples: list[list[float]] = [[] for _ in model]
+    first = model.first()
     with torch.random.fork_rng(devices=cuda):
         for p in range(passes + 1):
             totals = [0.0] * len(model)
-            if lazy_first and model[0].once_per_step:  # the step's transform, its share per micro-batch
+            if lazy_first and first.once_per_step:  # the step's transform, its share per micro-batch
                 _sync(device)
                 start = time.perf_counter()
-                model[0].begin_step(ids.tolist())
-                model[0].end_step()
+                first.begin_step(ids.tolist())
+                first.end_step()
                 _sync(device)
                 totals[0] = (time.perf_counter() - start) / ids.numel() * len(chosen)
             for history in model.histories():
                 history.draw_masks()
-            model[0].begin_step(chosen)  # a once-per-step first transform: not a per-micro-batch cost
+            first.begin_step(chosen)  # a once-per-step first transform: not a per-micro-batch cost
             for m in chosen:
                 x: tuple[Tensor, ...] = (torch.tensor([m], dtype=torch.float32, device=device,
                                                       requires_grad=True),)
@@ -127,7 +129,7 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
                     _sync(device)
                     totals[i] += time.perf_counter() - start
                     x = y
-            model[0].end_step()
+            first.end_step()
             if p:  # the first pass warms up (structures, allocator)
                 for i, t in enumerate(totals):
                     samples[i].append(t / len(chosen))

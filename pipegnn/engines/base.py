@@ -129,11 +129,12 @@ class Engine:
     def begin_first(self, ids: Tensor) -> None:
         """Run the first layer's transform once for the step's micro-batches ``ids`` (if this process
         holds it and it runs once per step), as its own box on stage 0's timeline."""
-        if self.first is not None and self.first.once_per_step:
+        first = self.first
+        if first is not None and first.once_per_step:
             if self.lazy_first:  # its rows are transformed inside the micro-batches' forward boxes
-                self.first.begin_step(ids.tolist(), lazily=True)
+                first.begin_step(ids.tolist(), lazily=True)
             else:
-                self._first_box("shared_forward", lambda: self.first.begin_step(ids.tolist()))
+                self._first_box("shared_forward", lambda: first.begin_step(ids.tolist()))
 
     def end_first(self) -> None:
         """Back-propagate the first layer's once-per-step transform (after the last micro-batch)."""

@@ -39,7 +39,7 @@ class GPipeEngine(Engine):
                  checkpoint: str = "except_last", timeline: bool = True, balance_source: str = "config",
                  unit_costs: dict[str, float] | None = None):
         names = model.unit_names
-        self.first = model[0]
+        self.first = model.first()
         self.pipe = GPipe(model, balance=balance, devices=devices, chunks=chunks, checkpoint=checkpoint)
         self.devices = list(self.pipe.devices)
         self.chunks = chunks

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from itertools import accumulate
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import torch
 import torch.distributed as dist
@@ -41,6 +41,8 @@ from pipegnn.engines.balance import stage_units
 from pipegnn.engines.base import IGNORE, Engine, exact_loss
 from pipegnn.engines.stages import PipeStage, TimedStage, transport_device
 from pipegnn.models.base import StagedGNN, layerwise
+from pipegnn.models.transform import Transform
+from pipegnn.models.units import Unit
 from pipegnn.timeline import Box, PipelineInfo, Timeline
 
 __all__ = ["SCHEDULES", "PipeliningEngine"]
@@ -103,7 +105,8 @@ class PipeliningEngine(Engine):
                                    unit_costs)
         self.transport = transport_device(device, self.pp_group)
         self.modules = self._own_stages(model, device)
-        self.first = self.modules[0].units[0] if 0 in self.modules else None
+        # stage 0's first unit: the model's, a transform
+        self.first = cast(Transform, self.modules[0].units[0]) if 0 in self.modules else None
         self._schedules: dict[tuple, Any] = {}
         self._num_targets = 1
         if timeline:
@@ -299,9 +302,9 @@ class PipeliningEngine(Engine):
         refreshes over all of ``ids`` (so all replicas' caches hold the same rows after it: during
         training each replica's caches get only its own micro-batches' pushes, one step of extra
         staleness for the others' rows, which the staleness figures count)."""
-        order = ids.tolist()
-        if self.has_first:
-            self.first.begin_step(order)
+        order, first = ids.tolist(), self.first  # first: set where this rank has stage 0
+        if first is not None:
+            first.begin_step(order)
         carried: list[tuple[Tensor, ...]] = [() for _ in order]
         for s in range(self.num_stages):
             rank, before = s % self.world, (s - 1) % self.world
@@ -309,14 +312,14 @@ class PipeliningEngine(Engine):
                 continue
             if s > 0 and before != self.rank:
                 carried = self._receive(self.units[s].start - 1, order, before)
-            carried = layerwise(list(self.modules[s].units), ids, carried)
+            carried = layerwise(cast(list[Unit], list(self.modules[s].units)), ids, carried)
             after = (s + 1) % self.world
             if s + 1 < self.num_stages and after != self.rank:
                 for tensor in zip(*carried):
                     sent = torch.cat(tensor).to(self.transport, self.dtype).contiguous()
                     dist.send(sent, dst=self._global(after))
-        if self.has_first:
-            self.first.end_step()
+        if first is not None:
+            first.end_step()
         return self._from_last([out[0] for out in carried] if self.has_last else [],
                                sum(self.rows[-1][0][m] for m in order))
 
@@ -346,8 +349,9 @@ def _check_same_everywhere(model: StagedGNN) -> None:
     digest = hashlib.sha1()
     for unit in model:
         digest.update(repr(unit.rows).encode())
-        for i in range(len(getattr(unit, "edges", ()))):
-            digest.update(unit.edges[i].cpu().numpy().tobytes())
+        edges = getattr(unit, "edges", ())  # a propagation's
+        for i in range(len(edges)):
+            digest.update(edges[i].cpu().numpy().tobytes())
         for p in unit.parameters():
             digest.update(p.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     digests: list[Any] = [None] * dist.get_world_size()

@@ -30,7 +30,7 @@ class SingleEngine(Engine):
     def __init__(self, model: StagedGNN, device: torch.device, chunks: int = 1, timeline: bool = True):
         self.model = model.to(device)
         self.devices = [device]
-        self.first = model[0]
+        self.first = model.first()
         self.info = PipelineInfo("single", "single", chunks, [model.unit_names], [0], [str(device)],
                                  overlap_possible=False, overlap_note="one stage")
         if timeline:

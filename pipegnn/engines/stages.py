@@ -93,17 +93,20 @@ class TimedStage(PipelineStage):
     A wait is the time from when the schedule asks for a receive to when the computation that needs it
     starts, clipped to this rank's previous box (a schedule may post receives early)."""
 
+    submod: PipeStage  # the module it is made with
+
     def __init__(self, *args: Any, order: list[int], timeline: Timeline | None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.order, self.timeline = order, timeline
         self._asked: dict[tuple[str, int], float] = {}
 
-    def _recording(self) -> bool:
-        return self.timeline is not None and self.timeline.recording
+    def _recording(self) -> Timeline | None:
+        """The timeline while it records (else None)."""
+        return self.timeline if self.timeline is not None and self.timeline.recording else None
 
     def _asked_for(self, kind: str, chunk: int, ops: list) -> list:
-        if ops and self._recording():
-            self._asked[kind, chunk] = self.timeline.now(self.stage_index)
+        if ops and (timeline := self._recording()) is not None:
+            self._asked[kind, chunk] = timeline.now(self.stage_index)
         return ops
 
     def get_fwd_recv_ops(self, fwd_chunk_id: int) -> list:
@@ -113,9 +116,10 @@ class TimedStage(PipelineStage):
         return self._asked_for("backward", bwd_chunk_id, super().get_bwd_recv_ops(bwd_chunk_id))
 
     def _timed(self, kind: str, chunk: int, run: Any) -> Any:
-        if not self._recording():
+        timeline = self._recording()
+        if timeline is None:
             return run()
-        timeline, s = self.timeline, self.stage_index
+        s = self.stage_index
         start = timeline.now(s)
         asked = self._asked.pop((kind, chunk), None)
         if asked is not None:
