@@ -39,7 +39,8 @@ def undirected_csr(edge_index: Tensor, num_nodes: int) -> tuple[np.ndarray, np.n
     torch.index_select(col, 0, proper, out=backward)
     backward.mul_(num_nodes).add_(row[proper])  # col * n + row: the reverse direction
     del proper
-    keys = sorted_unique(keys).numpy()
-    xadj = np.searchsorted(keys, np.arange(num_nodes + 1, dtype=np.int64) * num_nodes)
-    np.remainder(keys, num_nodes, out=keys)
-    return xadj.astype(np.int64, copy=False), keys
+    adjncy = sorted_unique(keys).numpy()
+    del keys
+    xadj = np.searchsorted(adjncy, np.arange(num_nodes + 1, dtype=np.int64) * num_nodes)
+    np.remainder(adjncy, num_nodes, out=adjncy)
+    return xadj.astype(np.int64, copy=False), adjncy

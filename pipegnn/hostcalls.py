@@ -42,7 +42,7 @@ class HostCalls:
     ops: Mapping[str, int]
 
     @classmethod
-    def of(cls, ops: Mapping[str, float]) -> "HostCalls":
+    def of(cls, ops: Mapping[str, int]) -> "HostCalls":
         """The counts of profiled events ``ops`` (name -> calls)."""
         aten = sum(n for name, n in ops.items() if name.startswith("aten::"))
         return cls(aten, sum(ops.get(name, 0) for name in SYNC_OPS), dict(ops))
