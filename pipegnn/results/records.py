@@ -1,5 +1,7 @@
 """Result records on disk: one ``result.json`` per run, written atomically, found, read and checked.
 
+What a record holds, its versions and its checks: :class:`pipegnn.record.RunRecord`.
+
 This module knows files only; :mod:`pipegnn.results.table` aggregates records into tables and
 :mod:`pipegnn.results.sweep` matches them with a sweep's jobs.
 """
@@ -10,10 +12,11 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from pipegnn.atomic import atomic_file
 from pipegnn.jsonfile import JSONFileError, read_json
+from pipegnn.record import RecordFormatError, RunRecord
 
 __all__ = ["RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record", "find_records",
            "load_record", "natural_key", "probe_record_folder", "record_of", "write_record"]
@@ -49,14 +52,18 @@ def probe_record_folder(directory: str | Path, name: str = RECORD_NAME) -> None:
         probe.unlink(missing_ok=True)
 
 
-def write_record(directory: str | Path, record: dict[str, Any], name: str = RECORD_NAME) -> Path:
-    """Write ``record`` as ``directory/<name>`` (``result.json``) atomically (a reader never sees half
-    a file).
+def write_record(directory: str | Path, record: RunRecord | dict[str, Any],
+                 name: str = RECORD_NAME) -> Path:
+    """Write ``record`` (a :class:`~pipegnn.record.RunRecord` as :meth:`~pipegnn.record.RunRecord.to_dict`
+    gives it, or any JSON value: a trace) as ``directory/<name>`` (``result.json``) atomically (a reader
+    never sees half a file).
 
     Raises:
         OSError: naming the file and the cause.
     """
     path = Path(directory) / name
+    if isinstance(record, RunRecord):  # else default=str would write its repr
+        record = record.to_dict()
     with atomic_file(path) as f:
         json.dump(record, f, indent=2, default=str)
         f.write("\n")
@@ -64,68 +71,29 @@ def write_record(directory: str | Path, record: dict[str, Any], name: str = RECO
 
 
 class RecordError(JSONFileError):
-    """A record file that cannot be used: not valid JSON (nesting too deep included), or not shaped like
-    a record.
+    """A record file that cannot be used: not valid JSON (nesting too deep included), not shaped like
+    a record, or of a newer version than this code reads.
 
     ``str()`` names the file; ``path`` and ``reason`` hold the two parts."""
 
 
-#: Record sections that are JSON objects (or null / absent).
-_SECTIONS = ("config", "choices", "env", "dataset", "model", "final", "timing", "memory", "microbatch",
-             "pipeline")
+def check_record(record: Any) -> RunRecord:
+    """``record`` (a record's JSON value, of any version) as a :class:`~pipegnn.record.RunRecord`, else
+    :class:`~pipegnn.record.RecordFormatError` (a ValueError) naming the first problem: not a JSON object,
+    a key that is no field of a record, a value of the wrong type (``status`` one of the statuses,
+    ``error`` and ``traceback`` strings or null, each section an object, ``epochs`` and ``pipeline.stages``
+    arrays of objects, ``choices`` values scalars), or a newer version than this code reads. A version-1
+    record may lack sections (see :func:`~pipegnn.record.migrate`)."""
+    return RunRecord.from_dict(record)
 
 
-def _kind(value: Any) -> str:
-    """The JSON name of ``value``'s type."""
-    for kind, types in (("null", type(None)), ("a boolean", bool), ("a number", (int, float)),
-                        ("a string", str), ("an array", (list, tuple)), ("an object", Mapping)):
-        if isinstance(value, types):
-            return kind
-    return type(value).__name__
-
-
-def check_record(record: Any) -> dict[str, Any]:
-    """``record`` when it is shaped like a record, else :class:`ValueError` naming the first problem:
-    a JSON object whose ``status`` is a string, ``error`` and ``traceback`` strings or null, each section
-    (``config``, ``final``, ``timing``, ...) an object or null, ``epochs`` and ``pipeline.stages`` arrays
-    of objects, ``choices`` values scalars. Sections and values may be absent (failed runs lack many)."""
-    if not isinstance(record, dict):
-        raise ValueError(f"not a JSON object but {_kind(record)}")
-    if not isinstance(record.get("status"), str):
-        raise ValueError(f"'status' is {_kind(record.get('status'))}, expected a string")
-    for key in ("error", "traceback"):
-        if not isinstance(record.get(key), (str, type(None))):
-            raise ValueError(f"'{key}' is {_kind(record[key])}, expected a string or null")
-    for key in _SECTIONS:
-        if not isinstance(record.get(key), (dict, type(None))):
-            raise ValueError(f"'{key}' is {_kind(record[key])}, expected an object")
-    checks = [("epochs", record.get("epochs"), True)]
-    pipeline, memory = record.get("pipeline") or {}, record.get("memory") or {}
-    checks += [("pipeline.stages", pipeline.get("stages"), True),
-               ("pipeline.balance", pipeline.get("balance"), False)]
-    for key, value, of_objects in checks:
-        if value is None:
-            continue
-        if not isinstance(value, list):
-            raise ValueError(f"'{key}' is {_kind(value)}, expected an array")
-        bad = next((v for v in value if not isinstance(v, dict)), None) if of_objects else None
-        if bad is not None:
-            raise ValueError(f"'{key}' holds {_kind(bad)}, expected objects")
-    if not isinstance(memory.get("peak_device_bytes"), (dict, type(None))):
-        raise ValueError(f"'memory.peak_device_bytes' is {_kind(memory['peak_device_bytes'])}, "
-                         "expected an object")
-    for group, choice in (record.get("choices") or {}).items():
-        if isinstance(choice, (list, tuple, Mapping)):
-            raise ValueError(f"'choices.{group}' is {_kind(choice)}, expected a string")
-    return record
-
-
-def load_record(path: str | Path) -> dict[str, Any]:
-    """Read one record (a ``result.json`` file or the directory holding it).
+def load_record(path: str | Path) -> RunRecord:
+    """Read one record (a ``result.json`` file or the directory holding it), migrated to the current
+    version (:meth:`~pipegnn.record.RunRecord.from_dict`).
 
     Raises:
-        RecordError: (a ValueError) naming the file: not valid JSON, or not shaped like a record (see
-            :func:`check_record`).
+        RecordError: (a ValueError) naming the file: not valid JSON, not shaped like a record (see
+            :func:`check_record`), or of a newer version than this code reads.
         OSError: the file cannot be read (FileNotFoundError: there is none).
     """
     path = Path(path)
@@ -138,17 +106,17 @@ def load_record(path: str | Path) -> dict[str, Any]:
     return record_of(record, path)
 
 
-def record_of(value: Any, path: str | Path) -> dict[str, Any]:
-    """``value``, read from ``path`` (a file, or its place in a records archive), when it is shaped like a
-    record (see :func:`check_record`).
+def record_of(value: Any, path: str | Path) -> RunRecord:
+    """``value``, read from ``path`` (a file, or its place in a records archive), as a record (see
+    :func:`check_record`): every record file and archive line is read through here.
 
     Raises:
-        RecordError: naming ``path``: not shaped like a record.
+        RecordError: naming ``path``: not shaped like a record, or of a newer version.
     """
     try:
-        return check_record(value)
-    except ValueError as e:
-        raise RecordError(path, f"malformed record: {e}") from None
+        return RunRecord.from_dict(value)
+    except RecordFormatError as e:
+        raise RecordError(path, e.reason) from None
 
 
 def find_records(path: str | Path) -> list[Path]:

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipegnn.record import RunRecord, Status
 from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, natural_key
 from pipegnn.schema import VOLATILE_KEYS, comparable_config, plain_config
 
@@ -30,6 +31,12 @@ INCOMPLETE = "no result.json: the job was killed or died before writing it, or i
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
+def _plain(node: Any, resolve: bool = False) -> Any:
+    """``OmegaConf.to_container(node)``: what a Hydra file holds as plain data, typed Any (its readers
+    check what they use, or catch)."""
+    return OmegaConf.to_container(node, resolve=resolve)
+
+
 def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         keys = sorted(set(a) | set(b), key=str)
@@ -38,10 +45,11 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 
 def completed_record(output_dir: str | Path, config: Mapping[str, Any] | DictConfig
-                     ) -> tuple[dict[str, Any] | None, str]:
-    """The record to keep when resuming: ``output_dir/result.json`` if it is ``completed`` and was
-    made with the same config (see :func:`comparable_config`), else None; with the reason either way
-    (logged by the caller)."""
+                     ) -> tuple[RunRecord | None, str]:
+    """The record to keep when resuming: ``output_dir/result.json`` (read as every record is,
+    :func:`~pipegnn.results.records.load_record`) if it is ``completed`` and was made with the same
+    config (see :func:`comparable_config`), else None; with the reason either way (logged by the
+    caller)."""
     path = Path(output_dir) / RECORD_NAME
     if not path.is_file():
         return None, "no previous record"
@@ -51,11 +59,10 @@ def completed_record(output_dir: str | Path, config: Mapping[str, Any] | DictCon
         return None, f"previous record unreadable ({e.reason})"
     except OSError as e:
         return None, f"previous record unreadable ({type(e).__name__}: {e})"
-    status = record.get("status")
-    if status != "completed":
-        return None, f"previous record is {status}"
+    if record.status is not Status.COMPLETED:
+        return None, f"previous record is {record.status.value}"
     # A key an older record lacks and this config leaves null (a later option's default) is no change.
-    diff = _differences(comparable_config(record.get("config") or {}, output_dir),
+    diff = _differences(comparable_config(record.config, output_dir),
                         comparable_config(config, output_dir))
     if diff:
         more = f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""
@@ -92,7 +99,7 @@ def _overrides(directory: Path) -> list[str] | None:
     """The job's overrides as Hydra saved them (``.hydra/overrides.yaml``), None when absent."""
     try:
         saved = OmegaConf.load(directory / ".hydra" / "overrides.yaml")
-        return [str(o) for o in OmegaConf.to_container(saved)]
+        return [str(o) for o in _plain(saved)]
     except Exception:  # noqa: BLE001 - .hydra files are optional (hydra.output_subdir=null)
         return None
 
@@ -122,14 +129,14 @@ def _incomplete(directory: Path) -> Job:
     try:
         node = OmegaConf.load(directory / ".hydra" / "config.yaml")
         try:
-            config = OmegaConf.to_container(node, resolve=True)
+            config = _plain(node, resolve=True)
         except Exception:  # noqa: BLE001 - e.g. an interpolation that needs Hydra's resolvers
-            config = OmegaConf.to_container(node, resolve=False)
+            config = _plain(node, resolve=False)
     except Exception:  # noqa: BLE001
         pass
     try:
         saved = OmegaConf.load(directory / ".hydra" / "hydra.yaml")
-        choices = OmegaConf.to_container(saved.hydra.runtime.choices)
+        choices = _plain(saved.hydra.runtime.choices)
     except Exception:  # noqa: BLE001
         choices = {}
     return Job(directory, num, overrides, "incomplete", INCOMPLETE, False,
@@ -169,7 +176,7 @@ def _plan(sweep_dir: Path) -> tuple[DictConfig, list[tuple[list[str], Path]]] | 
     except Exception as e:  # noqa: BLE001 - YAML errors, binary content, nesting too deep
         raise SweepPlanError(f"{marker}: unreadable sweep plan ({type(e).__name__}: "
                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
-    if target is None:
+    if target is None or not isinstance(cfg, DictConfig):  # (a ListConfig has no target either)
         raise SweepPlanError(f"{marker}: not a whole sweep plan (no hydra.sweeper: cut short or rewritten?)")
     if target != _BASIC_SWEEPER:
         from hydra.utils import get_class
@@ -183,8 +190,8 @@ def _plan(sweep_dir: Path) -> tuple[DictConfig, list[tuple[list[str], Path]]] | 
 
     parser = OverridesParser.create()
     try:
-        params = OmegaConf.to_container(cfg.hydra.sweeper, resolve=False).get("params") or {}
-        task = [str(o) for o in OmegaConf.to_container(cfg.hydra.overrides, resolve=False).get("task") or []]
+        params = _plain(cfg.hydra.sweeper, resolve=False).get("params") or {}
+        task = [str(o) for o in _plain(cfg.hydra.overrides, resolve=False).get("task") or []]
         overrides = parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *task])
     except Exception as e:  # noqa: BLE001 - a basic sweep's plan whose overrides do not parse is damaged
         raise SweepPlanError(f"{marker}: its overrides cannot be read ({type(e).__name__}: "
@@ -219,12 +226,12 @@ def _expand(overrides: list[Any]) -> list[list[str]]:
 def _subdir(cfg: DictConfig, num: int, overrides: list[str], parser: Any) -> str:
     """``hydra.sweep.subdir`` of job ``num`` (as Hydra's launchers set it up); the job number when it
     cannot be worked out."""
-    raw = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
+    raw = _plain(cfg.hydra.sweep, resolve=False).get("subdir")
     if raw in (None, "${hydra.job.num}"):
         return str(num)
     try:
-        hydra = OmegaConf.create({"hydra": OmegaConf.to_container(cfg.hydra, resolve=False)})
-        settings = OmegaConf.to_container(cfg.hydra.job.config.override_dirname, resolve=False)
+        hydra = OmegaConf.create({"hydra": _plain(cfg.hydra, resolve=False)})
+        settings = _plain(cfg.hydra.job.config.override_dirname, resolve=False)
         lines = sorted(o.input_line for o in parser.parse_overrides(overrides)
                        if o.key_or_group not in (settings.get("exclude_keys") or []))
         dirname = re.sub("=", settings.get("kv_sep", "="), settings.get("item_sep", ",").join(lines))
@@ -275,7 +282,7 @@ def _settings(overrides: list[str], sweep_cfg: DictConfig) -> tuple[dict[str, An
     choices: dict[str, Any] = {}
     try:
         groups = set(OmegaConf.select(sweep_cfg, "hydra.runtime.choices") or {})
-        base = OmegaConf.to_container(sweep_cfg, resolve=False)
+        base = _plain(sweep_cfg, resolve=False)
         for o in OverridesParser.create().parse_overrides(overrides):
             key = o.key_or_group
             if o.is_delete() or key == "hydra" or key.startswith(("hydra.", "hydra/")):
@@ -327,7 +334,7 @@ def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
         fresh = since is None or record_path.stat().st_mtime >= since
         try:
             record = load_record(record_path)
-            status, error = record["status"], record.get("error")
+            status, error = record.status.value, record.error
         except RecordError as e:
             status, error = "unreadable", e.reason
         except OSError as e:

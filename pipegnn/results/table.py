@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from pipegnn.record import RunRecord, Status
 from pipegnn.results.archive import ArchiveError, entries, find_archives, is_archive
 from pipegnn.results.records import (
     RECORD_NAME,
@@ -39,15 +40,15 @@ from pipegnn.results.records import (
 __all__ = ["COLUMNS", "INTEGER_COLUMNS", "NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS",
            "UNREADABLE", "column", "flatten", "format_table", "integers", "load", "select"]
 
-#: Statuses a run writes in its record.
-STATUSES = ("completed", "failed", "invalid", "oom", "interrupted")
+#: Statuses a run writes in its record (:class:`~pipegnn.record.Status`).
+STATUSES = tuple(s.value for s in Status)
 #: Status of a row whose record file cannot be used (not valid JSON, or not shaped like a record).
 UNREADABLE = "unreadable"
 #: Statuses of a sweep's jobs without a record: ``incomplete`` (Hydra started the job: its folder holds
 #: ``.hydra/``, but it wrote no ``result.json``: killed, died, or still running) and ``missing`` (the
 #: sweep's ``multirun.yaml`` planned the job, which has no folder: never started).
 NO_RECORD = ("incomplete", "missing")
-#: Every status a row of :func:`load` can have (others only when a record holds an unknown one).
+#: Every status a row of :func:`load` can have (a record with another status is unreadable).
 ROW_STATUSES = (*STATUSES, UNREADABLE, *NO_RECORD)
 
 
@@ -166,30 +167,32 @@ def _leaves(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     return out
 
 
-def flatten(record: Mapping[str, Any], path: str | Path | None = None) -> dict[str, Any]:
-    """One flat row of a record: the :data:`COLUMNS` (NaN or None when the record lacks them, as
+def flatten(record: RunRecord | Mapping[str, Any], path: str | Path | None = None) -> dict[str, Any]:
+    """One flat row of a record (a JSON value is read by :meth:`~pipegnn.record.RunRecord.from_dict`,
+    whose RecordFormatError it raises): the :data:`COLUMNS` (NaN or None when the record lacks them, as
     failed and invalid runs do), ``pipeline_stage<s>_busy_s`` for every stage of its ``pipeline``
     section, then ``cfg.<dotted key>`` for every config leaf."""
-    cfg, choices, final, timing, mb, memory, dataset, pipeline = (_dict(record.get(k)) for k in (
-        "config", "choices", "final", "timing", "microbatch", "memory", "dataset", "pipeline"))
+    record = record if isinstance(record, RunRecord) else RunRecord.from_dict(record, path)
+    cfg, choices, final, timing, mb, memory = (record.config, record.choices, record.final, record.timing,
+                                               record.microbatch, record.memory)
+    env, dataset, pipeline = record.env, record.dataset or {}, record.pipeline or {}
     engine = _dict(cfg.get("engine"))
     devices = engine.get("devices")
-    device_peaks = [b for b in _dict(memory.get("peak_device_bytes")).values() if not math.isnan(_number(b))]
+    device_peaks = [b for b in (memory.get("peak_device_bytes") or {}).values() if not math.isnan(_number(b))]
     rss = _number(memory.get("peak_rss_bytes"))
-    error = record.get("error")
     targets = _get(cfg, "microbatch", "targets") or mb.get("targets")
     tta = _dict(final.get("time_to_accuracy"))
     row: dict[str, Any] = {
         "path": None if path is None else str(path),
-        "status": record.get("status"),
-        "error": str(error).strip().split("\n", 1)[0] if error else None,
+        "status": Status(record.status).value,
+        "error": record.error.strip().split("\n", 1)[0] if record.error else None,
         **{g: choices.get(g) or _get(cfg, g, "name") for g in ("dataset", "model", "framework", "engine")},
         "chunks": cfg.get("chunks", mb.get("chunks")),
         "halo": _get(cfg, "microbatch", "halo") or mb.get("halo"),
         "partition": _get(cfg, "microbatch", "partition") or mb.get("partition"),
         "targets": _leaf(targets) if targets is not None else ("train" if cfg else None),  # older records
         "seed": _get(cfg, "train", "seed"),
-        "epochs": len(record.get("epochs") or []),
+        "epochs": len(record.epochs),
         "monitor": _get(cfg, "train", "monitor") or ("val_acc" if cfg else None),
         **{k: _number(final.get(k)) for k in ("test_acc", "val_acc", "best_val_acc", "best_val_loss",
                                               "test_acc_at_best_val", "best_epoch", "stopped_epoch")},
@@ -203,10 +206,10 @@ def flatten(record: Mapping[str, Any], path: str | Path | None = None) -> dict[s
         "num_nodes": _number(dataset.get("num_nodes")),
         "num_edges": _number(dataset.get("num_edges")),
         "devices": _leaf(devices) if devices is not None else engine.get("device"),
-        "git_sha": _get(record, "env", "git_sha"),
-        "parameters": _number(_get(record, "model", "parameters")),
-        "hardware": _hardware(_dict(record.get("env"))),
-        "date": str(_get(record, "env", "date") or "")[:10] or None,
+        "git_sha": env.get("git_sha"),
+        "parameters": _number((record.model or {}).get("parameters")),
+        "hardware": _hardware(env),
+        "date": str(env.get("date") or "")[:10] or None,
         "pipeline_schedule": pipeline.get("schedule"),
         "pipeline_stages": _number(pipeline.get("num_stages")),
         "pipeline_balance": _leaf(pipeline["balance"]) if "balance" in pipeline else None,
@@ -218,7 +221,7 @@ def flatten(record: Mapping[str, Any], path: str | Path | None = None) -> dict[s
         if value is None and key not in _TEXT:
             row[key] = math.nan
     for s, stage in enumerate(pipeline.get("stages") or []):
-        row[f"pipeline_stage{s}_busy_s"] = _number(_dict(stage).get("busy_s"))
+        row[f"pipeline_stage{s}_busy_s"] = _number(stage.get("busy_s"))
     row.update(_leaves(cfg, "cfg."))
     return row
 
@@ -311,9 +314,14 @@ def _record_row(file: Path, value: Any = _FROM_FILE) -> dict[str, Any]:
     return _unreadable_row(file, reason)
 
 
-def _unreadable_row(file: Path, reason: str) -> dict[str, Any]:
-    row = flatten({"status": UNREADABLE, "error": reason}, path=file)
-    row["epochs"] = math.nan
+def _unreadable_row(file: Path, reason: str | None, status: str = UNREADABLE,
+                    config: dict[str, Any] | None = None, choices: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
+    """The row of a file or a job without a usable record (``status`` unreadable, incomplete, missing):
+    its error (``reason``), what is known of its config and choices, no epochs (NaN)."""
+    row = flatten(RunRecord(status=Status.FAILED, error=reason, config=config or {}, choices=choices or {},
+                            env={}), path=file)
+    row.update(status=status, epochs=math.nan)
     return row
 
 
@@ -351,10 +359,7 @@ def _job_rows(root: Path, seen: set[Path]) -> list[dict[str, Any]]:
         if file.resolve() in seen:
             continue
         seen.add(file.resolve())
-        row = flatten({"status": job.status, "error": job.error, "config": job.config or {},
-                       "choices": job.choices or {}}, path=file)
-        row["epochs"] = math.nan
-        rows.append(row)
+        rows.append(_unreadable_row(file, job.error, job.status, job.config, job.choices))
     return rows
 
 

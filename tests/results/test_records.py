@@ -43,8 +43,15 @@ def test_load_record_errors_name_the_file(tmp_path: Path) -> None:
     write_record(bad.parent, {**COMPLETED, "epochs": 3})
     with pytest.raises(RecordError, match=f"^{bad}: malformed record: 'epochs' is a number, expected an array$"):
         load_record(bad)
-    write_record(bad.parent, COMPLETED)
-    assert load_record(bad) == COMPLETED
+    write_record(bad.parent, {**COMPLETED, "record_version": 3})
+    with pytest.raises(RecordError, match=f"^{bad}: record_version 3 is newer than this pipegnn reads "
+                                          r"\(up to 2\): update pipegnn"):
+        load_record(bad)
+    write_record(bad.parent, COMPLETED)  # version 1: the sections it lacks are empty once read
+    record = load_record(bad)
+    assert record.to_dict() == {"record_version": 2, **COMPLETED, "choices": {}, "env": {}, "final": {},
+                                "timing": {}, "memory": {}, "microbatch": {}}
+    assert record["status"] == "completed" and record.epochs == [{"epoch": 0}]
     with pytest.raises(FileNotFoundError):
         load_record(tmp_path / "nope")
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from pipegnn.record import Status
 from pipegnn.results.records import write_record
 from pipegnn.results.sweep import completed_record, planned_jobs, sweep_jobs
 
@@ -52,6 +53,20 @@ def test_resume_reruns_a_malformed_record(tmp_path: Path) -> None:
     record, reason = completed_record(tmp_path, cfg)
     assert record is None
     assert reason == "previous record unreadable (malformed record: 'epochs' is a number, expected an array)"
+
+
+def test_resume_reads_the_record_through_the_record_type(tmp_path: Path) -> None:
+    """A version-1 record is migrated and kept; one of a newer version than this code reads reruns the job,
+    saying why."""
+    cfg = _container("chunks=2")
+    write_record(tmp_path, {"status": "completed", "error": None, "config": cfg})  # version 1
+    record, reason = completed_record(tmp_path, cfg)
+    assert reason == "completed" and record is not None and record.status is Status.COMPLETED
+    assert record.to_dict()["record_version"] == 2 and record.epochs == []
+    write_record(tmp_path, {**record.to_dict(), "record_version": 3})
+    assert completed_record(tmp_path, cfg) == (None, "previous record unreadable (record_version 3 is newer "
+                                                     "than this pipegnn reads (up to 2): update pipegnn to read "
+                                                     "this record)")
 
 
 def test_sweep_jobs_ignores_jobs_of_an_older_sweep(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from pipegnn import run
+from pipegnn.record import RecordFormatError
 from pipegnn.results.records import write_record
 from pipegnn.results.stats import summary
 from pipegnn.results.table import COLUMNS, flatten, format_table, load, select
@@ -78,10 +79,12 @@ def test_flatten_missing_fields_and_fallbacks() -> None:
     assert row["git_sha"] is None
     cfg = copy.deepcopy(RECORD_CONFIG)
     cfg["microbatch"]["targets"] = "val"
-    assert flatten({"config": cfg})["targets"] == "val"
-    assert flatten({"microbatch": {"targets": "all"}})["targets"] == "all"  # from the plan summary
-    empty = flatten({})  # a record with nothing at all still flattens
-    assert empty["status"] is None and empty["epochs"] == 0 and math.isnan(empty["chunks"])
+    assert flatten({"status": "failed", "config": cfg})["targets"] == "val"
+    assert flatten({"status": "failed", "microbatch": {"targets": "all"}})["targets"] == "all"  # plan summary
+    empty = flatten({"status": "failed"})  # a version-1 record with nothing but its status still flattens
+    assert empty["status"] == "failed" and empty["epochs"] == 0 and math.isnan(empty["chunks"])
+    with pytest.raises(RecordFormatError, match="^malformed record: no 'status'$"):
+        flatten({})
     assert math.isnan(flatten(invalid_record())["peak_rss_mb"])
 
 

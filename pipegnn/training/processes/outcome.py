@@ -1,5 +1,5 @@
 """What a spawned pipeline's run records of its workers: which rank's failure its error names, and
-what it takes from rank 0's record.
+what it takes from rank 0's record (the record type's rule: :meth:`pipegnn.record.RunRecord.combine`).
 
 When a worker fails the others usually fail at once with a lost connection to the dead peer, so the
 cause named is, in this order: a rank that found the configuration invalid or ran out of memory; a rank
@@ -9,18 +9,16 @@ other than a lost connection; the first rank that reported a failure.
 """
 from __future__ import annotations
 
+import dataclasses
 import signal
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from pipegnn.errors import ConfigError
+from pipegnn.record import RunRecord
 from pipegnn.training.preemption import Interrupted
 
-__all__ = ["LOST_PEER", "MERGED", "WorkerFailed", "death", "failure", "merge"]
+__all__ = ["LOST_PEER", "WorkerFailed", "death", "failure", "merge"]
 
-#: Record fields the parent takes from rank 0's record (on failure: all but the memory, see :func:`merge`);
-#: ``env`` too: its ``torch_threads`` are the ones a stage process trained with (``engine.threads``).
-MERGED = ("env", "dataset", "model", "epochs", "final", "microbatch", "memory", "pipeline", "trace",
-          "features", "resumed")
 #: A reported error with one of these only says that the rank lost its peer (which failed first).
 LOST_PEER = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",
              "socket closed")
@@ -45,7 +43,7 @@ def death(rank: int, code: int) -> str:
     return f"pipeline worker rank {rank} exited with exit code {code} without reporting a result"
 
 
-def failure(exits: list[tuple[int, int]], results: dict[int, dict[str, Any]]) -> Exception | None:
+def failure(exits: list[tuple[int, int]], results: dict[int, dict[str, Any]]) -> BaseException | None:
     """The parent's exception for the workers' exits (None: every rank completed): a worker's invalid
     configuration or out-of-memory error as such, else ``WorkerFailed`` naming the rank that failed
     first (see the module doc)."""
@@ -71,12 +69,21 @@ def failure(exits: list[tuple[int, int]], results: dict[int, dict[str, Any]]) ->
     return WorkerFailed(f"pipeline worker rank {r} failed: {res.get('error')}", res.get("traceback"))
 
 
-def merge(record: dict[str, Any], worker: dict[str, Any] | None, epochs: list[dict[str, Any]],
-           completed: bool) -> None:
-    """Rank 0's record into the parent's; after a failure its memory is left out (the parent records
-    its own) and the epochs are the ones rank 0 sent while it ran, if it could not report them all."""
-    for key in MERGED:
-        if worker is not None and key in worker and (completed or key != "memory"):
+def merge(record: RunRecord | dict[str, Any], worker: Mapping[str, Any] | None,
+          epochs: Sequence[dict[str, Any]], completed: bool) -> None:
+    """Rank 0's record (``worker``, as it came through its pipe; None: rank 0 reported nothing) into
+    the launcher's ``record``, in place, by :meth:`RunRecord.combine <pipegnn.record.RunRecord.combine>`:
+    the fields rank 0 fills (its memory only when the run ``completed``: after a failure the launcher
+    records its own), and the ``epochs`` rank 0 streamed while it ran if it could not report them all."""
+    if isinstance(record, RunRecord):
+        combined = RunRecord.combine(record, worker, epochs, completed)
+        for f in dataclasses.fields(RunRecord):
+            if f.init:
+                setattr(record, f.name, getattr(combined, f.name))
+        return
+    # A record still built as a dict (until the writer builds a RunRecord): the same rule, key by key.
+    for key in RunRecord.from_rank0(completed):
+        if worker is not None and key in worker:
             record[key] = worker[key]
     if len(epochs) > len(record.get("epochs") or []):
-        record["epochs"] = epochs
+        record["epochs"] = list(epochs)
