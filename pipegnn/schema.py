@@ -36,28 +36,57 @@ from typing import Any, List, Mapping, Optional, Sequence
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-__all__ = ["ADDED_KEYS", "Config", "DataConfig", "GATConfig", "GCN2Config", "GPipeEngineConfig",
-           "FrameworkConfig", "MicrobatchConfig", "ModelConfig", "PipeliningEngineConfig", "PlanetoidConfig",
-           "SingleEngineConfig", "SCHEMAS", "SyntheticConfig", "TrainConfig", "VOLATILE_KEYS",
-           "comparable_config", "compose_config", "config_dir", "plain_config", "register",
-           "targets_for_halo"]
+from pipegnn.choices import (
+    Aggregation,
+    Capture,
+    Checkpoint,
+    DatasetName,
+    DistBackend,
+    EngineName,
+    FirstTransform,
+    FrameworkName,
+    Halo,
+    HaloDropout,
+    Launcher,
+    ModelName,
+    Monitor,
+    Partitioner,
+    Precision,
+    Schedule,
+    StartMethod,
+    Storage,
+    Targets,
+)
+
+__all__ = ["ADDED_KEYS", "Config", "DataConfig", "DatasetConfig", "EngineConfig", "FrameworkConfig",
+           "GATConfig", "GCN2Config", "GPipeEngineConfig", "LoggerConfig", "MLflowConfig", "MicrobatchConfig",
+           "ModelConfig", "PipeliningEngineConfig", "PubmedTopologyConfig", "SCHEMAS", "SingleEngineConfig",
+           "StagedEngineConfig", "SyntheticConfig", "TrackerConfig", "TrainConfig", "VOLATILE_KEYS",
+           "comparable_config", "compose_config", "config_container", "config_dir", "group_config",
+           "plain_config", "register", "run_config", "targets_for_halo"]
 
 # Postponed annotations (from __future__) are resolved by OmegaConf through typing.get_type_hints, so
 # the typing names above must stay importable from this module.
 
 
 @dataclass
-class PlanetoidConfig:
-    """``dataset=cora|citeseer|pubmed``."""
+class DatasetConfig:
+    """``dataset=cora|citeseer|pubmed|ogbn-arxiv|ogbn-products|reddit``: the name only."""
 
-    name: str = MISSING
+    name: DatasetName = MISSING
 
 
 @dataclass
-class SyntheticConfig:
-    """``dataset=synthetic``: the fields of :class:`pipegnn.data.synthetic.SyntheticSpec`."""
+class PubmedTopologyConfig(DatasetConfig):
+    """``dataset=pubmed_topology``: PubMed's graph with seeded random features."""
 
-    name: str = MISSING
+    seed: int = MISSING  # of the random features
+
+
+@dataclass
+class SyntheticConfig(DatasetConfig):
+    """``dataset=synthetic`` (and its presets): :class:`pipegnn.data.synthetic.SyntheticSpec`'s fields."""
+
     preset: Optional[str] = MISSING
     num_nodes: int = MISSING
     avg_degree: Optional[float] = MISSING
@@ -80,12 +109,12 @@ class SyntheticConfig:
 class ModelConfig:
     """``model=gcn`` and ``model=sage`` (and what every model has)."""
 
-    name: str = MISSING
+    name: ModelName = MISSING
     layers: int = MISSING
     hidden: int = MISSING
     dropout: float = MISSING
     residual: bool = MISSING
-    aggregation: str = MISSING
+    aggregation: Aggregation = MISSING
     lr: float = MISSING
     weight_decay: float = MISSING
     conv_weight_decay: Optional[float] = MISSING
@@ -107,60 +136,64 @@ class GCN2Config(ModelConfig):
 
 @dataclass
 class FrameworkConfig:
-    name: str = MISSING
+    name: FrameworkName = MISSING
 
 
 @dataclass
-class SingleEngineConfig:
-    name: str = MISSING
+class EngineConfig:
+    """What every engine has (``conf/engine/*.yaml``)."""
+
+    name: EngineName = MISSING
+    threads: Optional[int] = MISSING
+    timeline: bool = MISSING
+    trace_epoch: Optional[int] = MISSING
+    capture: Capture = MISSING
+
+
+@dataclass
+class SingleEngineConfig(EngineConfig):
+    """``engine=single``: the whole model on one device."""
+
     device: str = MISSING
-    threads: Optional[int] = MISSING
-    timeline: bool = MISSING
-    trace_epoch: Optional[int] = MISSING
-    capture: str = MISSING
 
 
 @dataclass
-class GPipeEngineConfig:
-    name: str = MISSING
+class StagedEngineConfig(EngineConfig):
+    """A pipeline's engine: one device per stage (or per process) and the units each one runs."""
+
     devices: List[str] = MISSING
-    # null, a list of layers or units per device, or "auto" (checked in pipegnn.config)
+    # null, a list of layers or units per device, or "auto" (checked in pipegnn.engines.checks)
     balance: Any = MISSING
-    checkpoint: str = MISSING
-    threads: Optional[int] = MISSING
-    timeline: bool = MISSING
-    trace_epoch: Optional[int] = MISSING
-    capture: str = MISSING
 
 
 @dataclass
-class PipeliningEngineConfig:
-    """``engine=pipelining`` (torch.distributed.pipelining), see conf/engine/pipelining.yaml."""
+class GPipeEngineConfig(StagedEngineConfig):
+    """``engine=gpipe`` (torchgpipe, one process)."""
 
-    name: str = MISSING
-    devices: List[str] = MISSING
-    balance: Any = MISSING
-    schedule: str = MISSING
+    checkpoint: Checkpoint = MISSING
+
+
+@dataclass
+class PipeliningEngineConfig(StagedEngineConfig):
+    """``engine=pipelining`` (torch.distributed.pipelining, one process per stage)."""
+
+    schedule: Schedule = MISSING
     virtual_stages: int = MISSING
     data_parallel: int = MISSING
     memory_limit_gb: Optional[float] = MISSING
-    launcher: str = MISSING
-    start_method: str = MISSING
-    backend: str = MISSING
+    launcher: Launcher = MISSING
+    start_method: StartMethod = MISSING
+    backend: DistBackend = MISSING
     timeout_s: float = MISSING
-    threads: Optional[int] = MISSING
-    timeline: bool = MISSING
-    trace_epoch: Optional[int] = MISSING
-    capture: str = MISSING
 
 
 @dataclass
 class MicrobatchConfig:
-    halo: str = MISSING
-    halo_dropout: str = MISSING
-    first_transform: str = MISSING
-    partition: str = MISSING
-    targets: str = MISSING  # ${targets_for_halo:${microbatch.halo}} unless set
+    halo: Halo = MISSING
+    halo_dropout: HaloDropout = MISSING
+    first_transform: FirstTransform = MISSING
+    partition: Partitioner = MISSING
+    targets: Targets = MISSING  # ${targets_for_halo:${microbatch.halo}} unless set
     seed: int = MISSING
     cache: Optional[str] = MISSING
 
@@ -173,10 +206,10 @@ class TrainConfig:
     conv_weight_decay: Optional[float] = MISSING
     seed: int = MISSING
     patience: Optional[int] = MISSING
-    monitor: str = MISSING
+    monitor: Monitor = MISSING
     target_val_acc: Optional[float] = MISSING
     memory_limit_gb: Optional[float] = MISSING
-    precision: str = MISSING
+    precision: Precision = MISSING
     checkpoint_every: Optional[int] = MISSING
 
 
@@ -184,13 +217,39 @@ class TrainConfig:
 class DataConfig:
     root: Optional[str] = MISSING
     cache: str = MISSING
-    features: str = MISSING
+    features: Storage = MISSING
+
+
+@dataclass
+class TrackerConfig:
+    """``logger=csv`` and ``logger=tensorboard``: the folder under the run's output directory."""
+
+    dir: str = MISSING
+
+
+@dataclass
+class MLflowConfig(TrackerConfig):
+    """``logger=mlflow``: where the MLflow run goes (null ``tracking_uri``: a SQLite store in ``dir``)."""
+
+    tracking_uri: Optional[str] = MISSING
+    experiment: str = MISSING
+    run_name: Optional[str] = MISSING
+
+
+@dataclass
+class LoggerConfig:
+    """The ``logger`` group: the trackers chosen (``logger=[csv,tensorboard]``), None for the others."""
+
+    csv: Optional[TrackerConfig] = None
+    tensorboard: Optional[TrackerConfig] = None
+    mlflow: Optional[MLflowConfig] = None
 
 
 @dataclass
 class Config:
-    """The primary config (``conf/config.yaml``). The group nodes are ``Any`` here because each group
-    option brings its own schema (a GAT has heads, a GCN has not)."""
+    """The primary config (``conf/config.yaml``). The group nodes are ``Any`` at composition because each
+    group option brings its own schema (a GAT has heads, a GCN has not); in a run's config
+    (:func:`run_config`) they hold that schema's object."""
 
     dataset: Any = MISSING
     model: Any = MISSING
@@ -211,7 +270,8 @@ class Config:
 #: schema here (a new preset) composes untyped, exactly as before.
 SCHEMAS: list[tuple[str, str, type]] = [
     ("schema", "config", Config),
-    *(("schema/dataset", name, PlanetoidConfig) for name in ("cora", "citeseer", "pubmed")),
+    *(("schema/dataset", name, DatasetConfig) for name in ("cora", "citeseer", "pubmed")),
+    ("schema/dataset", "pubmed_topology", PubmedTopologyConfig),
     ("schema/dataset", "synthetic", SyntheticConfig),
     ("schema/model", "gat", GATConfig),
     ("schema/model", "gcn", ModelConfig),
@@ -222,6 +282,109 @@ SCHEMAS: list[tuple[str, str, type]] = [
     ("schema/engine", "gpipe", GPipeEngineConfig),
     ("schema/engine", "pipelining", PipeliningEngineConfig),
 ]
+
+
+#: A run config's group nodes take the schema of their ``name`` (composition types a node by the option
+#: chosen, which for a preset such as ``dataset=synthetic_density`` has no schema of its own).
+GROUP_SCHEMAS: dict[str, dict[str, type]] = {
+    "dataset": {**{name: DatasetConfig for name in DatasetName},
+                DatasetName.pubmed_topology: PubmedTopologyConfig, DatasetName.synthetic: SyntheticConfig},
+    "model": {ModelName.gat: GATConfig, ModelName.gcn: ModelConfig, ModelName.sage: ModelConfig,
+              ModelName.gcn2: GCN2Config},
+    "framework": {name: FrameworkConfig for name in FrameworkName},
+    "engine": {EngineName.single: SingleEngineConfig, EngineName.gpipe: GPipeEngineConfig,
+               EngineName.pipelining: PipeliningEngineConfig},
+}
+
+
+def run_config(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
+    """The typed run config of ``cfg`` (a composed config or its plain form): a :class:`Config` whose
+    group nodes are their schema's objects (``cfg.model`` a :class:`GATConfig` for a GAT), every choice
+    its enum member, every interpolation resolved.
+
+    Raises:
+        ConfigError: a group's ``name`` without a schema, a key no schema has, a value of the wrong type
+            or not one of its key's choices, or a missing value; naming the key and what is valid.
+    """
+    if isinstance(cfg, Config):
+        return cfg
+    plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    nodes = {group: OmegaConf.structured(_schema(group, plain.get(group))) for group in GROUP_SCHEMAS}
+    if plain.get("logger") is not None:  # the trackers chosen (composition leaves the group untyped)
+        nodes["logger"] = OmegaConf.structured(LoggerConfig)
+    return _typed(lambda: OmegaConf.merge(OmegaConf.structured(Config), nodes, plain))
+
+
+def config_container(cfg: Config | DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """A run config as records and checkpoints keep it: plain containers, interpolations resolved,
+    choices as their spellings."""
+    if isinstance(cfg, Config):
+        cfg = OmegaConf.structured(cfg)
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+    return dict(cfg)
+
+
+def group_config(group: str, node: Any) -> Any:
+    """One config group's node (``dataset``, ``model``, ``framework``, ``engine``) typed by the schema of
+    its ``name``; keys it leaves out come from the group's option of that name (``conf/<group>/<name>.yaml``),
+    so ``group_config("model", {"name": "gat", "hidden": 4})`` is ``model=gat`` with ``model.hidden=4``.
+    A typed node is returned as it is.
+
+    Raises:
+        ConfigError: as :func:`run_config`.
+    """
+    if not isinstance(node, (Mapping, DictConfig)):
+        return node
+    schema = _schema(group, node)
+    option = config_dir() / group / f"{node['name']}.yaml"
+    base = OmegaConf.load(option) if option.is_file() else {}
+    if isinstance(base, DictConfig):
+        base.pop("defaults", None)
+    return _typed(lambda: OmegaConf.merge(OmegaConf.structured(schema), base, node), prefix=f"{group}.")
+
+
+def _schema(group: str, node: Any) -> type:
+    """The schema of a group's node, by its ``name``."""
+    from pipegnn.errors import ConfigError
+
+    schemas = GROUP_SCHEMAS[group]
+    name = node.get("name") if isinstance(node, (Mapping, DictConfig)) else None
+    if name not in schemas:
+        raise ConfigError(f"{group}.name={name!r} is not valid; valid: {', '.join(schemas)}")
+    return schemas[name]
+
+
+def _typed(merged: Any, prefix: str = "") -> Any:
+    """``merged()``'s object (:func:`OmegaConf.to_object`), OmegaConf's complaints as a ConfigError."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pipegnn.errors import ConfigError
+
+    try:
+        return OmegaConf.to_object(merged())
+    except OmegaConfBaseException as e:
+        raise ConfigError(_problem(e, prefix)) from e
+
+
+def _problem(e: Any, prefix: str = "") -> str:
+    """OmegaConf's complaint as one line naming the key (and what is valid there)."""
+    import dataclasses
+    import typing
+    from enum import Enum
+
+    from omegaconf.errors import ConfigKeyError
+
+    key = f"{prefix}{e.full_key}"
+    schema = e.object_type if dataclasses.is_dataclass(e.object_type) else None
+    if isinstance(e, ConfigKeyError) and schema is not None:
+        keys = ", ".join(f.name for f in dataclasses.fields(schema))
+        return f"{key} is not a key of {schema.__name__}; its keys: {keys}"
+    hint = typing.get_type_hints(schema).get(e.key) if schema is not None and e.key else None
+    for kind in (hint, *typing.get_args(hint)):  # Optional[Choice] too
+        if isinstance(kind, type) and issubclass(kind, Enum):
+            return f"{key}={e.value!r} is not valid; valid: {', '.join(m.value for m in kind)}"
+    return f"{key}: {str(e.msg).splitlines()[0]}"
 
 
 def config_dir() -> Path:

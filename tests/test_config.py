@@ -65,14 +65,8 @@ def test_unknown_dataset_group_fails_at_composition() -> None:
     (["engine.devices=[cpu,cpu,cpu,cpu,cpu]"], "has 5 devices but the model has only 4 units"),
     (["engine.devices=[cpu,tpu]"], "engine.devices[1]"),
     (["engine=single", "engine.device=cuda:0"], "CUDA is not available"),
-    (["engine=single", "+engine.balance=auto"], "engine=single runs the whole model as one stage in one "
-                                                "process, so engine.balance would have no effect"),
-    (["dataset.name=imagenet"], "dataset.name='imagenet' is not valid"),
-    (["microbatch.halo=fancy"], "microbatch.halo='fancy' is not valid; valid: none, exact, historical"),
-    (["microbatch.targets=some"], "microbatch.targets='some' is not valid; valid: train, all"),
-    (["microbatch.partition=kmeans"], "valid: sequential, random, bfs, metis"),
-    (["train.precision=fp16"], "train.precision='fp16' is not valid; valid: fp32, bf16"),
-    (["train.monitor=val_f1"], "train.monitor='val_f1' is not valid; valid: val_acc, val_loss"),
+    (["engine=single", "+engine.balance=auto"], "engine.balance is not a key of SingleEngineConfig; its keys: "
+                                                "name, threads, timeline, trace_epoch, capture, device"),
 ])
 def test_invalid_input_is_recorded_before_training(tmp_path: Path, overrides: list[str],
                                                     message: str) -> None:
@@ -86,6 +80,45 @@ def test_invalid_input_is_recorded_before_training(tmp_path: Path, overrides: li
     assert message in record["error"]
     assert record["epochs"] == []
     assert json.loads((tmp_path / "result.json").read_text())["error"] == record["error"]
+
+
+#: A choice that is not one: (key, bad value, the valid ones as the message lists them).
+BAD_CHOICES = [
+    ("dataset.name", "imagenet", "cora, citeseer, pubmed, pubmed_topology, ogbn-arxiv, ogbn-products, reddit, "
+                                 "synthetic"),
+    ("microbatch.halo", "fancy", "none, exact, historical"),
+    ("microbatch.targets", "some", "train, all"),
+    ("microbatch.partition", "kmeans", "sequential, random, bfs, metis"),
+    ("train.precision", "fp16", "fp32, bf16"),
+    ("train.monitor", "val_f1", "val_acc, val_loss"),
+    ("engine.checkpoint", "sometimes", "always, except_last, never"),
+    ("data.features", "ssd", "memory, disk"),
+    ("microbatch.halo_dropout", "each", "read, node"),
+]
+
+
+@pytest.mark.parametrize("key, value, valid", BAD_CHOICES)
+def test_a_bad_choice_fails_at_composition(key: str, value: str, valid: str) -> None:
+    """The schemas type every choice with its enum: composition names the value and the valid ones."""
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException) as info:
+        make_cfg(f"{key}={value}")
+    assert f"Invalid value '{value}', expected one of [{valid}]" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize("key, value, valid", BAD_CHOICES)
+def test_a_bad_choice_in_a_plain_config_is_invalid_before_training(tmp_path: Path, key: str, value: str,
+                                                                    valid: str) -> None:
+    """The same value in a plain config handed to ``run`` (a notebook's dict): an ``invalid`` record with
+    one message naming the key, the value and the valid ones."""
+    plain = OmegaConf.to_container(make_cfg(f"data.cache={tmp_path}/cache"), resolve=True)
+    group, name = key.split(".")
+    plain[group][name] = value
+    record = run(plain, output_dir=tmp_path)
+    assert record["status"] == "invalid"
+    assert record["error"] == f"{key}={value!r} is not valid; valid: {valid}"
+    assert record["epochs"] == []
 
 
 @pytest.mark.parametrize("overrides, message", [

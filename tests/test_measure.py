@@ -36,13 +36,18 @@ def test_a_run_trains_with_engine_threads_and_records_them(engine: str) -> None:
         assert default["env"]["torch_threads"] == before  # null: what this process has
 
 
-@pytest.mark.parametrize("value", [0, -2, True, 1.5, "many"])
-def test_bad_threads_are_invalid_before_training(value: Any) -> None:
+@pytest.mark.parametrize("value, message", [
+    *((v, "engine.threads must be an integer >= 1, or null for torch's default (threads per process)")
+      for v in (0, -2)),
+    *((v, f"engine.threads: Value '{v}' of type '{type(v).__name__}' could not be converted to Integer")
+      for v in (True, 1.5, "many")),
+])
+def test_bad_threads_are_invalid_before_training(value: Any, message: str) -> None:
     """(The schema refuses the last three when Hydra composes; a config given to ``run`` as a dict is
-    checked as well.)"""
+    typed by the same schema.)"""
     cfg = OmegaConf.to_container(make_cfg("engine=pipelining"), resolve=True)
     cfg["engine"]["threads"] = value
     record = run(cfg)
     assert record["status"] == "invalid", record["error"]
-    assert "engine.threads must be an integer >= 1, or null for torch's default (threads per process)" in record["error"]
+    assert message in record["error"]
     assert record["epochs"] == []

@@ -78,12 +78,18 @@ def test_unavailable_aggregation_is_invalid(framework: str, model: str, aggregat
     assert record["epochs"] == []
 
 
-@pytest.mark.parametrize("value", [0, -1.5, "lots", True, float("inf"), float("nan")])
-def test_bad_memory_limit_is_invalid(value: Any) -> None:
-    """Infinity and NaN too (they used to fail in training with an OverflowError): null is no cap."""
+@pytest.mark.parametrize("value, message", [
+    *((v, "train.memory_limit_gb must be a finite number of GiB > 0, or null for no cap")
+      for v in (0, -1.5, float("inf"), float("nan"))),
+    ("lots", "train.memory_limit_gb: Value 'lots' of type 'str' could not be converted to Float"),
+    (True, "train.memory_limit_gb: Value 'True' of type 'bool' could not be converted to Float"),
+])
+def test_bad_memory_limit_is_invalid(value: Any, message: str) -> None:
+    """Infinity and NaN too (they used to fail in training with an OverflowError): null is no cap; a
+    value of the wrong type (in a plain config: composition refuses it) is the schema's error."""
     record = run(cfg(train__memory_limit_gb=value))
     assert record["status"] == "invalid"
-    assert "train.memory_limit_gb must be a finite number of GiB > 0, or null for no cap" in record["error"]
+    assert message in record["error"]
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
@@ -134,8 +140,13 @@ def test_a_stage_beyond_its_device_memory_is_an_oom_record_naming_the_rank(tmp_p
     assert fits["memory"]["stage_limit_bytes"] == 2**30
 
 
-@pytest.mark.parametrize("value", [0, -1, True, "a lot", float("inf"), float("nan")])
-def test_bad_stage_memory_limit_is_invalid(value: Any) -> None:
+@pytest.mark.parametrize("value, message", [
+    *((v, "engine.memory_limit_gb must be a finite number of GiB per stage process > 0")
+      for v in (0, -1, float("inf"), float("nan"))),
+    (True, "engine.memory_limit_gb: Value 'True' of type 'bool' could not be converted to Float"),
+    ("a lot", "engine.memory_limit_gb: Value 'a lot' of type 'str' could not be converted to Float"),
+])
+def test_bad_stage_memory_limit_is_invalid(value: Any, message: str) -> None:
     record = run(cfg("engine=pipelining", engine__memory_limit_gb=value))
     assert record["status"] == "invalid"
-    assert "engine.memory_limit_gb must be a finite number of GiB per stage process > 0" in record["error"]
+    assert message in record["error"]

@@ -27,13 +27,14 @@ from torch import Tensor, nn
 
 from pipegnn.backends.base import AGGREGATIONS, KINDS, Adapter, aggregations, check_aggregation
 from pipegnn.backends.pyg import PygBackend
+from pipegnn.choices import FrameworkName, names
 from pipegnn.errors import check_choice
 from pipegnn.models.spec import LayerSpec
 
 __all__ = ["AGGREGATIONS", "FRAMEWORKS", "KINDS", "Adapter", "Backend", "aggregations", "check_aggregation",
            "get_backend"]
 
-FRAMEWORKS = ("pyg", "dgl")
+FRAMEWORKS = names(FrameworkName)
 
 
 class Backend(Protocol):

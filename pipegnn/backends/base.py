@@ -10,13 +10,14 @@ from typing import TypeVar
 
 from torch import nn
 
+from pipegnn.choices import Aggregation, names
 from pipegnn.errors import ConfigError, check_choice
 
 __all__ = ["AGGREGATIONS", "KINDS", "NORMALISED", "Adapter", "TakenOut", "aggregations", "check_aggregation",
            "check_kind"]
 
 #: ``model.aggregation`` values (which ones a framework offers per model: :func:`aggregations`).
-AGGREGATIONS = ("messages", "sparse")
+AGGREGATIONS = names(Aggregation)
 #: Model kinds (``model.name``) every adapter builds layers and computation graphs for.
 KINDS = ("gat", "gcn", "sage", "gcn2")
 #: Kinds whose layers read GCN's symmetric normalisation (self-loops, full-graph degrees) as edge weights.
@@ -47,7 +48,7 @@ def check_aggregation(framework: str, kind: str, aggregation: str) -> None:
     available = aggregations(framework, kind)
     if aggregation not in available:
         why = _WHY.get((framework, kind))
-        raise ConfigError(f"model.aggregation={aggregation!r} is not available for model={kind} with "
+        raise ConfigError(f"model.aggregation={str(aggregation)!r} is not available for model={kind} with "
                           f"framework={framework}{f' ({why})' if why else ''}; available: "
                           f"{', '.join(available)}")
 

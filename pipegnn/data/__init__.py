@@ -25,11 +25,13 @@ from typing import Any, Mapping
 
 import torch
 
+from pipegnn.choices import DatasetName, Storage, names
 from pipegnn.data.features import STORAGE, FeatureMeta, cached_store
 from pipegnn.data.graph import Graph
 from pipegnn.data.planetoid import PLANETOID_NAMES, load_planetoid, load_pubmed_topology
 from pipegnn.data.synthetic import SyntheticSpec, feature_key, make_synthetic
 from pipegnn.errors import ConfigError
+from pipegnn.schema import DatasetConfig, PubmedTopologyConfig, SyntheticConfig, group_config
 
 __all__ = ["DATASETS", "FEATURES_DIR", "STORAGE", "Graph", "SyntheticSpec", "load_graph", "make_synthetic"]
 
@@ -39,16 +41,17 @@ FEATURES_DIR = "features"
 #: Large real graphs (pipegnn.data.large, imported on use: ogb pulls in scikit-learn).
 LARGE_NAMES = ("ogbn-arxiv", "ogbn-products", "reddit")
 #: Dataset names ``dataset.name`` accepts.
-DATASETS = (*PLANETOID_NAMES, "pubmed_topology", *LARGE_NAMES, "synthetic")
+DATASETS = names(DatasetName)
 
 
-def load_graph(dataset: Mapping[str, Any], root: str | Path | None, cache: str | Path,
-               features: str = "memory") -> Graph:
+def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | None, cache: str | Path,
+               features: Storage | str = Storage.memory) -> Graph:
     """Load the graph that a ``dataset`` config group describes.
 
     Args:
-        dataset: the ``dataset`` config (``name`` plus, for synthetic graphs, SyntheticSpec fields; for
-            pubmed_topology an optional feature ``seed``).
+        dataset: the typed ``dataset`` config, or its keys (``name`` plus, for synthetic graphs,
+            SyntheticSpec fields; for pubmed_topology the features' ``seed``), the rest from the
+            dataset's YAML (:func:`pipegnn.schema.group_config`).
         root: read-only folder with raw files in each loader's layout (``<Name>/raw/...``), or None.
         cache: folder where loaders keep downloads and processed graphs (may be read-only, except
             with ``features="disk"``, which writes its feature file there).
@@ -56,24 +59,24 @@ def load_graph(dataset: Mapping[str, Any], root: str | Path | None, cache: str |
             the feature file) or ``none`` (``graph.x`` None, ``graph.features`` only their shape).
 
     Raises:
-        ConfigError: unknown dataset name or synthetic parameter, an invalid synthetic spec, or a
-            feature file that cannot be written.
+        ConfigError: unknown dataset name or parameter, an invalid synthetic spec, or a feature file
+            that cannot be written.
         DatasetUnavailable: files missing and not downloadable.
     """
     if features not in (*STORAGE, "none"):
         raise ConfigError(f"features={features!r} is not valid; valid: {', '.join((*STORAGE, 'none'))}")
-    name = dataset["name"]
-    if name == "synthetic":
+    dataset = group_config("dataset", dataset)
+    name = str(dataset.name)
+    if isinstance(dataset, SyntheticConfig):
         return _synthetic(dataset, cache, features)
-    if name in PLANETOID_NAMES:
+    if isinstance(dataset, PubmedTopologyConfig):
+        graph = load_pubmed_topology(root, cache, seed=dataset.seed)
+    elif name in PLANETOID_NAMES:
         graph = load_planetoid(name, root, cache)
-    elif name == "pubmed_topology":
-        graph = load_pubmed_topology(root, cache, seed=int(dataset.get("seed", 0)))
-    elif name in LARGE_NAMES:
+    else:
+        assert name in LARGE_NAMES, name  # every other DatasetName
         from pipegnn.data.large import load_large
         graph = load_large(name, root, cache)
-    else:
-        raise ConfigError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
     if features == "memory":
         return graph
     x = graph.x
@@ -86,14 +89,10 @@ def load_graph(dataset: Mapping[str, Any], root: str | Path | None, cache: str |
     return dataclasses.replace(graph, x=None, features=meta)
 
 
-def _synthetic(dataset: Mapping[str, Any], cache: str | Path, features: str) -> Graph:
-    params = {k: v for k, v in dataset.items() if k not in ("name", "preset")}
-    try:
-        spec = SyntheticSpec(**params)
-    except TypeError as e:
-        raise ConfigError(f"dataset=synthetic: {e}; valid parameters: "
-                          f"{sorted(SyntheticSpec.__dataclass_fields__)}") from e
-    name = str(dataset.get("preset", "synthetic"))
+def _synthetic(dataset: SyntheticConfig, cache: str | Path, features: str) -> Graph:
+    params = {k: v for k, v in dataclasses.asdict(dataset).items() if k not in ("name", "preset")}
+    spec = SyntheticSpec(**params)  # the schema has SyntheticSpec's fields
+    name = dataset.preset or "synthetic"
     if features != "disk":
         return make_synthetic(spec, name=name, features=features)
     generated: list[Graph] = []  # the graph, when its features had to be written

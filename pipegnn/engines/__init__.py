@@ -1,12 +1,11 @@
 """Engines that run a staged model over micro-batches: ``single``, ``gpipe`` and ``pipelining``."""
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from pipegnn.choices import Schedule
 from pipegnn.engines.balance import (
     AUTO,
     auto_balance,
@@ -18,52 +17,58 @@ from pipegnn.engines.balance import (
     unit_balance,
 )
 from pipegnn.engines.base import IGNORE, Engine, exact_loss, parse_device
-from pipegnn.engines.capture import CAPTURES, Replayed
-from pipegnn.engines.checks import ENGINES, check_engine
-from pipegnn.engines.gpipe import CHECKPOINT_MODES, GPipeEngine
+from pipegnn.engines.capture import Replayed
+from pipegnn.engines.checks import check_engine
+from pipegnn.engines.gpipe import GPipeEngine
 from pipegnn.engines.pipelining import SCHEDULES, PipeliningEngine
 from pipegnn.engines.single import SingleEngine
 from pipegnn.models.base import StagedGNN
+from pipegnn.schema import (
+    EngineConfig,
+    GPipeEngineConfig,
+    PipeliningEngineConfig,
+    SingleEngineConfig,
+    StagedEngineConfig,
+)
 
-__all__ = ["AUTO", "CAPTURES", "CHECKPOINT_MODES", "ENGINES", "IGNORE", "SCHEDULES", "Engine", "GPipeEngine",
-           "PipeliningEngine", "Replayed", "SingleEngine", "build_engine", "check_engine", "even_balance",
-           "exact_loss",
-           "parse_device", "per_stage_balance", "stage_units", "unit_balance"]
+__all__ = ["AUTO", "IGNORE", "SCHEDULES", "Engine", "GPipeEngine", "PipeliningEngine", "Replayed",
+           "SingleEngine", "build_engine", "check_engine", "even_balance", "exact_loss", "parse_device",
+           "per_stage_balance", "stage_units", "unit_balance"]
 
 
-def build_engine(engine: Mapping[str, Any], model: StagedGNN, train_ids: Tensor) -> Engine:
+def build_engine(engine: EngineConfig, model: StagedGNN, train_ids: Tensor) -> Engine:
     """The engine an (already validated) ``engine`` config describes (``pipelining``: this process's
     rank, inside :func:`pipegnn.training.processes.group.process_group`) for the training micro-batches
     ``train_ids`` (their number is the engine's chunks; timed per unit for ``engine.balance=auto``)."""
     chunks = train_ids.numel()
-    timeline = bool(engine.get("timeline", True))
-    if engine["name"] == "single":
-        return SingleEngine(model, parse_device(engine["device"]), chunks, timeline)
-    if engine["name"] == "pipelining":
-        rank, replicas = dist.get_rank(), int(engine.get("data_parallel", 1))
+    if isinstance(engine, SingleEngineConfig):
+        return SingleEngine(model, parse_device(engine.device), chunks, engine.timeline)
+    if isinstance(engine, PipeliningEngineConfig):
+        rank, replicas = dist.get_rank(), engine.data_parallel
         ranks = dist.get_world_size() // replicas  # processes of one pipeline
-        per_rank = int(engine["virtual_stages"]) if engine["schedule"] == "interleaved1f1b" else 1
-        device = parse_device(engine["devices"][rank])
+        per_rank = engine.virtual_stages if engine.schedule is Schedule("interleaved1f1b") else 1
+        device = parse_device(engine.devices[rank])
         per_stage, source, costs = _balance(engine, model, ranks, per_rank, train_ids, device,
                                             measure=rank == 0, lazy_first=PipeliningEngine.lazy_first)
         if source == AUTO:  # rank 0 measured: every rank takes its balance
             shared = [per_stage, costs]
             dist.broadcast_object_list(shared, src=0)
             per_stage, costs = shared
-        return PipeliningEngine(model, device, chunks, engine["schedule"], per_stage, timeline, source,
+        return PipeliningEngine(model, device, chunks, engine.schedule, per_stage, engine.timeline, source,
                                 costs, replicas)
-    devices = [parse_device(d) for d in engine["devices"]]
+    assert isinstance(engine, GPipeEngineConfig), engine.name  # the three engine schemas
+    devices = [parse_device(d) for d in engine.devices]
     per_stage, source, costs = _balance(engine, model, len(devices), 1, train_ids, devices[0])
-    return GPipeEngine(model, devices, per_stage, chunks, engine["checkpoint"], timeline, source, costs)
+    return GPipeEngine(model, devices, per_stage, chunks, engine.checkpoint, engine.timeline, source, costs)
 
 
-def _balance(engine: Mapping[str, Any], model: StagedGNN, parts: int, per_part: int, train_ids: Tensor,
+def _balance(engine: StagedEngineConfig, model: StagedGNN, parts: int, per_part: int, train_ids: Tensor,
              device: torch.device, measure: bool = True,
              lazy_first: bool = False) -> tuple[list[int], str, dict[str, float] | None]:
     """Units per stage (``parts * per_part`` stages), how they were chosen (``auto``, ``config``,
     ``even``) and, for ``auto``, the measured seconds per unit (this process measures if ``measure``;
     ``lazy_first``: as the engine runs its first transform, see :func:`measure_unit_costs`)."""
-    balance = engine.get("balance")
+    balance = engine.balance
     if balance == AUTO:
         if not measure:
             return [], AUTO, None

@@ -16,46 +16,42 @@ What cannot be captured is refused before training (:func:`capture_problems`), e
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import torch
 from torch import Tensor
 
+from pipegnn.choices import Aggregation, FrameworkName, Halo, Precision, Storage
 from pipegnn.engines.base import Engine
+from pipegnn.schema import Config, SingleEngineConfig
 
-__all__ = ["CAPTURES", "Replayed", "capture_problems"]
-
-#: ``engine.capture``: ``none`` (eager steps) or ``cuda_graph``.
-CAPTURES = ("none", "cuda_graph")
+__all__ = ["Replayed", "capture_problems"]
 
 
-def capture_problems(cfg: Mapping[str, Any]) -> list[str]:
+def capture_problems(cfg: Config) -> list[str]:
     """Why ``engine.capture=cuda_graph`` cannot record this run's steps (empty: it can)."""
-    engine, problems = cfg["engine"], []
-    if engine["name"] != "single":
+    engine, problems = cfg.engine, []
+    if not isinstance(engine, SingleEngineConfig):
         why = {"gpipe": "torchgpipe computes in worker threads, each on its own stream",
                "pipelining": "its stages exchange tensors between processes through torch.distributed"}
-        problems.append(f"engine={engine['name']}: only the single engine's step can be recorded ("
-                        f"{why.get(engine['name'], 'not one stream of one thread')})")
-    elif not str(engine["device"]).startswith("cuda"):
-        problems.append(f"engine.device={engine['device']}: CUDA graphs need a CUDA device")
-    if engine["timeline"]:
+        problems.append(f"engine={engine.name}: only the single engine's step can be recorded ("
+                        f"{why.get(engine.name, 'not one stream of one thread')})")
+    elif not engine.device.startswith("cuda"):
+        problems.append(f"engine.device={engine.device}: CUDA graphs need a CUDA device")
+    if engine.timeline:
         problems.append("engine.timeline=true: the timeline reads host clocks between micro-batches; "
                         "set engine.timeline=false")
-    if cfg["microbatch"]["halo"] == "historical":
+    if cfg.microbatch.halo is Halo.historical:
         problems.append("microbatch.halo=historical: the history caches count ages and draw masks on the "
                         "host every step")
-    if cfg["data"]["features"] != "memory":
-        problems.append(f"data.features={cfg['data']['features']}: rows read from a file on the host each "
-                        "step")
-    if cfg["framework"]["name"] != "pyg":
-        problems.append(f"framework={cfg['framework']['name']}: its kernels are not known to be "
+    if cfg.data.features is not Storage.memory:
+        problems.append(f"data.features={cfg.data.features}: rows read from a file on the host each step")
+    if cfg.framework.name is not FrameworkName.pyg:
+        problems.append(f"framework={cfg.framework.name}: its kernels are not known to be "
                         "capturable (only PyG's message passing is)")
-    if cfg["model"]["aggregation"] not in (None, "messages"):
-        problems.append(f"model.aggregation={cfg['model']['aggregation']}: torch's sparse CSR kernels are "
+    if cfg.model.aggregation is not Aggregation.messages:
+        problems.append(f"model.aggregation={cfg.model.aggregation}: torch's sparse CSR kernels are "
                         "not known to be capturable")
-    if cfg["train"]["precision"] != "fp32":
-        problems.append(f"train.precision={cfg['train']['precision']}: autocast's weight cache cannot live "
+    if cfg.train.precision is not Precision.fp32:
+        problems.append(f"train.precision={cfg.train.precision}: autocast's weight cache cannot live "
                         "across replays")
     return problems
 

@@ -3,53 +3,48 @@ checks of a pipeline (devices against the model's units, schedules against chunk
 a captured step needs), beside the engines they protect."""
 from __future__ import annotations
 
-from typing import Any, Mapping
-
+from pipegnn.choices import Capture, Schedule
 from pipegnn.engines.balance import even_balance, unit_balance
 from pipegnn.engines.base import parse_device
-from pipegnn.engines.capture import CAPTURES, capture_problems
-from pipegnn.engines.gpipe import CHECKPOINT_MODES
-from pipegnn.engines.pipelining import SCHEDULES
-from pipegnn.errors import ConfigError, check_choice, check_positive_finite, check_positive_int
+from pipegnn.engines.capture import capture_problems
+from pipegnn.errors import ConfigError, check_positive_finite, check_positive_int
 from pipegnn.models import UNITS_PER_LAYER, units_per_layer
+from pipegnn.schema import (
+    Config,
+    EngineConfig,
+    PipeliningEngineConfig,
+    SingleEngineConfig,
+    StagedEngineConfig,
+)
 
-__all__ = ["ENGINES", "check_engine"]
-
-ENGINES = ("single", "gpipe", "pipelining")
+__all__ = ["check_engine"]
 
 
-def check_engine(cfg: Mapping[str, Any]) -> None:
+def check_engine(cfg: Config) -> None:
     """Check ``cfg``'s engine against the rest of the run's config.
 
     Raises:
         ConfigError: naming the bad key, its value and what would be valid.
     """
-    check_choice(cfg["engine"]["name"], ENGINES, "engine.name")
-    layers = units_per_layer(cfg["model"])
-    engine = cfg["engine"]
+    layers = units_per_layer(cfg.model)
+    engine = cfg.engine
     _check_timeline(engine)
     _check_capture(cfg)
-    check_positive_int(engine.get("threads"), "engine.threads", null="torch's default (threads per process)")
-    if engine["name"] == "single":
-        _device(engine["device"], "engine.device")
-        extra = sorted(set(engine) & {"balance", "devices", "schedule", "data_parallel",
-                                      "memory_limit_gb", "checkpoint", "virtual_stages"})
-        if extra:
-            raise ConfigError(f"engine={engine['name']} runs the whole model as one stage in one process, so "
-                              f"{', '.join(f'engine.{k}' for k in extra)} would have no effect; use "
-                              "engine=gpipe or engine=pipelining for stages, or leave it out")
+    check_positive_int(engine.threads, "engine.threads", null="torch's default (threads per process)")
+    if isinstance(engine, SingleEngineConfig):
+        _device(engine.device, "engine.device")
         return
-    devices = list(engine["devices"])
+    assert isinstance(engine, StagedEngineConfig), engine.name  # the three engine schemas
+    devices = list(engine.devices)
     if not devices:
         raise ConfigError("engine.devices is empty; give one device per pipeline stage, e.g. [cpu, cpu]")
     for i, d in enumerate(devices):
         _device(d, f"engine.devices[{i}]")
-    if engine["name"] == "pipelining":
-        _check_pipelining(cfg, devices, layers)
+    if isinstance(engine, PipeliningEngineConfig):
+        _check_pipelining(engine, cfg.chunks, devices, layers)
         return
-    check_choice(engine["checkpoint"], CHECKPOINT_MODES, "engine.checkpoint")
     units = sum(layers)
-    if unit_balance(engine["balance"], layers, len(devices)) is None and len(devices) > units:
+    if unit_balance(engine.balance, layers, len(devices)) is None and len(devices) > units:
         raise ConfigError(f"engine.devices has {len(devices)} devices but the model has only {units} "
                           f"units ({_units_note(layers)}); use at most {units} devices")
 
@@ -60,30 +55,27 @@ def _units_note(layers: list[int]) -> str:
     return f"model.layers={len(layers)}: a transform and a propagation per layer{extra}"
 
 
-def _check_timeline(engine: Mapping[str, Any]) -> None:
-    if not isinstance(engine.get("timeline", True), bool):
-        raise ConfigError(f"engine.timeline must be true or false, got {engine['timeline']!r}")
-    epoch = engine.get("trace_epoch")
-    if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
+def _check_timeline(engine: EngineConfig) -> None:
+    epoch = engine.trace_epoch
+    if epoch is not None and epoch < 0:
         raise ConfigError(f"engine.trace_epoch must be an epoch number >= 0 (or null: no trace), got "
                           f"{epoch!r}")
 
 
-def _check_capture(cfg: Mapping[str, Any]) -> None:
-    """``engine.capture``: a choice, and ``cuda_graph`` only where a step can be recorded."""
-    capture = cfg["engine"]["capture"]
-    check_choice(capture, CAPTURES, "engine.capture")
-    problems = capture_problems(cfg) if capture == "cuda_graph" else []
+def _check_capture(cfg: Config) -> None:
+    """``engine.capture=cuda_graph`` only where a step can be recorded."""
+    problems = capture_problems(cfg) if cfg.engine.capture is Capture.cuda_graph else []
     if problems:
         raise ConfigError("engine.capture=cuda_graph cannot record this run's training step: "
                           + "; ".join(problems) + ". Use engine.capture=none (eager steps)")
 
 
-def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[int]) -> None:
+def _check_pipelining(engine: PipeliningEngineConfig, chunks: int, devices: list[str],
+                      layers: list[int]) -> None:
     """engine=pipelining: one process per entry of engine.devices, each with one stage (or
     engine.virtual_stages stages with schedule=interleaved1f1b)."""
-    engine, chunks, ranks = cfg["engine"], int(cfg["chunks"]), len(devices)
-    replicas = check_positive_int(engine.get("data_parallel", 1), "engine.data_parallel")
+    ranks = len(devices)
+    replicas = check_positive_int(engine.data_parallel, "engine.data_parallel") or 1
     if replicas > 1:  # D pipelines of len(devices) / D processes, each running chunks / D micro-batches
         if ranks % replicas:
             raise ConfigError(f"engine.data_parallel={replicas} pipeline replicas need one process per "
@@ -95,22 +87,20 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[i
                               f"across the replicas, so chunks must be a multiple of {replicas}; "
                               f"got chunks={chunks}")
         ranks, chunks = ranks // replicas, chunks // replicas
-    check_choice(engine["schedule"], tuple(SCHEDULES), "engine.schedule")
-    check_positive_finite(engine["timeout_s"], "engine.timeout_s", "seconds")
-    check_positive_finite(engine.get("memory_limit_gb"), "engine.memory_limit_gb", "GiB per stage process",
-                     "no cap")
-    kinds = {str(d).split(":")[0] for d in devices}
+    check_positive_finite(engine.timeout_s, "engine.timeout_s", "seconds")
+    check_positive_finite(engine.memory_limit_gb, "engine.memory_limit_gb", "GiB per stage process", "no cap")
+    kinds = {d.split(":")[0] for d in devices}
     if len(kinds) > 1:
         raise ConfigError(f"engine.devices={devices} mixes CPU and CUDA; the processes of one pipeline "
                           "must all use cpu or all cuda:N")
-    interleaved = engine["schedule"] == "interleaved1f1b"
-    per_rank = check_positive_int(engine["virtual_stages"], "engine.virtual_stages") if interleaved else 1
+    interleaved = engine.schedule is Schedule("interleaved1f1b")
+    per_rank = (check_positive_int(engine.virtual_stages, "engine.virtual_stages") or 1) if interleaved else 1
     if interleaved and per_rank < 2:
         raise ConfigError(f"schedule=interleaved1f1b needs engine.virtual_stages >= 2 stages per "
                           f"process, got {per_rank}; use schedule=1f1b for one stage per process")
     units = sum(layers)
     # units per process (null and auto: even, which needs as many units as balance=auto's stages)
-    balance = unit_balance(engine["balance"], layers, ranks, "process") or even_balance(units, ranks)
+    balance = unit_balance(engine.balance, layers, ranks, "process") or even_balance(units, ranks)
     if min(balance) < per_rank:
         if interleaved:
             raise ConfigError(f"schedule=interleaved1f1b puts engine.virtual_stages={per_rank} stages on "
@@ -120,7 +110,7 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[i
                               f"{-(-per_rank * ranks // UNITS_PER_LAYER)} or schedule=gpipe|1f1b")
         raise ConfigError(f"engine.devices has {ranks} devices but the model has only {units} units "
                           f"({_units_note(layers)}); use at most {units} devices")
-    if engine["schedule"] == "1f1b" and chunks < ranks:
+    if engine.schedule is Schedule("1f1b") and chunks < ranks:
         raise ConfigError(f"schedule=1f1b needs chunks >= the number of processes ({ranks}) per pipeline "
                           f"replica, got {chunks}{' per replica' if replicas > 1 else ''}; use more chunks "
                           "or schedule=gpipe")
@@ -132,7 +122,7 @@ def _check_pipelining(cfg: Mapping[str, Any], devices: list[Any], layers: list[i
                               "processes")
 
 
-def _device(name: Any, key: str) -> None:
+def _device(name: str, key: str) -> None:
     try:
         parse_device(name)
     except ValueError as e:

@@ -9,6 +9,7 @@ from torchgpipe import GPipe
 from torchgpipe.checkpoint import is_recomputing
 from torchgpipe.skip.tracker import current_skip_tracker
 
+from pipegnn.choices import Checkpoint, names
 from pipegnn.engines.base import Engine
 from pipegnn.microbatch.current import resolving
 from pipegnn.models.base import StagedGNN
@@ -16,7 +17,7 @@ from pipegnn.timeline import HookProbe, PipelineInfo, Timeline
 
 __all__ = ["CHECKPOINT_MODES", "GPipeEngine", "SAME_DEVICE_NOTE"]
 
-CHECKPOINT_MODES = ("always", "except_last", "never")
+CHECKPOINT_MODES = names(Checkpoint)
 SAME_DEVICE_NOTE = ("torchgpipe runs all partitions on one device in one worker thread, one after "
                     "another: stages on the same device never overlap (on CPU, use engine=pipelining: "
                     "one process per stage)")

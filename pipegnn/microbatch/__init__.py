@@ -1,4 +1,5 @@
 """Graph-aware micro-batching: partitioners, halos, plans and their statistics."""
+from pipegnn.choices import Targets, names
 from pipegnn.microbatch.cache import cached_plan, plan_key
 from pipegnn.microbatch.halo import HALOS, MicroBatch
 from pipegnn.microbatch.history import HALO_DROPOUTS, History
@@ -9,4 +10,4 @@ __all__ = ["HALO_DROPOUTS", "HALOS", "PARTITIONERS", "TARGETS", "History", "Micr
            "PlanStats", "build_plan", "cached_plan", "partition", "plan_key"]
 
 #: Training targets: ``train`` (only the nodes the loss needs) or ``all`` (every node, the poster's).
-TARGETS = ("train", "all")
+TARGETS = names(Targets)

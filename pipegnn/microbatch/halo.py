@@ -18,9 +18,11 @@ import psutil
 import torch
 from torch import Tensor
 
+from pipegnn.choices import Halo, names
+
 __all__ = ["HALOS", "InCSR", "MicroBatch", "exact_block", "historical_block", "naive_block"]
 
-HALOS = ("none", "exact", "historical")
+HALOS = names(Halo)
 
 
 @dataclass

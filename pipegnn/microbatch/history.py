@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pipegnn.choices import HaloDropout, names
 from pipegnn.dropout import fill_mask_
 from pipegnn.hostcalls import read_on_host
 
@@ -19,7 +20,7 @@ __all__ = ["HALO_DROPOUTS", "History"]
 
 #: ``microbatch.halo_dropout``: ``read`` (every read of a halo row draws its own input dropout mask, as
 #: GNNAutoScale does) or ``node`` (one mask per node and step, as full-graph training draws it).
-HALO_DROPOUTS = ("read", "node")
+HALO_DROPOUTS = names(HaloDropout)
 
 
 

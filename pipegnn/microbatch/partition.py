@@ -15,11 +15,12 @@ import torch
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 from torch import Tensor
 
+from pipegnn.choices import Partitioner, names
 from pipegnn.edges import undirected_csr
 
 __all__ = ["PARTITIONERS", "partition", "reuse_partition"]
 
-PARTITIONERS = ("sequential", "random", "bfs", "metis")
+PARTITIONERS = names(Partitioner)
 
 #: How pymetis reports a METIS error. The CSR built here is valid by construction, so the one error left
 #: is a failed allocation (METIS prints "***Memory allocation failed for ..." to stdout).

@@ -127,8 +127,9 @@ def build_plan(edge_index: Tensor, num_nodes: int, targets: Tensor, chunks: int,
     csr = csr or InCSR(edge_index, num_nodes, edge_weight)
     batches = _blocks(csr, part, targets, chunks, halo, num_layers)
     stats = _stats(batches, _single_chunk_work(csr, targets, halo, num_layers), part, edge_index)
-    return MicroBatchPlan(batches, torch.cat([mb.targets for mb in batches]), part, halo, partitioner,
-                          stats)
+    # plain strings (a choice's enum member would make the cached plan unreadable with weights_only)
+    return MicroBatchPlan(batches, torch.cat([mb.targets for mb in batches]), part, str(halo),
+                          str(partitioner), stats)
 
 
 def _blocks(csr: InCSR, part: Tensor, targets: Tensor, chunks: int, halo: str,

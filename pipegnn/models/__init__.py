@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pipegnn.errors import ConfigError
+from pipegnn.choices import FirstTransform, HaloDropout, ModelName, Precision, names
+from pipegnn.errors import ConfigError, check_positive_int
 from pipegnn.models.base import FIRST_TRANSFORMS, UNITS_PER_LAYER, StagedGNN, layerwise
 from pipegnn.models.gat import gat_layers
 from pipegnn.models.gcn import gcn_layers
@@ -13,52 +14,72 @@ from pipegnn.models.sage import sage_layers
 from pipegnn.models.spec import LayerSpec, Stack
 from pipegnn.models.transform import Transform
 from pipegnn.models.units import Propagate, Readout, Unit
+from pipegnn.schema import GATConfig, GCN2Config, ModelConfig, group_config
 
 __all__ = ["FIRST_TRANSFORMS", "MODELS", "PRECISIONS", "UNITS_PER_LAYER", "LayerSpec", "Propagate",
-           "Readout", "Stack", "StagedGNN", "Transform", "Unit", "build_model", "layerwise", "model_stack",
-           "units_per_layer"]
+           "Readout", "Stack", "StagedGNN", "Transform", "Unit", "build_model", "check_model", "layerwise",
+           "model_stack", "units_per_layer"]
 
-MODELS = ("gat", "gcn", "sage", "gcn2")
+MODELS = names(ModelName)
 
 
-def model_stack(model: Mapping[str, Any], in_dim: int, num_classes: int) -> Stack:
+def check_model(model: ModelConfig) -> None:
+    """The model's sizes (GAT: also its heads; GCNII: alpha and theta) and dropout.
+
+    Raises:
+        ConfigError: naming the bad key, its value and what would be valid.
+    """
+    check_positive_int(model.layers, "model.layers")
+    check_positive_int(model.hidden, "model.hidden")
+    if isinstance(model, GATConfig):
+        check_positive_int(model.heads, "model.heads")
+        check_positive_int(model.out_heads, "model.out_heads")
+    if isinstance(model, GCN2Config):
+        if not 0.0 <= model.alpha <= 1.0:
+            raise ConfigError("model.alpha (GCNII's initial residual) must be in [0, 1], "
+                              f"got {model.alpha!r}")
+        if not model.theta >= 0.0:
+            raise ConfigError(f"model.theta (GCNII's identity mapping) must be >= 0, got {model.theta!r}")
+    if not 0.0 <= model.dropout < 1.0:
+        raise ConfigError(f"model.dropout must be in [0, 1), got {model.dropout!r}")
+
+
+def model_stack(model: ModelConfig, in_dim: int, num_classes: int) -> Stack:
     """The layers (and dense input/output units) the ``model`` config group describes."""
-    name = model["name"]
-    common = dict(hidden=int(model["hidden"]), layers=int(model["layers"]),
-                  dropout=float(model["dropout"]))
-    if name == "gcn2":
-        return gcn2_stack(in_dim, num_classes, alpha=float(model["alpha"]), theta=float(model["theta"]),
-                          **common)
-    residual = bool(model.get("residual", False))
-    if name == "gat":
-        return Stack(gat_layers(in_dim, num_classes, heads=int(model["heads"]),
-                                out_heads=int(model["out_heads"]), residual=residual, **common))
-    if name == "gcn":
-        return Stack(gcn_layers(in_dim, num_classes, residual=residual, **common))
-    if name == "sage":
-        return Stack(sage_layers(in_dim, num_classes, residual=residual, **common))
-    raise ConfigError(f"unknown model {name!r}; valid: {', '.join(MODELS)}")
+    common: dict[str, Any] = dict(hidden=model.hidden, layers=model.layers, dropout=model.dropout)
+    if isinstance(model, GCN2Config):
+        return gcn2_stack(in_dim, num_classes, alpha=model.alpha, theta=model.theta, **common)
+    if isinstance(model, GATConfig):
+        return Stack(gat_layers(in_dim, num_classes, heads=model.heads, out_heads=model.out_heads,
+                                residual=model.residual, **common))
+    if model.name is ModelName.gcn:
+        return Stack(gcn_layers(in_dim, num_classes, residual=model.residual, **common))
+    if model.name is ModelName.sage:
+        return Stack(sage_layers(in_dim, num_classes, residual=model.residual, **common))
+    raise ConfigError(f"model.name={model.name!r} has no {type(model).__name__} layers; "
+                      f"valid: {', '.join(MODELS)}")
 
 
-def units_per_layer(model: Mapping[str, Any]) -> list[int]:
-    """Pipeline units of every layer of the ``model`` config (:attr:`Stack.units_per_layer`), known
-    before any graph is loaded: the counts do not depend on the input and output widths."""
-    return model_stack(model, 1, 1).units_per_layer
+def units_per_layer(model: ModelConfig | Mapping[str, Any]) -> list[int]:
+    """Pipeline units of every layer of the ``model`` config (typed, or its keys over the model's YAML),
+    known before any graph is loaded: the counts do not depend on the input and output widths."""
+    return model_stack(group_config("model", model), 1, 1).units_per_layer
 
 
-def build_model(model: Mapping[str, Any], backend: Any, features: Any, num_classes: int,
-                history: bool = False, first_transform: str = "once_per_step",
-                precision: str = "fp32", halo_dropout: str = "read") -> StagedGNN:
-    """A StagedGNN for the ``model`` config, built with ``backend``'s layers (with history caches
+def build_model(model: ModelConfig | Mapping[str, Any], backend: Any, features: Any, num_classes: int,
+                history: bool = False, first_transform: FirstTransform = FirstTransform.once_per_step,
+                precision: Precision = Precision.fp32,
+                halo_dropout: HaloDropout = HaloDropout.read) -> StagedGNN:
+    """A StagedGNN for the ``model`` config (typed, or its keys over the model's YAML:
+    :func:`pipegnn.schema.group_config`), built with ``backend``'s layers (with history caches
     for historical micro-batching when ``history``, their dropout by ``halo_dropout``) at ``precision``
     (``train.precision``).
-    ``model.aggregation``, when given, selects the adapter's aggregation (``backend.with_aggregation``).
+    ``model.aggregation`` selects the adapter's aggregation (``backend.with_aggregation``).
 
     ``features`` sizes the model (``shape``, ``dtype``) and feeds its first unit: the feature Tensor, a
     source of rows out of core (:class:`pipegnn.data.features.FeatureRows`), or only their description
     (:class:`pipegnn.data.features.FeatureMeta`; rows later with ``StagedGNN.set_features``)."""
+    model = group_config("model", model)
     specs = model_stack(model, features.shape[1], num_classes)
-    if model.get("aggregation") is not None:
-        backend = backend.with_aggregation(model["aggregation"])
-    return StagedGNN(specs, backend, model["name"], features, history, first_transform, precision,
-                     halo_dropout)
+    return StagedGNN(specs, backend.with_aggregation(model.aggregation), model.name, features, history,
+                     first_transform, precision, halo_dropout)

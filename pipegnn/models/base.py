@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator, overload
 import torch
 from torch import Tensor, nn
 
+from pipegnn.choices import FirstTransform, names
 from pipegnn.hostcalls import read_on_host
 from pipegnn.microbatch.current import computing
 from pipegnn.microbatch.history import History
@@ -31,7 +32,7 @@ __all__ = ["FIRST_TRANSFORMS", "UNITS_PER_LAYER", "StagedGNN", "layerwise"]
 #: ``microbatch.first_transform``: ``once_per_step`` (the first layer's transform runs once per step
 #: over every row the step's micro-batches read, each micro-batch gathers its rows) or
 #: ``per_micro_batch`` (every micro-batch transforms its own input rows, halo rows again and again).
-FIRST_TRANSFORMS = ("once_per_step", "per_micro_batch")
+FIRST_TRANSFORMS = names(FirstTransform)
 
 
 class StagedGNN(nn.Sequential):

@@ -23,12 +23,13 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
+from pipegnn.choices import Precision, names
 from pipegnn.errors import check_choice
 
 __all__ = ["PRECISIONS", "active_autocast_dtype", "autocast", "autocast_dtype", "dtype_name"]
 
 #: ``train.precision`` values.
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = names(Precision)
 #: The autocast dtype of each precision (None: no autocast).
 _AUTOCAST: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from pipegnn.choices import Capture, Halo, Monitor
 from pipegnn.config import TTA_FRACTION
 from pipegnn.data import Graph
 from pipegnn.data.features import DiskFeatureStore
@@ -20,10 +22,12 @@ from pipegnn.engines import IGNORE, Engine, Replayed
 from pipegnn.measure import timed
 from pipegnn.microbatch import MicroBatchPlan
 from pipegnn.microbatch.traffic import epoch_figures, stage_medians
+from pipegnn.models import StagedGNN
+from pipegnn.schema import Config, TrainConfig, config_container
 from pipegnn.timeline import chrome_trace, medians, step_figures
 from pipegnn.training.preemption import resume, save, training_state
 
-__all__ = ["EPOCH_LINE", "best_epoch", "fit", "time_to_accuracy"]
+__all__ = ["EPOCH_LINE", "Pass", "Trainee", "best_epoch", "fit", "time_to_accuracy"]
 
 #: The run's log: launch, rank and epochs log under one name, which train.log's lines keep.
 RUN_LOG = "pipegnn.train"
@@ -32,21 +36,46 @@ log = logging.getLogger(RUN_LOG)
 EPOCH_LINE = {"pipegnn_epoch": True}
 
 
-def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engine,
-        train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan, train_ids: Tensor, eval_ids: Tensor,
-        record: dict[str, Any], on_epoch: Callable[[dict[str, Any]], Any] | None = None,
-        store: DiskFeatureStore | None = None, state_path: Path | None = None) -> None:
-    """Train ``model`` through ``engine`` for ``train.epochs`` (or until ``train.patience`` epochs pass
-    without a better ``train.monitor``), filling ``record``'s ``epochs``, ``final``, timing medians and
-    ``pipeline`` figures; with ``state_path``, resume from the checkpoint there (``resume=true``) and save
-    one every ``train.checkpoint_every``."""
-    train_cfg = cfg["train"]
-    captured = cfg["engine"]["capture"] == "cuda_graph"
+@dataclass(frozen=True)
+class Pass:
+    """The micro-batches of one kind of pass over the graph (a training step, an evaluation): their
+    plan and the ids the engine takes for them (:meth:`~pipegnn.models.StagedGNN.attach`)."""
+
+    plan: MicroBatchPlan
+    ids: Tensor
+
+
+@dataclass(frozen=True)
+class Trainee:
+    """What one process trains: the graph (its labels and masks), the staged model and the engine that
+    runs it, the training and the evaluation pass, and the feature file the first unit reads (None:
+    the features are in memory)."""
+
+    graph: Graph
+    model: StagedGNN
+    engine: Engine
+    training: Pass
+    evaluation: Pass
+    store: DiskFeatureStore | None = None
+
+
+def fit(cfg: Config, trainee: Trainee, record: dict[str, Any],
+        on_epoch: Callable[[dict[str, Any]], Any] | None = None, state_path: Path | None = None) -> None:
+    """Train ``trainee`` for ``train.epochs`` (or until ``train.patience`` epochs pass without a better
+    ``train.monitor``), filling ``record``'s ``epochs``, ``final``, timing medians and ``pipeline``
+    figures; with ``state_path``, resume from the checkpoint there (``resume=true``) and save one every
+    ``train.checkpoint_every``."""
+    graph, model, engine, store = trainee.graph, trainee.model, trainee.engine, trainee.store
+    train_plan, train_ids = trainee.training.plan, trainee.training.ids
+    eval_plan, eval_ids = trainee.evaluation.plan, trainee.evaluation.ids
+    train_cfg = cfg.train
+    captured = cfg.engine.capture is Capture.cuda_graph
     optimizer = _optimizer(model, train_cfg, capturable=captured)
-    every = train_cfg.get("checkpoint_every")
+    every = train_cfg.checkpoint_every
     epochs = record["epochs"]
-    if cfg.get("resume") and state_path is not None:
-        epochs.extend(resume(cfg, state_path, model, optimizer))
+    plain = config_container(cfg)  # what a checkpoint keeps of the config
+    if cfg.resume and state_path is not None:
+        epochs.extend(resume(plain, state_path, model, optimizer))
         if epochs:
             record["resumed"] = {"checkpoint": str(state_path), "epochs_restored": len(epochs)}
         for entry in epochs if on_epoch is not None else ():  # a spawned pipeline's launcher keeps them
@@ -56,16 +85,16 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
     train_labels = torch.where(graph.train_mask[train_plan.targets], graph.y[train_plan.targets],
                                IGNORE).to(out)
     num_labelled = int(graph.train_mask[train_plan.targets].sum())
-    historical = train_plan.halo == "historical"
+    historical = train_plan.halo == Halo.historical
     eval_labels = graph.y[eval_plan.targets].to(out)
     masks = {s: getattr(graph, f"{s}_mask")[eval_plan.targets].to(out) for s in ("train", "val", "test")}
-    trace_epoch = cfg["engine"].get("trace_epoch")
+    trace_epoch = cfg.engine.trace_epoch
     if trace_epoch is not None:
-        trace_epoch = min(int(trace_epoch), int(train_cfg["epochs"]) - 1)
-    patience, monitor = train_cfg.get("patience"), train_cfg.get("monitor", "val_acc")
+        trace_epoch = min(trace_epoch, train_cfg.epochs - 1)
+    patience, monitor = train_cfg.patience, train_cfg.monitor
     replayed = (Replayed(engine, optimizer, train_ids, train_labels, num_labelled, eval_ids)
                 if captured else None)
-    for epoch in range(len(epochs), int(train_cfg["epochs"])):
+    for epoch in range(len(epochs), train_cfg.epochs):
         model.train()
         if optimizer is not None and replayed is None:
             optimizer.zero_grad(set_to_none=True)
@@ -108,10 +137,10 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
         log.info("epoch %3d  loss %.4f  train %.3f  val %.3f (loss %.4f)  test %.3f  epoch %.3fs  eval %.3fs",
                  epoch, loss, acc["train_acc"], acc["val_acc"], val_loss, acc["test_acc"], step.seconds,
                  evaluation.seconds, extra=EPOCH_LINE)
-        if every is not None and state_path is not None and (epoch + 1) % int(every) == 0:
-            save(state_path, training_state(cfg, model, optimizer, epochs))
+        if every is not None and state_path is not None and (epoch + 1) % every == 0:
+            save(state_path, training_state(plain, model, optimizer, epochs))
         best = best_epoch(epochs, monitor)
-        if patience is not None and epoch - best["epoch"] >= int(patience):
+        if patience is not None and epoch - best["epoch"] >= patience:
             log.info("early stop after epoch %d: %s not better than %.4f (epoch %d) for %d epochs",
                      epoch, monitor, best[monitor], best["epoch"], patience)
             break
@@ -120,13 +149,13 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
     if store is not None:  # per training step and evaluation pass, the mean over epochs
         for key in epochs[0]["feature_reads"]:
             record["features"][f"{key}_mean"] = statistics.mean(e["feature_reads"][key] for e in epochs)
-    stopped = last["epoch"] if last["epoch"] + 1 < int(train_cfg["epochs"]) else None
+    stopped = last["epoch"] if last["epoch"] + 1 < train_cfg.epochs else None
     record["final"] = {"train_acc": last["train_acc"], "val_acc": last["val_acc"],
                        "test_acc": last["test_acc"], "monitor": monitor, "best_val_acc": best["val_acc"],
                        "best_val_loss": best["val_loss"], "test_acc_at_best_val": best["test_acc"],
                        "best_epoch": best["epoch"],
                        "stopped_epoch": stopped,
-                       "time_to_accuracy": time_to_accuracy(epochs, train_cfg.get("target_val_acc"))}
+                       "time_to_accuracy": time_to_accuracy(epochs, train_cfg.target_val_acc)}
     # the first epoch is a warm-up; with a captured step, so is the second (it records the graph)
     timed_epochs = epochs[2 if replayed is not None else 1:] or epochs
     record["timing"].update(
@@ -138,13 +167,13 @@ def fit(cfg: dict[str, Any], graph: Graph, model: torch.nn.Module, engine: Engin
                           **medians(e["pipeline"] for e in timed_epochs if "pipeline" in e)}
     log.info("done: test accuracy %.3f at the best validation epoch (%d, validation %s %.3f; the figure "
              "results report), %.3f at the last; median epoch %.4fs", best["test_acc"], best["epoch"],
-             "accuracy" if monitor == "val_acc" else "loss", best[monitor], last["test_acc"],
+             "accuracy" if monitor is Monitor.val_acc else "loss", best[monitor], last["test_acc"],
              record["timing"]["epoch_time_median_s"])
     if "makespan_s" in record["pipeline"]:
         _log_figures(record["pipeline"])
 
 
-def best_epoch(epochs: list[dict[str, Any]], monitor: str = "val_acc") -> dict[str, Any]:
+def best_epoch(epochs: list[dict[str, Any]], monitor: Monitor | str = Monitor.val_acc) -> dict[str, Any]:
     """The first epoch with the best ``monitor``: the highest validation accuracy (``val_acc``) or the
     lowest validation loss (``val_loss``)."""
     if monitor == "val_loss":
@@ -152,21 +181,21 @@ def best_epoch(epochs: list[dict[str, Any]], monitor: str = "val_acc") -> dict[s
     return max(epochs, key=lambda e: e["val_acc"])
 
 
-def _optimizer(model: torch.nn.Module, train_cfg: dict[str, Any],
+def _optimizer(model: torch.nn.Module, train_cfg: TrainConfig,
                capturable: bool = False) -> torch.optim.Optimizer | None:
     """Adam over this process's parameters (None when it holds none: a pipeline rank may hold only the
     first layer's input rows and dropout), with ``train.conv_weight_decay``, when set, on the
     message-passing layers' parameters and ``train.weight_decay`` on the others (GCNII's Linear);
     ``capturable``: its step can be recorded in a CUDA graph (``engine.capture``)."""
-    decay, conv_decay = float(train_cfg["weight_decay"]), train_cfg.get("conv_weight_decay")
+    decay, conv_decay = train_cfg.weight_decay, train_cfg.conv_weight_decay
     layers: list[torch.nn.Parameter] = []
     dense: list[torch.nn.Parameter] = []
     for unit in model:
         (dense if unit.kind in ("input", "output") else layers).extend(unit.parameters())
     groups = [{"params": dense, "weight_decay": decay},
-              {"params": layers, "weight_decay": decay if conv_decay is None else float(conv_decay)}]
+              {"params": layers, "weight_decay": decay if conv_decay is None else conv_decay}]
     groups = [g for g in groups if g["params"]]
-    return torch.optim.Adam(groups, lr=float(train_cfg["lr"]), capturable=capturable) if groups else None
+    return torch.optim.Adam(groups, lr=train_cfg.lr, capturable=capturable) if groups else None
 
 
 def _feature_reads(before: dict[str, int], trained: dict[str, int],

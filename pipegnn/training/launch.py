@@ -10,8 +10,10 @@ from typing import Any, Callable, Mapping
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from pipegnn.backends.base import check_aggregation
+from pipegnn.choices import Launcher
 from pipegnn.config import check_config, memory_limit_bytes
 from pipegnn.data.features import files_opened
 from pipegnn.engines import check_engine
@@ -25,7 +27,9 @@ from pipegnn.measure import (
     peak_rss_bytes,
     reset_peaks,
 )
+from pipegnn.models import check_model
 from pipegnn.results.records import probe_record_folder, write_record
+from pipegnn.schema import Config, PipeliningEngineConfig, config_container, run_config
 from pipegnn.timeline import TRACE_NAME
 from pipegnn.training.epochs import RUN_LOG
 from pipegnn.training.loggers import Loggers
@@ -34,7 +38,7 @@ from pipegnn.training.processes.group import check_launch, gather_memory, is_sec
 from pipegnn.training.processes.spawn import spawn
 from pipegnn.training.rank import train_rank
 
-__all__ = ["check_run", "run"]
+__all__ = ["check_run", "run", "run_rank"]
 
 log = logging.getLogger(RUN_LOG)
 
@@ -61,9 +65,23 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
         state_dir: where the training state is saved every ``train.checkpoint_every`` epochs and, with
             ``resume=true``, read back (default: ``output_dir``; none: no checkpoints).
     """
+    return _run(cfg, output_dir, choices, on_epoch, state_dir)
+
+
+def run_rank(cfg: Config, on_epoch: Callable[[dict[str, Any]], Any] | None = None,
+             state_dir: str | Path | None = None) -> dict[str, Any]:
+    """One rank of a pipeline whose launcher (a :func:`run` with ``engine.launcher=spawn``) started this
+    process with torchrun's environment: this rank's part of the run; its record is returned, not
+    written (the launcher combines rank 0's into the run's). Fails as :func:`run` does."""
+    return _run(cfg, None, None, on_epoch, state_dir, one_rank=True)
+
+
+def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | None,
+         choices: Mapping[str, Any] | None, on_epoch: Callable[[dict[str, Any]], Any] | None,
+         state_dir: str | Path | None, one_rank: bool = False) -> dict[str, Any]:
     start = time.perf_counter()
     reset_peaks()
-    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    container = config_container(cfg)
     record: dict[str, Any] = {
         "status": "failed", "error": None, "config": container, "choices": dict(choices or {}),
         "env": env_info(), "epochs": [], "final": {}, "timing": {}, "memory": {}, "microbatch": {},
@@ -71,18 +89,18 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
     devices: list[torch.device] = []
     interrupted: Interrupted | None = None
     loggers: Loggers | None = None
-    writes = output_dir is not None and not is_secondary_rank(container)
+    config: Config | None = None
     with interruptible() as guard:
         try:
-            if writes:  # before anything trains: the record must have a place to go
-                _probe(output_dir)
-            # the trackers (logger=...) of the process that writes the record, fed every finished epoch
-            if output_dir is not None and container.get("logger") and not is_secondary_rank(container):
-                loggers = Loggers(output_dir, container)
-                on_epoch = _then(loggers.epoch, on_epoch)
-            with memory_limit(memory_limit_bytes(container)):  # train.memory_limit_gb, restored on exit
-                devices = _train(container, record, on_epoch,
-                                 state_dir if state_dir is not None else output_dir)
+            config = run_config(cfg)
+            if output_dir is not None and not is_secondary_rank(config):
+                _probe(output_dir)  # before anything trains: the record must have a place to go
+                if config.logger:  # the trackers (logger=...), fed every finished epoch
+                    loggers = Loggers(output_dir, config, container)
+                    on_epoch = _then(loggers.epoch, on_epoch)
+            with memory_limit(memory_limit_bytes(config)):  # train.memory_limit_gb, restored on exit
+                devices = _train(config, record, on_epoch, state_dir if state_dir is not None else output_dir,
+                                 one_rank)
             record["status"] = "completed"
         except Interrupted as e:
             interrupted = e
@@ -109,7 +127,7 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
         record["memory"] = {"peak_rss_bytes": peak_rss_bytes(),
                             "peak_device_bytes": peak_device_bytes(devices), **record["memory"]}
         # Under torchrun (engine.launcher=external) only rank 0 writes the record (and the trace).
-        if writes:
+        if output_dir is not None and not is_secondary_rank(config):
             _write(output_dir, record)
         if loggers is not None:
             loggers.finish(record)
@@ -159,32 +177,38 @@ def _then(first: Callable[[dict[str, Any]], Any],
     return both
 
 
-def check_run(cfg: Mapping[str, Any]) -> None:
-    """Everything about ``cfg`` that can be checked before the graph is loaded: the general keys
-    (:func:`pipegnn.config.check_config`), the engine (:func:`pipegnn.engines.check_engine`) and a
-    pipelining run's processes (:func:`~pipegnn.training.processes.group.check_launch`).
+def check_run(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
+    """Everything about ``cfg`` that can be checked before the graph is loaded: types and choices
+    (:func:`pipegnn.schema.run_config`), the general keys (:func:`pipegnn.config.check_config`), the
+    model (:func:`pipegnn.models.check_model`) and the framework's aggregation for it, the engine
+    (:func:`pipegnn.engines.check_engine`) and a pipelining run's processes
+    (:func:`~pipegnn.training.processes.group.check_launch`). Returns the typed config.
 
     Raises:
         ConfigError: the first problem found, naming the bad key, its value and what would be valid.
     """
-    check_config(cfg)
-    check_engine(cfg)
-    if cfg["engine"]["name"] == "pipelining":
-        check_launch(cfg["engine"])
+    config = run_config(cfg)
+    check_config(config)
+    check_model(config.model)
+    check_aggregation(config.framework.name, config.model.name, config.model.aggregation)
+    check_engine(config)
+    if isinstance(config.engine, PipeliningEngineConfig):
+        check_launch(config.engine)
+    return config
 
 
-def _train(cfg: dict[str, Any], record: dict[str, Any],
-           on_epoch: Callable[[dict[str, Any]], Any] | None = None,
-           state_dir: str | Path | None = None) -> list[torch.device]:
+def _train(cfg: Config, record: dict[str, Any], on_epoch: Callable[[dict[str, Any]], Any] | None,
+           state_dir: str | Path | None, one_rank: bool) -> list[torch.device]:
     check_run(cfg)
-    if cfg["train"].get("checkpoint_every") is not None and state_dir is None:
+    if cfg.train.checkpoint_every is not None and state_dir is None:
         raise ConfigError("train.checkpoint_every is set but the run has no output directory to keep "
                           "checkpoints in; give run() an output_dir (or state_dir), or set it to null")
-    engine = cfg["engine"]
-    pipelining = engine["name"] == "pipelining"
-    if pipelining and engine["launcher"] == "spawn":  # this process starts one worker per rank and waits
-        return spawn(cfg, record, target=run, on_epoch=on_epoch, state_dir=state_dir)  # workers run `run`
-    with intra_op_threads(engine.get("threads")):
+    engine = cfg.engine
+    pipelining = isinstance(engine, PipeliningEngineConfig)
+    if pipelining and engine.launcher is Launcher.spawn and not one_rank:
+        # this process starts one worker per rank, each running run_rank, and waits for them
+        return spawn(cfg, record, target=run_rank, on_epoch=on_epoch, state_dir=state_dir)
+    with intra_op_threads(engine.threads):
         record["env"]["torch_threads"] = torch.get_num_threads()  # this process's, as it trains
         if not pipelining:
             return train_rank(cfg, record, on_epoch, state_dir)

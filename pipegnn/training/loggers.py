@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from pipegnn.errors import ConfigError
+from pipegnn.schema import Config, LoggerConfig, MLflowConfig, TrackerConfig
 
 __all__ = ["ARTIFACTS", "LOGGERS", "CSVLogger", "Loggers", "MLflowLogger", "TensorBoardLogger",
-           "check_loggers", "epoch_metrics", "final_metrics", "flat_params"]
+           "check_loggers", "chosen", "epoch_metrics", "final_metrics", "flat_params"]
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,8 @@ class CSVLogger:
 
     package = None
 
-    def __init__(self, directory: Path, settings: Mapping[str, Any], config: Mapping[str, Any]):
-        self.dir = directory / settings.get("dir", "csv")
+    def __init__(self, directory: Path, settings: TrackerConfig, config: Mapping[str, Any]):
+        self.dir = directory / settings.dir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rows: list[dict[str, Any]] = []
 
@@ -105,10 +106,10 @@ class TensorBoardLogger:
 
     package = "tensorboard"
 
-    def __init__(self, directory: Path, settings: Mapping[str, Any], config: Mapping[str, Any]):
+    def __init__(self, directory: Path, settings: TrackerConfig, config: Mapping[str, Any]):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(directory / settings.get("dir", "tensorboard")))
+        self.writer = SummaryWriter(log_dir=str(directory / settings.dir))
         params = flat_params(config)
         self.writer.add_text("config", "\n".join(f"    {k}: {v}" for k, v in params.items()))
         self.last = 0
@@ -134,22 +135,22 @@ class MLflowLogger:
 
     package = "mlflow"
 
-    def __init__(self, directory: Path, settings: Mapping[str, Any], config: Mapping[str, Any]):
+    def __init__(self, directory: Path, settings: MLflowConfig, config: Mapping[str, Any]):
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        folder = directory / settings.get("dir", "mlflow")
+        folder = directory / settings.dir
         folder.mkdir(parents=True, exist_ok=True)
-        remote = settings.get("tracking_uri")
+        remote = settings.tracking_uri
         self.client = MlflowClient(remote or f"sqlite:///{(folder / 'mlflow.db').resolve()}")
-        name = settings.get("experiment", "pipegnn")
+        name = settings.experiment
         experiment = self.client.get_experiment_by_name(name)
         if experiment is not None:
             experiment_id = experiment.experiment_id
         else:
             artifacts = None if remote else (folder / "artifacts").resolve().as_uri()
             experiment_id = self.client.create_experiment(name, artifact_location=artifacts)
-        self.run_id = self.client.create_run(experiment_id, run_name=settings.get("run_name")).info.run_id
+        self.run_id = self.client.create_run(experiment_id, run_name=settings.run_name).info.run_id
         self.last = 0  # the last epoch logged: the final figures' step
         params = [Param(k, v[:6000]) for k, v in flat_params(config).items()]  # MLflow's longest value
         for start in range(0, len(params), 100):  # MLflow's most parameters per batch
@@ -180,12 +181,16 @@ class MLflowLogger:
 LOGGERS = {"csv": CSVLogger, "tensorboard": TensorBoardLogger, "mlflow": MLflowLogger}
 
 
-def check_loggers(settings: Mapping[str, Any] | None) -> None:
-    """Raise ConfigError for an unknown tracker or one whose package is not installed."""
-    for name in (settings or {}):
-        if name not in LOGGERS:
-            raise ConfigError(f"logger {name!r} is not valid; valid: {', '.join(LOGGERS)} (several at once: "
-                              "logger=[csv,tensorboard])")
+def chosen(settings: LoggerConfig | None) -> dict[str, TrackerConfig]:
+    """The trackers a run's ``logger`` config chose, by name, with their settings."""
+    if settings is None:
+        return {}
+    return {name: getattr(settings, name) for name in LOGGERS if getattr(settings, name) is not None}
+
+
+def check_loggers(settings: LoggerConfig | None) -> None:
+    """Raise ConfigError for a tracker whose package is not installed (the schema knows the trackers)."""
+    for name in chosen(settings):
         package = LOGGERS[name].package
         if package is not None and importlib.util.find_spec(package) is None:
             install = "mlflow-skinny sqlalchemy alembic" if name == "mlflow" else package
@@ -195,17 +200,17 @@ def check_loggers(settings: Mapping[str, Any] | None) -> None:
 
 class Loggers:
     """The run's trackers (``logger`` config), fed each epoch and finished with the record; a tracker
-    that raises is dropped with a warning."""
+    that raises is dropped with a warning. ``plain``: the config as the record holds it (parameters)."""
 
-    def __init__(self, directory: str | Path, config: Mapping[str, Any]):
-        settings = config.get("logger") or {}
-        check_loggers(settings)
+    def __init__(self, directory: str | Path, config: Config, plain: Mapping[str, Any]):
+        trackers = chosen(config.logger)
+        check_loggers(config.logger)
         self.dir = Path(directory)
         self.active: dict[str, Any] = {}
         # _guard calls each lambda at once; the defaults bind this iteration's name and options.
-        for name, options in settings.items():
+        for name, options in trackers.items():
             self._guard(name, lambda name=name, options=options:
-                        self.active.update({name: LOGGERS[name](self.dir, options or {}, config)}))
+                        self.active.update({name: LOGGERS[name](self.dir, options, plain)}))
 
     def _guard(self, name: str, work: Any) -> None:
         try:

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from pipegnn.backends import get_backend
-from pipegnn.config import check_targets, eval_targets
+from pipegnn.choices import EngineName, FirstTransform, Halo, Storage, Targets
 from pipegnn.data import Graph, load_graph
 from pipegnn.data.features import DiskFeatureStore, FeatureRows, partition_ordered
 from pipegnn.engines import build_engine
@@ -27,60 +27,61 @@ from pipegnn.measure import (
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.models import build_model, model_stack
 from pipegnn.models.precision import autocast_dtype, dtype_name
+from pipegnn.schema import Config, EngineConfig, PipeliningEngineConfig
 from pipegnn.timeline import PipelineInfo
-from pipegnn.training.epochs import RUN_LOG, fit
+from pipegnn.training.epochs import RUN_LOG, Pass, Trainee, fit
 from pipegnn.training.preemption import checkpoint_path
+from pipegnn.training.targets import check_targets, eval_targets
 
 __all__ = ["train_rank"]
 
 log = logging.getLogger(RUN_LOG)
 
 
-def train_rank(cfg: dict[str, Any], record: dict[str, Any],
-                on_epoch: Callable[[dict[str, Any]], Any] | None = None,
-                state_dir: str | Path | None = None) -> list[torch.device]:
-    train_cfg, mb_cfg = cfg["train"], cfg["microbatch"]
-    first = mb_cfg.get("first_transform", "once_per_step")
-    storage = cfg["data"].get("features", "memory")
-    torch.manual_seed(int(train_cfg["seed"]))
+def train_rank(cfg: Config, record: dict[str, Any],
+               on_epoch: Callable[[dict[str, Any]], Any] | None = None,
+               state_dir: str | Path | None = None) -> list[torch.device]:
+    """This process's part of the run (every part of it but a pipeline's other ranks), filling
+    ``record``; returns the devices it trained on."""
+    mb, storage, precision = cfg.microbatch, cfg.data.features, cfg.train.precision
+    torch.manual_seed(cfg.train.seed)
     with timed() as loading:  # a synthetic graph is generated here (with disk: its feature file)
-        graph = load_graph(cfg["dataset"], cfg["data"]["root"], cfg["data"]["cache"],
-                           features="none" if storage == "disk" and not _reads_features(cfg) else storage)
+        reads = storage is Storage.memory or _reads_features(cfg)
+        graph = load_graph(cfg.dataset, cfg.data.root, cfg.data.cache, features=storage if reads else "none")
     check_targets(cfg, graph)
-    precision = train_cfg.get("precision", "fp32")
     low = autocast_dtype(precision)
     if low is not None and graph.x is not None:  # bf16: the features are kept in bfloat16 (one copy,
         graph = dataclasses.replace(graph, x=graph.x.to(low))  # shared with the model; on disk: below)
-    backend = get_backend(cfg["framework"]["name"])
-    halo = mb_cfg["halo"]
+    backend = get_backend(cfg.framework.name)
+    halo = mb.halo
     # The plans before the model (they use no random numbers): a plan too large for the machine is refused
     # in seconds, before a deep model's minutes of building.
     with timed() as build:
         (train_plan, train_cached), (eval_plan, eval_cached) = _build_plans(
-            cfg, graph, backend, len(model_stack(cfg["model"], 1, 1).layers))
+            cfg, graph, backend, len(model_stack(cfg.model, 1, 1).layers))
     with timed() as modelling:
-        model = build_model(cfg["model"], backend, graph.feature_source, graph.num_classes,
-                            history=halo == "historical", first_transform=first, precision=precision,
-                            halo_dropout=mb_cfg.get("halo_dropout", "read"))
+        model = build_model(cfg.model, backend, graph.feature_source, graph.num_classes,
+                            history=halo is Halo.historical, first_transform=mb.first_transform,
+                            precision=precision, halo_dropout=mb.halo_dropout)
     record["dataset"] = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                          "num_features": graph.num_features, "num_classes": graph.num_classes,
                          "feature_dtype": dtype_name(model.feature_dtype),
                          "feature_bytes": graph.num_nodes * graph.num_features * model.feature_dtype.itemsize}
     record["model"] = {"parameters": sum(p.numel() for p in model.parameters())}
-    log.info("%s; %s with %d parameters", graph, cfg["model"]["name"], record["model"]["parameters"])
+    log.info("%s; %s with %d parameters", graph, cfg.model.name, record["model"]["parameters"])
     # Training reads the plans, the features (held by the model), the labels and the masks: let the
     # graph's edge list go, which on large graphs is a good share of what stays resident.
     graph = dataclasses.replace(graph, edge_index=torch.empty(2, 0, dtype=torch.long))
     store, record["features"] = _feature_rows(model, graph, storage, train_plan.part)
-    record["microbatch"] = {**_plan_summary(train_plan, eval_plan, first), "targets": mb_cfg["targets"],
+    record["microbatch"] = {**_plan_summary(train_plan, eval_plan, mb.first_transform), "targets": mb.targets,
                             "cached": train_cached, "eval_cached": eval_cached}
     log.info("micro-batches: %d x halo=%s partition=%s targets=%s, replication %.2f, inflation %.2f "
              "(first transform %s), cut edges %.1f%% (%s in %.2fs)", train_plan.chunks, halo,
-             train_plan.partition, mb_cfg["targets"], train_plan.stats.replication,
-             record["microbatch"]["inflation"], first, 100 * train_plan.stats.cut_edge_fraction,
+             train_plan.partition, mb.targets, train_plan.stats.replication,
+             record["microbatch"]["inflation"], mb.first_transform, 100 * train_plan.stats.cut_edge_fraction,
              "cached" if train_cached else "built", build.seconds)
 
-    if halo == "historical" and mb_cfg["targets"] == "train" and train_plan.chunks > 1:
+    if halo is Halo.historical and mb.targets is Targets.train and train_plan.chunks > 1:
         deep = (" and about ten points on a 64-layer GCNII (test accuracy 73.3 and 74.0 against 84.2 and 83.9"
                 " at full batch)" if model.num_layers > 2 else "")
         log.warning("historical halos with microbatch.targets=train: each micro-batch computes only its "
@@ -90,32 +91,32 @@ def train_rank(cfg: dict[str, Any], record: dict[str, Any],
                     "more on Cora's 2-layer GAT (results/reference/historical_gap)%s", deep)
     train_ids = model.attach(train_plan)
     eval_ids = train_ids if eval_plan is train_plan else model.attach(eval_plan)
-    if halo == "historical" and cfg["engine"].get("balance") == "auto":
+    if halo is Halo.historical and getattr(cfg.engine, "balance", None) == "auto":
         model.eval()
         model.refresh(eval_ids)  # timing the units for balance=auto reads the history caches
-    engine = build_engine(cfg["engine"], model, train_ids)
+    engine = build_engine(cfg.engine, model, train_ids)
     _log_pipeline(engine.info)
     record["memory"]["setup_peak_rss_bytes"] = peak_rss_bytes()  # loading, plans, model and engine
     reset_peaks(engine.devices)
     record["timing"].update(setup_s=loading.seconds + modelling.seconds, load_s=loading.seconds,
                             microbatch_build_s=build.seconds,
                             features_order_s=record["features"].pop("order_s", 0.0))
-    with memory_limit(_stage_limit(cfg["engine"], record)):  # engine.memory_limit_gb: a device's memory
-        if halo == "historical":
+    with memory_limit(_stage_limit(cfg.engine, record)):  # engine.memory_limit_gb: a device's memory
+        if halo is Halo.historical:
             model.eval()
             with timed(engine.devices) as fill:
                 engine.refresh(model, eval_ids)
             record["timing"]["history_fill_s"] = fill.seconds
         rank = dist.get_rank() if dist.is_initialized() else 0
-        fit(cfg, graph, model, engine, train_plan, eval_plan, train_ids, eval_ids, record, on_epoch, store,
-             None if state_dir is None else checkpoint_path(state_dir, rank))
+        trainee = Trainee(graph, model, engine, Pass(train_plan, train_ids), Pass(eval_plan, eval_ids), store)
+        fit(cfg, trainee, record, on_epoch, None if state_dir is None else checkpoint_path(state_dir, rank))
     return engine.devices
 
 
-def _stage_limit(engine: dict[str, Any], record: dict[str, Any]) -> int | None:
+def _stage_limit(engine: EngineConfig, record: dict[str, Any]) -> int | None:
     """The address-space cap of this stage process while it trains (``engine.memory_limit_gb`` above
     what it holds once set up, as a device of that size would allow; None: no cap)."""
-    gb = engine.get("memory_limit_gb")
+    gb = engine.memory_limit_gb if isinstance(engine, PipeliningEngineConfig) else None
     if gb is None:
         return None
     base = address_space_bytes() or 0
@@ -123,13 +124,13 @@ def _stage_limit(engine: dict[str, Any], record: dict[str, Any]) -> int | None:
     return base + int(gb * 2**30)
 
 
-def _reads_features(cfg: dict[str, Any]) -> bool:
+def _reads_features(cfg: Config) -> bool:
     """Whether this process runs the first layer's transform, which reads the features: every process
     but a pipeline rank other than 0 (stage 0 runs on rank 0)."""
-    return cfg["engine"]["name"] != "pipelining" or dist.get_rank() == 0
+    return cfg.engine.name is not EngineName.pipelining or dist.get_rank() == 0
 
 
-def _feature_rows(model: Any, graph: Graph, storage: str,
+def _feature_rows(model: Any, graph: Graph, storage: Storage,
                   part: Tensor) -> tuple[DiskFeatureStore | None, dict[str, Any]]:
     """With features on disk and read by this process: give the model's first unit the rows of a copy
     ordered by the training partition (written once, cached), and return its store. Also the record's
@@ -151,7 +152,7 @@ def _feature_rows(model: Any, graph: Graph, storage: str,
     return store, info
 
 
-def _build_plans(cfg: dict[str, Any], graph: Graph, backend: Any,
+def _build_plans(cfg: Config, graph: Graph, backend: Any,
                  num_layers: int) -> tuple[tuple[MicroBatchPlan, bool], tuple[MicroBatchPlan, bool]]:
     """The training and evaluation plans, each with whether it came from the cache.
 
@@ -159,17 +160,17 @@ def _build_plans(cfg: dict[str, Any], graph: Graph, backend: Any,
     targets=all), and otherwise reuses the training partition when the training targets cover the
     evaluation nodes (targets=all): one partitioner run instead of two.
     """
-    mb_cfg = cfg["microbatch"]
-    edge_index, edge_weight = backend.computation_graph(
-        cfg["model"]["name"], graph.edge_index, graph.num_nodes,
-        torch.promote_types(graph.feature_dtype, torch.float32))
+    mb = cfg.microbatch
+    dtype = torch.promote_types(graph.feature_dtype, torch.float32)
+    edge_index, edge_weight = backend.computation_graph(cfg.model.name, graph.edge_index, graph.num_nodes,
+                                                        dtype)
 
     def plan(targets: Tensor, part: Tensor | None = None) -> tuple[MicroBatchPlan, bool]:
-        return cached_plan(mb_cfg["cache"], edge_index, graph.num_nodes, targets, int(cfg["chunks"]),
-                           num_layers=num_layers, halo=mb_cfg["halo"], partitioner=mb_cfg["partition"],
-                           edge_weight=edge_weight, seed=int(mb_cfg["seed"]), part=part)
+        return cached_plan(mb.cache, edge_index, graph.num_nodes, targets, cfg.chunks, num_layers=num_layers,
+                           halo=mb.halo, partitioner=mb.partition, edge_weight=edge_weight, seed=mb.seed,
+                           part=part)
 
-    train_targets, evaluated = graph.split(mb_cfg["targets"]), eval_targets(graph, mb_cfg["halo"])
+    train_targets, evaluated = graph.split(mb.targets), eval_targets(graph, mb.halo)
     train = plan(train_targets)
     if torch.equal(evaluated, train_targets):
         return train, train
@@ -187,7 +188,8 @@ def _log_pipeline(info: PipelineInfo) -> None:
         log.warning("pipeline stages cannot overlap: %s", info.overlap_note)
 
 
-def _plan_summary(train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan, first: str) -> dict[str, Any]:
+def _plan_summary(train_plan: MicroBatchPlan, eval_plan: MicroBatchPlan,
+                  first: FirstTransform) -> dict[str, Any]:
     """The plans' statistics; ``inflation`` and ``work`` count what ``first`` (the first transform's
     mode) computes."""
     def summary(plan: MicroBatchPlan) -> dict[str, Any]:

@@ -11,5 +11,5 @@ from pipegnn.errors import ConfigError
 def test_unknown_synthetic_parameter() -> None:
     with pytest.raises(ConfigError, match="nodes_count"):
         load_graph({"name": "synthetic", "nodes_count": 10}, None, ".")
-    with pytest.raises(ConfigError, match="unknown dataset 'imagenet'"):
+    with pytest.raises(ConfigError, match=r"dataset.name='imagenet' is not valid; valid: cora, "):
         load_graph({"name": "imagenet"}, None, ".")

@@ -79,10 +79,11 @@ def test_synthetic_spec_defaults_are_the_yaml() -> None:
 
 @pytest.mark.parametrize("params, message", [
     ({"avg_degree": 10, "density": 0.001}, "set exactly one of them"),
-    ({"density": 1.5}, "dataset.density must be null or in (0, 1]"),
+    ({"avg_degree": None, "density": 1.5}, "dataset.density must be null or in (0, 1]"),
     ({"avg_degree": 0}, "dataset.avg_degree must be null or in (0, num_nodes - 1"),
-    ({"avg_degree": "high"}, "dataset.avg_degree must be null or in"),
-    ({"num_nodes": 10.5}, "dataset.num_nodes must be an integer >= 2"),
+    ({"avg_degree": "high"}, "dataset.avg_degree: Value 'high' of type 'str' could not be converted to Float"),
+    ({"num_nodes": 10.5}, "dataset.num_nodes: Value '10.5' of type 'float' could not be converted to Integer"),
+    ({"num_nodes": 1}, "dataset.num_nodes must be an integer >= 2"),
     ({"homophily": 2}, "dataset.homophily must be in [0, 1]"),
     ({"num_nodes": 100}, "split sizes"),
 ])

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from pipegnn import run
 from pipegnn.backends import get_backend
@@ -15,6 +16,7 @@ from pipegnn.errors import ConfigError
 from pipegnn.training.launch import check_run
 from pipegnn.microbatch import build_plan
 from pipegnn.models import build_model
+from pipegnn.schema import Config, run_config
 
 from tests.helpers import assert_close, make_cfg, random_graph
 
@@ -22,10 +24,8 @@ CUDA_NEEDED = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CU
 CAPTURABLE = ["engine=single", "engine.timeline=false", "engine.device=cuda:0", "engine.capture=cuda_graph"]
 
 
-def _plain(*overrides: str) -> dict:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(make_cfg(*overrides), resolve=True)
+def _typed(*overrides: str) -> Config:
+    return run_config(make_cfg(*overrides))
 
 
 @pytest.mark.parametrize(("overrides", "reason"), [
@@ -37,31 +37,33 @@ def _plain(*overrides: str) -> dict:
     (["train.precision=bf16"], "train.precision=bf16"),
 ])
 def test_each_problem_is_named(overrides: list[str], reason: str) -> None:
-    problems = capture_problems(_plain(*CAPTURABLE, *overrides))
+    problems = capture_problems(_typed(*CAPTURABLE, *overrides))
     assert len(problems) == 1 and problems[0].startswith(reason), problems
 
 
 def test_pipeline_engines_are_refused() -> None:
     for engine in ("gpipe", "pipelining"):
-        problems = capture_problems(_plain(f"engine={engine}", "engine.timeline=false",
+        problems = capture_problems(_typed(f"engine={engine}", "engine.timeline=false",
                                            "engine.capture=cuda_graph"))
         assert len(problems) == 1 and problems[0].startswith(f"engine={engine}: only the single engine")
 
 
 def test_a_capturable_config_has_no_problem() -> None:
-    assert capture_problems(_plain(*CAPTURABLE)) == []
+    assert capture_problems(_typed(*CAPTURABLE)) == []
 
 
 def test_refused_before_training_as_an_invalid_record() -> None:
     """On a machine without CUDA, as on one with it: one error naming every problem, no training."""
     with pytest.raises(ConfigError, match="engine.capture=cuda_graph cannot record") as e:
-        check_run(_plain("engine=single", "engine.capture=cuda_graph"))
+        check_run(make_cfg("engine=single", "engine.capture=cuda_graph"))
     assert "CUDA graphs need a CUDA device" in str(e.value) and "engine.timeline=true" in str(e.value)
     record = run(make_cfg("engine=gpipe", "engine.capture=cuda_graph"))
     assert record["status"] == "invalid" and "engine=gpipe: only the single engine" in record["error"]
     assert not record.get("epochs")
+    plain = OmegaConf.to_container(make_cfg(), resolve=True)
+    plain["engine"]["capture"] = "compile"  # (composition refuses it: the schema's enum)
     with pytest.raises(ConfigError, match="engine.capture='compile' is not valid; valid: none, cuda_graph"):
-        check_run(_plain("engine.capture=compile"))
+        check_run(plain)
 
 
 def _steps(kind: dict, chunks: int, captured: bool, steps: int = 4) -> tuple[list[float], torch.Tensor,

@@ -20,6 +20,7 @@ from typing import Callable
 
 import psutil
 import pytest
+from omegaconf import OmegaConf
 import torch
 
 from pipegnn import run
@@ -97,9 +98,26 @@ def test_bf16_pipeline_trains_as_the_single_engine() -> None:
         assert [e[key] for e in piped["epochs"]] == [e[key] for e in single["epochs"]]
 
 
+@pytest.mark.parametrize("key, value, valid", [
+    ("schedule", "zigzag", "gpipe, 1f1b, interleaved1f1b"),
+    ("launcher", "ssh", "spawn, external"),
+    ("start_method", "fork", "forkserver, spawn"),
+    ("backend", "mpi", "auto, gloo, nccl"),
+])
+def test_a_bad_engine_choice_is_refused(key: str, value: str, valid: str) -> None:
+    """At composition (Hydra's error), and in a plain config handed to ``run`` (an ``invalid`` record)."""
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException) as info:
+        make_cfg("engine=pipelining", f"engine.{key}={value}")
+    assert f"Invalid value '{value}', expected one of [{valid}]" in str(info.value.__cause__)
+    plain = OmegaConf.to_container(make_cfg("engine=pipelining"), resolve=True)
+    plain["engine"][key] = value
+    record = run(plain)
+    assert record["status"] == "invalid" and record["error"] == f"engine.{key}={value!r} is not valid; valid: {valid}"
+
+
 @pytest.mark.parametrize("overrides, message", [
-    (["engine.schedule=zigzag"], "engine.schedule='zigzag' is not valid; valid: gpipe, 1f1b, interleaved1f1b"),
-    (["engine.launcher=ssh"], "engine.launcher='ssh' is not valid; valid: spawn, external"),
     (["engine.balance=[2,1]"], "engine.balance=[2, 1] does not match the model"),
     (["engine.balance=[1,1,1]"], "one positive entry per process (2 processes)"),
     (["engine.balance=[1,2]"], "summing to model.layers=2 (whole layers) or to 4 (units"),

@@ -104,11 +104,13 @@ def test_timeline_can_be_switched_off(tmp_path: Path) -> None:
     assert all("pipeline" not in e for e in record["epochs"])
 
 
-@pytest.mark.parametrize("value, message", [("yes", "engine.timeline must be true or false"),
-                                            (-1, "engine.trace_epoch must be an epoch number >= 0")])
-def test_invalid_timeline_settings(value: object, message: str) -> None:
+@pytest.mark.parametrize("key, value, message", [
+    ("timeline", "maybe", "engine.timeline: Value 'maybe' is not a valid bool"),
+    ("trace_epoch", -1, "engine.trace_epoch must be an epoch number >= 0"),
+])
+def test_invalid_timeline_settings(key: str, value: object, message: str) -> None:
     cfg = OmegaConf.to_container(make_cfg("engine=single"), resolve=True)
-    cfg["engine"]["timeline" if value == "yes" else "trace_epoch"] = value
+    cfg["engine"][key] = value
     with pytest.raises(ConfigError, match=message):
         check_run(cfg)
 

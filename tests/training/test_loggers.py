@@ -67,7 +67,7 @@ def test_unknown_or_missing_trackers_are_refused_before_training(monkeypatch: py
     cfg["logger"] = {"wandb": {}}
     record = run(cfg, output_dir=tmp_path)
     assert record["status"] == "invalid" and record["epochs"] == []
-    assert "logger 'wandb' is not valid; valid: csv, tensorboard, mlflow" in record["error"]
+    assert record["error"] == "logger.wandb is not a key of LoggerConfig; its keys: csv, tensorboard, mlflow"
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
     record = run(make_cfg("logger=mlflow"), output_dir=tmp_path)

@@ -168,7 +168,9 @@ def test_bad_checkpoint_every_is_invalid(value: object) -> None:
     cfg = OmegaConf.to_container(make_cfg(), resolve=True)
     cfg["train"]["checkpoint_every"] = value
     record = run(cfg)
-    assert record["status"] == "invalid" and "train.checkpoint_every must be" in record["error"], record["error"]
+    message = ("train.checkpoint_every must be" if isinstance(value, int) and not isinstance(value, bool) else
+               f"train.checkpoint_every: Value '{value}' of type '{type(value).__name__}' could not be converted")
+    assert record["status"] == "invalid" and message in record["error"], record["error"]
     assert record["epochs"] == []
 
 

@@ -11,12 +11,13 @@ import torch
 from torch import Tensor
 from torch_geometric.data import FeatureStore
 
+from pipegnn.choices import Storage, names
 from pipegnn.data.features.files import ATTR, GROUP, FeatureFileError
 
 __all__ = ["STORAGE", "FeatureMeta", "FeatureRows"]
 
 #: ``data.features``: where the node features are kept while training.
-STORAGE = ("memory", "disk")
+STORAGE = names(Storage)
 
 
 @dataclass(frozen=True)

@@ -7,27 +7,27 @@ engines (and through them PyG), which the forkserver it starts from must never i
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
 
 import torch
 
-__all__ = ["DIST_BACKENDS", "dist_backend", "ranks_per_node", "shared_devices"]
+from pipegnn.choices import DistBackend, Launcher
+from pipegnn.schema import PipeliningEngineConfig
 
-DIST_BACKENDS = ("auto", "gloo", "nccl")
+__all__ = ["dist_backend", "ranks_per_node", "shared_devices"]
 
 
-def ranks_per_node(engine: Mapping[str, Any]) -> int:
+def ranks_per_node(engine: PipeliningEngineConfig) -> int:
     """How many consecutive ranks run on one machine: all of them when the run spawns its workers;
     under torchrun its ``LOCAL_WORLD_SIZE`` (every node runs as many processes)."""
-    if engine["launcher"] == "external" and "LOCAL_WORLD_SIZE" in os.environ:
+    if engine.launcher is Launcher.external and "LOCAL_WORLD_SIZE" in os.environ:
         return int(os.environ["LOCAL_WORLD_SIZE"])
-    return len(engine["devices"])
+    return len(engine.devices)
 
 
-def shared_devices(engine: Mapping[str, Any]) -> list[str]:
+def shared_devices(engine: PipeliningEngineConfig) -> list[str]:
     """The CUDA devices that two ranks of one machine would share (named twice among one node's
     entries of ``engine.devices``; ``cuda`` is ``cuda:0``), sorted; empty when every rank has its own."""
-    names = [torch.device(str(d)) for d in engine["devices"]]
+    names = [torch.device(d) for d in engine.devices]
     devices = [f"cuda:{d.index or 0}" if d.type == "cuda" else str(d) for d in names]
     per_node, shared = max(1, ranks_per_node(engine)), set()
     for start in range(0, len(devices), per_node):
@@ -36,12 +36,11 @@ def shared_devices(engine: Mapping[str, Any]) -> list[str]:
     return sorted(shared)
 
 
-def dist_backend(engine: Mapping[str, Any]) -> str:
+def dist_backend(engine: PipeliningEngineConfig) -> str:
     """The process-group backend: ``engine.backend``, or for ``auto`` gloo on CPU, nccl where every
     rank has a GPU of its own, and gloo where ranks share a GPU (NCCL refuses a device shared by two
     ranks; the pipeline's traffic then goes through host memory, see :mod:`pipegnn.engines.stages`)."""
-    backend = engine.get("backend", "auto")
-    if backend == "auto":
-        cuda = str(engine["devices"][0]).startswith("cuda")
+    if engine.backend is DistBackend.auto:
+        cuda = engine.devices[0].startswith("cuda")
         return "nccl" if cuda and not shared_devices(engine) else "gloo"
-    return backend
+    return str(engine.backend)

@@ -6,40 +6,35 @@ import logging
 import os
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
 
+from pipegnn.choices import DistBackend, Launcher
 from pipegnn.engines.base import parse_device
-from pipegnn.errors import ConfigError, check_choice
+from pipegnn.errors import ConfigError
 from pipegnn.measure import peak_device_bytes, peak_rss_bytes
-from pipegnn.training.processes.backend import DIST_BACKENDS, dist_backend, shared_devices
+from pipegnn.schema import Config, PipeliningEngineConfig
+from pipegnn.training.processes.backend import dist_backend, shared_devices
 
-__all__ = ["LAUNCHERS", "START_METHODS", "check_launch", "gather_memory", "is_secondary_rank",
-           "process_group"]
-
-LAUNCHERS = ("spawn", "external")
-START_METHODS = ("forkserver", "spawn")
+__all__ = ["check_launch", "gather_memory", "is_secondary_rank", "process_group"]
 
 
-def check_launch(engine: Mapping[str, Any]) -> None:
-    """``engine=pipelining``'s processes, checked before any starts (``pipegnn.config`` checks the rest
-    of the pipeline): the launcher, how workers start, and a backend that can join them on their
-    devices.
+def check_launch(engine: PipeliningEngineConfig) -> None:
+    """``engine=pipelining``'s processes, checked before any starts (:mod:`pipegnn.engines.checks` checks
+    the rest of the pipeline): a backend that can join them on their devices.
 
     Raises:
         ConfigError: naming the bad value and what would be valid.
     """
-    check_choice(engine["launcher"], LAUNCHERS, "engine.launcher")
-    check_choice(engine["backend"], DIST_BACKENDS, "engine.backend")
-    check_choice(engine["start_method"], START_METHODS, "engine.start_method")
-    devices = list(engine["devices"])
-    kinds = {str(d).split(":")[0] for d in devices}
-    if engine["backend"] == "nccl" and kinds != {"cuda"}:
+    devices = list(engine.devices)
+    kinds = {d.split(":")[0] for d in devices}
+    nccl = engine.backend is DistBackend.nccl
+    if nccl and kinds != {"cuda"}:
         raise ConfigError(f"engine.backend=nccl needs CUDA devices, got engine.devices={devices}; use "
                           "backend=gloo (or auto) on CPU")
-    shared = shared_devices(engine) if engine["backend"] == "nccl" else []
+    shared = shared_devices(engine) if nccl else []
     if shared:
         raise ConfigError(f"engine.backend=nccl cannot run two ranks on one GPU (NCCL refuses a shared "
                           f"device), but engine.devices={devices} gives {shared[0]} to several ranks of one "
@@ -47,15 +42,16 @@ def check_launch(engine: Mapping[str, Any]) -> None:
                           "memory), or one GPU per rank")
 
 
-def is_secondary_rank(cfg: Mapping[str, Any]) -> bool:
-    """True in a process of an externally launched pipeline other than rank 0 (which writes no record)."""
-    engine = cfg.get("engine") or {}
-    return (engine.get("name") == "pipelining" and engine.get("launcher") == "external"
-            and int(os.environ.get("RANK", "0")) != 0)
+def is_secondary_rank(cfg: Config | None) -> bool:
+    """True in a process of an externally launched pipeline other than rank 0 (which writes no record);
+    for a config that could not be read (None), in any process whose torchrun ``RANK`` is not 0."""
+    external = cfg is None or (isinstance(cfg.engine, PipeliningEngineConfig)
+                               and cfg.engine.launcher is Launcher.external)
+    return external and int(os.environ.get("RANK", "0")) != 0
 
 
 @contextmanager
-def process_group(engine: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
+def process_group(engine: PipeliningEngineConfig) -> Iterator[tuple[int, int]]:
     """Join the process group described by torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
     MASTER_PORT) for the duration of the block; yields ``(rank, world_size)``. Log records of this
     process are prefixed with its rank, and ranks other than 0 log warnings and errors only.
@@ -69,7 +65,7 @@ def process_group(engine: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
                           "not set): start it with `torchrun --nproc-per-node N experiments/train.py "
                           "engine=pipelining engine.launcher=external ...`, or use engine.launcher=spawn")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    devices = list(engine["devices"])
+    devices = list(engine.devices)
     if world != len(devices):
         raise ConfigError(f"torchrun started {world} process(es) but engine.devices={devices} has "
                           f"{len(devices)} entries; one process per entry: make --nnodes x "
@@ -79,7 +75,7 @@ def process_group(engine: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
         torch.cuda.set_device(device)
     backend = dist_backend(engine)
     dist.init_process_group(backend, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=float(engine["timeout_s"])),
+                            timeout=timedelta(seconds=engine.timeout_s),
                             device_id=device if backend == "nccl" else None)
     factory = logging.getLogRecordFactory()
 

@@ -2,10 +2,10 @@
 
 The parent process (the *launcher*: a normal ``run``, e.g. one job of a Hydra sweep) starts one worker
 per entry of ``engine.devices`` (``engine.start_method``: from a forkserver or as fresh interpreters).
-Each worker gets torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT),
-so it runs exactly what a process started by ``torchrun`` with ``engine.launcher=external`` runs: the
-whole run for its rank, i.e. the ``target`` the caller passes in (``pipegnn.training.launch.run``; passed, not
-imported, so that this module does not depend on the trainer).
+Each worker gets torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT)
+and calls the per-rank function the caller passes in (``pipegnn.training.launch.run_rank``; passed, not
+imported, so that this module does not depend on the trainer) with the run's typed config: it runs
+what a process started by ``torchrun`` with ``engine.launcher=external`` runs for its rank.
 
 What goes between the launcher and its workers goes through pipes, not files: a pipe is a kernel object
 that goes away with the last process holding it, so a launcher killed at any moment (kill -9, OOM
@@ -36,7 +36,6 @@ down by its own rendezvous rules, where a run here must fail once, with one reco
 """
 from __future__ import annotations
 
-import copy
 import ctypes
 import json
 import logging
@@ -54,6 +53,7 @@ import torch
 import torch.multiprocessing as mp
 
 from pipegnn.measure import peak_rss_bytes
+from pipegnn.schema import Config, PipeliningEngineConfig
 from pipegnn.training.preemption import Interrupted
 from pipegnn.training.processes.backend import dist_backend
 from pipegnn.training.processes.outcome import WorkerFailed, failure, merge
@@ -84,7 +84,8 @@ def forkserver_preload(target_module: str) -> list[str]:
     a fork of this process: what this process did with CUDA does not reach it."""
     return [*FORKSERVER_PRELOAD, *([target_module] if torch.cuda.device_count() == 0 else [])]
 
-#: ``target(cfg, on_epoch=callback) -> record``: one rank's whole run (``pipegnn.training.launch.run``);
+#: ``target(cfg, on_epoch=callback, state_dir=...) -> record``: one rank's part of the run
+#: (``pipegnn.training.launch.run_rank``);
 #: rank 0 calls ``on_epoch(entry)`` with each finished epoch's entry of ``record["epochs"]``.
 Target = Callable[..., dict[str, Any]]
 
@@ -195,17 +196,15 @@ def _guard(rank: int, parent: int | None, lifeline: Connection, deadline: float,
     threading.Thread(target=watch, name="pipegnn-launcher-watch", daemon=True).start()
 
 
-def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], target: Target, out: Connection,
+def _worker(rank: int, world: int, port: int, cfg: Config, target: Target, out: Connection,
             lifeline: Connection, parent: int | None, deadline: float, targets: dict[str, Any],
             state_dir: str | os.PathLike | None) -> None:
     outbox, code = _Outbox(out), 1
-    _guard(rank, parent, lifeline, deadline, float(cfg["engine"]["timeout_s"]), outbox)
+    _guard(rank, parent, lifeline, deadline, cfg.engine.timeout_s, outbox)
     try:
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                           LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         _configure_logging(targets)
-        cfg = copy.deepcopy(cfg)
-        cfg["engine"]["launcher"] = "external"  # this process is one rank, as under torchrun
         on_epoch = (lambda entry: outbox.send("epoch", entry)) if rank == 0 else None
         try:
             record = target(cfg, on_epoch=on_epoch, state_dir=state_dir)
@@ -292,7 +291,7 @@ def _stop(processes: list[Any], grace: float = _GRACE_S) -> None:
             p.join()
 
 
-def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
+def spawn(cfg: Config, record: dict[str, Any], target: Target,
           on_epoch: Callable[[dict[str, Any]], Any] | None = None,
           state_dir: str | os.PathLike | None = None) -> list[torch.device]:
     """Run the pipeline in ``len(engine.devices)`` worker processes and merge rank 0's record into
@@ -302,8 +301,9 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
         cfg: the run's configuration (``engine.launcher=spawn``).
         record: the parent's record; on failure it still gets the epochs rank 0 finished.
         target: what each worker runs, ``target(cfg, on_epoch=...)`` returning its record (a picklable
-            module-level function: ``pipegnn.training.launch.run``); its module is preloaded by the forkserver
-            where no CUDA device is visible (:func:`forkserver_preload`), else imported by each worker.
+            module-level function: ``pipegnn.training.launch.run_rank``); its module is preloaded by the
+            forkserver where no CUDA device is visible (:func:`forkserver_preload`), else imported by
+            each worker.
         on_epoch: called in this process with each epoch rank 0 finished (from a reader thread).
         state_dir: where each rank keeps its checkpoints (``train.checkpoint_every``), if anywhere.
 
@@ -314,9 +314,9 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
         Interrupted: a worker was stopped by SIGTERM or SIGINT (and recorded it), or this process was.
         TimeoutError: the workers did not finish within ``engine.timeout_s``.
     """
-    engine = cfg["engine"]
-    world, timeout = len(engine["devices"]), float(engine["timeout_s"])
-    method = engine.get("start_method", "spawn")
+    engine = cfg.engine
+    assert isinstance(engine, PipeliningEngineConfig), engine.name
+    world, timeout, method = len(engine.devices), engine.timeout_s, str(engine.start_method)
     context = mp.get_context(method)
     if method == "forkserver":  # workers fork from a server that imported torch once (PyG without CUDA)
         context.set_forkserver_preload(forkserver_preload(target.__module__))
@@ -341,7 +341,7 @@ def spawn(cfg: dict[str, Any], record: dict[str, Any], target: Target,
             out.close()  # the worker holds its writing end now: its exit ends the pipe
         lifeline.close()
         log.info("started %d pipeline workers (%s, schedule %s): pids %s", world, method,
-                 engine["schedule"], [p.pid for p in processes])
+                 engine.schedule, [p.pid for p in processes])
         exits = _wait(processes, deadline, timeout)
         finished = True
     finally:

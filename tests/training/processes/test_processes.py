@@ -14,6 +14,7 @@ from pipegnn.training.launch import check_run
 from pipegnn.errors import ConfigError
 from pipegnn.training.processes.backend import dist_backend, shared_devices
 from pipegnn.training.processes.group import check_launch
+from pipegnn.schema import PipeliningEngineConfig, group_config, run_config
 
 from tests.helpers import ROOT, make_cfg
 
@@ -71,8 +72,9 @@ def test_without_cuda_devices_the_forkserver_preloads_the_trainer(monkeypatch: p
     assert forkserver_preload("pipegnn.training.launch") == list(FORKSERVER_PRELOAD)
 
 
-def _engine(devices: list[str], backend: str = "auto", launcher: str = "spawn") -> dict:
-    return {"devices": devices, "backend": backend, "launcher": launcher}
+def _engine(devices: list[str], backend: str = "auto", launcher: str = "spawn") -> PipeliningEngineConfig:
+    return group_config("engine", {"name": "pipelining", "devices": devices, "backend": backend,
+                                   "launcher": launcher})
 
 
 @pytest.mark.parametrize("devices, local_world, backend, shared", [
@@ -98,7 +100,7 @@ def test_auto_backend_takes_nccl_only_where_every_rank_has_its_own_gpu(
     engine = _engine(devices, launcher=launcher)
     assert shared_devices(engine) == shared
     assert dist_backend(engine) == backend
-    assert dist_backend({**engine, "backend": "gloo"}) == "gloo"
+    assert dist_backend(_engine(devices, "gloo", launcher)) == "gloo"
 
 
 def test_explicit_nccl_on_a_shared_gpu_is_invalid_before_training(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,9 +110,9 @@ def test_explicit_nccl_on_a_shared_gpu_is_invalid_before_training(monkeypatch: p
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     shared = make_cfg("engine=pipelining", "engine.backend=nccl", "engine.devices=[cuda:0,cuda:0]")
     with pytest.raises(ConfigError, match=r"cuda:0 to several ranks.*engine.backend=auto or gloo"):
-        check_launch(shared["engine"])
+        check_launch(run_config(shared).engine)
     with pytest.raises(ConfigError, match=r"cuda:0 to several ranks"):
         check_run(shared)  # the run's checks reach it
     apart = make_cfg("engine=pipelining", "engine.backend=nccl", "engine.devices=[cuda:0,cuda:1]")
-    check_launch(apart["engine"])
+    check_launch(run_config(apart).engine)
     check_run(apart)

@@ -1,0 +1,171 @@
+"""The choices a run's config offers, one ``StrEnum`` per key: the schemas (:mod:`pipegnn.schema`) type
+their fields with them, so that composition rejects a value that is not one of them, and the packages
+that implement a choice take their names from here.
+
+Each member's name is its value (the YAML spelling), which is what OmegaConf matches a string against,
+and a ``StrEnum`` member is a ``str``: it compares equal to its spelling and is written to JSON as it.
+Spellings that are no Python name (``1f1b``, ``ogbn-arxiv``) are members all the same, made with the
+functional API (``Schedule("1f1b")``).
+
+This module imports nothing of pipegnn: every layer of the package may read it.
+"""
+from __future__ import annotations
+
+import sys
+from enum import Enum
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # Python 3.10: the same behaviour from the str mix-in
+    class StrEnum(str, Enum):
+        """A member is its value, as a ``str``."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+__all__ = ["Aggregation", "Capture", "Checkpoint", "DatasetName", "DistBackend", "EngineName",
+           "FirstTransform", "FrameworkName", "Halo", "HaloDropout", "Launcher", "ModelName", "Monitor",
+           "Partitioner", "Precision", "Schedule", "StartMethod", "Storage", "Targets", "names"]
+
+
+def names(choice: type[StrEnum]) -> tuple[str, ...]:
+    """The spellings of ``choice``'s members, in their order (for messages and ``check_choice``)."""
+    return tuple(member.value for member in choice)
+
+
+#: ``dataset.name``: the loaders of :mod:`pipegnn.data` (``ogbn-*`` spelt as OGB does, which is no Python
+#: name: ``DatasetName("ogbn-arxiv")``).
+DatasetName = StrEnum("DatasetName", [(name, name) for name in (
+    "cora", "citeseer", "pubmed", "pubmed_topology", "ogbn-arxiv", "ogbn-products", "reddit", "synthetic")])
+
+
+class Storage(StrEnum):
+    """``data.features``: where the node features are kept while training."""
+
+    memory = "memory"
+    disk = "disk"
+
+
+class ModelName(StrEnum):
+    """``model.name``."""
+
+    gat = "gat"
+    gcn = "gcn"
+    sage = "sage"
+    gcn2 = "gcn2"
+
+
+class Aggregation(StrEnum):
+    """``model.aggregation``: message passing, or a sparse matrix product (which a framework offers per
+    model: :func:`pipegnn.backends.base.aggregations`)."""
+
+    messages = "messages"
+    sparse = "sparse"
+
+
+class FrameworkName(StrEnum):
+    """``framework.name``: the layer library."""
+
+    pyg = "pyg"
+    dgl = "dgl"
+
+
+class EngineName(StrEnum):
+    """``engine.name``."""
+
+    single = "single"
+    gpipe = "gpipe"
+    pipelining = "pipelining"
+
+
+class Capture(StrEnum):
+    """``engine.capture``: eager steps, or the single engine's step recorded as a CUDA graph."""
+
+    none = "none"
+    cuda_graph = "cuda_graph"
+
+
+class Checkpoint(StrEnum):
+    """``engine.checkpoint`` (GPipe): torchgpipe's activation checkpointing modes."""
+
+    always = "always"
+    except_last = "except_last"
+    never = "never"
+
+
+#: ``engine.schedule`` (pipelining): torch.distributed.pipelining's schedules (``1f1b`` is no Python name).
+Schedule = StrEnum("Schedule", [("gpipe", "gpipe"), ("1f1b", "1f1b"), ("interleaved1f1b", "interleaved1f1b")])
+
+
+class Launcher(StrEnum):
+    """``engine.launcher`` (pipelining): the run starts its workers, or torchrun started this process."""
+
+    spawn = "spawn"
+    external = "external"
+
+
+class StartMethod(StrEnum):
+    """``engine.start_method`` (pipelining, ``launcher=spawn``)."""
+
+    forkserver = "forkserver"
+    spawn = "spawn"
+
+
+class DistBackend(StrEnum):
+    """``engine.backend`` (pipelining): the process group's backend (``auto``: by the devices)."""
+
+    auto = "auto"
+    gloo = "gloo"
+    nccl = "nccl"
+
+
+class Halo(StrEnum):
+    """``microbatch.halo``: the poster's induced subgraphs, exact L-hop halos, or historical ones."""
+
+    none = "none"
+    exact = "exact"
+    historical = "historical"
+
+
+class HaloDropout(StrEnum):
+    """``microbatch.halo_dropout`` (historical halos): a mask per read of a halo row, or per node."""
+
+    read = "read"
+    node = "node"
+
+
+class FirstTransform(StrEnum):
+    """``microbatch.first_transform``: the first layer's transform once per step or per micro-batch."""
+
+    once_per_step = "once_per_step"
+    per_micro_batch = "per_micro_batch"
+
+
+class Partitioner(StrEnum):
+    """``microbatch.partition``: how the targets are split into micro-batches."""
+
+    sequential = "sequential"
+    random = "random"
+    bfs = "bfs"
+    metis = "metis"
+
+
+class Targets(StrEnum):
+    """``microbatch.targets``: the nodes a training step computes."""
+
+    train = "train"
+    all = "all"
+
+
+class Precision(StrEnum):
+    """``train.precision``."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
+class Monitor(StrEnum):
+    """``train.monitor``: what picks the best epoch and what early stopping waits on."""
+
+    val_acc = "val_acc"
+    val_loss = "val_loss"

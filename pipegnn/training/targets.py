@@ -1,0 +1,37 @@
+"""The nodes a run computes: the evaluation targets of an epoch, and the chunk count checked against
+them once the graph is loaded."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from pipegnn.choices import Halo
+from pipegnn.data import Graph
+from pipegnn.errors import ConfigError
+from pipegnn.schema import Config
+
+__all__ = ["check_targets", "eval_targets"]
+
+
+def eval_targets(graph: Graph, halo: Halo = Halo.exact) -> Tensor:
+    """Node ids evaluated each epoch: the union of the train, val and test splits, or every node in
+    historical mode (its layer-wise evaluation also refreshes every cached row)."""
+    if halo is Halo.historical:
+        return graph.split("all")
+    mask = graph.train_mask | graph.val_mask | graph.test_mask
+    return torch.nonzero(mask).view(-1)
+
+
+def check_targets(cfg: Config, graph: Graph) -> None:
+    """Check the chunk count against the graph's targets.
+
+    Raises:
+        ConfigError: chunks exceeds the number of training or evaluation targets.
+    """
+    mb = cfg.microbatch
+    for name, count in (("training", graph.split(mb.targets).numel()),
+                        ("evaluation", eval_targets(graph, mb.halo).numel())):
+        if cfg.chunks > count:
+            raise ConfigError(f"chunks={cfg.chunks} is larger than the number of {name} targets ({count}) "
+                              f"of dataset {graph.name!r} with microbatch.targets={mb.targets}, "
+                              f"halo={mb.halo}; use chunks <= {count}")
