@@ -23,7 +23,7 @@ else:  # Python 3.10: the same behaviour from the str mix-in
         def __str__(self) -> str:
             return str(self.value)
 
-__all__ = ["Aggregation", "Capture", "Checkpoint", "DatasetName", "DistBackend", "EngineName",
+__all__ = ["StrEnum", "Aggregation", "Capture", "Checkpoint", "DatasetName", "DistBackend", "EngineName",
            "FirstTransform", "FrameworkName", "Halo", "HaloDropout", "Launcher", "ModelName", "Monitor",
            "Partitioner", "Precision", "Schedule", "StartMethod", "Storage", "Targets", "names"]
 

@@ -25,13 +25,14 @@ key (and the file, when the caller gives it); so is a record of a newer version 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import typing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import NoneType, UnionType
 from typing import Any, Callable
+
+from pipegnn.choices import StrEnum
 
 __all__ = ["COMBINE", "LAUNCHER", "OPTIONAL", "RANK0", "RANK0_IF_COMPLETED", "RECORD_VERSION",
            "RecordFormatError", "RunRecord", "Status", "migrate"]
@@ -40,7 +41,7 @@ __all__ = ["COMBINE", "LAUNCHER", "OPTIONAL", "RANK0", "RANK0_IF_COMPLETED", "RE
 RECORD_VERSION = 2
 
 
-class Status(str, enum.Enum):
+class Status(StrEnum):
     """How a run ended, the record's ``status``."""
 
     COMPLETED = "completed"
@@ -48,9 +49,6 @@ class Status(str, enum.Enum):
     INVALID = "invalid"        # the configuration was refused (a ConfigError), before or while training
     OOM = "oom"                # out of memory (host or device)
     INTERRUPTED = "interrupted"  # SIGTERM or SIGINT; the epochs finished so far are kept
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: Field metadata key: where a spawned pipeline's run record takes the field from (:meth:`RunRecord.combine`).

@@ -23,6 +23,7 @@ from pipegnn.measure import timed
 from pipegnn.microbatch import MicroBatchPlan
 from pipegnn.microbatch.traffic import epoch_figures, stage_medians
 from pipegnn.models import StagedGNN
+from pipegnn.record import RunRecord
 from pipegnn.schema import Config, TrainConfig, config_container
 from pipegnn.timeline import chrome_trace, medians, step_figures
 from pipegnn.training.preemption import resume, save, training_state
@@ -59,7 +60,7 @@ class Trainee:
     store: DiskFeatureStore | None = None
 
 
-def fit(cfg: Config, trainee: Trainee, record: dict[str, Any],
+def fit(cfg: Config, trainee: Trainee, record: RunRecord,
         on_epoch: Callable[[dict[str, Any]], Any] | None = None, state_path: Path | None = None) -> None:
     """Train ``trainee`` for ``train.epochs`` (or until ``train.patience`` epochs pass without a better
     ``train.monitor``), filling ``record``'s ``epochs``, ``final``, timing medians and ``pipeline``
@@ -72,12 +73,12 @@ def fit(cfg: Config, trainee: Trainee, record: dict[str, Any],
     captured = cfg.engine.capture is Capture.cuda_graph
     optimizer = _optimizer(model, train_cfg, capturable=captured)
     every = train_cfg.checkpoint_every
-    epochs = record["epochs"]
+    epochs = record.epochs
     plain = config_container(cfg)  # what a checkpoint keeps of the config
     if cfg.resume and state_path is not None:
         epochs.extend(resume(plain, state_path, model, optimizer))
         if epochs:
-            record["resumed"] = {"checkpoint": str(state_path), "epochs_restored": len(epochs)}
+            record.resumed = {"checkpoint": str(state_path), "epochs_restored": len(epochs)}
         for entry in epochs if on_epoch is not None else ():  # a spawned pipeline's launcher keeps them
             on_epoch(entry)
     out = engine.output_device
@@ -131,7 +132,7 @@ def fit(cfg: Config, trainee: Trainee, record: dict[str, Any],
         if boxes is not None:
             epochs[-1]["pipeline"] = step_figures(boxes, engine.info)
             if epoch == trace_epoch:
-                record["trace"] = chrome_trace(boxes, engine.info, epoch)
+                record.trace = chrome_trace(boxes, engine.info, epoch)
         if on_epoch is not None:
             on_epoch(epochs[-1])
         log.info("epoch %3d  loss %.4f  train %.3f  val %.3f (loss %.4f)  test %.3f  epoch %.3fs  eval %.3fs",
@@ -147,10 +148,12 @@ def fit(cfg: Config, trainee: Trainee, record: dict[str, Any],
     best = best_epoch(epochs, monitor)
     last = epochs[-1]
     if store is not None:  # per training step and evaluation pass, the mean over epochs
+        features = record.features if record.features is not None else {}
+        record.features = features
         for key in epochs[0]["feature_reads"]:
-            record["features"][f"{key}_mean"] = statistics.mean(e["feature_reads"][key] for e in epochs)
+            features[f"{key}_mean"] = statistics.mean(e["feature_reads"][key] for e in epochs)
     stopped = last["epoch"] if last["epoch"] + 1 < train_cfg.epochs else None
-    record["final"] = {"train_acc": last["train_acc"], "val_acc": last["val_acc"],
+    record.final = {"train_acc": last["train_acc"], "val_acc": last["val_acc"],
                        "test_acc": last["test_acc"], "monitor": monitor, "best_val_acc": best["val_acc"],
                        "best_val_loss": best["val_loss"], "test_acc_at_best_val": best["test_acc"],
                        "best_epoch": best["epoch"],
@@ -158,19 +161,19 @@ def fit(cfg: Config, trainee: Trainee, record: dict[str, Any],
                        "time_to_accuracy": time_to_accuracy(epochs, train_cfg.target_val_acc)}
     # the first epoch is a warm-up; with a captured step, so is the second (it records the graph)
     timed_epochs = epochs[2 if replayed is not None else 1:] or epochs
-    record["timing"].update(
+    record.timing.update(
         epoch_time_median_s=statistics.median(e["epoch_time_s"] for e in timed_epochs),
         eval_time_median_s=statistics.median(e["eval_time_s"] for e in timed_epochs))
     if historical:
-        record["microbatch"]["history_per_stage"] = stage_medians(timed_epochs)
-    record["pipeline"] = {**engine.info.as_dict(), "timeline": engine.timeline is not None,
+        record.microbatch["history_per_stage"] = stage_medians(timed_epochs)
+    record.pipeline = {**engine.info.as_dict(), "timeline": engine.timeline is not None,
                           **medians(e["pipeline"] for e in timed_epochs if "pipeline" in e)}
     log.info("done: test accuracy %.3f at the best validation epoch (%d, validation %s %.3f; the figure "
              "results report), %.3f at the last; median epoch %.4fs", best["test_acc"], best["epoch"],
              "accuracy" if monitor is Monitor.val_acc else "loss", best[monitor], last["test_acc"],
-             record["timing"]["epoch_time_median_s"])
-    if "makespan_s" in record["pipeline"]:
-        _log_figures(record["pipeline"])
+             record.timing["epoch_time_median_s"])
+    if "makespan_s" in record.pipeline:
+        _log_figures(record.pipeline)
 
 
 def best_epoch(epochs: list[dict[str, Any]], monitor: Monitor | str = Monitor.val_acc) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from pipegnn.measure import (
     reset_peaks,
 )
 from pipegnn.models import check_model
+from pipegnn.record import RunRecord, Status
 from pipegnn.results.records import probe_record_folder, write_record
 from pipegnn.schema import Config, PipeliningEngineConfig, config_container, run_config
 from pipegnn.timeline import TRACE_NAME
@@ -46,8 +47,8 @@ log = logging.getLogger(RUN_LOG)
 def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = None,
         choices: Mapping[str, Any] | None = None,
         on_epoch: Callable[[dict[str, Any]], Any] | None = None,
-        state_dir: str | Path | None = None) -> dict[str, Any]:
-    """Train and evaluate one configuration and return its result record.
+        state_dir: str | Path | None = None) -> RunRecord:
+    """Train and evaluate one configuration and return its result record (:class:`~pipegnn.record.RunRecord`).
 
     Never raises for a failing run: an invalid configuration, an out-of-memory error or any other
     exception becomes the record's ``status`` (``invalid``, ``oom``, ``failed``) and ``error``. A
@@ -69,7 +70,7 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
 
 
 def run_rank(cfg: Config, on_epoch: Callable[[dict[str, Any]], Any] | None = None,
-             state_dir: str | Path | None = None) -> dict[str, Any]:
+             state_dir: str | Path | None = None) -> RunRecord:
     """One rank of a pipeline whose launcher (a :func:`run` with ``engine.launcher=spawn``) started this
     process with torchrun's environment: this rank's part of the run; its record is returned, not
     written (the launcher combines rank 0's into the run's). Fails as :func:`run` does."""
@@ -78,14 +79,11 @@ def run_rank(cfg: Config, on_epoch: Callable[[dict[str, Any]], Any] | None = Non
 
 def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | None,
          choices: Mapping[str, Any] | None, on_epoch: Callable[[dict[str, Any]], Any] | None,
-         state_dir: str | Path | None, one_rank: bool = False) -> dict[str, Any]:
+         state_dir: str | Path | None, one_rank: bool = False) -> RunRecord:
     start = time.perf_counter()
     reset_peaks()
     container = config_container(cfg)
-    record: dict[str, Any] = {
-        "status": "failed", "error": None, "config": container, "choices": dict(choices or {}),
-        "env": env_info(), "epochs": [], "final": {}, "timing": {}, "memory": {}, "microbatch": {},
-    }
+    record = RunRecord(status=Status.FAILED, config=container, choices=dict(choices or {}), env=env_info())
     devices: list[torch.device] = []
     interrupted: Interrupted | None = None
     loggers: Loggers | None = None
@@ -101,31 +99,31 @@ def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | 
             with memory_limit(memory_limit_bytes(config)):  # train.memory_limit_gb, restored on exit
                 devices = _train(config, record, on_epoch, state_dir if state_dir is not None else output_dir,
                                  one_rank)
-            record["status"] = "completed"
+            record.status = Status.COMPLETED
         except Interrupted as e:
             interrupted = e
-            record.update(status="interrupted", error=str(e),
-                          interrupted={"signal": e.name, "epochs_finished": len(record["epochs"])})
-            log.warning("%s after %d finished epochs", e, len(record["epochs"]))
+            record.status, record.error = Status.INTERRUPTED, str(e)
+            record.interrupted = {"signal": e.name, "epochs_finished": len(record.epochs)}
+            log.warning("%s after %d finished epochs", e, len(record.epochs))
         except ConfigError as e:
-            record.update(status="invalid", error=str(e))
+            record.status, record.error = Status.INVALID, str(e)
             log.error("invalid configuration: %s", e)
         except Exception as e:  # the record must survive any failure of the run
             failure = allocation_failure(e)
             if failure is not None:
-                record.update(status="oom", error=f"{type(failure).__name__}: {failure}",
-                              traceback=traceback.format_exc())
+                record.status, record.error = Status.OOM, f"{type(failure).__name__}: {failure}"
+                record.traceback = traceback.format_exc()
                 log.error("out of memory: %s", failure)
             else:
+                record.status, record.error = Status.FAILED, f"{type(e).__name__}: {e}"
                 # A pipeline worker's failure carries the worker's traceback.
-                record.update(status="failed", error=f"{type(e).__name__}: {e}",
-                              traceback=getattr(e, "worker_traceback", None) or traceback.format_exc())
+                record.traceback = getattr(e, "worker_traceback", None) or traceback.format_exc()
                 log.exception("run failed")
         guard.hold()  # a signal from here on waits for the record
-        record["timing"]["total_s"] = time.perf_counter() - start
+        record.timing["total_s"] = time.perf_counter() - start
         # A pipeline's peaks of every rank (set during training) take precedence over this process's.
-        record["memory"] = {"peak_rss_bytes": peak_rss_bytes(),
-                            "peak_device_bytes": peak_device_bytes(devices), **record["memory"]}
+        record.memory = {"peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": peak_device_bytes(devices),
+                         **record.memory}
         # Under torchrun (engine.launcher=external) only rank 0 writes the record (and the trace).
         if output_dir is not None and not is_secondary_rank(config):
             _write(output_dir, record)
@@ -149,18 +147,20 @@ def _probe(output_dir: str | Path) -> None:
                           "hydra.run.dir (hydra.sweep.dir) elsewhere") from e
 
 
-def _write(output_dir: str | Path, record: dict[str, Any]) -> None:
+def _write(output_dir: str | Path, record: RunRecord) -> None:
     """Write the record (and the trace it carries) into ``output_dir``; a write that fails is logged
     naming the file and the cause, and a completed run becomes ``failed`` (its record is lost)."""
-    trace = record.pop("trace", None)
+    trace, record.trace = record.trace, None
     try:
         if trace is not None:
             write_record(output_dir, trace, TRACE_NAME)
-            record.setdefault("pipeline", {})["trace"] = TRACE_NAME  # a failed run has no section yet
+            if record.pipeline is None:  # a failed run has no section yet
+                record.pipeline = {}
+            record.pipeline["trace"] = TRACE_NAME
         path = write_record(output_dir, record)
     except OSError as e:
-        if record["status"] == "completed":
-            record.update(status="failed", error=f"OSError: the record was not written: {e}")
+        if record.status is Status.COMPLETED:
+            record.status, record.error = Status.FAILED, f"OSError: the record was not written: {e}"
         log.error("the record was not written: %s", e)
         return
     traced = f"; trace (Perfetto, chrome://tracing): {Path(output_dir) / TRACE_NAME}" if trace else ""
@@ -197,7 +197,7 @@ def check_run(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
     return config
 
 
-def _train(cfg: Config, record: dict[str, Any], on_epoch: Callable[[dict[str, Any]], Any] | None,
+def _train(cfg: Config, record: RunRecord, on_epoch: Callable[[dict[str, Any]], Any] | None,
            state_dir: str | Path | None, one_rank: bool) -> list[torch.device]:
     check_run(cfg)
     if cfg.train.checkpoint_every is not None and state_dir is None:
@@ -209,19 +209,21 @@ def _train(cfg: Config, record: dict[str, Any], on_epoch: Callable[[dict[str, An
         # this process starts one worker per rank, each running run_rank, and waits for them
         return spawn(cfg, record, target=run_rank, on_epoch=on_epoch, state_dir=state_dir)
     with intra_op_threads(engine.threads):
-        record["env"]["torch_threads"] = torch.get_num_threads()  # this process's, as it trains
+        record.env["torch_threads"] = torch.get_num_threads()  # this process's, as it trains
         if not pipelining:
             return train_rank(cfg, record, on_epoch, state_dir)
         with process_group(engine):  # this process is one rank (a spawned worker or under torchrun)
             opened = files_opened()
             devices = train_rank(cfg, record, on_epoch, state_dir)
-            record["memory"] = {**record["memory"], **gather_memory(devices)}
+            record.memory = {**record.memory, **gather_memory(devices)}
             _gather_feature_files(record, files_opened() - opened)
             return devices
 
 
-def _gather_feature_files(record: dict[str, Any], opened: int) -> None:
+def _gather_feature_files(record: RunRecord, opened: int) -> None:
     """Every pipeline rank's count of feature files opened for reading during the run (a collective)."""
     ranks: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(ranks, opened)
-    record.setdefault("features", {})["files_opened_per_rank"] = ranks
+    if record.features is None:
+        record.features = {}
+    record.features["files_opened_per_rank"] = ranks

@@ -32,6 +32,7 @@ import torch
 
 from pipegnn.atomic import atomic_file
 from pipegnn.integrity import seal, unsealed
+from pipegnn.record import RunRecord
 from pipegnn.schema import comparable_config
 
 __all__ = ["SIGNALS", "Guard", "Interrupted", "checkpoint_path", "config_key", "interruptible", "load",
@@ -48,7 +49,7 @@ class Interrupted(BaseException):
     no ``except Exception`` on the way records it as a failure; :func:`pipegnn.run` records it and
     raises it again with the record attached (``record``)."""
 
-    def __init__(self, signum: int, record: dict[str, Any] | None = None):
+    def __init__(self, signum: int, record: RunRecord | None = None):
         self.signum = int(signum)
         self.name = signal.Signals(self.signum).name
         self.record = record

@@ -27,6 +27,7 @@ from pipegnn.measure import (
 from pipegnn.microbatch import MicroBatchPlan, cached_plan
 from pipegnn.models import build_model, model_stack
 from pipegnn.models.precision import autocast_dtype, dtype_name
+from pipegnn.record import RunRecord
 from pipegnn.schema import Config, EngineConfig, PipeliningEngineConfig
 from pipegnn.timeline import PipelineInfo
 from pipegnn.training.epochs import RUN_LOG, Pass, Trainee, fit
@@ -38,7 +39,7 @@ __all__ = ["train_rank"]
 log = logging.getLogger(RUN_LOG)
 
 
-def train_rank(cfg: Config, record: dict[str, Any],
+def train_rank(cfg: Config, record: RunRecord,
                on_epoch: Callable[[dict[str, Any]], Any] | None = None,
                state_dir: str | Path | None = None) -> list[torch.device]:
     """This process's part of the run (every part of it but a pipeline's other ranks), filling
@@ -63,22 +64,24 @@ def train_rank(cfg: Config, record: dict[str, Any],
         model = build_model(cfg.model, backend, graph.feature_source, graph.num_classes,
                             history=halo is Halo.historical, first_transform=mb.first_transform,
                             precision=precision, halo_dropout=mb.halo_dropout)
-    record["dataset"] = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+    record.dataset = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                          "num_features": graph.num_features, "num_classes": graph.num_classes,
                          "feature_dtype": dtype_name(model.feature_dtype),
                          "feature_bytes": graph.num_nodes * graph.num_features * model.feature_dtype.itemsize}
-    record["model"] = {"parameters": sum(p.numel() for p in model.parameters())}
-    log.info("%s; %s with %d parameters", graph, cfg.model.name, record["model"]["parameters"])
+    record.model = {"parameters": sum(p.numel() for p in model.parameters())}
+    log.info("%s; %s with %d parameters", graph, cfg.model.name, record.model["parameters"])
     # Training reads the plans, the features (held by the model), the labels and the masks: let the
     # graph's edge list go, which on large graphs is a good share of what stays resident.
     graph = dataclasses.replace(graph, edge_index=torch.empty(2, 0, dtype=torch.long))
-    store, record["features"] = _feature_rows(model, graph, storage, train_plan.part)
-    record["microbatch"] = {**_plan_summary(train_plan, eval_plan, mb.first_transform), "targets": mb.targets,
+    store, features = _feature_rows(model, graph, storage, train_plan.part)
+    order_s = features.pop("order_s", 0.0)
+    record.features = features
+    record.microbatch = {**_plan_summary(train_plan, eval_plan, mb.first_transform), "targets": mb.targets,
                             "cached": train_cached, "eval_cached": eval_cached}
     log.info("micro-batches: %d x halo=%s partition=%s targets=%s, replication %.2f, inflation %.2f "
              "(first transform %s), cut edges %.1f%% (%s in %.2fs)", train_plan.chunks, halo,
              train_plan.partition, mb.targets, train_plan.stats.replication,
-             record["microbatch"]["inflation"], mb.first_transform, 100 * train_plan.stats.cut_edge_fraction,
+             record.microbatch["inflation"], mb.first_transform, 100 * train_plan.stats.cut_edge_fraction,
              "cached" if train_cached else "built", build.seconds)
 
     if halo is Halo.historical and mb.targets is Targets.train and train_plan.chunks > 1:
@@ -96,31 +99,31 @@ def train_rank(cfg: Config, record: dict[str, Any],
         model.refresh(eval_ids)  # timing the units for balance=auto reads the history caches
     engine = build_engine(cfg.engine, model, train_ids)
     _log_pipeline(engine.info)
-    record["memory"]["setup_peak_rss_bytes"] = peak_rss_bytes()  # loading, plans, model and engine
+    record.memory["setup_peak_rss_bytes"] = peak_rss_bytes()  # loading, plans, model and engine
     reset_peaks(engine.devices)
-    record["timing"].update(setup_s=loading.seconds + modelling.seconds, load_s=loading.seconds,
+    record.timing.update(setup_s=loading.seconds + modelling.seconds, load_s=loading.seconds,
                             microbatch_build_s=build.seconds,
-                            features_order_s=record["features"].pop("order_s", 0.0))
+                         features_order_s=order_s)
     with memory_limit(_stage_limit(cfg.engine, record)):  # engine.memory_limit_gb: a device's memory
         if halo is Halo.historical:
             model.eval()
             with timed(engine.devices) as fill:
                 engine.refresh(model, eval_ids)
-            record["timing"]["history_fill_s"] = fill.seconds
+            record.timing["history_fill_s"] = fill.seconds
         rank = dist.get_rank() if dist.is_initialized() else 0
         trainee = Trainee(graph, model, engine, Pass(train_plan, train_ids), Pass(eval_plan, eval_ids), store)
         fit(cfg, trainee, record, on_epoch, None if state_dir is None else checkpoint_path(state_dir, rank))
     return engine.devices
 
 
-def _stage_limit(engine: EngineConfig, record: dict[str, Any]) -> int | None:
+def _stage_limit(engine: EngineConfig, record: RunRecord) -> int | None:
     """The address-space cap of this stage process while it trains (``engine.memory_limit_gb`` above
     what it holds once set up, as a device of that size would allow; None: no cap)."""
     gb = engine.memory_limit_gb if isinstance(engine, PipeliningEngineConfig) else None
     if gb is None:
         return None
     base = address_space_bytes() or 0
-    record["memory"]["stage_limit_bytes"] = int(gb * 2**30)
+    record.memory["stage_limit_bytes"] = int(gb * 2**30)
     return base + int(gb * 2**30)
 
 

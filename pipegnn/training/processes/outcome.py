@@ -69,21 +69,13 @@ def failure(exits: list[tuple[int, int]], results: dict[int, dict[str, Any]]) ->
     return WorkerFailed(f"pipeline worker rank {r} failed: {res.get('error')}", res.get("traceback"))
 
 
-def merge(record: RunRecord | dict[str, Any], worker: Mapping[str, Any] | None,
+def merge(record: RunRecord, worker: Mapping[str, Any] | None,
           epochs: Sequence[dict[str, Any]], completed: bool) -> None:
     """Rank 0's record (``worker``, as it came through its pipe; None: rank 0 reported nothing) into
     the launcher's ``record``, in place, by :meth:`RunRecord.combine <pipegnn.record.RunRecord.combine>`:
     the fields rank 0 fills (its memory only when the run ``completed``: after a failure the launcher
     records its own), and the ``epochs`` rank 0 streamed while it ran if it could not report them all."""
-    if isinstance(record, RunRecord):
-        combined = RunRecord.combine(record, worker, epochs, completed)
-        for f in dataclasses.fields(RunRecord):
-            if f.init:
-                setattr(record, f.name, getattr(combined, f.name))
-        return
-    # A record still built as a dict (until the writer builds a RunRecord): the same rule, key by key.
-    for key in RunRecord.from_rank0(completed):
-        if worker is not None and key in worker:
-            record[key] = worker[key]
-    if len(epochs) > len(record.get("epochs") or []):
-        record["epochs"] = list(epochs)
+    combined = RunRecord.combine(record, worker, epochs, completed)
+    for f in dataclasses.fields(RunRecord):
+        if f.init:
+            setattr(record, f.name, getattr(combined, f.name))

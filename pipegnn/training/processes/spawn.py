@@ -53,6 +53,7 @@ import torch
 import torch.multiprocessing as mp
 
 from pipegnn.measure import peak_rss_bytes
+from pipegnn.record import RunRecord
 from pipegnn.schema import Config, PipeliningEngineConfig
 from pipegnn.training.preemption import Interrupted
 from pipegnn.training.processes.backend import dist_backend
@@ -87,7 +88,7 @@ def forkserver_preload(target_module: str) -> list[str]:
 #: ``target(cfg, on_epoch=callback, state_dir=...) -> record``: one rank's part of the run
 #: (``pipegnn.training.launch.run_rank``);
 #: rank 0 calls ``on_epoch(entry)`` with each finished epoch's entry of ``record["epochs"]``.
-Target = Callable[..., dict[str, Any]]
+Target = Callable[..., RunRecord]
 
 
 def _free_port() -> int:
@@ -209,9 +210,10 @@ def _worker(rank: int, world: int, port: int, cfg: Config, target: Target, out: 
         try:
             record = target(cfg, on_epoch=on_epoch, state_dir=state_dir)
         except Interrupted as e:  # the run recorded it: report the record, exit as the signal asks
+            assert e.record is not None  # run attaches it
             record, code = e.record, e.exit_code
         keys = ("status", "error", "traceback", "interrupted")
-        result = record if rank == 0 else {k: record.get(k) for k in keys}
+        result = record.to_dict() if rank == 0 else {k: record.get(k) for k in keys}
     except Exception as e:  # outside the run (which records its own failures)
         result = {"status": "failed", "error": f"{type(e).__name__}: {e}",
                   "traceback": traceback.format_exc()}
@@ -291,7 +293,7 @@ def _stop(processes: list[Any], grace: float = _GRACE_S) -> None:
             p.join()
 
 
-def spawn(cfg: Config, record: dict[str, Any], target: Target,
+def spawn(cfg: Config, record: RunRecord, target: Target,
           on_epoch: Callable[[dict[str, Any]], Any] | None = None,
           state_dir: str | os.PathLike | None = None) -> list[torch.device]:
     """Run the pipeline in ``len(engine.devices)`` worker processes and merge rank 0's record into
@@ -361,7 +363,7 @@ def spawn(cfg: Config, record: dict[str, Any], target: Target,
     timing = dict(inbox.results[0].get("timing") or {})
     timing["workers_total_s"] = timing.pop("total_s", None)
     timing["launch_s"] = time.perf_counter() - start
-    record["timing"].update(timing)
-    record["memory"]["launcher_peak_rss_bytes"] = peak_rss_bytes()
-    record["workers"] = {"world_size": world, "start_method": method, "backend": dist_backend(engine)}
+    record.timing.update(timing)
+    record.memory["launcher_peak_rss_bytes"] = peak_rss_bytes()
+    record.workers = {"world_size": world, "start_method": method, "backend": dist_backend(engine)}
     return []

@@ -21,7 +21,7 @@ def _rank0(status: str = "completed", epochs: int = 2) -> dict[str, Any]:
 
 
 def _launcher_dict() -> dict[str, Any]:
-    """The launcher's record as launch.run builds it today (a dict), before the workers report."""
+    """The launcher's record before the workers report, as its file would hold it."""
     return {"status": "failed", "error": None, "config": {"chunks": 2}, "choices": {"model": "gat"},
             "env": {"torch_threads": 16}, "epochs": [], "final": {}, "timing": {}, "memory": {},
             "microbatch": {}}
@@ -41,17 +41,6 @@ def test_merge_into_a_record_in_place_by_the_record_types_rule() -> None:
     silent = RunRecord.from_dict(_launcher_dict())
     merge(silent, None, [{"epoch": 0}], completed=False)  # rank 0 died without reporting
     assert silent.epochs == [{"epoch": 0}] and silent.dataset is None and silent.env == {"torch_threads": 16}
-
-
-def test_merge_into_a_dict_record_by_the_same_rule() -> None:
-    """A record still built as a dict (launch.run until it builds a RunRecord) gets the same fields."""
-    for completed in (True, False):
-        record, typed = _launcher_dict(), RunRecord.from_dict(_launcher_dict())
-        streamed = [{"epoch": e} for e in range(3)]
-        merge(record, _rank0(epochs=1), streamed, completed=completed)
-        merge(typed, _rank0(epochs=1), streamed, completed=completed)
-        assert {"record_version": 2, **record} == typed.to_dict()
-        assert ("peak_rss_bytes" in record["memory"]) is completed
 
 
 def test_failure_names_the_rank_that_failed_first() -> None:
