@@ -12,6 +12,9 @@ Where two ranks share a CUDA device, NCCL refuses them and gloo cannot send CUDA
 point (it sends a tensor's raw memory), so such a pipeline's traffic goes through host memory: the
 stage's *transport* device is the CPU; it moves what it receives to its device and what it sends back
 to the host (both differentiable, so gradients take the same way back). See :func:`transport_device`.
+
+:class:`StaticShapes` keeps every boundary tensor's shape (its lists are the ones the stages read) and
+:func:`own_stages` builds a rank's stages.
 """
 from __future__ import annotations
 
@@ -24,10 +27,10 @@ from torch import Tensor, nn
 from torch.distributed.pipelining import PipelineStage
 
 from pipegnn.microbatch.current import computing
-from pipegnn.models.base import Unit
+from pipegnn.models.base import StagedGNN, Unit
 from pipegnn.timeline import Timeline
 
-__all__ = ["PipeStage", "TimedStage", "transport_device"]
+__all__ = ["PipeStage", "StaticShapes", "TimedStage", "own_stages", "transport_device"]
 
 
 def transport_device(device: torch.device, group: Any = None) -> torch.device:
@@ -36,6 +39,43 @@ def transport_device(device: torch.device, group: Any = None) -> torch.device:
     if device.type == "cuda" and dist.get_backend(group) == "gloo":
         return torch.device("cpu")
     return device
+
+
+class StaticShapes:
+    """Every unit's output tensors (rows, [x0]) as they cross a stage boundary: torch fixes every
+    inter-stage tensor's shape once, so each stage pads its output rows to the largest micro-batch of the
+    call and the next stage slices the real rows back out.
+
+    Attributes:
+        rows: per unit and output tensor, the real rows of each micro-batch id.
+        pad: per unit and output tensor, the padded rows of each micro-batch id in the current call (the
+            lists the :class:`PipeStage` modules hold: :meth:`pad_to_largest` updates them in place).
+        width: per unit and output tensor, its width.
+        dtype: the tensors' dtype (the features').
+    """
+
+    def __init__(self, model: StagedGNN):
+        self.rows = [[list(rows) for rows, _ in unit.outputs()] for unit in model]
+        self.pad = [[[0] * len(r) for r in unit] for unit in self.rows]
+        self.width = [[width for _, width in unit.outputs()] for unit in model]
+        self.dtype = model.feature_dtype
+
+    def logit_rows(self, m: int) -> int:
+        """The real rows of micro-batch ``m``'s logits (the last unit's output)."""
+        return self.rows[-1][0][m]
+
+    def pad_to_largest(self, ids: list[int]) -> None:
+        """Pad every output of the micro-batches ``ids`` to the rows of the largest among them."""
+        for unit_rows, unit_pad in zip(self.rows, self.pad):
+            for rows, pad in zip(unit_rows, unit_pad):
+                largest = max(rows[m] for m in ids)
+                for m in ids:
+                    pad[m] = largest
+
+    def meta(self, unit: int, m: int, train: bool) -> tuple[Tensor, ...]:
+        """Unit ``unit``'s outputs as meta tensors of micro-batch ``m``'s padded shape."""
+        return tuple(torch.empty(pad[m], width, dtype=self.dtype, device="meta", requires_grad=train)
+                     for pad, width in zip(self.pad[unit], self.width[unit]))
 
 
 class PipeStage(nn.Module):
@@ -136,3 +176,21 @@ class TimedStage(PipelineStage):
     def backward_one_chunk(self, bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
         return self._timed("backward", bwd_chunk_id,
                            lambda: super(TimedStage, self).backward_one_chunk(bwd_chunk_id, *args, **kwargs))
+
+
+def own_stages(model: StagedGNN, units: list[range], local: list[int], shapes: StaticShapes,
+               device: torch.device, transport: torch.device) -> dict[int, PipeStage]:
+    """This rank's stages ``local`` (stage s holds the units ``units[s]``) as :class:`PipeStage` modules on
+    ``device``; the other ranks' units are removed from ``model`` (so that its parameters are this
+    rank's)."""
+    every = list(model)
+    last = len(units) - 1
+    modules = {s: PipeStage(every[units[s].start:units[s].stop],
+                            None if s == 0 else shapes.rows[units[s].start - 1],
+                            shapes.pad[units[s].stop - 1], s == last, device, transport).to(device)
+               for s in local}
+    own = {unit for s in local for unit in units[s]}
+    for i in reversed(range(len(model))):
+        if i not in own:
+            del model[i]
+    return modules
