@@ -21,7 +21,7 @@ import torch
 from pipegnn.backends import get_backend
 from pipegnn.data import load_graph
 from pipegnn.engines import IGNORE, SingleEngine
-from pipegnn.microbatch import build_plan
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
 from pipegnn.schema import compose_config
 
@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     backend = get_backend("pyg")
     model = build_model({**cfg.model, "dropout": 0.0}, backend, graph.x, graph.num_classes)
     edges, weight = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
-    plan = build_plan(edges, graph.num_nodes, torch.arange(graph.num_nodes), args.chunks, num_layers=2,
-                      partitioner="metis", edge_weight=weight)
+    plan = build_plan(ComputationGraph(edges, graph.num_nodes, weight), torch.arange(graph.num_nodes),
+                      PlanSpec(args.chunks, 2, partitioner="metis"))
     ids = model.attach(plan)
     engine = SingleEngine(model, torch.device("cpu"), args.chunks, timeline=False)
     labels = torch.where(graph.train_mask, graph.y, IGNORE)[plan.targets]

@@ -25,7 +25,7 @@ from pipegnn.data import Graph, load_graph
 from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch.halo import HALOS
 from pipegnn.microbatch.partition import PARTITIONERS
-from pipegnn.microbatch.plan import build_plan
+from pipegnn.microbatch.plan import ComputationGraph, PlanSpec, build_plan
 from pipegnn.schema import compose_config
 
 __all__ = ["main", "plan_table"]
@@ -49,12 +49,13 @@ def plan_table(graph: Graph, kind: str, framework: str, targets: str, chunks: Se
     """
     edge_index, weight = get_backend(framework).computation_graph(kind, graph.edge_index,
                                                                   graph.num_nodes)
+    computation = ComputationGraph(edge_index, graph.num_nodes, weight)
     target_ids = graph.split(targets)
     rows: list[dict[str, Any]] = []
     for partition, k, num_layers, halo in itertools.product(partitions, chunks, layers, halos):
         start = time.perf_counter()
-        plan = build_plan(edge_index, graph.num_nodes, target_ids, k, num_layers=num_layers,
-                          halo=halo, partitioner=partition, edge_weight=weight, seed=seed)
+        plan = build_plan(computation, target_ids,
+                          PlanSpec(k, num_layers, halo=halo, partitioner=partition, seed=seed))
         s = plan.stats
         rows.append({"partition": partition, "chunks": k, "layers": num_layers, "halo": halo,
                      "replication": s.replication,

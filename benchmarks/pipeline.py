@@ -32,7 +32,7 @@ from pipegnn import run
 from pipegnn.backends import get_backend
 from pipegnn.data import load_graph
 from pipegnn.engines import IGNORE, GPipeEngine, SingleEngine
-from pipegnn.microbatch import build_plan
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
 from pipegnn.schema import compose_config
 
@@ -79,8 +79,8 @@ def _step_overhead(engine_name: str, args: argparse.Namespace, k: int = 8) -> di
     backend = get_backend("pyg")
     model = build_model(cfg.model, backend, graph.x, graph.num_classes)
     edge_index, weight = backend.computation_graph(cfg.model.name, graph.edge_index, graph.num_nodes)
-    plan = build_plan(edge_index, graph.num_nodes, graph.split("all"), k, num_layers=model.num_layers,
-                      edge_weight=weight)
+    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), graph.split("all"),
+                      PlanSpec(k, model.num_layers))
     ids = model.attach(plan)
     cpu = torch.device("cpu")
     engine = (SingleEngine(model, cpu, k) if engine_name == "single"

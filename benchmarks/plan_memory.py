@@ -16,7 +16,7 @@ from pathlib import Path
 from pipegnn.backends import get_backend
 from pipegnn.data import SyntheticSpec, make_synthetic
 from pipegnn.measure import peak_rss_bytes, reset_peaks
-from pipegnn.microbatch import build_plan
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 
 _STATUS = Path("/proc/self/status")
 
@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     reset_peaks()
     before = rss_bytes()
     start = time.perf_counter()
-    plan = build_plan(edges, graph.num_nodes, graph.split("all"), args.chunks, num_layers=args.layers,
-                      halo=args.halo, partitioner=args.partition, edge_weight=weight)
+    plan = build_plan(ComputationGraph(edges, graph.num_nodes, weight), graph.split("all"),
+                      PlanSpec(args.chunks, args.layers, halo=args.halo, partitioner=args.partition))
     seconds = time.perf_counter() - start
     peak = peak_rss_bytes() - before
     kept = rss_bytes() - before

@@ -21,7 +21,7 @@ from torch_geometric.utils import coalesce
 from pipegnn.backends import get_backend
 from pipegnn.data import Graph
 from pipegnn.engines import GPipeEngine, SingleEngine
-from pipegnn.microbatch import build_plan
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import StagedGNN
 from pipegnn.results.records import write_record
 from pipegnn.results.table import flatten
@@ -100,8 +100,8 @@ def run_plan(framework: str, model: StagedGNN, graph: Graph, chunks: int, engine
     edge_index, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes,
                                                    graph.x.dtype)
     targets = graph.split("train")
-    plan = build_plan(edge_index, graph.num_nodes, targets, chunks, num_layers=model.num_layers,
-                      partitioner="metis", edge_weight=weight)
+    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), targets,
+                      PlanSpec(chunks, model.num_layers, partitioner="metis"))
     ids = model.attach(plan)
     runner = (SingleEngine(model, device, chunks) if engine == "single"
               else GPipeEngine(model, [device] * len(balance), balance, chunks, "except_last"))

@@ -17,7 +17,7 @@ from pipegnn import run
 from pipegnn.backends import get_backend
 from pipegnn.data import Graph
 from pipegnn.engines import SingleEngine
-from pipegnn.microbatch import build_plan
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
 
 from tests.helpers import assert_close, assert_grads_close, make_cfg, run_plan
@@ -75,7 +75,7 @@ def test_cuda_event_boxes_lie_inside_the_synchronised_step(graph: Graph) -> None
     model = build_model(dict(name="gat", hidden=64, heads=8, out_heads=1, layers=2, dropout=0.0), backend,
                         big.x, big.num_classes)
     edge_index, _ = backend.computation_graph("gat", big.edge_index, big.num_nodes)
-    plan = build_plan(edge_index, big.num_nodes, big.split("train"), 4, num_layers=2)
+    plan = build_plan(ComputationGraph(edge_index, big.num_nodes), big.split("train"), PlanSpec(4, 2))
     ids = model.attach(plan)
     engine = SingleEngine(model, CUDA, 4)
     labels = big.y[plan.targets].to(CUDA)

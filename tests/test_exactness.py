@@ -30,7 +30,7 @@ from pipegnn.data import Graph  # noqa: E402
 from pipegnn.data.features import DiskFeatureStore, FeatureRows, partition_ordered  # noqa: E402
 from pipegnn.data.planetoid import load_planetoid  # noqa: E402
 from pipegnn.engines import GPipeEngine, SingleEngine  # noqa: E402
-from pipegnn.microbatch import build_plan  # noqa: E402
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan  # noqa: E402
 from pipegnn.models import FIRST_TRANSFORMS, Propagate, StagedGNN, Transform, build_model  # noqa: E402
 
 from tests.helpers import assert_close, assert_grads_close  # noqa: E402
@@ -136,8 +136,8 @@ def micro_batched(framework: str, model: StagedGNN, graph: Graph, targets: Tenso
     backend = get_backend(framework)
     edge_index, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes,
                                                    graph.x.dtype)
-    plan = build_plan(edge_index, graph.num_nodes, targets, chunks, num_layers=model.num_layers,
-                      halo=halo, partitioner=partitioner, edge_weight=weight)
+    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), targets,
+                      PlanSpec(chunks, model.num_layers, halo=halo, partitioner=partitioner))
     if disk is not None:
         source = DiskFeatureStore(disk)
         source.put_tensor(graph.x, "node", "x", index=None)
@@ -228,7 +228,8 @@ def test_first_layer_transform_runs_over_each_row_once_per_step(graph: Graph, fi
     model[0].transform.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
     backend = get_backend("pyg")
     edge_index, _ = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
-    plan = build_plan(edge_index, graph.num_nodes, graph.split("all"), 4, num_layers=2, partitioner="metis")
+    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes), graph.split("all"),
+                      PlanSpec(4, 2, partitioner="metis"))
     ids = model.attach(plan)
     distinct = torch.unique(torch.cat([mb.nodes for mb in plan.micro_batches])).numel()
     read = sum(mb.nodes.numel() for mb in plan.micro_batches)
@@ -251,7 +252,8 @@ def test_lazy_first_transform_equals_eager(graph: Graph) -> None:
     eager = build_model(MODELS["gat"], backend, graph.x, graph.num_classes)
     lazy = copy.deepcopy(eager)
     edge_index, _ = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
-    plan = build_plan(edge_index, graph.num_nodes, graph.split("all"), 4, num_layers=2, partitioner="metis")
+    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes), graph.split("all"),
+                      PlanSpec(4, 2, partitioner="metis"))
     seen: list[int] = []
     lazy[0].transform.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
     losses, grads = [], []

@@ -8,7 +8,7 @@ import torch
 from pipegnn.backends import get_backend
 from pipegnn.engines import GPipeEngine, SingleEngine
 from pipegnn.hostcalls import HOST_READ, HostCalls, count_calls, read_on_host
-from pipegnn.microbatch import build_plan
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
 
 from tests.helpers import random_graph
@@ -28,8 +28,8 @@ def step_calls(model_cfg: dict, halo: str, chunks: int, engine: str) -> tuple[Ho
     model = build_model(model_cfg, backend, graph.x, graph.num_classes, history=halo == "historical")
     edges, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes)
     targets = torch.arange(graph.num_nodes)
-    plan = build_plan(edges, graph.num_nodes, targets, chunks, num_layers=model.num_layers, halo=halo,
-                      partitioner="random", edge_weight=weight)
+    plan = build_plan(ComputationGraph(edges, graph.num_nodes, weight), targets,
+                      PlanSpec(chunks, model.num_layers, halo=halo, partitioner="random"))
     ids = model.attach(plan)
     units = len(model)
     runner = (SingleEngine(model, torch.device("cpu"), chunks, timeline=False) if engine == "single" else

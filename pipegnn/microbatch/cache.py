@@ -24,7 +24,7 @@ from torch import Tensor
 
 from pipegnn.integrity import seal, unsealed
 from pipegnn.microbatch.halo import MicroBatch
-from pipegnn.microbatch.plan import MicroBatchPlan, PlanStats, build_plan
+from pipegnn.microbatch.plan import ComputationGraph, MicroBatchPlan, PlanSpec, PlanStats, build_plan
 
 __all__ = ["cached_plan", "plan_key"]
 
@@ -33,10 +33,14 @@ log = logging.getLogger(__name__)
 _FORMAT = 5  # bump when the stored layout or the plan semantics change (5: content checksum)
 
 
-def plan_key(edge_index: Tensor, edge_weight: Tensor | None, targets: Tensor, **params: Any) -> str:
-    """A hex digest of the graph, the targets and the build parameters (``num_nodes``, ``chunks``...)."""
+def plan_key(graph: ComputationGraph, targets: Tensor, spec: PlanSpec, part: Tensor | None = None) -> str:
+    """A hex digest of the graph, the targets, the spec and the reused part ids (if any)."""
+    # the key's names and values as they have always been (a change would miss every cached plan)
+    params = {"num_nodes": graph.num_nodes, "chunks": spec.chunks, "num_layers": spec.num_layers,
+              "halo": spec.halo, "partitioner": spec.partitioner, "seed": spec.seed,
+              "part": None if part is None else hashlib.sha1(part.numpy().tobytes()).hexdigest()}
     h = hashlib.sha1(json.dumps({"format": _FORMAT, **params}, sort_keys=True).encode())
-    for t in (edge_index, edge_weight, torch.unique(targets)):
+    for t in (graph.edge_index, graph.edge_weight, torch.unique(targets)):
         h.update(b"-" if t is None else t.contiguous().numpy().tobytes())
         if t is not None:
             h.update(str(t.dtype).encode())
@@ -54,10 +58,10 @@ def _to_state(plan: MicroBatchPlan, key: str) -> dict[str, Any]:
                  "stats": asdict(plan.stats)})
 
 
-def _mismatch(state: Any, key: str, num_nodes: int, targets: Tensor, chunks: int, num_layers: int,
-              halo: str, partitioner: str) -> str | None:
+def _mismatch(state: Any, key: str, num_nodes: int, targets: Tensor, spec: PlanSpec) -> str | None:
     """Why a loaded state is not the plan asked for (None if it is): another key, or a plan whose
     shape does not fit the request (cheap checks, no rebuild)."""
+    chunks, num_layers, halo, partitioner = spec.chunks, spec.num_layers, spec.halo, spec.partitioner
     if not isinstance(state, dict):
         return f"not a stored plan ({type(state).__name__})"
     if state.get("format") != _FORMAT or state.get("key") != key:
@@ -91,41 +95,31 @@ def _from_state(state: dict[str, Any]) -> MicroBatchPlan:
                           state["part"], state["halo"], state["partition"], PlanStats(**state["stats"]))
 
 
-def cached_plan(cache_dir: str | Path | None, edge_index: Tensor, num_nodes: int, targets: Tensor,
-                chunks: int, *, num_layers: int, halo: str, partitioner: str,
-                edge_weight: Tensor | None = None, seed: int = 0,
+def cached_plan(cache_dir: str | Path | None, graph: ComputationGraph, targets: Tensor, spec: PlanSpec,
                 part: Tensor | None = None) -> tuple[MicroBatchPlan, bool]:
     """:func:`build_plan`, read from ``cache_dir`` when this exact plan was built before.
 
     Args:
         cache_dir: folder of cached plans (created when needed), or None to always build.
-        edge_index, num_nodes, targets, chunks, num_layers, halo, partitioner, edge_weight, seed, part:
-            as for :func:`build_plan`.
+        graph, targets, spec, part: as for :func:`build_plan`.
 
     Returns:
         The plan and whether it came from the cache.
     """
-    def build() -> MicroBatchPlan:
-        return build_plan(edge_index, num_nodes, targets, chunks, num_layers=num_layers, halo=halo,
-                          partitioner=partitioner, edge_weight=edge_weight, seed=seed, part=part)
-
     if cache_dir is None:
-        return build(), False
-    key = plan_key(edge_index, edge_weight, targets, num_nodes=num_nodes, chunks=chunks,
-                   num_layers=num_layers, halo=halo, partitioner=partitioner, seed=seed,
-                   part=None if part is None else hashlib.sha1(part.numpy().tobytes()).hexdigest())
+        return build_plan(graph, targets, spec, part), False
+    key = plan_key(graph, targets, spec, part)
     path = Path(cache_dir) / f"plan-{key}.pt"
     if path.is_file():
         try:
             state = torch.load(path, weights_only=True)
-            why = (_mismatch(state, key, num_nodes, targets, chunks, num_layers, halo, partitioner)
-                   or unsealed(state))
+            why = _mismatch(state, key, graph.num_nodes, targets, spec) or unsealed(state)
             if why is None:
                 return _from_state(state), True
             log.warning("ignoring cached plan %s (%s); rebuilding it", path, why)
         except Exception as e:  # a truncated or foreign file: rebuild and overwrite it
             log.warning("ignoring unreadable cached plan %s (%s); rebuilding it", path, e)
-    plan = build()
+    plan = build_plan(graph, targets, spec, part)
     try:
         _save(_to_state(plan, key), path)
     except OSError as e:  # a read-only or unusable folder: the plan is still good, in memory

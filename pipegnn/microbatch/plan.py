@@ -6,10 +6,48 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
+from pipegnn.choices import Halo, Partitioner
 from pipegnn.microbatch.halo import HALOS, InCSR, MicroBatch, exact_block, historical_block, naive_block
 from pipegnn.microbatch.partition import partition, reuse_partition
 
-__all__ = ["MicroBatchPlan", "PlanStats", "build_plan"]
+__all__ = ["ComputationGraph", "MicroBatchPlan", "PlanSpec", "PlanStats", "build_plan"]
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: tensors have no truth value (compared by identity)
+class ComputationGraph:
+    """The graph a plan partitions: the edges the model's layers read.
+
+    Attributes:
+        edge_index: ``[2, E]`` (source, target), self-loops included if the model uses them.
+        num_nodes: number of nodes.
+        edge_weight: ``[E]`` weights that travel with their edges (e.g. GCN's full-graph
+            normalisation), or None.
+    """
+
+    edge_index: Tensor
+    num_nodes: int
+    edge_weight: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """What a plan is made of, besides its graph and targets.
+
+    Attributes:
+        chunks: number of micro-batches k.
+        num_layers: number of message-passing layers L.
+        halo: ``exact`` (L-hop halo: outputs equal the full graph's), ``historical`` (1-hop halo, deeper
+            layers read cached embeddings) or ``none`` (induced subgraph of each part: edges between
+            parts are lost, as in the poster).
+        partitioner: see :data:`pipegnn.microbatch.PARTITIONERS`.
+        seed: partitioner seed.
+    """
+
+    chunks: int
+    num_layers: int
+    halo: Halo | str = Halo.exact
+    partitioner: Partitioner | str = Partitioner.metis
+    seed: int = 0
 
 
 @dataclass
@@ -93,43 +131,35 @@ class MicroBatchPlan:
         return len(self.micro_batches)
 
 
-def build_plan(edge_index: Tensor, num_nodes: int, targets: Tensor, chunks: int, *, num_layers: int,
-               halo: str = "exact", partitioner: str = "metis", edge_weight: Tensor | None = None,
-               seed: int = 0, csr: InCSR | None = None, part: Tensor | None = None) -> MicroBatchPlan:
-    """Split ``targets`` into ``chunks`` micro-batches.
+def build_plan(graph: ComputationGraph, targets: Tensor, spec: PlanSpec, part: Tensor | None = None, *,
+               csr: InCSR | None = None) -> MicroBatchPlan:
+    """Split ``targets`` into ``spec.chunks`` micro-batches over ``graph``.
 
     Args:
-        edge_index: the computation graph ``[2, E]`` (source, target), self-loops included if the model
-            uses them; ``edge_weight`` (e.g. GCN's full-graph normalisation) travels with its edges.
-        num_nodes: number of nodes.
+        graph: the computation graph, self-loops included if the model uses them.
         targets: node ids whose outputs are needed.
-        chunks: number of micro-batches k.
-        num_layers: number of message-passing layers L.
-        halo: ``exact`` (L-hop halo: outputs equal the full graph's), ``historical`` (1-hop halo, deeper
-            layers read cached embeddings) or ``none`` (induced subgraph of each part: edges between
-            parts are lost, as in the poster).
-        partitioner: see :data:`pipegnn.microbatch.PARTITIONERS`.
-        seed: partitioner seed.
+        spec: chunks, layers, halo mode, partitioner and its seed.
+        part: ``[N]`` part ids to reuse instead of running ``spec.partitioner`` (e.g. the training
+            plan's, for evaluation targets among its targets); parts without targets receive one.
         csr: the graph's :class:`InCSR` if already built (plans over the same graph can share it).
-        part: ``[N]`` part ids to reuse instead of running ``partitioner`` (e.g. the training plan's,
-            for evaluation targets among its targets); parts without targets receive one.
 
     Raises:
         ValueError: unknown halo or partitioner, or chunks outside ``[1, len(targets)]``.
     """
+    halo, chunks, num_layers = spec.halo, spec.chunks, spec.num_layers
     if halo not in HALOS:
         raise ValueError(f"unknown halo mode {halo!r}; valid: {', '.join(HALOS)}")
     targets = torch.unique(targets)
     if part is None:
-        part = partition(edge_index, num_nodes, targets, chunks, partitioner, seed)
+        part = partition(graph.edge_index, graph.num_nodes, targets, chunks, spec.partitioner, spec.seed)
     else:
         part = reuse_partition(part, targets, chunks)
-    csr = csr or InCSR(edge_index, num_nodes, edge_weight)
+    csr = csr or InCSR(graph.edge_index, graph.num_nodes, graph.edge_weight)
     batches = _blocks(csr, part, targets, chunks, halo, num_layers)
-    stats = _stats(batches, _single_chunk_work(csr, targets, halo, num_layers), part, edge_index)
+    stats = _stats(batches, _single_chunk_work(csr, targets, halo, num_layers), part, graph.edge_index)
     # plain strings (a choice's enum member would make the cached plan unreadable with weights_only)
     return MicroBatchPlan(batches, torch.cat([mb.targets for mb in batches]), part, str(halo),
-                          str(partitioner), stats)
+                          str(spec.partitioner), stats)
 
 
 def _blocks(csr: InCSR, part: Tensor, targets: Tensor, chunks: int, halo: str,

@@ -24,7 +24,7 @@ from pipegnn.measure import (
     reset_peaks,
     timed,
 )
-from pipegnn.microbatch import MicroBatchPlan, cached_plan
+from pipegnn.microbatch import ComputationGraph, MicroBatchPlan, PlanSpec, cached_plan
 from pipegnn.models import build_model, model_stack
 from pipegnn.models.precision import autocast_dtype, dtype_name
 from pipegnn.record import RunRecord
@@ -169,9 +169,9 @@ def _build_plans(cfg: Config, graph: Graph, backend: Any,
                                                         dtype)
 
     def plan(targets: Tensor, part: Tensor | None = None) -> tuple[MicroBatchPlan, bool]:
-        return cached_plan(mb.cache, edge_index, graph.num_nodes, targets, cfg.chunks, num_layers=num_layers,
-                           halo=mb.halo, partitioner=mb.partition, edge_weight=edge_weight, seed=mb.seed,
-                           part=part)
+        return cached_plan(mb.cache, ComputationGraph(edge_index, graph.num_nodes, edge_weight), targets,
+                           PlanSpec(cfg.chunks, num_layers, halo=mb.halo, partitioner=mb.partition,
+                                    seed=mb.seed), part)
 
     train_targets, evaluated = graph.split(mb.targets), eval_targets(graph, mb.halo)
     train = plan(train_targets)

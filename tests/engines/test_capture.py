@@ -14,7 +14,7 @@ from pipegnn.engines import IGNORE, Replayed, SingleEngine
 from pipegnn.engines.capture import capture_problems
 from pipegnn.errors import ConfigError
 from pipegnn.training.launch import check_run
-from pipegnn.microbatch import build_plan
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
 from pipegnn.schema import Config, run_config
 
@@ -76,8 +76,8 @@ def _steps(kind: dict, chunks: int, captured: bool, steps: int = 4) -> tuple[lis
     backend = get_backend("pyg")
     model = build_model(kind, backend, graph.x, graph.num_classes).double()
     edges, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes, torch.float64)
-    plan = build_plan(edges, graph.num_nodes, torch.arange(graph.num_nodes), chunks,
-                      num_layers=model.num_layers, partitioner="random", edge_weight=weight)
+    plan = build_plan(ComputationGraph(edges, graph.num_nodes, weight), torch.arange(graph.num_nodes),
+                      PlanSpec(chunks, model.num_layers, partitioner="random"))
     ids = model.attach(plan)
     device = torch.device("cuda:0")
     engine = SingleEngine(copy.deepcopy(model), device, chunks, timeline=False)

@@ -10,7 +10,7 @@ import torch
 
 from pipegnn.backends import get_backend
 from pipegnn.engines import IGNORE, GPipeEngine, SingleEngine
-from pipegnn.microbatch import build_plan
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
 
 from tests.helpers import assert_close, assert_grads_close, random_graph
@@ -29,8 +29,8 @@ def test_every_checkpoint_mode_computes_the_single_engines_step(kind: dict, chec
     backend = get_backend("pyg")
     model = build_model(kind, backend, graph.x, graph.num_classes)
     edges, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes, torch.float64)
-    plan = build_plan(edges, graph.num_nodes, torch.arange(graph.num_nodes), 4, num_layers=model.num_layers,
-                      partitioner="random", edge_weight=weight)
+    plan = build_plan(ComputationGraph(edges, graph.num_nodes, weight), torch.arange(graph.num_nodes),
+                      PlanSpec(4, model.num_layers, partitioner="random"))
     ids = model.attach(plan)
     labels = torch.where(graph.train_mask, graph.y, IGNORE)[plan.targets]
     labelled = int(graph.train_mask.sum())

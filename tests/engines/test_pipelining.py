@@ -411,7 +411,7 @@ def _data_parallel_worker(rank: int, world: int, port: int, framework: str, out:
     import torch.distributed as dist
 
     from pipegnn.engines import PipeliningEngine, SingleEngine
-    from pipegnn.microbatch import build_plan
+    from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
     from pipegnn.models import build_model
 
     graph, backend = _float64_rank(rank, world, port, framework)
@@ -420,8 +420,8 @@ def _data_parallel_worker(rank: int, world: int, port: int, framework: str, out:
                 dict(name="gcn", hidden=8, layers=2, dropout=0.0)):
         edge_index, weight = backend.computation_graph(cfg["name"], graph.edge_index, graph.num_nodes,
                                                        torch.float64)
-        plan = build_plan(edge_index, graph.num_nodes, graph.split("train"), 4, num_layers=2,
-                          edge_weight=weight, halo="exact")
+        plan = build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), graph.split("train"),
+                          PlanSpec(4, 2, halo="exact"))
         labels, n = graph.y[plan.targets], plan.targets.numel()
         for schedule, per_stage in (("gpipe", [2, 2]), ("1f1b", [1, 3])):
             results = []
@@ -561,7 +561,7 @@ def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str)
     import torch.distributed as dist
 
     from pipegnn.engines import PipeliningEngine, SingleEngine
-    from pipegnn.microbatch import build_plan
+    from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
     from pipegnn.models import build_model
 
     graph, backend = _float64_rank(rank, world, port, framework)
@@ -581,8 +581,9 @@ def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str)
             for schedule, chunks, per_stage in splits:
                 if halo == "historical" and kind in ("gat", "gcn") and chunks == 1:
                     continue
-                plans = [build_plan(edge_index, graph.num_nodes, t, chunks, num_layers=cfg["layers"],
-                                    edge_weight=weight, halo=halo) for t in (graph.split("train"), graph.split("all"))]
+                plans = [build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), t,
+                                    PlanSpec(chunks, cfg["layers"], halo=halo))
+                         for t in (graph.split("train"), graph.split("all"))]
                 labels, n = graph.y[plans[0].targets], plans[0].targets.numel()
                 grads = []
                 for engine in ("single", "pipelining"):

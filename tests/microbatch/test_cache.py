@@ -3,17 +3,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from pipegnn import run
+from pipegnn.choices import Halo, Partitioner
 from pipegnn.data import Graph
-from pipegnn.microbatch import MicroBatchPlan, cached_plan
+from pipegnn.microbatch import ComputationGraph, MicroBatchPlan, PlanSpec, cached_plan, plan_key
 
 from tests.helpers import damage_a_tensor, make_cfg
 
-BASE = dict(num_layers=2, halo="exact", partitioner="metis", seed=0)
+BASE: dict[str, Any] = dict(num_layers=2, halo="exact", partitioner="metis", seed=0)
 
 
 def assert_same_plan(a: MicroBatchPlan, b: MicroBatchPlan) -> None:
@@ -27,10 +29,11 @@ def assert_same_plan(a: MicroBatchPlan, b: MicroBatchPlan) -> None:
 
 def build(graph: Graph, cache: Path | None, targets: torch.Tensor | None = None, chunks: int = 3,
           edge_index: torch.Tensor | None = None, weight: torch.Tensor | None = None,
-          **changes: object) -> tuple[MicroBatchPlan, bool]:
-    return cached_plan(cache, graph.edge_index if edge_index is None else edge_index, graph.num_nodes,
-                       graph.split("train") if targets is None else targets, chunks,
-                       edge_weight=weight, **{**BASE, **changes})
+          **changes: Any) -> tuple[MicroBatchPlan, bool]:
+    computation = ComputationGraph(graph.edge_index if edge_index is None else edge_index, graph.num_nodes,
+                                   weight)
+    return cached_plan(cache, computation, graph.split("train") if targets is None else targets,
+                       PlanSpec(chunks, **{**BASE, **changes}))
 
 
 def test_second_build_reads_the_cache(graph: Graph, tmp_path: Path) -> None:
@@ -224,3 +227,22 @@ def test_run_with_swapped_plan_files_matches_a_clean_run(tmp_path: Path) -> None
     assert swapped["status"] == "completed", swapped["error"]
     assert swapped["final"]["test_acc"] == clean["final"]["test_acc"]
     assert [e["train_loss"] for e in swapped["epochs"]] == [e["train_loss"] for e in clean["epochs"]]
+
+
+def test_plan_key_is_unchanged() -> None:
+    """Plans cached on users' disks keep hitting: the key of the same plan is the one computed before the
+    build parameters became a ComputationGraph and a PlanSpec (``plan_key(edge_index, edge_weight,
+    targets, num_nodes=..., chunks=..., num_layers=..., halo=..., partitioner=..., seed=..., part=...)``),
+    whether a choice is spelt as a string or as its enum member."""
+    edges = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5], [1, 0, 2, 1, 3, 2, 4, 3, 5, 4]])
+    weight = torch.linspace(0.1, 1.0, 10)
+    targets = torch.tensor([5, 0, 2, 3, 2])
+    assert plan_key(ComputationGraph(edges, 6), targets, PlanSpec(3, 2, "exact", "metis")) == \
+        "9ca2155234dd1ebe16f6f364"
+    spec = PlanSpec(3, 2, "historical", "random", 7)
+    assert plan_key(ComputationGraph(edges, 6, weight), targets, spec) == "f930b35559a9b3186653f7fc"
+    assert plan_key(ComputationGraph(edges, 6), targets, PlanSpec(3, 2, "none", "bfs"),
+                    part=torch.tensor([0, 0, 1, 1, 2, 2])) == "9469077d78f85c07382e0c44"
+    for spec in (PlanSpec(3, 2), PlanSpec(3, 2, Halo.exact, Partitioner.metis, 0),
+                 PlanSpec(3, 2, "exact", "metis", 0)):
+        assert plan_key(ComputationGraph(edges, 6, weight), targets, spec) == "181bb51c43a9ba0a00ed0623"

@@ -11,7 +11,7 @@ from pipegnn import run
 from pipegnn.backends import get_backend
 from pipegnn.data import Graph
 from pipegnn.engines import GPipeEngine, SingleEngine
-from pipegnn.microbatch import History, build_plan
+from pipegnn.microbatch import ComputationGraph, History, PlanSpec, build_plan
 from pipegnn.models import StagedGNN, build_model
 
 from tests.helpers import make_cfg
@@ -27,8 +27,8 @@ def historical_model(framework: str, kind: str, graph: Graph, chunks: int, engin
     backend = get_backend(framework)
     model = build_model(MODELS[kind], backend, graph.x, graph.num_classes, history=True)
     edge_index, weight = backend.computation_graph(kind, graph.edge_index, graph.num_nodes, torch.float64)
-    plans = [build_plan(edge_index, graph.num_nodes, t, chunks, num_layers=model.num_layers,
-                        halo="historical", partitioner="metis", edge_weight=weight)
+    plans = [build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), t,
+                        PlanSpec(chunks, model.num_layers, halo="historical", partitioner="metis"))
              for t in (graph.split("all"), targets)]
     expected, _ = reference(framework, copy.deepcopy(model), graph, graph.split("all"))
     all_ids, target_ids = (model.attach(p) for p in plans)

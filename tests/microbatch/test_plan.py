@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from pipegnn.data import Graph
-from pipegnn.microbatch import build_plan
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 
 # Undirected path 0-1-2-3-4-5 (both directions), no self-loops: 10 directed edges.
 PATH = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5],
@@ -13,8 +13,8 @@ PATH = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5],
 
 
 def path_plan(targets: list[int], layers: int, halo: str = "exact", chunks: int = 2):
-    return build_plan(PATH, 6, torch.tensor(targets), chunks, num_layers=layers, halo=halo,
-                      partitioner="sequential")
+    return build_plan(ComputationGraph(PATH, 6), torch.tensor(targets),
+                      PlanSpec(chunks, layers, halo=halo, partitioner="sequential"))
 
 
 def test_exact_one_layer_stats() -> None:
@@ -68,8 +68,8 @@ def test_padding_with_unequal_micro_batches() -> None:
 @pytest.mark.parametrize("halo", ["exact", "none"])
 def test_blocks_are_nested_prefixes(graph: Graph, halo: str) -> None:
     targets = graph.split("train")
-    plan = build_plan(graph.edge_index, graph.num_nodes, targets, 3, num_layers=3, halo=halo,
-                      partitioner="metis")
+    plan = build_plan(ComputationGraph(graph.edge_index, graph.num_nodes), targets,
+                      PlanSpec(3, 3, halo=halo, partitioner="metis"))
     assert torch.equal(torch.sort(plan.targets).values, targets)
     for mb in plan.micro_batches:
         assert mb.nodes.unique().numel() == mb.nodes.numel() == mb.sizes[0]
@@ -81,7 +81,8 @@ def test_blocks_are_nested_prefixes(graph: Graph, halo: str) -> None:
 
 
 def test_exact_block_has_every_in_edge(graph: Graph) -> None:
-    plan = build_plan(graph.edge_index, graph.num_nodes, graph.split("train"), 4, num_layers=2)
+    plan = build_plan(ComputationGraph(graph.edge_index, graph.num_nodes), graph.split("train"),
+                      PlanSpec(4, 2))
     in_degree = torch.bincount(graph.edge_index[1], minlength=graph.num_nodes)
     for mb in plan.micro_batches:
         for layer, edges in enumerate(mb.edges):
@@ -92,8 +93,8 @@ def test_exact_block_has_every_in_edge(graph: Graph) -> None:
 
 def test_edge_weights_travel_with_their_edges(graph: Graph) -> None:
     weight = torch.arange(graph.num_edges, dtype=torch.float)
-    plan = build_plan(graph.edge_index, graph.num_nodes, graph.split("train"), 3, num_layers=2,
-                      edge_weight=weight)
+    plan = build_plan(ComputationGraph(graph.edge_index, graph.num_nodes, weight), graph.split("train"),
+                      PlanSpec(3, 2))
     for mb in plan.micro_batches:
         for edges, w in zip(mb.edges, mb.weights):
             src, dst = mb.nodes[edges[0]], mb.nodes[edges[1]]
@@ -151,8 +152,8 @@ def test_stats_command_matches_build_plan(data_root, capsys, tmp_path) -> None:
     row = table[(table.partition == "metis") & (table.chunks == 8) & (table.halo == "exact")].iloc[0]
     graph = load_planetoid("cora", data_root, tmp_path)
     edges, _ = get_backend("pyg").computation_graph("gat", graph.edge_index, graph.num_nodes)
-    expected = build_plan(edges, graph.num_nodes, graph.split("all"), 8, num_layers=2,
-                          partitioner="metis").stats
+    expected = build_plan(ComputationGraph(edges, graph.num_nodes), graph.split("all"),
+                          PlanSpec(8, 2, partitioner="metis")).stats
     assert row.inflation == pytest.approx(expected.inflation)
     assert row.replication == pytest.approx(expected.replication)
     assert "metis" in capsys.readouterr().out
@@ -168,8 +169,8 @@ def test_single_chunk_work_is_counted_without_blocks(graph: Graph, halo: str, la
 
     targets = graph.split("train")
     csr = InCSR(graph.edge_index, graph.num_nodes)
-    one = build_plan(graph.edge_index, graph.num_nodes, targets, 1, num_layers=layers, halo=halo,
-                     partitioner="sequential")
+    one = build_plan(ComputationGraph(graph.edge_index, graph.num_nodes), targets,
+                     PlanSpec(1, layers, halo=halo, partitioner="sequential"))
     assert one.stats.inflation == pytest.approx(1.0)
     work = sum(mb.sources[l] + mb.edges[l].size(1) for mb in one.micro_batches for l in range(layers))
     assert _single_chunk_work(csr, targets, halo, layers) == work == one.stats.reference_work
@@ -177,16 +178,17 @@ def test_single_chunk_work_is_counted_without_blocks(graph: Graph, halo: str, la
 
 def test_local_edges_are_int32(graph: Graph) -> None:
     for halo in ("exact", "historical", "none"):
-        plan = build_plan(graph.edge_index, graph.num_nodes, graph.split("train"), 2, num_layers=2,
-                          halo=halo)
+        plan = build_plan(ComputationGraph(graph.edge_index, graph.num_nodes), graph.split("train"),
+                          PlanSpec(2, 2, halo=halo))
         assert {e.dtype for mb in plan.micro_batches for e in mb.edges} == {torch.int32}
         assert plan.micro_batches[0].nodes.dtype == torch.int64
 
 
 def test_reused_partition_gives_the_same_plan(graph: Graph) -> None:
     targets = graph.split("val")
-    fresh = build_plan(graph.edge_index, graph.num_nodes, targets, 3, num_layers=2)
-    again = build_plan(graph.edge_index, graph.num_nodes, targets, 3, num_layers=2, part=fresh.part)
+    computation = ComputationGraph(graph.edge_index, graph.num_nodes)
+    fresh = build_plan(computation, targets, PlanSpec(3, 2))
+    again = build_plan(computation, targets, PlanSpec(3, 2), part=fresh.part)
     assert torch.equal(again.part, fresh.part) and torch.equal(again.targets, fresh.targets)
     for a, b in zip(again.micro_batches, fresh.micro_batches):
         assert torch.equal(a.nodes, b.nodes) and all(torch.equal(x, y) for x, y in zip(a.edges, b.edges))

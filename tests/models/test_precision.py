@@ -13,7 +13,7 @@ from pipegnn.backends import FRAMEWORKS, get_backend
 from pipegnn.data import Graph
 from pipegnn.engines import GPipeEngine, SingleEngine
 from pipegnn.engines.base import exact_loss
-from pipegnn.microbatch import build_plan
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import FIRST_TRANSFORMS, PRECISIONS, build_model
 from pipegnn.models.precision import autocast_dtype, dtype_name
 
@@ -49,8 +49,8 @@ def staged(framework: str, kind: str, graph: Graph, precision: str, chunks: int,
     model = build_model({**MODELS[kind], "aggregation": aggregation}, backend, graph.x, graph.num_classes,
                         history=halo == "historical", first_transform=first, precision=precision)
     edge_index, weight = backend.computation_graph(kind, graph.edge_index, graph.num_nodes)
-    plan = build_plan(edge_index, graph.num_nodes, graph.split("all"), chunks, num_layers=model.num_layers,
-                      halo=halo, partitioner="metis", edge_weight=weight)
+    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), graph.split("all"),
+                      PlanSpec(chunks, model.num_layers, halo=halo, partitioner="metis"))
     ids = model.attach(plan)
     run = (SingleEngine(model, device, chunks) if engine == "single"
            else GPipeEngine(model, [device, device], [1, len(model) - 1], chunks, "except_last"))

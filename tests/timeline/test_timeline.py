@@ -14,7 +14,7 @@ from pipegnn.backends import get_backend
 from pipegnn.training.launch import check_run
 from pipegnn.data import Graph
 from pipegnn.engines import GPipeEngine, SingleEngine
-from pipegnn.microbatch import build_plan
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
 from pipegnn.timeline import Box
 
@@ -28,7 +28,8 @@ def _engine(graph: Graph, name: str, chunks: int, checkpoint: str = "except_last
     backend = get_backend("pyg")
     model = build_model(GAT, backend, graph.x, graph.num_classes)
     edge_index, _ = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
-    plan = build_plan(edge_index, graph.num_nodes, graph.split("train"), chunks, num_layers=2)
+    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes), graph.split("train"),
+                      PlanSpec(chunks, 2))
     ids = model.attach(plan)
     engine = (SingleEngine(model, CPU, chunks) if name == "single"
               else GPipeEngine(model, [CPU, CPU], [1, 3], chunks, checkpoint))
