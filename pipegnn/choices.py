@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
+from typing import TYPE_CHECKING
 
 if sys.version_info >= (3, 11):
     from enum import StrEnum
@@ -33,10 +34,27 @@ def names(choice: type[StrEnum]) -> tuple[str, ...]:
     return tuple(member.value for member in choice)
 
 
-#: ``dataset.name``: the loaders of :mod:`pipegnn.data` (``ogbn-*`` spelt as OGB does, which is no Python
-#: name: ``DatasetName("ogbn-arxiv")``).
-DatasetName = StrEnum("DatasetName", [(name, name) for name in (
-    "cora", "citeseer", "pubmed", "pubmed_topology", "ogbn-arxiv", "ogbn-products", "reddit", "synthetic")])
+# The two enums made with the functional API are declared as classes to mypy (and to the API pages, read
+# statically), as mypy types that API only when it is called on enum's own classes (it checks the package
+# as Python 3.10, where StrEnum is the class above). A class body cannot name a member whose spelling is no
+# Python name: these classes lack those members, which the package reaches by value alone
+# (``Schedule("1f1b")``). At run time: the else branches.
+if TYPE_CHECKING:
+    class DatasetName(StrEnum):
+        """``dataset.name``: the loaders of :mod:`pipegnn.data`; also ``ogbn-arxiv`` and ``ogbn-products``
+        (spelt as OGB does, which is no Python name: ``DatasetName("ogbn-arxiv")``), between
+        ``pubmed_topology`` and ``reddit``."""
+
+        cora = "cora"
+        citeseer = "citeseer"
+        pubmed = "pubmed"
+        pubmed_topology = "pubmed_topology"
+        reddit = "reddit"
+        synthetic = "synthetic"
+else:
+    DatasetName = StrEnum("DatasetName", [(name, name) for name in (
+        "cora", "citeseer", "pubmed", "pubmed_topology", "ogbn-arxiv", "ogbn-products", "reddit",
+        "synthetic")])
 
 
 class Storage(StrEnum):
@@ -93,8 +111,16 @@ class Checkpoint(StrEnum):
     never = "never"
 
 
-#: ``engine.schedule`` (pipelining): torch.distributed.pipelining's schedules (``1f1b`` is no Python name).
-Schedule = StrEnum("Schedule", [("gpipe", "gpipe"), ("1f1b", "1f1b"), ("interleaved1f1b", "interleaved1f1b")])
+if TYPE_CHECKING:  # see DatasetName
+    class Schedule(StrEnum):
+        """``engine.schedule`` (pipelining): torch.distributed.pipelining's schedules; also ``1f1b``
+        (no Python name: ``Schedule("1f1b")``), between ``gpipe`` and ``interleaved1f1b``."""
+
+        gpipe = "gpipe"
+        interleaved1f1b = "interleaved1f1b"
+else:
+    Schedule = StrEnum("Schedule", [("gpipe", "gpipe"), ("1f1b", "1f1b"),
+                                    ("interleaved1f1b", "interleaved1f1b")])
 
 
 class Launcher(StrEnum):

@@ -32,9 +32,9 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, cast
 
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from pipegnn.choices import (
     Aggregation,
@@ -308,7 +308,7 @@ def run_config(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
     """
     if isinstance(cfg, Config):
         return cfg
-    plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    plain = _container(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
     nodes = {group: OmegaConf.structured(_schema(group, plain.get(group))) for group in GROUP_SCHEMAS}
     if plain.get("logger") is not None:  # the trackers chosen (composition leaves the group untyped)
         nodes["logger"] = OmegaConf.structured(LoggerConfig)
@@ -318,11 +318,14 @@ def run_config(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
 def config_container(cfg: Config | DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     """A run config as records and checkpoints keep it: plain containers, interpolations resolved,
     choices as their spellings."""
-    if isinstance(cfg, Config):
-        cfg = OmegaConf.structured(cfg)
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+    if isinstance(cfg, (Config, DictConfig)):
+        return _container(OmegaConf.structured(cfg) if isinstance(cfg, Config) else cfg, enum_to_str=True)
     return dict(cfg)
+
+
+def _container(cfg: DictConfig, enum_to_str: bool = False) -> dict[str, Any]:
+    """A config node's plain form, interpolations resolved (a DictConfig's is a dict keyed by strings)."""
+    return cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, enum_to_str=enum_to_str))
 
 
 def group_config(group: str, node: Any) -> Any:
@@ -338,7 +341,7 @@ def group_config(group: str, node: Any) -> Any:
         return node
     schema = _schema(group, node)
     option = config_dir() / group / f"{node['name']}.yaml"
-    base = OmegaConf.load(option) if option.is_file() else {}
+    base: DictConfig | ListConfig | dict[str, Any] = OmegaConf.load(option) if option.is_file() else {}
     if isinstance(base, DictConfig):
         base.pop("defaults", None)
     return _typed(lambda: OmegaConf.merge(OmegaConf.structured(schema), base, node), prefix=f"{group}.")
@@ -376,7 +379,8 @@ def _problem(e: Any, prefix: str = "") -> str:
     from omegaconf.errors import ConfigKeyError
 
     key = f"{prefix}{e.full_key}"
-    schema = e.object_type if dataclasses.is_dataclass(e.object_type) else None
+    owner = e.object_type  # a class, or None
+    schema = owner if isinstance(owner, type) and dataclasses.is_dataclass(owner) else None
     if isinstance(e, ConfigKeyError) and schema is not None:
         keys = ", ".join(f.name for f in dataclasses.fields(schema))
         return f"{key} is not a key of {schema.__name__}; its keys: {keys}"
@@ -454,10 +458,10 @@ def comparable_config(config: Mapping[str, Any] | DictConfig,
     string values that contain the job's output directory (a path embedding Hydra's timestamp) have it
     replaced by ``<output_dir>``."""
     if isinstance(config, DictConfig):
-        config = OmegaConf.to_container(config, resolve=True)
+        config = _container(config)
     plain = {k: v for k, v in plain_config(dict(config)).items() if k not in VOLATILE_KEYS}
     for (*parents, key), value in ADDED_KEYS.items():
-        section = plain
+        section: dict[str, Any] | None = plain
         for name in parents:
             section = section.get(name) if isinstance(section, dict) else None
         if isinstance(section, dict) and section.get(key, value) == value:

@@ -65,12 +65,12 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
     """
     if features not in (*STORAGE, "none"):
         raise ConfigError(f"features={features!r} is not valid; valid: {', '.join((*STORAGE, 'none'))}")
-    dataset = group_config("dataset", dataset)
-    name = str(dataset.name)
-    if isinstance(dataset, SyntheticConfig):
-        return _synthetic(dataset, cache, features)
-    if isinstance(dataset, PubmedTopologyConfig):
-        graph = load_pubmed_topology(root, cache, seed=dataset.seed)
+    config: DatasetConfig = group_config("dataset", dataset)
+    name = str(config.name)
+    if isinstance(config, SyntheticConfig):
+        return _synthetic(config, cache, features)
+    if isinstance(config, PubmedTopologyConfig):
+        graph = load_pubmed_topology(root, cache, seed=config.seed)
     elif name in PLANETOID_NAMES:
         graph = load_planetoid(name, root, cache)
     else:
@@ -80,9 +80,11 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
     if features == "memory":
         return graph
     x = graph.x
+    assert x is not None  # every loader keeps the features in memory
     meta = FeatureMeta(x.size(0), x.size(1), x.dtype)
     if features == "disk":
-        key = hashlib.sha1(x.contiguous().view(-1).view(torch.uint8).numpy()).hexdigest()[:16]
+        # the array's buffer (.data): numpy types ndarray as a buffer only from Python 3.12
+        key = hashlib.sha1(x.contiguous().view(-1).view(torch.uint8).numpy().data).hexdigest()[:16]
         store = cached_store(Path(cache) / FEATURES_DIR / f"{name}-{key}", key,
                              lambda s: s.write([x], rows=x.size(0), cols=x.size(1), dtype=x.dtype, key=key))
         meta = store.meta()

@@ -1,6 +1,8 @@
 """Engines that run a staged model over micro-batches: ``single``, ``gpipe`` and ``pipelining``."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -51,7 +53,7 @@ def build_engine(engine: EngineConfig, model: StagedGNN, train_ids: Tensor) -> E
         per_stage, source, costs = _balance(engine, model, ranks, per_rank, train_ids, device,
                                             measure=rank == 0, lazy_first=PipeliningEngine.lazy_first)
         if source == AUTO:  # rank 0 measured: every rank takes its balance
-            shared = [per_stage, costs]
+            shared: list[Any] = [per_stage, costs]
             dist.broadcast_object_list(shared, src=0)
             per_stage, costs = shared
         return PipeliningEngine(model, device, chunks, engine.schedule, per_stage, engine.timeline, source,

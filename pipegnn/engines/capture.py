@@ -112,6 +112,7 @@ class Replayed:
                     loss = self._step()
                 self._train, self._loss = graph, loss  # kept only once recorded
             self._train.replay()
+            assert self._loss is not None  # recorded with the graph
             return float(self._loss)
 
     @torch.no_grad()
@@ -128,4 +129,5 @@ class Replayed:
                     logits = self.engine.predict(self.eval_ids)
                 self._eval, self._logits = graph, logits
             self._eval.replay()
+            assert self._logits is not None  # recorded with the graph
             return self._logits

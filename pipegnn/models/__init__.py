@@ -79,7 +79,7 @@ def build_model(model: ModelConfig | Mapping[str, Any], backend: Any, features: 
     ``features`` sizes the model (``shape``, ``dtype``) and feeds its first unit: the feature Tensor, a
     source of rows out of core (:class:`pipegnn.data.features.FeatureRows`), or only their description
     (:class:`pipegnn.data.features.FeatureMeta`; rows later with ``StagedGNN.set_features``)."""
-    model = group_config("model", model)
-    specs = model_stack(model, features.shape[1], num_classes)
-    return StagedGNN(specs, backend.with_aggregation(model.aggregation), model.name, features, history,
+    config: ModelConfig = group_config("model", model)
+    specs = model_stack(config, features.shape[1], num_classes)
+    return StagedGNN(specs, backend.with_aggregation(config.aggregation), config.name, features, history,
                      first_transform, precision, halo_dropout)

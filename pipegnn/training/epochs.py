@@ -79,8 +79,9 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
         epochs.extend(resume(plain, state_path, model, optimizer))
         if epochs:
             record.resumed = {"checkpoint": str(state_path), "epochs_restored": len(epochs)}
-        for entry in epochs if on_epoch is not None else ():  # a spawned pipeline's launcher keeps them
-            on_epoch(entry)
+        if on_epoch is not None:  # a spawned pipeline's launcher keeps them
+            for entry in epochs:
+                on_epoch(entry)
     out = engine.output_device
     # Targets outside the training split are computed (targets=all) but not in the loss.
     train_labels = torch.where(graph.train_mask[train_plan.targets], graph.y[train_plan.targets],
@@ -128,6 +129,7 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
                        "epoch_time_s": step.seconds, "eval_time_s": evaluation.seconds,
                        **(epoch_figures(history) if history is not None else {})})
         if store is not None:
+            assert before is not None and trained is not None  # read from the store
             epochs[-1]["feature_reads"] = _feature_reads(before, trained, store.read_stats())
         if boxes is not None:
             epochs[-1]["pipeline"] = step_figures(boxes, engine.info)
@@ -184,7 +186,7 @@ def best_epoch(epochs: list[dict[str, Any]], monitor: Monitor | str = Monitor.va
     return max(epochs, key=lambda e: e["val_acc"])
 
 
-def _optimizer(model: torch.nn.Module, train_cfg: TrainConfig,
+def _optimizer(model: StagedGNN, train_cfg: TrainConfig,
                capturable: bool = False) -> torch.optim.Optimizer | None:
     """Adam over this process's parameters (None when it holds none: a pipeline rank may hold only the
     first layer's input rows and dropout), with ``train.conv_weight_decay``, when set, on the

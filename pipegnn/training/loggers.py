@@ -178,7 +178,8 @@ class MLflowLogger:
 
 
 #: ``logger.<name>`` option: its class.
-LOGGERS = {"csv": CSVLogger, "tensorboard": TensorBoardLogger, "mlflow": MLflowLogger}
+LOGGERS: dict[str, type[CSVLogger | TensorBoardLogger | MLflowLogger]] = {
+    "csv": CSVLogger, "tensorboard": TensorBoardLogger, "mlflow": MLflowLogger}
 
 
 def chosen(settings: LoggerConfig | None) -> dict[str, TrackerConfig]:

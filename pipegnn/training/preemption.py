@@ -26,7 +26,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
@@ -34,6 +34,9 @@ from pipegnn.atomic import atomic_file
 from pipegnn.integrity import seal, unsealed
 from pipegnn.record import RunRecord
 from pipegnn.schema import comparable_config
+
+if TYPE_CHECKING:
+    from pipegnn.models import StagedGNN
 
 __all__ = ["SIGNALS", "Guard", "Interrupted", "checkpoint_path", "config_key", "interruptible", "load",
            "restore", "resume", "save", "training_state"]
@@ -109,7 +112,8 @@ class _Writes:
     only as "unexpected pos ..." (a full disk named neither the file nor the cause)."""
 
     def __init__(self, f: Any):
-        self.f, self.error = f, None
+        self.f = f
+        self.error: OSError | None = None
 
     def write(self, data: Any) -> int:
         try:
@@ -132,7 +136,8 @@ def save(path: str | Path, state: dict[str, Any]) -> None:
     with atomic_file(path, "wb") as f:
         out = _Writes(f)
         try:
-            torch.save(seal(state), out)
+            # torch writes to any object with write and flush (its docs); its hint names files only
+            torch.save(seal(state), out)  # type: ignore[arg-type]
         except RuntimeError:
             if out.error is None:
                 raise
@@ -157,7 +162,7 @@ def config_key(config: dict[str, Any]) -> str:
     return json.dumps(plain, sort_keys=True)
 
 
-def training_state(config: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+def training_state(config: dict[str, Any], model: StagedGNN, optimizer: torch.optim.Optimizer | None,
                    epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """One process's training state after ``epochs`` (the record's entries, from which the best
     validation epoch and early stopping are computed): parameters, optimizer, RNG states, and each
@@ -190,11 +195,12 @@ def _unusable(state: Any, config: dict[str, Any]) -> str | None:
     return None
 
 
-def resume(config: dict[str, Any], path: str | Path, model: torch.nn.Module,
+def resume(config: dict[str, Any], path: str | Path, model: StagedGNN,
            optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
     """The finished epochs of the checkpoint at ``path``, its state put back (:func:`restore`); none when
     there is no checkpoint there, or when it cannot be resumed from (see the module doc), which is set
     aside (``<path>.unusable``) with a warning; the model and optimizer are then as they were."""
+    why: str | None
     try:
         state = load(path)
     except Exception as e:  # damaged, or not ours (weights_only refuses anything that would run code)
@@ -204,6 +210,7 @@ def resume(config: dict[str, Any], path: str | Path, model: torch.nn.Module,
             return []
         why = _unusable(state, config)
     if why is None:
+        assert state is not None  # read, and usable
         before = copy.deepcopy(training_state(config, model, optimizer, []))
         try:
             epochs = restore(state, model, optimizer)
@@ -219,7 +226,7 @@ def resume(config: dict[str, Any], path: str | Path, model: torch.nn.Module,
     return []
 
 
-def restore(state: dict[str, Any], model: torch.nn.Module,
+def restore(state: dict[str, Any], model: StagedGNN,
             optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
     """Put :func:`training_state`'s ``state`` back into ``model`` and ``optimizer`` (and the RNGs);
     returns the finished epochs' entries."""

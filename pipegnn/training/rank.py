@@ -140,7 +140,10 @@ def _feature_rows(model: Any, graph: Graph, storage: Storage,
     ``features`` section (storage; on disk: file, its bytes, row order, whether cached)."""
     dtype = model.feature_dtype
     info: dict[str, Any] = {"storage": storage}  # dtype and bytes: the record's dataset section
-    if graph.x is not None or graph.features.folder is None:  # in memory, or never read here
+    if graph.x is not None:  # in memory
+        return None, info
+    assert graph.features is not None  # features not in memory are described
+    if graph.features.folder is None:  # never read here
         return None, info
     source = DiskFeatureStore(graph.features.folder)
     with timed() as ordering:

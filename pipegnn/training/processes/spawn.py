@@ -47,7 +47,7 @@ import threading
 import time
 import traceback
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 import torch.multiprocessing as mp
@@ -58,6 +58,9 @@ from pipegnn.schema import Config, PipeliningEngineConfig
 from pipegnn.training.preemption import Interrupted
 from pipegnn.training.processes.backend import dist_backend
 from pipegnn.training.processes.outcome import WorkerFailed, failure, merge
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkServerContext, SpawnContext
 
 __all__ = ["FORKSERVER_PRELOAD", "forkserver_preload", "spawn"]
 
@@ -160,7 +163,7 @@ def _set_parent_death_signal(sig: int) -> None:
 def _log_to_files(level: int, message: str) -> None:
     """Log only to the log files: the console may be a pipe that nobody reads any more (the launcher
     is gone), and a blocked write would keep this process alive."""
-    record = log.makeRecord(log.name, level, __file__, 0, message, None, None)
+    record = log.makeRecord(log.name, level, __file__, 0, message, (), None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             try:
@@ -236,7 +239,7 @@ class _Inbox(threading.Thread):
     def run(self) -> None:
         open_ = {conn: rank for rank, conn in enumerate(self.conns)}
         while open_:
-            for conn in wait(list(open_)):
+            for conn in cast(list[Connection], wait(list(open_))):  # the ready ones of those given
                 try:
                     kind, payload = json.loads(conn.recv_bytes())
                 except (EOFError, OSError, ValueError):  # closed (or cut off by the worker's death)
@@ -319,7 +322,10 @@ def spawn(cfg: Config, record: RunRecord, target: Target,
     engine = cfg.engine
     assert isinstance(engine, PipeliningEngineConfig), engine.name
     world, timeout, method = len(engine.devices), engine.timeout_s, str(engine.start_method)
-    context = mp.get_context(method)
+    # engine.start_method's context (its two choices) by name: one named by a plain str is typed as the
+    # base context, which has no Process
+    context: ForkServerContext | SpawnContext = (
+        mp.get_context("forkserver") if method == "forkserver" else mp.get_context("spawn"))
     if method == "forkserver":  # workers fork from a server that imported torch once (PyG without CUDA)
         context.set_forkserver_preload(forkserver_preload(target.__module__))
     start = time.perf_counter()
