@@ -61,17 +61,21 @@ $(DOCS_STAMP): requirements-docs.txt
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(PY) -m mkdocs build --strict --site-dir site
 
-# The linter (pyproject.toml's [tool.ruff]: line length, rules) over the package: ruff, pinned, installed
-# into the venv once (a stamp, as for docs; the venv is created when missing, and ruff needs nothing else).
-LINT_STAMP := $(VENV)/.pipegnn-lint-installed
+# The linter and the type checker over the package: ruff (pyproject.toml's [tool.ruff]: line length,
+# rules), then mypy (its [tool.mypy]: the package, as Python 3.10), pinned, installed into the venv once (a
+# stamp, as for docs). mypy reads the types of what pipegnn imports (torch, omegaconf, ...), so lint sets
+# the environment up first, as test does. The stamp's name carries the pins: a venv stamped with others
+# (or with ruff alone, before mypy joined) installs these.
+LINT_PINS := ruff==0.8.6 mypy==2.4.1
+LINT_STAMP := $(VENV)/.pipegnn-lint-$(subst ==,-,$(subst $() ,_,$(LINT_PINS)))
 
-$(LINT_STAMP):
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet ruff==0.8.6 mypy==2.4.1
+$(LINT_STAMP): | $(STAMP)
+	$(PY) -m pip install --quiet $(LINT_PINS)
 	touch $(LINT_STAMP)
 
-lint: $(LINT_STAMP)
+lint: setup $(LINT_STAMP)
 	$(PY) -m ruff check pipegnn
+	$(PY) -m mypy
 
 # The benchmark tables behind results/README.md and the docs (results/benchmarks/*.csv and *.txt), one thread
 # per process so that ratios are not distorted by oversubscription. Takes about 3.8 hours on 2 cores (the
