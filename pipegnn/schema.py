@@ -2,11 +2,14 @@
 
 The YAML files under ``conf/`` stay the source of every default; these dataclasses only give the keys
 and their types (fields are ``MISSING``, filled from the YAML; ``None`` only for an optional key a
-YAML may leave out), so that composition itself rejects a misspelt key
-(``model.hiden=8``) or a value of the wrong type (``chunks=abc``) with Hydra's error.
+YAML may leave out; every choice an enum of :mod:`pipegnn.choices`), so that composition itself rejects
+a misspelt key (``model.hiden=8``), a value of the wrong type (``chunks=abc``) or one that is not among
+its key's choices (``microbatch.halo=fancy``) with Hydra's error. They are also the runtime type of a
+run's config (:func:`pipegnn.runconfig.run_config`).
 
-Checks that involve several fields or the valid choices (halo names, balance vs layers, ...) stay in
-:mod:`pipegnn.config`, which records them as ``invalid`` runs with one clear message.
+Checks that involve several fields (balance vs layers, chunks vs targets, ...) are made beside what
+they protect (:func:`pipegnn.training.launch.check_run` runs them all), which record them as
+``invalid`` runs with one clear message.
 
 Call :func:`register` before composing (``experiments/train.py`` does at import, the tests' ``make_cfg``
 does too); without it everything composes as before, untyped. The schemas are stored under
@@ -19,7 +22,7 @@ still rejects misspelt keys there, only the types go unchecked.
 Registered (ConfigStore group: names):
 
 - ``schema``: ``config``, the primary config (chunks, microbatch, train, data, cache_root, resume)
-- ``schema/dataset``: ``cora``, ``citeseer``, ``pubmed`` (``name`` only), ``synthetic``
+- ``schema/dataset``: ``cora``, ``citeseer``, ``pubmed`` (``name`` only), ``pubmed_topology``, ``synthetic``
 - ``schema/model``: ``gat``, ``gcn``, ``sage``, ``gcn2``
 - ``schema/framework``: ``pyg``, ``dgl``
 - ``schema/engine``: ``single``, ``gpipe``, ``pipelining``
@@ -28,13 +31,12 @@ The ``devices`` presets set ``engine.*`` (package ``_global_``), so the engine's
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Sequence, cast
+from typing import Any, List, Optional, Sequence
 
-from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from pipegnn.choices import (
     Aggregation,
@@ -58,12 +60,11 @@ from pipegnn.choices import (
     Targets,
 )
 
-__all__ = ["ADDED_KEYS", "Config", "DataConfig", "DatasetConfig", "EngineConfig", "FrameworkConfig",
-           "GATConfig", "GCN2Config", "GPipeEngineConfig", "LoggerConfig", "MLflowConfig", "MicrobatchConfig",
+__all__ = ["Config", "DataConfig", "DatasetConfig", "EngineConfig", "FrameworkConfig", "GATConfig",
+           "GCN2Config", "GPipeEngineConfig", "LoggerConfig", "MLflowConfig", "MicrobatchConfig",
            "ModelConfig", "PipeliningEngineConfig", "PubmedTopologyConfig", "SCHEMAS", "SingleEngineConfig",
-           "StagedEngineConfig", "SyntheticConfig", "TrackerConfig", "TrainConfig", "VOLATILE_KEYS",
-           "comparable_config", "compose_config", "config_container", "config_dir", "group_config",
-           "plain_config", "register", "run_config", "targets_for_halo"]
+           "StagedEngineConfig", "SyntheticConfig", "TrackerConfig", "TrainConfig", "compose_config",
+           "config_dir", "register", "targets_for_halo"]
 
 # Postponed annotations (from __future__) are resolved by OmegaConf through typing.get_type_hints, so
 # the typing names above must stay importable from this module.
@@ -284,113 +285,6 @@ SCHEMAS: list[tuple[str, str, type]] = [
 ]
 
 
-#: A run config's group nodes take the schema of their ``name`` (composition types a node by the option
-#: chosen, which for a preset such as ``dataset=synthetic_density`` has no schema of its own).
-GROUP_SCHEMAS: dict[str, dict[str, type]] = {
-    "dataset": {**{name: DatasetConfig for name in DatasetName},
-                DatasetName.pubmed_topology: PubmedTopologyConfig, DatasetName.synthetic: SyntheticConfig},
-    "model": {ModelName.gat: GATConfig, ModelName.gcn: ModelConfig, ModelName.sage: ModelConfig,
-              ModelName.gcn2: GCN2Config},
-    "framework": {name: FrameworkConfig for name in FrameworkName},
-    "engine": {EngineName.single: SingleEngineConfig, EngineName.gpipe: GPipeEngineConfig,
-               EngineName.pipelining: PipeliningEngineConfig},
-}
-
-
-def run_config(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
-    """The typed run config of ``cfg`` (a composed config or its plain form): a :class:`Config` whose
-    group nodes are their schema's objects (``cfg.model`` a :class:`GATConfig` for a GAT), every choice
-    its enum member, every interpolation resolved.
-
-    Raises:
-        ConfigError: a group's ``name`` without a schema, a key no schema has, a value of the wrong type
-            or not one of its key's choices, or a missing value; naming the key and what is valid.
-    """
-    if isinstance(cfg, Config):
-        return cfg
-    plain = _container(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
-    nodes = {group: OmegaConf.structured(_schema(group, plain.get(group))) for group in GROUP_SCHEMAS}
-    if plain.get("logger") is not None:  # the trackers chosen (composition leaves the group untyped)
-        nodes["logger"] = OmegaConf.structured(LoggerConfig)
-    return _typed(lambda: OmegaConf.merge(OmegaConf.structured(Config), nodes, plain))
-
-
-def config_container(cfg: Config | DictConfig | Mapping[str, Any]) -> dict[str, Any]:
-    """A run config as records and checkpoints keep it: plain containers, interpolations resolved,
-    choices as their spellings."""
-    if isinstance(cfg, (Config, DictConfig)):
-        return _container(OmegaConf.structured(cfg) if isinstance(cfg, Config) else cfg, enum_to_str=True)
-    return dict(cfg)
-
-
-def _container(cfg: DictConfig, enum_to_str: bool = False) -> dict[str, Any]:
-    """A config node's plain form, interpolations resolved (a DictConfig's is a dict keyed by strings)."""
-    return cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, enum_to_str=enum_to_str))
-
-
-def group_config(group: str, node: Any) -> Any:
-    """One config group's node (``dataset``, ``model``, ``framework``, ``engine``) typed by the schema of
-    its ``name``; keys it leaves out come from the group's option of that name (``conf/<group>/<name>.yaml``),
-    so ``group_config("model", {"name": "gat", "hidden": 4})`` is ``model=gat`` with ``model.hidden=4``.
-    A typed node is returned as it is.
-
-    Raises:
-        ConfigError: as :func:`run_config`.
-    """
-    if not isinstance(node, (Mapping, DictConfig)):
-        return node
-    schema = _schema(group, node)
-    option = config_dir() / group / f"{node['name']}.yaml"
-    base: DictConfig | ListConfig | dict[str, Any] = OmegaConf.load(option) if option.is_file() else {}
-    if isinstance(base, DictConfig):
-        base.pop("defaults", None)
-    return _typed(lambda: OmegaConf.merge(OmegaConf.structured(schema), base, node), prefix=f"{group}.")
-
-
-def _schema(group: str, node: Any) -> type:
-    """The schema of a group's node, by its ``name``."""
-    from pipegnn.errors import ConfigError
-
-    schemas = GROUP_SCHEMAS[group]
-    name = node.get("name") if isinstance(node, (Mapping, DictConfig)) else None
-    if name not in schemas:
-        raise ConfigError(f"{group}.name={name!r} is not valid; valid: {', '.join(schemas)}")
-    return schemas[name]
-
-
-def _typed(merged: Any, prefix: str = "") -> Any:
-    """``merged()``'s object (:func:`OmegaConf.to_object`), OmegaConf's complaints as a ConfigError."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    from pipegnn.errors import ConfigError
-
-    try:
-        return OmegaConf.to_object(merged())
-    except OmegaConfBaseException as e:
-        raise ConfigError(_problem(e, prefix)) from e
-
-
-def _problem(e: Any, prefix: str = "") -> str:
-    """OmegaConf's complaint as one line naming the key (and what is valid there)."""
-    import dataclasses
-    import typing
-    from enum import Enum
-
-    from omegaconf.errors import ConfigKeyError
-
-    key = f"{prefix}{e.full_key}"
-    owner = e.object_type  # a class, or None
-    schema = owner if isinstance(owner, type) and dataclasses.is_dataclass(owner) else None
-    if isinstance(e, ConfigKeyError) and schema is not None:
-        keys = ", ".join(f.name for f in dataclasses.fields(schema))
-        return f"{key} is not a key of {schema.__name__}; its keys: {keys}"
-    hint = typing.get_type_hints(schema).get(e.key) if schema is not None and e.key else None
-    for kind in (hint, *typing.get_args(hint)):  # Optional[Choice] too
-        if isinstance(kind, type) and issubclass(kind, Enum):
-            return f"{key}={e.value!r} is not valid; valid: {', '.join(m.value for m in kind)}"
-    return f"{key}: {str(e.msg).splitlines()[0]}"
-
-
 def config_dir() -> Path:
     """The folder of pipegnn's YAML configs: ``$PIPEGNN_CONF`` if set, else the source checkout's
     ``conf/`` (beside the ``pipegnn`` package).
@@ -437,44 +331,3 @@ def register() -> None:
     cs = ConfigStore.instance()
     for group, name, node in SCHEMAS:
         cs.store(group=group, name=name, node=node)
-
-
-#: Top-level config keys that do not change what a run computes, ignored when resuming.
-VOLATILE_KEYS = ("resume",)
-#: Config keys added after records were written, with the value that trains as those records did: a
-#: config holding that value compares equal to one without the key, so a resumed sweep keeps its jobs.
-ADDED_KEYS = {("engine", "capture"): "none"}
-
-
-def plain_config(value: Any) -> Any:
-    """``value`` as JSON would give it back (lists for tuples, str for odd objects)."""
-    return json.loads(json.dumps(value, default=str))
-
-
-def comparable_config(config: Mapping[str, Any] | DictConfig,
-                      output_dir: str | Path | None = None) -> dict[str, Any]:
-    """The resolved config as two runs of the same computation hold it, to compare a sweep's job with
-    its record: without :data:`VOLATILE_KEYS` (nor :data:`ADDED_KEYS` at their old behaviour's value);
-    string values that contain the job's output directory (a path embedding Hydra's timestamp) have it
-    replaced by ``<output_dir>``."""
-    if isinstance(config, DictConfig):
-        config = _container(config)
-    plain = {k: v for k, v in plain_config(dict(config)).items() if k not in VOLATILE_KEYS}
-    for (*parents, key), value in ADDED_KEYS.items():
-        section: dict[str, Any] | None = plain
-        for name in parents:
-            section = section.get(name) if isinstance(section, dict) else None
-        if isinstance(section, dict) and section.get(key, value) == value:
-            section.pop(key, None)
-    if output_dir is None:
-        return plain
-    out = str(Path(output_dir).resolve())
-
-    def strip(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: strip(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [strip(x) for x in v]
-        return v.replace(out, "<output_dir>") if isinstance(v, str) else v
-
-    return strip(plain)

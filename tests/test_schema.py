@@ -31,7 +31,8 @@ def test_run_config_types_every_group_by_its_name(overrides: list[str], model: s
     from omegaconf import OmegaConf
 
     from pipegnn.choices import Halo, Targets
-    from pipegnn.schema import Config, run_config
+    from pipegnn.runconfig import run_config
+    from pipegnn.schema import Config
 
     composed = make_cfg(*overrides)
     cfg = run_config(composed)
@@ -52,7 +53,7 @@ def test_config_container_is_what_records_hold() -> None:
 
     from omegaconf import OmegaConf
 
-    from pipegnn.schema import config_container, run_config
+    from pipegnn.runconfig import config_container, run_config
 
     composed = make_cfg("model=gcn2", "microbatch.halo=historical")
     plain = config_container(composed)
@@ -67,7 +68,8 @@ def test_group_config_fills_from_the_option_yaml() -> None:
     """One group's node from a few keys: the rest from ``conf/<group>/<name>.yaml``; a typo or a bad
     choice is one ConfigError naming the key."""
     from pipegnn.choices import Aggregation
-    from pipegnn.schema import GATConfig, group_config
+    from pipegnn.runconfig import group_config
+    from pipegnn.schema import GATConfig
 
     gat = group_config("model", {"name": "gat", "hidden": 4, "heads": 2})
     assert isinstance(gat, GATConfig)

@@ -31,7 +31,8 @@ from pipegnn.data.graph import Graph
 from pipegnn.data.planetoid import PLANETOID_NAMES, load_planetoid, load_pubmed_topology
 from pipegnn.data.synthetic import SyntheticSpec, feature_key, make_synthetic
 from pipegnn.errors import ConfigError
-from pipegnn.schema import DatasetConfig, PubmedTopologyConfig, SyntheticConfig, group_config
+from pipegnn.runconfig import group_config
+from pipegnn.schema import DatasetConfig, PubmedTopologyConfig, SyntheticConfig
 
 __all__ = ["DATASETS", "FEATURES_DIR", "STORAGE", "Graph", "SyntheticSpec", "load_graph", "make_synthetic"]
 
@@ -51,7 +52,7 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
     Args:
         dataset: the typed ``dataset`` config, or its keys (``name`` plus, for synthetic graphs,
             SyntheticSpec fields; for pubmed_topology the features' ``seed``), the rest from the
-            dataset's YAML (:func:`pipegnn.schema.group_config`).
+            dataset's YAML (:func:`pipegnn.runconfig.group_config`).
         root: read-only folder with raw files in each loader's layout (``<Name>/raw/...``), or None.
         cache: folder where loaders keep downloads and processed graphs (may be read-only, except
             with ``features="disk"``, which writes its feature file there).

@@ -14,7 +14,8 @@ from pipegnn.models.sage import sage_layers
 from pipegnn.models.spec import LayerSpec, Stack
 from pipegnn.models.transform import Transform
 from pipegnn.models.units import Propagate, Readout, Unit
-from pipegnn.schema import GATConfig, GCN2Config, ModelConfig, group_config
+from pipegnn.runconfig import group_config
+from pipegnn.schema import GATConfig, GCN2Config, ModelConfig
 
 __all__ = ["FIRST_TRANSFORMS", "MODELS", "PRECISIONS", "UNITS_PER_LAYER", "LayerSpec", "Propagate",
            "Readout", "Stack", "StagedGNN", "Transform", "Unit", "build_model", "check_model", "layerwise",
@@ -71,7 +72,7 @@ def build_model(model: ModelConfig | Mapping[str, Any], backend: Any, features: 
                 precision: Precision = Precision.fp32,
                 halo_dropout: HaloDropout = HaloDropout.read) -> StagedGNN:
     """A StagedGNN for the ``model`` config (typed, or its keys over the model's YAML:
-    :func:`pipegnn.schema.group_config`), built with ``backend``'s layers (with history caches
+    :func:`pipegnn.runconfig.group_config`), built with ``backend``'s layers (with history caches
     for historical micro-batching when ``history``, their dropout by ``halo_dropout``) at ``precision``
     (``train.precision``).
     ``model.aggregation`` selects the adapter's aggregation (``backend.with_aggregation``).

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipegnn.record import RunRecord, Status
 from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, natural_key
-from pipegnn.schema import VOLATILE_KEYS, comparable_config, plain_config
+from pipegnn.runconfig import VOLATILE_KEYS, comparable_config, plain_config
 
 __all__ = ["INCOMPLETE", "VOLATILE_KEYS", "Job", "SweepPlanError", "comparable_config", "completed_record",
            "planned_jobs", "sweep_jobs", "unrecorded_jobs"]

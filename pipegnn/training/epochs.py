@@ -24,7 +24,8 @@ from pipegnn.microbatch import MicroBatchPlan
 from pipegnn.microbatch.traffic import epoch_figures, stage_medians
 from pipegnn.models import StagedGNN
 from pipegnn.record import RunRecord
-from pipegnn.schema import Config, TrainConfig, config_container
+from pipegnn.runconfig import config_container
+from pipegnn.schema import Config, TrainConfig
 from pipegnn.timeline import chrome_trace, medians, step_figures
 from pipegnn.training.preemption import resume, save, training_state
 

@@ -30,7 +30,8 @@ from pipegnn.measure import (
 from pipegnn.models import check_model
 from pipegnn.record import RunRecord, Status
 from pipegnn.results.records import probe_record_folder, write_record
-from pipegnn.schema import Config, PipeliningEngineConfig, config_container, run_config
+from pipegnn.runconfig import config_container, run_config
+from pipegnn.schema import Config, PipeliningEngineConfig
 from pipegnn.timeline import TRACE_NAME
 from pipegnn.training.epochs import RUN_LOG
 from pipegnn.training.loggers import Loggers
@@ -179,7 +180,7 @@ def _then(first: Callable[[dict[str, Any]], Any],
 
 def check_run(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
     """Everything about ``cfg`` that can be checked before the graph is loaded: types and choices
-    (:func:`pipegnn.schema.run_config`), the general keys (:func:`pipegnn.config.check_config`), the
+    (:func:`pipegnn.runconfig.run_config`), the general keys (:func:`pipegnn.config.check_config`), the
     model (:func:`pipegnn.models.check_model`) and the framework's aggregation for it, the engine
     (:func:`pipegnn.engines.check_engine`) and a pipelining run's processes
     (:func:`~pipegnn.training.processes.group.check_launch`). Returns the typed config.

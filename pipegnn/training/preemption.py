@@ -33,7 +33,7 @@ import torch
 from pipegnn.atomic import atomic_file
 from pipegnn.integrity import seal, unsealed
 from pipegnn.record import RunRecord
-from pipegnn.schema import comparable_config
+from pipegnn.runconfig import comparable_config
 
 if TYPE_CHECKING:
     from pipegnn.models import StagedGNN

@@ -16,7 +16,8 @@ from pipegnn.errors import ConfigError
 from pipegnn.training.launch import check_run
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
-from pipegnn.schema import Config, run_config
+from pipegnn.runconfig import run_config
+from pipegnn.schema import Config
 
 from tests.helpers import assert_close, make_cfg, random_graph
 

@@ -14,7 +14,8 @@ from pipegnn.training.launch import check_run
 from pipegnn.errors import ConfigError
 from pipegnn.training.processes.backend import dist_backend, shared_devices
 from pipegnn.training.processes.group import check_launch
-from pipegnn.schema import PipeliningEngineConfig, group_config, run_config
+from pipegnn.runconfig import group_config, run_config
+from pipegnn.schema import PipeliningEngineConfig
 
 from tests.helpers import ROOT, make_cfg
 
