@@ -24,7 +24,6 @@ from pipegnn.microbatch import MicroBatchPlan
 from pipegnn.microbatch.traffic import epoch_figures, stage_medians
 from pipegnn.models import StagedGNN
 from pipegnn.record import RunRecord
-from pipegnn.runconfig import config_container
 from pipegnn.schema import Config, TrainConfig
 from pipegnn.timeline import chrome_trace, medians, step_figures
 from pipegnn.training.preemption import resume, save, training_state
@@ -75,9 +74,8 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
     optimizer = _optimizer(model, train_cfg, capturable=captured)
     every = train_cfg.checkpoint_every
     epochs = record.epochs
-    plain = config_container(cfg)  # what a checkpoint keeps of the config
     if cfg.resume and state_path is not None:
-        epochs.extend(resume(plain, state_path, model, optimizer))
+        epochs.extend(resume(cfg, state_path, model, optimizer))
         if epochs:
             record.resumed = {"checkpoint": str(state_path), "epochs_restored": len(epochs)}
         if on_epoch is not None:  # a spawned pipeline's launcher keeps them
@@ -142,7 +140,7 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
                  epoch, loss, acc["train_acc"], acc["val_acc"], val_loss, acc["test_acc"], step.seconds,
                  evaluation.seconds, extra=EPOCH_LINE)
         if every is not None and state_path is not None and (epoch + 1) % every == 0:
-            save(state_path, training_state(plain, model, optimizer, epochs))
+            save(state_path, training_state(cfg, model, optimizer, epochs))
         best = best_epoch(epochs, monitor)
         if patience is not None and epoch - best["epoch"] >= patience:
             log.info("early stop after epoch %d: %s not better than %.4f (epoch %d) for %d epochs",

@@ -33,7 +33,8 @@ import torch
 from pipegnn.atomic import atomic_file
 from pipegnn.integrity import seal, unsealed
 from pipegnn.record import RunRecord
-from pipegnn.runconfig import comparable_config
+from pipegnn.runconfig import comparable_config, config_container
+from pipegnn.schema import Config
 
 if TYPE_CHECKING:
     from pipegnn.models import StagedGNN
@@ -153,16 +154,16 @@ def load(path: str | Path) -> dict[str, Any] | None:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def config_key(config: dict[str, Any]) -> str:
+def config_key(config: Config) -> str:
     """What a checkpoint must have been made with to be resumed: the resolved config as JSON, without
-    the keys that do not change what a run computes (:func:`pipegnn.results.sweep.comparable_config`)
+    the keys that do not change what a run computes (:func:`pipegnn.runconfig.comparable_config`)
     and without the epoch budget (``train.epochs``: a longer run trains on from a shorter one's epochs)."""
-    plain = comparable_config(config)
-    plain["train"] = {k: v for k, v in plain.get("train", {}).items() if k != "epochs"}
+    plain = comparable_config(config_container(config))
+    plain["train"] = {k: v for k, v in plain["train"].items() if k != "epochs"}
     return json.dumps(plain, sort_keys=True)
 
 
-def training_state(config: dict[str, Any], model: StagedGNN, optimizer: torch.optim.Optimizer | None,
+def training_state(config: Config, model: StagedGNN, optimizer: torch.optim.Optimizer | None,
                    epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """One process's training state after ``epochs`` (the record's entries, from which the best
     validation epoch and early stopping are computed): parameters, optimizer, RNG states, and each
@@ -178,7 +179,7 @@ def training_state(config: dict[str, Any], model: StagedGNN, optimizer: torch.op
 _STATE_KEYS = ("config", "epochs", "model", "optimizer", "rng", "history")
 
 
-def _unusable(state: Any, config: dict[str, Any]) -> str | None:
+def _unusable(state: Any, config: Config) -> str | None:
     """Why a loaded checkpoint cannot be resumed from in a run of ``config`` (None if it can)."""
     why = unsealed(state)
     if why is not None:
@@ -190,12 +191,12 @@ def _unusable(state: Any, config: dict[str, Any]) -> str | None:
         return "no finished epochs in it"
     if state["config"] != config_key(config):
         return "made with another configuration"
-    if len(state["epochs"]) > int(config["train"]["epochs"]):
-        return f"{len(state['epochs'])} finished epochs, more than train.epochs={config['train']['epochs']}"
+    if len(state["epochs"]) > config.train.epochs:
+        return f"{len(state['epochs'])} finished epochs, more than train.epochs={config.train.epochs}"
     return None
 
 
-def resume(config: dict[str, Any], path: str | Path, model: StagedGNN,
+def resume(config: Config, path: str | Path, model: StagedGNN,
            optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
     """The finished epochs of the checkpoint at ``path``, its state put back (:func:`restore`); none when
     there is no checkpoint there, or when it cannot be resumed from (see the module doc), which is set
