@@ -46,6 +46,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Callable, cast
 
@@ -200,18 +201,31 @@ def _guard(rank: int, parent: int | None, lifeline: Connection, deadline: float,
     threading.Thread(target=watch, name="pipegnn-launcher-watch", daemon=True).start()
 
 
-def _worker(rank: int, world: int, port: int, cfg: Config, target: Target, out: Connection,
-            lifeline: Connection, parent: int | None, deadline: float, targets: dict[str, Any],
-            state_dir: str | os.PathLike | None) -> None:
+@dataclass(frozen=True)
+class _Launch:
+    """What every worker of one run shares; pickled to each worker (forkserver, spawn): plain fields."""
+
+    world: int  # the number of workers (WORLD_SIZE)
+    port: int  # the rendezvous port on 127.0.0.1 (MASTER_PORT)
+    cfg: Config  # the run's typed configuration
+    target: Target  # what each worker runs: a picklable module-level function
+    parent: int | None  # the launcher's pid where it is the workers' parent (start_method=spawn)
+    deadline: float  # the run's deadline, on time.monotonic's clock
+    log_targets: dict[str, Any]  # where the launcher logs (_log_targets)
+    state_dir: str | os.PathLike | None  # where each rank keeps its checkpoints, if anywhere
+
+
+def _worker(rank: int, launch: _Launch, out: Connection, lifeline: Connection) -> None:
+    cfg, world, port = launch.cfg, launch.world, launch.port
     outbox, code = _Outbox(out), 1
-    _guard(rank, parent, lifeline, deadline, cfg.engine.timeout_s, outbox)
+    _guard(rank, launch.parent, lifeline, launch.deadline, cfg.engine.timeout_s, outbox)
     try:
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                           LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        _configure_logging(targets)
+        _configure_logging(launch.log_targets)
         on_epoch = (lambda entry: outbox.send("epoch", entry)) if rank == 0 else None
         try:
-            record = target(cfg, on_epoch=on_epoch, state_dir=state_dir)
+            record = launch.target(cfg, on_epoch=on_epoch, state_dir=launch.state_dir)
         except Interrupted as e:  # the run recorded it: report the record, exit as the signal asks
             assert e.record is not None  # run attaches it
             record, code = e.record, e.exit_code
@@ -334,16 +348,16 @@ def spawn(cfg: Config, record: RunRecord, target: Target,
     pipes = [context.Pipe(duplex=False) for _ in range(world)]
     inbox = _Inbox([reader for reader, _ in pipes], on_epoch)
     inbox.start()
-    parent = os.getpid() if method == "spawn" else None
-    args = (world, _free_port(), cfg, target)
+    launch = _Launch(world=world, port=_free_port(), cfg=cfg, target=target,
+                     parent=os.getpid() if method == "spawn" else None, deadline=deadline,
+                     log_targets=_log_targets(), state_dir=state_dir)
     processes: list[Any] = []
     exits: list[tuple[int, int]] = []
     finished = False
     try:
         for rank, (_, out) in enumerate(pipes):
             p = context.Process(target=_worker, name=f"pipegnn-rank{rank}",
-                                args=(rank, *args, out, lifeline, parent, deadline, _log_targets(),
-                                      state_dir))
+                                args=(rank, launch, out, lifeline))
             p.start()
             processes.append(p)
             out.close()  # the worker holds its writing end now: its exit ends the pipe
