@@ -1,11 +1,13 @@
 """Helpers shared by the tests (the fixtures are in conftest.py): small graphs with the awkward cases, the
 read-only raw datasets, tiny configs, float64 comparisons, helpers for dataset-cache tests (code-carrying
-files, unwritable folders), a hand-made pipeline for the timeline tests, and hand-made result records and
-sweeps for the tests of pipegnn.results. Imported as ``from tests.helpers import ...``."""
+files, unwritable folders), runs without dropout, free ports and float64 ranks for the pipelining tests, a
+hand-made pipeline for the timeline tests, and hand-made result records and sweeps for the tests of
+pipegnn.results. Imported as ``from tests.helpers import ...``."""
 from __future__ import annotations
 
 import copy
 import os
+import socket
 import subprocess
 import sys
 import zipfile
@@ -18,6 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch_geometric.utils import coalesce
 
+from pipegnn import run
 from pipegnn.backends import get_backend
 from pipegnn.data import Graph
 from pipegnn.engines import GPipeEngine, SingleEngine
@@ -116,6 +119,40 @@ def make_cfg(*overrides: str) -> DictConfig:
     other = any(o.startswith("dataset=") and o != "dataset=synthetic" for o in overrides)
     tiny = [] if other else TINY_SYNTHETIC
     return compose_config([*tiny, "train.epochs=3", *overrides])
+
+
+def run_no_dropout(*overrides: str) -> dict:
+    """``run`` of :func:`make_cfg`'s config with ``model.dropout=0`` and ``overrides`` (engines that
+    train the same model then give the same losses)."""
+    return run(make_cfg("model.dropout=0", *overrides))
+
+
+def losses_no_dropout(*overrides: str) -> list[float]:
+    """The per-epoch training losses of :func:`run_no_dropout`, which must complete."""
+    record = run_no_dropout(*overrides)
+    assert record["status"] == "completed", (record["error"], record.get("traceback"))
+    return [e["train_loss"] for e in record["epochs"]]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (for a process group's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def float64_rank(rank: int, world: int, port: int, framework: str) -> tuple:
+    """A spawned test rank's setup: float64 default, one thread, the gloo group, and the float64 random
+    graph with ``framework``'s adapter."""
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    graph = random_graph()
+    graph.x = graph.x.double()
+    return graph, get_backend(framework)
 
 
 def pipeline_info(**kw) -> PipelineInfo:

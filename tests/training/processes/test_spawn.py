@@ -1,0 +1,202 @@
+"""engine.launcher=spawn (pipegnn.training.processes.spawn): the launcher hands rank 0's epochs on, a
+worker's failure, invalid configuration or timeout becomes the run's record, workers end with a killed or
+stopped launcher and at the deadline, a killed rank is named, and fresh interpreters (start_method=spawn)
+train as the forkserver's workers do.
+
+Processes are expensive here (each imports torch and PyG), so the runs are few and tiny; workers fork
+from a forkserver that is started once per test session (engine.start_method's default).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+import pytest
+
+from pipegnn import run
+from tests.helpers import ROOT, losses_no_dropout, make_cfg
+
+
+def test_launcher_hands_rank_zero_epochs_to_on_epoch() -> None:
+    seen: list[dict] = []
+    record = run(make_cfg("engine=pipelining"), on_epoch=seen.append)
+    assert record["status"] == "completed", record["error"]
+    assert seen == record["epochs"] and [e["epoch"] for e in seen] == [0, 1, 2]
+
+
+def test_failing_worker_fails_the_run(tmp_path: Path) -> None:
+    """A worker's exception (here: a learning rate so large that the loss of the second epoch is not
+    finite) becomes a failed record with the worker's message and traceback, promptly, and keeps the
+    epoch that was trained."""
+    record = run(make_cfg("engine=pipelining", "train.lr=1e30"), output_dir=tmp_path)
+    assert record["status"] == "failed"
+    assert record["error"].startswith("WorkerFailed: pipeline worker rank")
+    assert "FloatingPointError: training loss is nan at epoch 1" in record["error"]
+    assert "in fit" in record["traceback"]  # the worker's traceback, not the parent's
+    assert [e["epoch"] for e in record["epochs"]] == [0]
+    assert record["timing"]["total_s"] < 60
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
+
+
+def test_worker_invalid_config_is_invalid() -> None:
+    """chunks above the number of targets is found in the workers (it needs the graph): invalid."""
+    record = run(make_cfg("engine=pipelining", "chunks=31"))
+    assert record["status"] == "invalid"
+    assert "chunks=31 is larger than the number of training targets (30)" in record["error"]
+
+
+def test_timeout_terminates_workers() -> None:
+    record = run(make_cfg("engine=pipelining", "engine.timeout_s=4", "train.epochs=1000000"))
+    assert record["status"] == "failed"
+    assert "did not finish within engine.timeout_s=4s" in record["error"], record["error"]
+    assert record["timing"]["total_s"] < 4 + 40  # (+ the forkserver's start when this test runs first)
+
+
+#: The launcher's log line with the workers' pids, in rank order.
+_PIDS = re.compile(r"started 2 pipeline workers \(.*\): pids \[(\d+), (\d+)\]")
+
+
+def _wait_for(log: Path, pattern: str | re.Pattern, timeout: float = 60.0,
+              running: Callable[[], bool] = lambda: True) -> re.Match:
+    """The first match of ``pattern`` in the log file, polled until ``timeout`` (or until ``running``
+    says the run is over)."""
+    end = time.monotonic() + timeout
+    while True:
+        text = log.read_text() if log.is_file() else ""
+        match = re.search(pattern, text)
+        if match is not None:
+            return match
+        if time.monotonic() > end or not running():
+            raise AssertionError(f"{pattern!r} not in the log within {timeout:g}s:\n{text[-3000:]}")
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _still_alive(pids: list[int], timeout: float) -> list[int]:
+    """The processes of ``pids`` still running after waiting up to ``timeout`` for them to end."""
+    end = time.monotonic() + timeout
+    while [p for p in pids if _alive(p)] and time.monotonic() < end:
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _start_run(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen, Path]:
+    """A pipelining run of many epochs in a process of its own (``python -c``), logging into the
+    returned file (its workers too), with its temporary files under ``tmp_path / "tmp"``."""
+    log, tmp = tmp_path / "run.log", tmp_path / "tmp"
+    tmp.mkdir()
+    code = ("import logging, sys; sys.path.insert(0, sys.argv[1]); from tests.helpers import make_cfg; "
+            "from pipegnn import run; logging.basicConfig(filename=sys.argv[2], level=logging.INFO); "
+            "run(make_cfg('engine=pipelining', 'train.epochs=1000000', *sys.argv[3:]))")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    with open(tmp_path / "console.log", "w") as console:
+        proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT), str(log), *overrides],
+                                env=env, cwd=tmp_path, stdout=console, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def test_killing_the_launcher_ends_its_workers(tmp_path: Path) -> None:
+    """kill -9 of a run's process during training: its workers (and the forkserver they came from) end
+    within seconds, and no temporary folder of the run is left behind."""
+    proc, log = _start_run(tmp_path)
+    descendants: list[int] = []
+    try:
+        _wait_for(log, r"\[rank 0\] epoch +1 ", running=lambda: proc.poll() is None)
+        descendants = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(descendants) >= 2  # the workers (and the forkserver and resource tracker)
+        proc.kill()
+        proc.wait()
+        left = _still_alive(descendants, timeout=10.0)
+        assert not left, f"still running after their launcher was killed: {left}"
+    finally:
+        proc.kill()
+        _kill(descendants)
+    # The first worker to end saw its lifeline close (the other may end first from the lost peer).
+    assert re.search(r"pipeline worker rank \d: the launching process exited; stopping", log.read_text())
+    assert not list((tmp_path / "tmp").glob("pipegnn-pipeline-*"))
+
+
+def test_workers_stop_themselves_at_the_deadline(tmp_path: Path) -> None:
+    """A launcher that cannot end its workers (stopped, SIGSTOP) at engine.timeout_s: the workers stop
+    themselves at that deadline, with a clear error in the log."""
+    proc, log = _start_run(tmp_path, "engine.timeout_s=15")
+    pids: list[int] = []
+    try:
+        pids = [int(p) for p in _wait_for(log, _PIDS, running=lambda: proc.poll() is None).groups()]
+        os.kill(proc.pid, signal.SIGSTOP)
+        left = _still_alive(pids, timeout=15 + 15)
+        assert not left, f"still running past the deadline: {left}"
+    finally:
+        proc.kill()
+        proc.wait()
+        _kill(pids)
+    assert re.search(r"pipeline worker rank \d did not finish within engine.timeout_s=15s of the run's "
+                     "start; it stopped itself", log.read_text())
+
+
+def test_killed_rank_is_named_and_the_trained_epochs_are_kept(tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """kill -9 of rank 1 during training: the run fails naming rank 1 and the signal (not rank 0, which
+    only lost its peer), and the record keeps the epochs rank 0 had finished."""
+    caplog.set_level(logging.INFO)  # the workers log at the launcher's level, into its log files
+    log = tmp_path / "run.log"
+    handler = logging.FileHandler(log)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    out: dict = {}
+    # timeout_s bounds the run if the kill never comes (the test then fails at its assertions).
+    thread = threading.Thread(target=lambda: out.update(record=run(make_cfg(
+        "engine=pipelining", "train.epochs=1000000", "engine.timeout_s=120"))))
+    pids: list[int] = []
+    try:
+        thread.start()
+        pids = [int(p) for p in _wait_for(log, _PIDS, running=thread.is_alive).groups()]
+        _wait_for(log, r"\[rank 0\] epoch +2 ", running=thread.is_alive)
+        os.kill(pids[1], signal.SIGKILL)
+        thread.join(60)
+        assert not thread.is_alive(), "the run did not end after its rank 1 was killed"
+    finally:
+        if thread.is_alive():
+            _kill(pids)
+            thread.join(30)
+        root.removeHandler(handler)
+        handler.close()
+    record = out["record"]
+    assert record["status"] == "failed"
+    assert "pipeline worker rank 1 was killed by SIGKILL (exit code -9)" in record["error"], record["error"]
+    epochs = [e["epoch"] for e in record["epochs"]]
+    assert len(epochs) >= 3 and epochs == list(range(len(epochs)))
+    assert all(0 <= e["train_acc"] <= 1 and "pipeline" in e for e in record["epochs"])
+    assert not _still_alive(pids, timeout=10.0)
+
+
+@pytest.mark.slow
+def test_spawn_start_method() -> None:
+    """Fresh interpreters (engine.start_method=spawn) instead of the forkserver."""
+    assert losses_no_dropout("engine=pipelining", "engine.start_method=spawn") == \
+        pytest.approx(losses_no_dropout("engine=single"), rel=1e-4)
