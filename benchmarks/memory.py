@@ -1,14 +1,11 @@
 """Peak memory of micro-batched training: what full-batch training cannot fit, sparse aggregation, bf16.
 
-Every case runs in its own subprocess (``python benchmarks/memory.py --child ...``) calling
-``pipegnn.run``, so each peak resident set size (Linux VmHWM) is that case's alone. Besides the record's
-``memory.peak_rss_bytes`` (the whole run, reset at its start), the child splits the peak into
-*setup* (graph generation, partition, plan build, model) and *train* (the epochs: training steps and
-evaluation), and notes the resident memory before the run (``base``: Python, torch, PyG, ...) and when
-training starts (``held``: features, graph, plans, model; measured after glibc's ``malloc_trim`` hands
-the setup's freed heap back to the OS, which the child does at that point). Every child runs under
-``train.memory_limit_gb`` (``--safety-gb`` unless the part sets its own cap), so a case that outgrows it
-is an ``oom`` row instead of a visit from the OOM killer.
+Every case runs in its own subprocess calling ``pipegnn.run``, so each peak resident set size (Linux
+VmHWM) is that case's alone; the child splits the peak into *setup* and *train* and notes the resident
+memory before the run (``base``) and when training starts (``held``): ``benchmarks/memory_case.py``.
+Every child runs under ``train.memory_limit_gb`` (``--safety-gb`` unless the part sets its own cap), so a
+case that outgrows it is an ``oom`` row instead of a visit from the OOM killer. The tables, the side by
+side ratios and part f's figure: ``benchmarks/memory_report.py``.
 
     python benchmarks/memory.py --part a                       # chunks=16 vs 1, GAT, 300K nodes
     python benchmarks/memory.py --part b --cap-gb 3            # largest graph under a 3 GiB cap
@@ -18,12 +15,13 @@ is an ``oom`` row instead of a visit from the OOM killer.
     python benchmarks/memory.py --part a --halo historical --tag _historical
     python benchmarks/memory.py --part d                       # train.precision fp32 vs bf16
     python benchmarks/memory.py --part e                       # data.features disk vs memory
-    python benchmarks/memory.py --part f --cap-gb 3 --epochs 2 --chunks 16 --f-targets train   # largest graph under a cap, features on disk
+    # the largest graph under a cap, features on disk:
+    python benchmarks/memory.py --part f --cap-gb 3 --epochs 2 --chunks 16 --f-targets train
     python benchmarks/memory.py --part f --cap-gb 3 --epochs 2 --f-targets all --f-max-nodes 400000 --tag _all
 
 Parts:
-    a   peak(chunks=16) / peak(chunks=1) for a 2-layer GAT with targets=all, --halo halos (exact), METIS, engines
-        single and gpipe, on a synthetic graph (--nodes 300000, avg degree 10, 128 features).
+    a   peak(chunks=16) / peak(chunks=1) for a 2-layer GAT with targets=all, --halo halos (exact), METIS,
+        engines single and gpipe, on a synthetic graph (--nodes 300000, avg degree 10, 128 features).
     b   doubling search on num_nodes (from --start-nodes) for the largest synthetic graph (avg degree
         10, 128 features, 2-layer GAT, targets=all) that trains under --cap-gb, full batch vs
         chunks=--chunks (--halo, METIS, --engine; its search starts at full batch's largest size);
@@ -55,139 +53,28 @@ Tables print side by side with ratios; CSVs go to results/benchmarks/memory_<par
 from __future__ import annotations
 
 import argparse
-import ctypes
-import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Siblings: one case's measurement in its own process, and the tables and figure (case, side_by_side and
+# plot_f are reached through this module too).
+from memory_case import EXTRA, ROOT, case  # noqa: E402
+from memory_report import log_case, plot_f, show, side_by_side  # noqa: E402
+
 OUT = ROOT / "results" / "benchmarks"
-MiB = 2 ** 20
 GAT_GRAPH = ["dataset.avg_degree=10", "dataset.num_features=128"]
 # Every micro-batch transforms its own first-layer rows here, the memory-lean path: the default
 # once-per-step transform keeps every row's dropped-out features, the shared transformed rows and their
 # gradient for the whole step (memory_a_once.csv: `--tag _once microbatch.first_transform=once_per_step`).
-METIS_ALL = ["microbatch.partition=metis", "microbatch.targets=all", "microbatch.first_transform=per_micro_batch"]
+METIS_ALL = ["microbatch.partition=metis", "microbatch.targets=all",
+             "microbatch.first_transform=per_micro_batch"]
 FULL = ["chunks=1", "microbatch.halo=none", "microbatch.targets=all"]
 # 2-layer GAT with its default 8 heads x 8 hidden; dropout stays on (it does not change the shapes).
 GAT = ["model=gat", "model.layers=2"]
 PRECISIONS = ("fp32", "bf16")  # part d: train.precision
-EXTRA: list[str] = []  # --overrides given on the command line, applied last to every case
-
-
-# ----------------------------------------------------------------------------------------------- child
-def _status_kb(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{key} not found: this benchmark needs Linux /proc")
-
-
-def _trim() -> None:
-    """glibc's malloc_trim(0): give freed heap memory back to the OS (no-op elsewhere)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def child(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one case in this process: compose the overrides, set the extra keys, run, measure."""
-    from omegaconf import OmegaConf
-
-    import pipegnn.training.rank as rank
-    from pipegnn import run
-    from pipegnn.measure import peak_rss_bytes, reset_peaks
-    from pipegnn.results import write_record
-    from pipegnn.schema import compose_config
-
-    cfg = OmegaConf.to_container(compose_config(spec["overrides"]), resolve=True)
-    for dotted, value in spec.get("set", {}).items():  # keys the typed schema may not know yet
-        group, key = dotted.split(".")
-        cfg[group][key] = value
-    marks: dict[str, int] = {}
-    fit = rank.fit  # the epoch loop, as one process's run calls it (pipegnn.training.epochs.fit)
-
-    def measured_fit(*args: Any, **kwargs: Any) -> None:
-        marks["setup_peak"] = peak_rss_bytes()
-        _trim()  # return the setup's freed heap to the OS, so that `held` is what training starts with
-        marks["held"] = _status_kb("VmRSS")
-        reset_peaks()
-        fit(*args, **kwargs)
-        marks["train_peak"] = peak_rss_bytes()
-
-    rank.fit = measured_fit
-    base = _status_kb("VmRSS")
-    start = time.perf_counter()
-    record = run(cfg)
-    seconds = time.perf_counter() - start
-    if spec.get("record"):  # the run's whole record (config, versions, sha, history), kept as a result
-        write_record(Path(spec["record"]).parent, record, Path(spec["record"]).name)
-    # The run records its setup's peak and resets the counter before training (so does measured_fit,
-    # after its own reading): the case's peak is the larger of the two phases'.
-    setup_peak = max(marks.get("setup_peak", 0), record["memory"].get("setup_peak_rss_bytes") or 0)
-    peak = max(setup_peak, record["memory"]["peak_rss_bytes"] or 0)
-    mb = record.get("microbatch") or {}
-    return {"status": record["status"], "error": (record["error"] or "")[:300],
-            "peak_mb": peak / MiB, "setup_mb": (setup_peak or peak) / MiB,
-            "train_mb": marks["train_peak"] / MiB if "train_peak" in marks else None,
-            "held_mb": marks["held"] / MiB if "held" in marks else None, "base_mb": base / MiB,
-            "edges": (record.get("dataset") or {}).get("num_edges"),
-            "feature_mb": ((record.get("dataset") or {}).get("feature_bytes") or 0) / MiB or None,
-            "inflation": mb.get("inflation"), "replication": mb.get("replication"),
-            "epoch_s": record["timing"].get("epoch_time_median_s"), "total_s": seconds,
-            "load_s": record["timing"].get("load_s"), "order_s": record["timing"].get("features_order_s"),
-            "build_s": record["timing"].get("microbatch_build_s"),
-            "step_read_mb": ((record.get("features") or {}).get("train_bytes_mean") or 0) / MiB or None,
-            "step_read_calls": (record.get("features") or {}).get("train_calls_mean")}
-
-
-# ---------------------------------------------------------------------------------------------- parent
-def case(overrides: list[str], sets: dict[str, Any], safety_gb: float, timeout: float,
-         record: Path | None = None) -> dict[str, Any]:
-    """One case in a fresh subprocess (OMP_NUM_THREADS=1); a child killed or timed out is a row too.
-    With ``record``, the child also writes the run's record there."""
-    sets = {"train.memory_limit_gb": safety_gb, **sets}
-    with tempfile.TemporaryDirectory(prefix="pipegnn-mem-") as tmp:
-        out = Path(tmp) / "case.json"
-        spec = {"overrides": ["microbatch.cache=null", *overrides, *EXTRA], "set": sets,
-                "record": str(record) if record else None}
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-        cmd = [sys.executable, __file__, "--child", json.dumps(spec), "--child-out", str(out)]
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"status": "timeout", "error": f"over {timeout:.0f}s", "total_s": timeout}
-        if proc.returncode != 0 or not out.is_file():
-            tail = (proc.stderr or "").strip().splitlines()[-3:]
-            return {"status": f"died({proc.returncode})", "error": " | ".join(tail)[:300],
-                    "total_s": time.perf_counter() - start}
-        return json.loads(out.read_text())
-
-
-def _show(title: str, rows: list[dict[str, Any]], columns: list[str], csv: Path) -> None:
-    import pandas as pd
-
-    table = pd.DataFrame(rows)
-    table = table[[c for c in columns if c in table.columns]]
-    print(f"\n{title}" + (f" [overrides: {' '.join(EXTRA)}]" if EXTRA else ""))
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}" if abs(v) < 10 else f"{v:.0f}"))
-    csv.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(csv, index=False)
-    print(f"-> {csv.relative_to(ROOT) if csv.is_relative_to(ROOT) else csv}")
-
-
-def _log(label: str, row: dict[str, Any]) -> None:
-    peak = row.get("peak_mb")
-    print(f"  {label}: {row['status']}" + (f", peak {peak:.0f} MiB" if peak else "")
-          + f", {row.get('total_s', 0):.0f}s" + (f" ({row['error'][:160]})" if row.get("error") else ""),
-          file=sys.stderr, flush=True)
 
 
 def _graph(nodes: int, args: argparse.Namespace) -> list[str]:
@@ -213,7 +100,7 @@ def part_a(args: argparse.Namespace) -> None:
             row = case([*graph, *GAT, *METIS_ALL, f"microbatch.halo={halo}", f"engine={engine}",
                         f"chunks={chunks}"], {}, args.safety_gb,
                        args.timeout)
-            _log(label, row)
+            log_case(label, row)
             row = {"case": label, "engine": engine, "chunks": chunks, **row}
             if chunks == 1:
                 base = row
@@ -225,8 +112,9 @@ def part_a(args: argparse.Namespace) -> None:
             row["ratio_above_base"] = ((row["peak_mb"] - row["base_mb"]) / (base["peak_mb"] - base["base_mb"])
                                        if ok else None)
             rows.append(row)
-    _show(f"a. peak RSS, chunks={args.chunks} vs 1: 2-layer GAT, {args.nodes} nodes, avg degree 10, 128 "
-          f"features, {_communities(args)}, targets=all, {args.halo}, METIS, {args.epochs} epoch(s) (MiB; ratio = / k=1 of the engine)",
+    show(f"a. peak RSS, chunks={args.chunks} vs 1: 2-layer GAT, {args.nodes} nodes, avg degree 10, 128 "
+          f"features, {_communities(args)}, targets=all, {args.halo}, METIS, {args.epochs} epoch(s) "
+          "(MiB; ratio = / k=1 of the engine)",
           rows, ["case", "status", "peak_mb", "peak_ratio", "ratio_above_base", "setup_mb", "train_mb",
                  "train_ratio", "held_mb", "base_mb", "inflation", "replication", "epoch_s", "total_s",
                  "error"], OUT / f"memory_a{args.tag}.csv")
@@ -238,7 +126,7 @@ def _fits(nodes: int, chunks: int, args: argparse.Namespace, rows: list[dict[str
     row = case([*_graph(nodes, args), *GAT, *mode, f"train.epochs={args.epochs}"],
                {"train.memory_limit_gb": args.cap_gb}, args.cap_gb, args.timeout)
     label = "full batch" if chunks == 1 else f"{args.engine} k={chunks}"
-    _log(f"{label} n={nodes}", row)
+    log_case(f"{label} n={nodes}", row)
     rows.append({"mode": label, "nodes": nodes, **row})
     return row["status"] == "completed"
 
@@ -270,14 +158,15 @@ def part_b(args: argparse.Namespace) -> None:
     full, full_fail = _largest(1, args, rows, args.start_nodes)
     # Micro-batches fit at least what full batch fits: start the doubling there.
     micro, micro_fail = _largest(args.chunks, args, rows, full)
-    _show(f"b. doubling search under train.memory_limit_gb={args.cap_gb} (RLIMIT_AS): 2-layer GAT, avg "
-          f"degree 10, 128 features, {_communities(args)}, targets=all, {args.halo} halos, {args.epochs} epoch(s)", rows,
+    show(f"b. doubling search under train.memory_limit_gb={args.cap_gb} (RLIMIT_AS): 2-layer GAT, avg "
+          f"degree 10, 128 features, {_communities(args)}, targets=all, {args.halo} halos, "
+          f"{args.epochs} epoch(s)", rows,
           ["mode", "nodes", "status", "peak_mb", "setup_mb", "train_mb", "held_mb", "edges", "inflation",
            "epoch_s", "total_s", "error"], OUT / f"memory_b{args.tag}.csv")
     summary = [{"mode": "full batch", "largest_nodes": full, "first_failure": full_fail},
                {"mode": f"{args.engine} k={args.chunks}", "largest_nodes": micro, "first_failure": micro_fail,
                 "x_full_batch": micro / full}]
-    _show("b. largest graph that trains under the cap (first_failure: the smallest size that did not; "
+    show("b. largest graph that trains under the cap (first_failure: the smallest size that did not; "
           "None = --max-nodes reached)", summary,
           ["mode", "largest_nodes", "first_failure", "x_full_batch"], OUT / f"memory_b_summary{args.tag}.csv")
 
@@ -293,7 +182,7 @@ def part_c(args: argparse.Namespace) -> None:
             label = f"{framework} {aggregation} hidden={hidden}"
             row = case([*graph, f"framework={framework}", f"model.hidden={hidden}"],
                        {"model.aggregation": aggregation}, args.safety_gb, args.timeout)
-            _log(label, row)
+            log_case(label, row)
             row = {"case": label, "framework": framework, "aggregation": aggregation, "hidden": hidden, **row}
             base = base or row
             ok = row["status"] == "completed" and base["status"] == "completed"
@@ -301,33 +190,12 @@ def part_c(args: argparse.Namespace) -> None:
             row["train_ratio"] = row["train_mb"] / base["train_mb"] if ok else None
             row["train_above_held"] = row["train_mb"] - row["held_mb"] if ok else None
             rows.append(row)
-    _show(f"c. GCN full batch, {args.c_nodes} nodes, avg degree {args.c_degree}, 128 features, "
+    show(f"c. GCN full batch, {args.c_nodes} nodes, avg degree {args.c_degree}, 128 features, "
           f"{args.epochs} epoch(s): aggregation messages vs sparse (MiB; ratios = / pyg messages of the "
           "same hidden size; train_above_held = training peak above what is resident when it starts)",
           rows, ["case", "status", "peak_mb", "peak_ratio", "train_mb", "train_ratio", "train_above_held",
                  "held_mb", "base_mb", "edges", "epoch_s", "total_s", "error"],
           OUT / f"memory_c{args.tag}.csv")
-
-
-def side_by_side(rows: list[dict[str, Any]], axis: str, base: str, other: str, keys: tuple[str, ...],
-                 copied: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """One row per mode (in first-seen order) with the figures ``keys`` of its ``axis`` = ``base`` and
-    ``other`` runs side by side (``<base>_<key>``, ``<other>_<key>``) and their ratios other / base
-    (``peak_ratio`` for ``peak_mb``, ...), plus the ``copied`` figures of the ``other`` run; a ratio is
-    None unless both completed. E.g. ``axis="precision"``, ``base="fp32"``, ``other="bf16"``."""
-    out = []
-    for mode in dict.fromkeys(r["mode"] for r in rows):
-        pair = {r[axis]: r for r in rows if r["mode"] == mode}
-        first, second = pair.get(base, {}), pair.get(other, {})
-        ok = first.get("status") == second.get("status") == "completed"
-        row: dict[str, Any] = {"mode": mode, f"{base}_status": first.get("status"),
-                               f"{other}_status": second.get("status"), **{k: second.get(k) for k in copied}}
-        for key in keys:
-            a, b = first.get(key), second.get(key)
-            row[f"{base}_{key}"], row[f"{other}_{key}"] = a, b
-            row[f"{key.rsplit('_', 1)[0]}_ratio"] = b / a if ok and a and b else None
-        out.append(row)
-    return out
 
 
 def part_d(args: argparse.Namespace) -> None:
@@ -339,16 +207,18 @@ def part_d(args: argparse.Namespace) -> None:
     rows = []
     for label, mode in modes:
         for precision in PRECISIONS:
-            row = case([*graph, *GAT, *mode, f"train.precision={precision}"], {}, args.safety_gb, args.timeout)
-            _log(f"{label} {precision}", row)
+            row = case([*graph, *GAT, *mode, f"train.precision={precision}"], {}, args.safety_gb,
+                       args.timeout)
+            log_case(f"{label} {precision}", row)
             rows.append({"mode": label, "precision": precision, **row})
     about = (f"2-layer GAT, {args.d_nodes} nodes, avg degree 10, {args.d_features} features, targets=all, "
              f"exact halos, METIS, {args.d_epochs} epochs")
-    _show(f"d. train.precision fp32 vs bf16: {about} (MiB; epoch_s = median after a warm-up epoch)", rows,
+    show(f"d. train.precision fp32 vs bf16: {about} (MiB; epoch_s = median after a warm-up epoch)", rows,
           ["mode", "precision", "status", "peak_mb", "setup_mb", "train_mb", "held_mb", "feature_mb",
            "base_mb", "epoch_s", "total_s", "error"], OUT / f"memory_d{args.tag}.csv")
-    ratios = side_by_side(rows, "precision", "fp32", "bf16", ("peak_mb", "train_mb", "held_mb", "feature_mb", "epoch_s"))
-    _show("d. bf16 / fp32 side by side (ratios < 1: bf16 needs less)", ratios,
+    ratios = side_by_side(rows, "precision", "fp32", "bf16",
+                          ("peak_mb", "train_mb", "held_mb", "feature_mb", "epoch_s"))
+    show("d. bf16 / fp32 side by side (ratios < 1: bf16 needs less)", ratios,
           ["mode", "fp32_peak_mb", "bf16_peak_mb", "peak_ratio", "fp32_train_mb", "bf16_train_mb",
            "train_ratio", "held_ratio", "feature_ratio", "fp32_epoch_s", "bf16_epoch_s", "epoch_ratio"],
           OUT / f"memory_d_ratios{args.tag}.csv")
@@ -357,27 +227,31 @@ def part_d(args: argparse.Namespace) -> None:
 def part_e(args: argparse.Namespace) -> None:
     graph = [f"dataset.num_nodes={args.e_nodes}", "dataset.avg_degree=10",
              f"dataset.num_features={args.e_features}", f"train.epochs={args.e_epochs}"]
-    micro = ["microbatch.partition=metis", "microbatch.targets=all", "microbatch.halo=exact", f"chunks={args.chunks}"]
+    micro = ["microbatch.partition=metis", "microbatch.targets=all", "microbatch.halo=exact",
+             f"chunks={args.chunks}"]
     modes = [("full batch", [*FULL, "engine=single"])] + [
-        (f"{engine} k={args.chunks} {first}", [*micro, f"engine={engine}", f"microbatch.first_transform={first}"])
+        (f"{engine} k={args.chunks} {first}",
+         [*micro, f"engine={engine}", f"microbatch.first_transform={first}"])
         for engine in args.engines for first in ("per_micro_batch", "once_per_step")]
     rows = []
     for label, mode in modes:
         for features in ("memory", "disk"):
             row = case([*graph, *GAT, *mode, f"data.features={features}"], {}, args.safety_gb, args.timeout)
-            _log(f"{label} {features}", row)
+            log_case(f"{label} {features}", row)
             rows.append({"mode": label, "features": features, **row})
     about = (f"2-layer GAT, {args.e_nodes} nodes, avg degree 10, {args.e_features} features, targets=all, "
              f"{args.e_epochs} epochs")
-    _show(f"e. data.features memory vs disk: {about} (MiB; epoch_s = median after a warm-up epoch, the feature "
-          "file in the page cache; step_read = bytes and read calls of a training step)", rows,
-          ["mode", "features", "status", "epoch_s", "peak_mb", "setup_mb", "train_mb", "held_mb", "step_read_mb",
-           "step_read_calls", "load_s", "order_s", "build_s", "total_s", "error"], OUT / f"memory_e{args.tag}.csv")
+    show(f"e. data.features memory vs disk: {about} (MiB; epoch_s = median after a warm-up epoch, the "
+          "feature file in the page cache; step_read = bytes and read calls of a training step)", rows,
+          ["mode", "features", "status", "epoch_s", "peak_mb", "setup_mb", "train_mb", "held_mb",
+           "step_read_mb", "step_read_calls", "load_s", "order_s", "build_s", "total_s", "error"],
+          OUT / f"memory_e{args.tag}.csv")
     ratios = side_by_side(rows, "features", "memory", "disk", ("epoch_s", "peak_mb", "train_mb"),
                           copied=("step_read_mb", "step_read_calls"))
-    _show("e. disk / memory side by side", ratios,
-          ["mode", "memory_epoch_s", "disk_epoch_s", "epoch_ratio", "memory_peak_mb", "disk_peak_mb", "peak_ratio",
-           "train_ratio", "step_read_mb", "step_read_calls"], OUT / f"memory_e_ratios{args.tag}.csv")
+    show("e. disk / memory side by side", ratios,
+          ["mode", "memory_epoch_s", "disk_epoch_s", "epoch_ratio", "memory_peak_mb", "disk_peak_mb",
+           "peak_ratio", "train_ratio", "step_read_mb", "step_read_calls"],
+          OUT / f"memory_e_ratios{args.tag}.csv")
 
 
 def part_f(args: argparse.Namespace) -> None:
@@ -397,10 +271,10 @@ def part_f(args: argparse.Namespace) -> None:
                 graph = [f"dataset.num_nodes={nodes}", f"dataset.avg_degree={args.f_degree}",
                          f"dataset.num_features={args.f_features}", f"train.epochs={args.epochs}",
                          f"cache_root={cache}"]
-                row = case([*graph, *GAT, *mode], {"train.memory_limit_gb": args.cap_gb}, args.cap_gb, args.timeout,
-                           record=records / f"{slug}_n{nodes}.json")
+                row = case([*graph, *GAT, *mode], {"train.memory_limit_gb": args.cap_gb}, args.cap_gb,
+                           args.timeout, record=records / f"{slug}_n{nodes}.json")
             feature_gib = nodes * args.f_features * 4 / 2 ** 30
-            _log(f"{label} n={nodes} ({feature_gib:.2f} GiB of float32 features)", row)
+            log_case(f"{label} n={nodes} ({feature_gib:.2f} GiB of float32 features)", row)
             rows.append({"mode": label, "nodes": nodes, "feature_gib": feature_gib, **row})
             if row["status"] != "completed":
                 fail = nodes
@@ -408,55 +282,21 @@ def part_f(args: argparse.Namespace) -> None:
             fit, nodes = nodes, nodes * 2
         summary.append({"mode": label, "largest_nodes": fit, "first_failure": fail,
                         "largest_feature_gib": fit * args.f_features * 4 / 2 ** 30 if fit else None,
-                        "epoch_s": next((r["epoch_s"] for r in rows if r["mode"] == label and r["nodes"] == fit), None)})
+                        "epoch_s": next((r["epoch_s"] for r in rows
+                                         if r["mode"] == label and r["nodes"] == fit), None)})
     about = (f"2-layer GAT, avg degree {args.f_degree}, {args.f_features} features, {args.epochs} epoch(s), "
              f"under train.memory_limit_gb={args.cap_gb} (RLIMIT_AS)")
-    _show(f"f. doubling search, features in memory vs on disk: {about}", rows,
-          ["mode", "nodes", "feature_gib", "status", "peak_mb", "setup_mb", "train_mb", "epoch_s", "step_read_mb",
-           "load_s", "order_s", "build_s", "inflation", "total_s", "error"], OUT / f"memory_f{args.tag}.csv")
-    _show(f"f. largest graph that trains under {args.cap_gb} GiB (first_failure: the smallest size that did not; "
-          f"None = --f-max-nodes reached)", summary,
+    show(f"f. doubling search, features in memory vs on disk: {about}", rows,
+          ["mode", "nodes", "feature_gib", "status", "peak_mb", "setup_mb", "train_mb", "epoch_s",
+           "step_read_mb", "load_s", "order_s", "build_s", "inflation", "total_s", "error"],
+          OUT / f"memory_f{args.tag}.csv")
+    show(f"f. largest graph that trains under {args.cap_gb} GiB (first_failure: the smallest size that did "
+          f"not; None = --f-max-nodes reached)", summary,
           ["mode", "largest_nodes", "largest_feature_gib", "first_failure", "epoch_s"],
           OUT / f"memory_f_summary{args.tag}.csv")
     figure = OUT / f"memory_f{args.tag}.png"
     plot_f(rows, args.cap_gb, args.f_features, about, figure)
     print(f"-> {figure.relative_to(ROOT)}; records: {records.relative_to(ROOT)}/")
-
-
-def plot_f(rows: list[dict[str, Any]], cap_gb: float, features: int, about: str, path: Path) -> Any:
-    """Part f's figure: peak memory (with the cap) and epoch time against the node count (top axis: the
-    float32 feature matrix in GiB), one line per mode; a cross marks a size that did not train under the cap.
-    Saved to ``path``; returns the figure."""
-    import pandas as pd
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    table = pd.DataFrame(rows)
-    fig = Figure(figsize=(11, 4.2))
-    FigureCanvasAgg(fig)
-    memory_ax, time_ax = fig.subplots(1, 2)
-    for mode, group in table.groupby("mode", sort=False):
-        done = group[group["status"] == "completed"]
-        line = memory_ax.plot(done["nodes"], done["peak_mb"] / 1024, marker="o", label=mode)[0]
-        failed = group[group["status"] != "completed"]
-        memory_ax.plot(failed["nodes"], [cap_gb] * len(failed), marker="x", markersize=10, linestyle="none",
-                       color=line.get_color())
-        time_ax.plot(done["nodes"], done["epoch_s"], marker="o", color=line.get_color(), label=mode)
-    memory_ax.axhline(cap_gb, color="black", linestyle="--", linewidth=1, label=f"cap {cap_gb:g} GiB")
-    memory_ax.set(ylabel="peak resident memory (GiB); x: did not fit", title="peak memory")
-    time_ax.set(ylabel="epoch time (s, median after warm-up)", title="epoch time", yscale="log")
-    for ax in (memory_ax, time_ax):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("nodes")
-        ax.grid(True, alpha=0.3)
-        gib = features * 4 / 2 ** 30
-        ax.secondary_xaxis("top", functions=(lambda n: n * gib, lambda g: g / gib)).set_xlabel(
-            "float32 features (GiB)")
-    memory_ax.legend(fontsize=8)
-    fig.suptitle(f"Largest graph under the cap: {about}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return fig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -498,12 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every case, e.g. "
                         "dataset.num_communities=150 dataset.homophily=0.95 framework=dgl")
     parser.add_argument("--tag", default="", help="suffix of the CSV names (memory_<part><tag>.csv)")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        args.child_out.write_text(json.dumps(child(json.loads(args.child))))
-        return 0
     EXTRA.extend(args.overrides)
     if args.overrides:
         print(f"extra overrides for every case: {' '.join(args.overrides)}")
