@@ -206,9 +206,9 @@ def layerwise(units: list[Unit], ids: Tensor, inputs: list[tuple[Tensor, ...]]) 
     for unit in units:
         device = unit.device
         moved = [tuple(t.to(device) for t in out) for out in outs]
-        if isinstance(unit, Transform) and unit.history is not None:  # only transforms have caches
+        if isinstance(unit, Transform) and unit.halo is not None:  # only transforms have caches
             for m, out in zip(order, moved):
-                unit.history.push(unit.read[m][:unit.initial_rows[m]], out[0])
+                unit.halo.push(m, out[0])
         if device not in carried:
             carried[device] = ids.to(device, torch.float32)
         mb_ids = carried[device]

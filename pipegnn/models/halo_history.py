@@ -1,0 +1,56 @@
+"""A layer's historical halo rows (:class:`HaloHistory`): the rows each micro-batch receives pushed to
+the layer's history cache, the halo rows it reads beside them pulled from it."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from pipegnn.microbatch.halo import MicroBatch
+from pipegnn.microbatch.history import History
+from pipegnn.models.units import TensorList
+
+__all__ = ["HaloHistory"]
+
+
+class HaloHistory(nn.Module):
+    """The link of a layer's transform unit to its history cache, a child module of the unit (historical
+    mode; its buffers move with it).
+
+    Args:
+        layer: index of the layer (0-based).
+        num_nodes: nodes of the graph.
+        dim: the layer's input features.
+        dtype: dtype of the cached rows.
+        node_dropout: the layer's input dropout when the cache draws one mask per node and step
+            (:meth:`History.dropout`), else 0.
+
+    Attributes:
+        history: the cache of the layer's input rows.
+        read: global ids of each micro-batch's rows: those received, then those pulled.
+        received: rows each micro-batch receives (the first of ``read``).
+    """
+
+    def __init__(self, layer: int, num_nodes: int, dim: int, dtype: torch.dtype, node_dropout: float = 0.0):
+        super().__init__()
+        self.layer = layer
+        self.history = History(num_nodes, dim, dtype, node_dropout)
+        self.read: TensorList[Tensor] = TensorList()
+        self.received: list[int] = []
+
+    def add_micro_batch(self, mb: MicroBatch) -> None:
+        self.read.append(mb.nodes[:mb.sources[self.layer]])
+        self.received.append(mb.sizes[self.layer])
+
+    def push(self, m: int, h: Tensor) -> None:
+        """Store micro-batch ``m``'s received rows ``h`` (fresh), outside a training step."""
+        self.history.push(self.read[m][:self.received[m]], h)
+
+    def rows(self, m: int, h: Tensor, training: bool) -> tuple[Tensor, Tensor]:
+        """Micro-batch ``m``'s input rows: the received ``h`` (pushed to the cache), then its halo rows
+        (pulled from it); and their global ids. ``training``: the push and the pull count toward the
+        step's traffic and staleness (:meth:`History.traffic`)."""
+        read, own, step = self.read[m], self.received[m], m if training else None
+        self.history.push(read[:own], h, step)
+        if read.numel() > own:
+            h = torch.cat([h, self.history.pull(read[own:], step)])
+        return h, read
