@@ -27,7 +27,7 @@ from pipegnn.engines import GPipeEngine, SingleEngine
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import StagedGNN
 from pipegnn.results.records import write_record
-from pipegnn.results.table import flatten
+from pipegnn.results.rows import flatten
 from pipegnn.schema import compose_config
 from pipegnn.timeline import PipelineInfo
 

@@ -4,6 +4,8 @@
 - :mod:`~pipegnn.results.archive`: a sweep's records (and traces) as one ``records.jsonl.gz``, which
   :func:`load` reads as it reads the files; used through its module (``archive.pack``, ``archive.read``,
   ``archive.unpack``: short names that would be ambiguous here), so not re-exported;
+- :mod:`~pipegnn.results.rows`: one record as one row (:func:`flatten`; what each column means:
+  :data:`COLUMNS`);
 - :mod:`~pipegnn.results.table`: the runs table (:func:`load`: one row per record, and per sweep job
   that left none), filtered (:func:`select`) and printed (:func:`format_table`);
 - :mod:`~pipegnn.results.stats`: statistics of the table (:func:`summary`, :func:`summarize`,
@@ -28,8 +30,9 @@ from typing import Any
 _EXPORTS = {
     "records": ("RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record", "find_records",
                 "load_record", "natural_key", "probe_record_folder", "record_of", "write_record"),
-    "table": ("COLUMNS", "INTEGER_COLUMNS", "NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS",
-              "UNREADABLE", "column", "flatten", "format_table", "integers", "load", "select"),
+    "rows": ("COLUMNS", "INTEGER_COLUMNS", "flatten", "integers"),
+    "table": ("NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "column",
+              "format_table", "load", "select"),
     "stats": ("LEADERBOARD_SETTINGS", "WITHIN", "device_type", "leaderboard", "relative", "setup_label",
               "summarize", "summary", "with_setup"),
     "figures": ("DPI", "NoData", "PANEL_SIZE", "draw", "plot_accuracy_vs_chunks", "plot_epoch_time_vs_chunks",

@@ -20,8 +20,9 @@ import pandas as pd
 from pipegnn.results.figures import draw
 from pipegnn.results.leaderboard_plot import plot_leaderboard
 from pipegnn.results.records import RECORD_NAME
+from pipegnn.results.rows import integers
 from pipegnn.results.stats import LEADERBOARD_SETTINGS, leaderboard, summary
-from pipegnn.results.table import NO_RECORD, TABLE_COLUMNS, format_table, integers, load, select
+from pipegnn.results.table import NO_RECORD, TABLE_COLUMNS, format_table, load, select
 
 __all__ = ["main"]
 

@@ -13,11 +13,19 @@ from pipegnn import run
 from pipegnn.record import RecordFormatError
 from pipegnn.results.records import write_record
 from pipegnn.results.stats import summary
-from pipegnn.results.table import COLUMNS, flatten, format_table, load, select
+from pipegnn.results.rows import COLUMNS, flatten
+from pipegnn.results.table import format_table, load, select
 
-from tests.helpers import (COMPLETED_RECORD, RECORD_CONFIG, failed_record, invalid_record, killed_model_sweep,
-                           make_cfg, results_cli, seeded_record)
-
+from tests.helpers import (
+    COMPLETED_RECORD,
+    RECORD_CONFIG,
+    failed_record,
+    invalid_record,
+    killed_model_sweep,
+    make_cfg,
+    results_cli,
+    seeded_record,
+)
 
 #: A record's ``pipeline`` section (shaped like pipegnn.training.launch's: static info, then medians over epochs).
 PIPELINE = {
