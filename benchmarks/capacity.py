@@ -35,10 +35,10 @@ MODELS = {"gcn2": ["model=gcn2"], "residual_gcn": ["model=gcn", "model.residual=
 
 def probe(args: argparse.Namespace, overrides: list[str]) -> dict:
     """One run of one epoch under the per-stage cap: its status and, if it trained, each rank's peak."""
-    cfg = compose_config(["engine=pipelining", "engine.schedule=gpipe", f"engine.memory_limit_gb={args.cap_gb}",
-                          "engine.timeline=false", "train.epochs=1", "microbatch.targets=all",
-                          f"model.hidden={args.hidden}", f"chunks={args.chunks}", "microbatch.cache=null",
-                          *overrides, *args.overrides])
+    cfg = compose_config(["engine=pipelining", "engine.schedule=gpipe",
+                          f"engine.memory_limit_gb={args.cap_gb}", "engine.timeline=false", "train.epochs=1",
+                          "microbatch.targets=all", f"model.hidden={args.hidden}", f"chunks={args.chunks}",
+                          "microbatch.cache=null", *overrides, *args.overrides])
     record = run(cfg)
     peaks = record.get("memory", {}).get("peak_rss_bytes_per_rank") or []
     if record["status"] not in ("completed", "oom"):
@@ -51,7 +51,8 @@ def probe(args: argparse.Namespace, overrides: list[str]) -> dict:
             "peak_mb_per_rank": " ".join(f"{p / 2**20:.0f}" for p in peaks)}
 
 
-def largest(fits: Callable[[int], dict], start: int, resolution: Callable[[int], int]) -> tuple[int, dict, dict]:
+def largest(fits: Callable[[int], dict], start: int,
+            resolution: Callable[[int], int]) -> tuple[int, dict, dict]:
     """The largest ``n`` for which ``fits(n)["fits"]`` (doubling from ``start``, then bisecting until the
     gap is below ``resolution(n)``), its probe's result, and the result of the smallest ``n`` that did
     not fit (what stopped the search: ``oom``, or another failure such as a diverging loss);
@@ -79,20 +80,26 @@ def measure(args: argparse.Namespace) -> pd.DataFrame:
     for model in args.models:
         for halo in args.halos:
             for stages in args.stages:
-                setting = [*MODELS[model], f"microbatch.halo={halo}", f"engine.devices=[{','.join(['cpu'] * stages)}]"]
+                devices = ",".join(["cpu"] * stages)
+                setting = [*MODELS[model], f"microbatch.halo={halo}", f"engine.devices=[{devices}]"]
                 print(f"{model} {halo} {stages} stage(s)", file=sys.stderr, flush=True)
                 row = {"model": model, "halo": halo, "stages": stages}
+                # Each probe binds this iteration's setting as a default (largest calls it in this iteration).
                 if "layers" in args.what:
-                    depth, at, stop = largest(lambda n: probe(args, [*setting, f"model.layers={n}"]), args.start,
-                                              lambda n: max(1, n // 8))
+                    depth, at, stop = largest(
+                        lambda n, setting=setting: probe(args, [*setting, f"model.layers={n}"]),
+                        args.start, lambda n: max(1, n // 8))
                     rows.append({**row, "what": "layers", "largest": depth,
-                                 "peak_mb_per_rank": at.get("peak_mb_per_rank"), "stopped_by": stop.get("status")})
+                                 "peak_mb_per_rank": at.get("peak_mb_per_rank"),
+                                 "stopped_by": stop.get("status")})
                 if "nodes" in args.what:
-                    nodes, at, stop = largest(lambda n: probe(args, [*setting, f"model.layers={args.graph_depth}",
-                                                               f"dataset.num_nodes={n}"]),
-                                        args.start_nodes, lambda n: max(1, n // 8))
+                    at_depth = [*setting, f"model.layers={args.graph_depth}"]
+                    nodes, at, stop = largest(
+                        lambda n, at_depth=at_depth: probe(args, [*at_depth, f"dataset.num_nodes={n}"]),
+                        args.start_nodes, lambda n: max(1, n // 8))
                     rows.append({**row, "what": f"nodes at {args.graph_depth} layers", "largest": nodes,
-                                 "peak_mb_per_rank": at.get("peak_mb_per_rank"), "stopped_by": stop.get("status")})
+                                 "peak_mb_per_rank": at.get("peak_mb_per_rank"),
+                                 "stopped_by": stop.get("status")})
     return pd.DataFrame(rows)
 
 
@@ -122,15 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=8)
     parser.add_argument("--start", type=int, default=2, help="first depth tried (then doubled)")
     parser.add_argument("--what", nargs="+", default=["layers"], choices=["layers", "nodes"],
-                        help="search the deepest model (layers) and/or the largest graph at --graph-depth (nodes)")
+                        help="search the deepest model (layers) and/or the largest graph at --graph-depth "
+                             "(nodes)")
     parser.add_argument("--graph-depth", type=int, default=16, help="the depth of the largest-graph search")
     parser.add_argument("--start-nodes", type=int, default=8192)
     parser.add_argument("--csv", type=Path, help="write the table here and the figure beside it (.png)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every probe")
     args = parser.parse_args(argv)
     table = measure(args)
-    print(f"\nlargest that trains one epoch with {args.cap_gb:g} GiB per stage process (GPipe, k={args.chunks}, "
-          f"hidden {args.hidden}, targets=all; peak RSS per rank of that run, MiB)")
+    print(f"\nlargest that trains one epoch with {args.cap_gb:g} GiB per stage process "
+          f"(GPipe, k={args.chunks}, hidden {args.hidden}, targets=all; peak RSS per rank of that run, MiB)")
     print(table.to_string(index=False))
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,8 @@ from pipegnn.schema import compose_config
 #: for GAT, the GAT paper's PubMed settings it used on this graph (lr 0.01, weight decay 0.001, 8 output
 #: heads; conf/dataset_model/synthetic_gat.yaml before).
 OLD_GRAPH = ["dataset.signal=0.07", "dataset.words_per_node=50", "dataset.homophily=0.7"]
-OLD = {"gat": [*OLD_GRAPH, "model.lr=0.01", "model.weight_decay=0.001", "model.out_heads=8"], "gcn": OLD_GRAPH}
+OLD = {"gat": [*OLD_GRAPH, "model.lr=0.01", "model.weight_decay=0.001", "model.out_heads=8"],
+       "gcn": OLD_GRAPH}
 FULL = ["engine=single", "chunks=1", "microbatch.halo=none"]
 EXACT = ["engine=gpipe", "chunks=8", "microbatch.halo=exact", "microbatch.partition=metis"]
 NAIVE = ["engine=gpipe", "chunks=8", "microbatch.halo=none", "microbatch.partition=sequential"]
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                          "best_epoch_mean": statistics.mean(r["best_epoch"] for r in runs),
                          "test_best_val_per_seed": " ".join(f"{v:.3f}" for v in best),
                          "val_std_last50_per_seed": " ".join(f"{v:.2f}" for v in spread)})
-            print(f"{model} {case}: {rows[-1]['val_std_last50_per_seed']} / {rows[-1]['test_best_val_per_seed']}",
+            last = rows[-1]
+            print(f"{model} {case}: {last['val_std_last50_per_seed']} / {last['test_best_val_per_seed']}",
                   file=sys.stderr, flush=True)
     text = render(pd.DataFrame(rows), args.epochs, args.models, args.overrides)
     print(text)

@@ -113,7 +113,8 @@ def plan(args: argparse.Namespace) -> list[tuple[list[str], int, dict]]:
             for depth, hidden, aggregation in itertools.product(args.depths, args.hidden, args.aggregations):
                 base = [f"dataset={dataset}", *MODELS[model], f"model.layers={depth}",
                         f"model.hidden={hidden // HEADS.get(model, 1)}", f"model.aggregation={aggregation}"]
-                where = dict(dataset=dataset, model=model, layers=depth, hidden=hidden, aggregation=aggregation)
+                where = dict(dataset=dataset, model=model, layers=depth, hidden=hidden,
+                             aggregation=aggregation)
                 for threads in budgets:
                     cases.append(([*base, "engine=single", "chunks=1", "microbatch.halo=none"], threads,
                                   dict(**where, case=f"full batch x{threads}", halo="full", k=1)))
@@ -161,16 +162,19 @@ def summarise(table: pd.DataFrame, threads: int, stage_threads: int = 1) -> pd.D
         same = single[(single.k == best_pipe.k) & (single.halo == best_pipe.halo)]
         hist = single[(single.k == best_pipe.k) & (single.halo == "historical")]
         full_s = full.epoch_s.iloc[0] if len(full) else None
+        vs_same = (same.epoch_s.iloc[0] / best_pipe.epoch_s) if len(same) else None
+        historical_over_full = hist.epoch_s.iloc[0] / full_s if len(hist) and full_s else None
         rows.append({"dataset": dataset, "model": model, "layers": layers, "hidden": hidden,
                      "stage_threads": stage_threads,
                      "best_pipeline": f"{best_pipe.case} {best_pipe.halo} k={best_pipe.k}",
                      "pipeline_s": best_pipe.epoch_s,
                      "best_alone": f"{best_alone.case} {best_alone.halo} k={best_alone.k}",
                      "alone_s": best_alone.epoch_s, "pipeline_aggregation": best_pipe.aggregation,
-                     "alone_aggregation": best_alone.aggregation, "speedup": best_alone.epoch_s / best_pipe.epoch_s,
-                     "vs_single_x1_same_mb": (same.epoch_s.iloc[0] / best_pipe.epoch_s) if len(same) else None,
+                     "alone_aggregation": best_alone.aggregation,
+                     "speedup": best_alone.epoch_s / best_pipe.epoch_s,
+                     "vs_single_x1_same_mb": vs_same,
                      "pipeline_inflation": best_pipe.inflation, "pipeline_bubble": best_pipe.bubble,
-                     "historical_over_full_x1": hist.epoch_s.iloc[0] / full_s if len(hist) and full_s else None,
+                     "historical_over_full_x1": historical_over_full,
                      "historical_inflation": hist.inflation.iloc[0] if len(hist) else None})
     return pd.DataFrame(rows)
 
@@ -178,7 +182,8 @@ def summarise(table: pd.DataFrame, threads: int, stage_threads: int = 1) -> pd.D
 def figure(summary: pd.DataFrame, path: Path, threads: int, stage_threads: int = 1) -> None:
     """The best pipeline's speedup against depth, one line per graph, model and width; against width
     (one line per graph, model and depth) when the map has one depth and several widths."""
-    x, line = ("hidden", "layers") if summary.layers.nunique() == 1 < summary.hidden.nunique() else ("layers", "hidden")
+    by_width = summary.layers.nunique() == 1 < summary.hidden.nunique()
+    x, line = ("hidden", "layers") if by_width else ("layers", "hidden")
     fig, ax = plt.subplots(figsize=(6, 4))
     for (dataset, model, fixed), group in summary.groupby(["dataset", "model", line]):
         suffix = f", {line} {fixed}" if summary[line].nunique() > 1 or x == "hidden" else ""

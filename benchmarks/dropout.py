@@ -37,20 +37,23 @@ def _median_ms(fn: Callable[[], object], repeats: int) -> float:
     return 1e3 * statistics.median(times)
 
 
+def _row(graph: str, shape: tuple[int, int], dtype: torch.dtype, p: float, repeats: int) -> dict:
+    """One graph's rows in one dtype: the median time of each mask and each dropout, and the speedups."""
+    x, mask = torch.randn(shape, dtype=dtype), torch.empty(shape, dtype=dtype)
+    keep = 1 - p
+    row = {"rows x width": graph, "dtype": str(dtype).removeprefix("torch."),
+           "bernoulli_ mask ms": _median_ms(lambda: mask.bernoulli_(keep).div_(keep), repeats),
+           "uniform_ mask ms": _median_ms(lambda: fill_mask_(mask, p), repeats),
+           "F.dropout ms": _median_ms(lambda: F.dropout(x, p, True), repeats),
+           "pipegnn dropout ms": _median_ms(lambda: dropout(x, p, True), repeats)}
+    row["mask speedup"] = row["bernoulli_ mask ms"] / row["uniform_ mask ms"]
+    row["dropout speedup"] = row["F.dropout ms"] / row["pipegnn dropout ms"]
+    return row
+
+
 def measure(p: float, repeats: int) -> pd.DataFrame:
-    rows = []
-    for graph, shape in SHAPES.items():
-        for dtype in (torch.float32, torch.float64):
-            x, mask = torch.randn(shape, dtype=dtype), torch.empty(shape, dtype=dtype)
-            keep = 1 - p
-            row = {"rows x width": graph, "dtype": str(dtype).removeprefix("torch."),
-                   "bernoulli_ mask ms": _median_ms(lambda: mask.bernoulli_(keep).div_(keep), repeats),
-                   "uniform_ mask ms": _median_ms(lambda: fill_mask_(mask, p), repeats),
-                   "F.dropout ms": _median_ms(lambda: F.dropout(x, p, True), repeats),
-                   "pipegnn dropout ms": _median_ms(lambda: dropout(x, p, True), repeats)}
-            row["mask speedup"] = row["bernoulli_ mask ms"] / row["uniform_ mask ms"]
-            row["dropout speedup"] = row["F.dropout ms"] / row["pipegnn dropout ms"]
-            rows.append(row)
+    rows = [_row(graph, shape, dtype, p, repeats)
+            for graph, shape in SHAPES.items() for dtype in (torch.float32, torch.float64)]
     return pd.DataFrame(rows)
 
 

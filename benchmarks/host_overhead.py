@@ -132,7 +132,8 @@ def pipegnn_case(overrides: list[str], epochs: int, captured: bool = False) -> d
     calls = HostCalls.of({op: n / steps for op, n in ops.items()})
     timed = run(compose_config([f"train.epochs={epochs + warmup}", *common]))
     return {"aten_calls": calls.aten, "sync_calls": calls.syncs,
-            "step_s": timed["timing"]["epoch_time_median_s"], "inflation": record["microbatch"].get("inflation")}
+            "step_s": timed["timing"]["epoch_time_median_s"],
+            "inflation": record["microbatch"].get("inflation")}
 
 
 def measure(args: argparse.Namespace) -> pd.DataFrame:
@@ -167,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                         "nearly the whole graph: results/benchmarks/depth_synthetic.txt)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda:0 for the times on a GPU")
     parser.add_argument("--captured", action="store_true",
-                        help="also each non-historical case recorded as a CUDA graph and replayed (a GPU only)")
+                        help="also each non-historical case recorded as a CUDA graph and replayed "
+                             "(a GPU only)")
     parser.add_argument("--csv", type=Path)
     parser.add_argument("overrides", nargs="*", help="config overrides for every case (e.g. a dataset)")
     args = parser.parse_args(argv)

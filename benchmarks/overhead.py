@@ -76,7 +76,8 @@ SUITES = {
                        **{f"single k=8 {halo}, first transform {first}": [
                            "engine=single", "chunks=8", f"microbatch.halo={halo}",
                            f"microbatch.first_transform={first}"]
-                          for halo in ("exact", "historical") for first in ("per_micro_batch", "once_per_step")}},
+                          for halo in ("exact", "historical")
+                          for first in ("per_micro_batch", "once_per_step")}},
 }
 #: Per suite: (comparison, case, reference case, goal or None): the ratio of the two cases' epoch times.
 GOALS = {"goals": [
@@ -89,7 +90,8 @@ GOALS = {"goals": [
     ("dgl / pyg, gpipe k=8 exact", "dgl gpipe k=8 exact metis", "pyg gpipe k=8 exact metis", None)],
     "first": [(f"{engine} exact k={k} / full batch, first transform {first}",
                f"{engine} k={k} exact, first transform {first}", "full batch (single, k=1)", None)
-              for k in (8, 32) for engine in ("single", "gpipe") for first in ("per_micro_batch", "once_per_step")]}
+              for k in (8, 32) for engine in ("single", "gpipe")
+              for first in ("per_micro_batch", "once_per_step")]}
 
 
 def goal_table(table: pd.DataFrame, goals: list[tuple]) -> pd.DataFrame:

@@ -10,8 +10,9 @@ schedule's theoretical one. What recording the timeline costs is measured twice:
 ``--overhead-repeats`` more times with and without it (``engine.timeline=false``), alternating (median
 epoch time with / without - 1; runs vary by 10-20% here, so this bounds little), and within one process
 the same single-engine and torchgpipe steps (k=8) run ``--overhead-steps`` times with the recording on
-and off in turn (median step time with / without - 1: no run-to-run noise). Every case is a separate ``pipegnn.run`` in this process (pipelining's workers are
-processes of their own); records and traces go to ``--out``.
+and off in turn (median step time with / without - 1: no run-to-run noise). Every case is a separate
+``pipegnn.run`` in this process (pipelining's workers are processes of their own); records and traces go
+to ``--out``.
 
     python benchmarks/pipeline.py --epochs 5 --csv results/benchmarks/pipeline_synthetic.csv \\
         --out results/reference/pipeline

@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--halo", default="exact")
     parser.add_argument("--partition", default="random")
-    parser.add_argument("--model", default="gat", help="computation graph: gat (self-loops), gcn (normalised) or sage (no self-loops)")
+    parser.add_argument("--model", default="gat",
+                        help="computation graph: gat (self-loops), gcn (normalised) or sage (no self-loops)")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()

@@ -32,7 +32,8 @@ def accuracy(dataset: str, model: str, precision: str, seed: int, epochs: int, o
     record = run(compose_config([f"dataset={dataset}", f"model={model}", f"train.epochs={epochs}",
                                  f"train.seed={seed}", f"train.precision={precision}", *FULL, *overrides]))
     if record["status"] != "completed":
-        raise RuntimeError(f"{dataset} {model} {precision} seed {seed}: {record['status']}: {record['error']}")
+        raise RuntimeError(f"{dataset} {model} {precision} seed {seed}: "
+                           f"{record['status']}: {record['error']}")
     return record["final"]["test_acc_at_best_val"]
 
 

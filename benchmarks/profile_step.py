@@ -102,7 +102,8 @@ def measure(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame]:
         cases.append({"case": name, "profiled_steps": steps, "step_self_cpu_s": sum(per_op[name].values()),
                       "epoch_s_profiled": record["timing"]["epoch_time_median_s"],
                       "inflation": record["microbatch"].get("inflation")})
-        print(f"{name}: {steps} steps, {cases[-1]['step_self_cpu_s']:.3f} s per step", file=sys.stderr, flush=True)
+        print(f"{name}: {steps} steps, {cases[-1]['step_self_cpu_s']:.3f} s per step",
+              file=sys.stderr, flush=True)
     table = pd.DataFrame(per_op).fillna(0.0)
     first = args.cases[0]
     table = table.sort_values(args.cases[-1], ascending=False)
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--epochs", type=int, default=4, help="epochs per case (the first step is a warm-up)")
     parser.add_argument("--top", type=int, default=25, help="operators shown, by the last case's time")
-    parser.add_argument("--csv", type=Path, help="write the operator table here, the cases beside it (_cases)")
+    parser.add_argument("--csv", type=Path,
+                        help="write the operator table here, the cases beside it (_cases)")
     parser.add_argument("overrides", nargs="*", help="config overrides for every case (e.g. model=gcn2)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

@@ -6,8 +6,8 @@ GAT 8x8 hidden, 1 output head, dropout 0.6 on features and attention, lr 0.005; 
 root weight, 16 hidden, dropout 0.5, lr 0.01; weight decay 5e-4 on every parameter, Adam, 200 epochs),
 over ``--seeds`` seeds each:
 
-- ``plain pyg``: PyG's ``Planetoid`` dataset and ``GCNConv``/``GATConv``/``SAGEConv`` written out here, with no pipegnn
-  code, the way PyG's own citation examples are written;
+- ``plain pyg``: PyG's ``Planetoid`` dataset and ``GCNConv``/``GATConv``/``SAGEConv`` written out here, with
+  no pipegnn code, the way PyG's own citation examples are written;
 - ``pipegnn full batch``: ``pipegnn.run`` with ``engine=single chunks=1 microbatch.halo=none``;
 - ``pipegnn exact k=8``: ``engine=gpipe chunks=8 microbatch.halo=exact`` (METIS).
 
@@ -49,7 +49,8 @@ PUBLISHED = {("cora", "gcn"): 0.815, ("citeseer", "gcn"): 0.703, ("cora", "gat")
              ("citeseer", "gat"): 0.725, ("cora", "sage"): 0.81, ("citeseer", "sage"): 0.711}
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer"}
 PIPEGNN = {"pipegnn full batch": ["engine=single", "chunks=1", "microbatch.halo=none"],
-           "pipegnn exact k=8": ["engine=gpipe", "chunks=8", "microbatch.halo=exact", "microbatch.partition=metis"]}
+           "pipegnn exact k=8": ["engine=gpipe", "chunks=8", "microbatch.halo=exact",
+                                 "microbatch.partition=metis"]}
 EPOCHS = 200
 
 
@@ -132,7 +133,8 @@ def checks(table: pd.DataFrame) -> pd.DataFrame:
         published = PUBLISHED[(dataset, model)]
         for name in stats.index:
             gap = abs(stats.at[name, "mean"] - published)
-            rows.append({"dataset": dataset, "model": model, "check": f"{name} vs published {100 * published:.1f}",
+            rows.append({"dataset": dataset, "model": model,
+                         "check": f"{name} vs published {100 * published:.1f}",
                          "value": f"|diff| {100 * gap:.2f} <= 1.50", "ok": gap <= 0.015})
     return pd.DataFrame(rows)
 
@@ -140,7 +142,8 @@ def checks(table: pd.DataFrame) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--implementations", nargs="+", default=IMPLEMENTATIONS, choices=IMPLEMENTATIONS)
     parser.add_argument("--datasets", nargs="+", default=["cora", "citeseer"], choices=sorted(NAMES))
     parser.add_argument("--models", nargs="+", default=["gcn", "gat", "sage"], choices=sorted(PLAIN))
@@ -164,10 +167,12 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append({"dataset": dataset, "model": model, "implementation": name, "seeds": len(s),
                                  "mean": s.mean(), "std": s.std(), "sem": s.std() / math.sqrt(len(s)),
                                  "per_seed": " ".join(f"{v:.3f}" for v in values)})
-                    print(f"{dataset} {model} {name}: {100 * s.mean():.2f} ± {100 * s.std():.2f}", flush=True)
+                    print(f"{dataset} {model} {name}: {100 * s.mean():.2f} ± {100 * s.std():.2f}",
+                          flush=True)
     table = pd.DataFrame(rows)
     verdict = checks(table)
-    print(f"\ntest accuracy at the best validation epoch, seeds {args.first_seed}..{args.first_seed + args.seeds - 1}, "
+    last_seed = args.first_seed + args.seeds - 1
+    print(f"\ntest accuracy at the best validation epoch, seeds {args.first_seed}..{last_seed}, "
           f"{EPOCHS} epochs")
     print(table.drop(columns="per_seed").to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     print()

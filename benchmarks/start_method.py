@@ -17,8 +17,8 @@ import subprocess
 import sys
 
 from pipegnn import run
-from pipegnn.training.processes import spawn
 from pipegnn.schema import compose_config
+from pipegnn.training.processes import spawn
 
 METHODS = ("forkserver", "forkserver (CUDA)", "spawn")
 

@@ -66,8 +66,9 @@ FIGURES = {"epoch_time_vs_chunks.png": (results.plot_epoch_time_vs_chunks, {}),
 
 #: The figures that mean something for a preset (others: every figure it has data for). The ablations
 #: run 5 epochs, so their accuracy is no result; the scaling presets have only chunks 1 and 8.
-PRESET_FIGURES = {"pipeline": ["speedup_vs_chunks.png"], "scaling": ["scaling.png"], "ablation_nodes": ["scaling.png"],
-                  "ablation_density": ["scaling_edges.png"], "ablation_hidden": ["scaling_hidden.png"],
+PRESET_FIGURES = {"pipeline": ["speedup_vs_chunks.png"], "scaling": ["scaling.png"],
+                  "ablation_nodes": ["scaling.png"], "ablation_density": ["scaling_edges.png"],
+                  "ablation_hidden": ["scaling_hidden.png"],
                   "historical_gap": ["accuracy_vs_chunks.png"],
                   # historical_gap's historical/all half with one dropout mask per node and step
                   "historical_gap_node_mask": []}
@@ -127,7 +128,8 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     shape = [k for k in ("cfg.model.hidden", "cfg.dataset.density", "cfg.dataset.avg_degree") if k in data]
     data["overhead"] = results.relative(
         data, "epoch_time_median_s", {"chunks": 1},
-        within=("dataset", "model", "num_nodes", "num_edges", "framework", "setup", "halo", "partition", *shape))
+        within=("dataset", "model", "num_nodes", "num_edges", "framework", "setup", "halo", "partition",
+                *shape))
     by = [k for k in SETTINGS if k in ("dataset", "model", "chunks")
           or (k in data and data[k].nunique(dropna=False) > 1)]
     table = results.summarize(data, by, [m for m in METRICS if data[m].notna().any()])
@@ -155,7 +157,8 @@ def report(sweep: Path, out: Path) -> int:
     table.to_csv(out / "summary.csv", index=False, float_format="%.6g")
     if "runs" in table and len(table):
         low, high = int(table["runs"].min()), int(table["runs"].max())
-        print(f"{sweep.name}: {len(table)} settings, {low if low == high else f'{low}-{high}'} runs (seeds) each")
+        runs = low if low == high else f"{low}-{high}"
+        print(f"{sweep.name}: {len(table)} settings, {runs} runs (seeds) each")
     for stale in out.glob("*.png"):
         stale.unlink()
     for name in figures_of(sweep.name):
@@ -181,7 +184,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sweeps = sorted(p for p in args.sweeps.iterdir() if p.is_dir() and (not args.only or p.name in args.only))
     if not sweeps:
-        parser.error(f"no sweep folder in {args.sweeps}" + (f" named {', '.join(args.only)}" if args.only else ""))
+        named = f" named {', '.join(args.only)}" if args.only else ""
+        parser.error(f"no sweep folder in {args.sweeps}{named}")
     problems = sum(report(sweep, args.out / sweep.name) for sweep in sweeps)
     if problems:
         print(f"error: {problems} job(s) or file(s) left no usable record or trace (named above): the "

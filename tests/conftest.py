@@ -11,6 +11,7 @@ import torch
 
 from pipegnn.data import Graph
 from pipegnn.results.records import write_record
+
 from tests.helpers import COMPLETED_RECORD, failed_record, invalid_record, random_graph, shared_datasets
 
 # Dataset copies and cached plans of the test session go to a fresh folder, never the user's cache.

@@ -165,7 +165,8 @@ def pipeline_info(**kw) -> PipelineInfo:
 
 def damage_a_tensor(path: Path) -> None:
     """Invert 8 bytes in the middle of the largest tensor a ``torch.save`` file holds, in place: the size
-    and the zip structure unchanged, so the file still loads (as a damaged disk or a stray write leaves it)."""
+    and the zip structure unchanged, so the file still loads (as a damaged disk or a stray write leaves
+    it)."""
     with zipfile.ZipFile(path) as z:
         info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
     data = bytearray(path.read_bytes())
@@ -285,8 +286,8 @@ def seeded_record(seed: int, test: float, val: float, chunks: int = 8, **env: An
     record["config"]["chunks"] = chunks
     record["final"].update(test_acc_at_best_val=test, best_val_acc=val)
     record["model"] = {"parameters": 92373}
-    record["env"] = {"git_sha": "abc", "cpu": "Some CPU", "gpus": [], "date": f"2026-11-2{seed}T10:00:00+00:00",
-                     **env}
+    record["env"] = {"git_sha": "abc", "cpu": "Some CPU", "gpus": [],
+                     "date": f"2026-11-2{seed}T10:00:00+00:00", **env}
     return record
 
 
@@ -339,7 +340,8 @@ def killed_variant_sweep(sweep: Path) -> Path:
         "overrides": {"task": ["chunks=2,4", "+variant=a,b"]},
         "job": {"num": "???", "id": "???", "override_dirname": "chunks=2,4,+variant=a,b",
                 "config": {"override_dirname": {"kv_sep": "=", "item_sep": ",", "exclude_keys": []}}},
-        "runtime": {"choices": {"dataset": "synthetic", "hydra/launcher": "basic"}}}}), sweep / "multirun.yaml")
+        "runtime": {"choices": {"dataset": "synthetic", "hydra/launcher": "basic"}}}}),
+        sweep / "multirun.yaml")
     old = (sweep / "multirun.yaml").stat().st_mtime - 5
     os.utime(sweep / "multirun.yaml", (old, old))
     for num, overrides in enumerate(params[:3]):
@@ -365,13 +367,16 @@ _RECORD_DEVICES = {"cpu2": ("gpipe", ["cpu", "cpu"]), "cpu": ("single", "cpu"), 
                    "gpu2": ("gpipe", ["cuda:0", "cuda:1"])}
 
 
-def make_record(*, status: str = "completed", dataset: str = "cora", num_nodes: int = 2708, model: str = "gat",
-                framework: str = "pyg", devices: str = "cpu2", chunks: int = 1, halo: str = "exact",
-                partition: str = "metis", seed: int = 0, hidden: int = 8, **values: float) -> dict[str, Any]:
-    """A hand-made record shaped like pipegnn.training.launch's; ``values`` fill final/timing/memory/microbatch."""
+def make_record(*, status: str = "completed", dataset: str = "cora", num_nodes: int = 2708,
+                model: str = "gat", framework: str = "pyg", devices: str = "cpu2", chunks: int = 1,
+                halo: str = "exact", partition: str = "metis", seed: int = 0, hidden: int = 8,
+                **values: float) -> dict[str, Any]:
+    """A hand-made record shaped like pipegnn.training.launch's; ``values`` fill
+    final/timing/memory/microbatch."""
     engine, dev = _RECORD_DEVICES[devices]
     engine_cfg = {"name": engine, **({"devices": dev} if engine == "gpipe" else {"device": dev})}
-    final = {k: values[k] for k in ("test_acc", "val_acc", "test_acc_at_best_val", "best_val_acc") if k in values}
+    final = {k: values[k] for k in ("test_acc", "val_acc", "test_acc_at_best_val", "best_val_acc")
+             if k in values}
     if "tta_train_s" in values:
         final["time_to_accuracy"] = {"train_s": values["tta_train_s"], "epoch": 3, "target_val_acc": 0.7}
     timing = {k: values[k] for k in ("epoch_time_median_s",) if k in values}

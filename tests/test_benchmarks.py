@@ -69,20 +69,24 @@ def test_pipeline_benchmark_table_records_and_figures(tmp_path) -> None:
     assert sum(map(int, auto["balance"].split(","))) == 4
     overhead = pd.read_csv(tmp_path / "pipeline_overhead.csv")
     assert overhead["case"].tolist() == ["single k=8", "pipelining gpipe auto k=8",
-                                         "single k=8, 2 steps in one process", "gpipe k=8, 2 steps in one process"]
-    assert overhead["overhead"].tolist() == pytest.approx(list(overhead.timeline_on_s / overhead.timeline_off_s - 1))
+                                         "single k=8, 2 steps in one process",
+                                         "gpipe k=8, 2 steps in one process"]
+    on_over_off = overhead.timeline_on_s / overhead.timeline_off_s
+    assert overhead["overhead"].tolist() == pytest.approx(list(on_over_off - 1))
     for name in ("single_k8/result.json", "single_k8/trace.json", "pipelining_gpipe_auto_k8/trace.json"):
         assert (out / name).is_file(), name
 
 
 def test_reference_accuracy_checks_pairs_and_published_figures() -> None:
-    spec = importlib.util.spec_from_file_location("reference_accuracy", ROOT / "benchmarks" / "reference_accuracy.py")
+    spec = importlib.util.spec_from_file_location("reference_accuracy",
+                                                  ROOT / "benchmarks" / "reference_accuracy.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    cora_gcn = {"dataset": "cora", "model": "gcn"}
     table = pd.DataFrame([
-        {"dataset": "cora", "model": "gcn", "implementation": "plain pyg", "mean": 0.815, "sem": 0.003},
-        {"dataset": "cora", "model": "gcn", "implementation": "pipegnn full batch", "mean": 0.812, "sem": 0.004},
-        {"dataset": "cora", "model": "gcn", "implementation": "pipegnn exact k=8", "mean": 0.790, "sem": 0.004}])
+        {**cora_gcn, "implementation": "plain pyg", "mean": 0.815, "sem": 0.003},
+        {**cora_gcn, "implementation": "pipegnn full batch", "mean": 0.812, "sem": 0.004},
+        {**cora_gcn, "implementation": "pipegnn exact k=8", "mean": 0.790, "sem": 0.004}])
     verdict = module.checks(table)
     ok = dict(zip(verdict["check"], verdict["ok"]))
     assert ok["plain pyg vs pipegnn full batch"]  # 0.3 points apart, bound 2 x 0.5 = 1.0
@@ -113,14 +117,16 @@ def test_memory_part_d_puts_bf16_over_fp32_side_by_side() -> None:
     assert (full["fp32_peak_mb"], full["bf16_peak_mb"]) == (1000.0, 800.0)
     assert [full[f"{k}_ratio"] for k in ("peak", "train", "held", "feature", "epoch")] == \
         pytest.approx([0.8, 0.8, 0.75, 0.5, 0.5])
-    assert chunked["bf16_status"] == "oom" and chunked["peak_ratio"] is None and chunked["epoch_ratio"] is None
+    assert (chunked["bf16_status"] == "oom" and chunked["peak_ratio"] is None
+            and chunked["epoch_ratio"] is None)
 
 
 def test_memory_side_by_side_copies_the_other_runs_figures() -> None:
     memory = _load("memory")
-    rows = [{"mode": "single k=16", "features": "memory", "status": "completed", "epoch_s": 2.0, "peak_mb": 900.0},
-            {"mode": "single k=16", "features": "disk", "status": "completed", "epoch_s": 2.5, "peak_mb": 600.0,
-             "step_read_mb": 12.5, "step_read_calls": 40}]
+    rows = [{"mode": "single k=16", "features": "memory", "status": "completed", "epoch_s": 2.0,
+             "peak_mb": 900.0},
+            {"mode": "single k=16", "features": "disk", "status": "completed", "epoch_s": 2.5,
+             "peak_mb": 600.0, "step_read_mb": 12.5, "step_read_calls": 40}]
     (row,) = memory.side_by_side(rows, "features", "memory", "disk", ("epoch_s", "peak_mb"),
                                  copied=("step_read_mb", "step_read_calls"))
     assert (row["epoch_ratio"], row["peak_ratio"]) == pytest.approx((1.25, 2 / 3))
@@ -148,9 +154,10 @@ def test_precision_benchmark_compares_means_within_one_point() -> None:
 def test_memory_case_keeps_the_runs_record(tmp_path) -> None:
     memory = _load("memory")
     record = tmp_path / "records" / "tiny_n2000.json"
-    row = memory.case(["dataset=synthetic", "dataset.num_nodes=2000", "dataset.num_features=16", "train.epochs=2",
-                       "model=gat", "model.layers=2", "chunks=4", "microbatch.halo=exact", "data.features=disk",
-                       f"cache_root={tmp_path / 'cache'}"], {}, safety_gb=4.0, timeout=300, record=record)
+    row = memory.case(["dataset=synthetic", "dataset.num_nodes=2000", "dataset.num_features=16",
+                       "train.epochs=2", "model=gat", "model.layers=2", "chunks=4", "microbatch.halo=exact",
+                       "data.features=disk", f"cache_root={tmp_path / 'cache'}"],
+                      {}, safety_gb=4.0, timeout=300, record=record)
     assert row["status"] == "completed", row
     kept = json.loads(record.read_text())
     assert kept["status"] == "completed" and kept["config"]["dataset"]["num_nodes"] == 2000
@@ -195,14 +202,16 @@ def test_capacity_search_finds_the_largest_size_within_its_resolution() -> None:
 
 def test_depth_repeats_combine_to_the_median_of_each_case() -> None:
     depth = _load("depth")
-    case = dict(dataset="synthetic", model="gcn2", layers=8, hidden=64, aggregation="messages", halo="full", k=1,
-                threads=1, inflation=1.0)
+    case = dict(dataset="synthetic", model="gcn2", layers=8, hidden=64, aggregation="messages", halo="full",
+                k=1, threads=1, inflation=1.0)
     runs = pd.DataFrame([
-        {**case, "case": "full batch x1", "status": "completed", "epoch_s": e, "bubble": 0.1} for e in (1.0, 1.4, 1.1)
+        {**case, "case": "full batch x1", "status": "completed", "epoch_s": e, "bubble": 0.1}
+        for e in (1.0, 1.4, 1.1)
     ] + [{**case, "case": "single x1", "status": s, "epoch_s": e, "bubble": 0.2}
          for s, e in (("failed", None), ("completed", 2.0))])
     table = depth.combine(runs).set_index("case")
-    assert table.loc["full batch x1", "epoch_s"] == pytest.approx(1.1) and table.loc["full batch x1", "runs"] == 3
+    assert (table.loc["full batch x1", "epoch_s"] == pytest.approx(1.1)
+            and table.loc["full batch x1", "runs"] == 3)
     assert table.loc["full batch x1", "epoch_s_spread"] == pytest.approx(0.4 / 1.1)
     assert table.loc["single x1", "epoch_s"] == pytest.approx(2.0) and table.loc["single x1", "runs"] == 1
 
@@ -211,16 +220,20 @@ def test_depth_summary_sets_the_best_pipeline_against_the_best_single_process() 
     depth = _load("depth")
     rows = [("full batch x1", "full", 1, 1, 1.0, 1.0), ("full batch x2", "full", 1, 2, 0.7, 1.0),
             ("single x1", "historical", 8, 1, 1.1, 1.15), ("single x2", "historical", 8, 2, 0.8, 1.15),
-            ("pipelining gpipe", "historical", 8, 1, 0.6, 1.15), ("pipelining 1f1b", "historical", 8, 1, 0.65, 1.15),
+            ("pipelining gpipe", "historical", 8, 1, 0.6, 1.15),
+            ("pipelining 1f1b", "historical", 8, 1, 0.65, 1.15),
             ("pipelining gpipe", "exact", 8, 1, 2.0, 6.0), ("single x1", "exact", 8, 1, 3.0, 6.0)]
-    table = pd.DataFrame([dict(dataset="synthetic", model="gcn2", layers=16, status="completed", case=c, halo=h,
-                               k=k, threads=t, epoch_s=e, inflation=i, bubble=0.1) for c, h, k, t, e, i in rows])
+    table = pd.DataFrame([dict(dataset="synthetic", model="gcn2", layers=16, status="completed", case=c,
+                               halo=h, k=k, threads=t, epoch_s=e, inflation=i, bubble=0.1)
+                          for c, h, k, t, e, i in rows])
     row = depth.summarise(table, threads=2).iloc[0]
-    assert row.best_pipeline == "pipelining gpipe historical k=8" and row.best_alone == "full batch x2 full k=1"
+    assert (row.best_pipeline == "pipelining gpipe historical k=8"
+            and row.best_alone == "full batch x2 full k=1")
     slow = table.assign(epoch_s=table.epoch_s.where(table.threads == 1, 1.3))  # two threads slower than one
     assert depth.summarise(slow, threads=2).iloc[0].best_alone == "full batch x1 full k=1"
     assert row.speedup == pytest.approx(0.7 / 0.6) and row.vs_single_x1_same_mb == pytest.approx(1.1 / 0.6)
-    assert row.historical_over_full_x1 == pytest.approx(1.1) and row.historical_inflation == pytest.approx(1.15)
+    assert (row.historical_over_full_x1 == pytest.approx(1.1)
+            and row.historical_inflation == pytest.approx(1.15))
     widths = pd.concat([table.assign(hidden=64), table.assign(hidden=256, epoch_s=table.epoch_s * 4)])
     wide = depth.summarise(widths, threads=2).set_index("hidden")  # one row per width, each against its own
     assert list(wide.index) == [64, 256] and wide.loc[256, "alone_s"] == pytest.approx(2.8)
@@ -238,15 +251,16 @@ def test_depth_plan_runs_exact_halos_up_to_their_depth_and_every_baseline() -> N
     assert {(layers, halo) for layers, _, halo, _, _ in labels} == {
         (2, "full"), (2, "exact"), (2, "historical"), (8, "full"), (8, "historical")}
     assert {threads for _, case, _, _, threads in labels if case.startswith("pipelining")} == {1}
-    overrides, _, _ = next(p for p in plan if p[2]["case"] == "pipelining 1f1b" and p[2]["halo"] == "historical")
+    overrides, _, _ = next(p for p in plan
+                           if p[2]["case"] == "pipelining 1f1b" and p[2]["halo"] == "historical")
     assert {"dataset=cora", "model=gcn2", "engine.schedule=1f1b", "microbatch.halo=historical",
             "microbatch.halo_dropout=read", "model.aggregation=messages"} <= set(overrides)
     both = depth.plan(depth.parse(["--datasets", "cora", "--models", "gcn2", "--depths", "8", "--chunks", "8",
                                    "--halos", "historical", "--aggregations", "messages", "sparse"]))
     assert [lab["aggregation"] for _, _, lab in both] == ["messages"] * 6 + ["sparse"] * 6
     assert all(f"model.aggregation={lab['aggregation']}" in o for o, _, lab in both)
-    widths = depth.plan(depth.parse(["--datasets", "cora", "--models", "gcn2", "--depths", "16", "--chunks", "8",
-                                     "--halos", "historical", "--hidden", "64", "256"]))
+    widths = depth.plan(depth.parse(["--datasets", "cora", "--models", "gcn2", "--depths", "16",
+                                     "--chunks", "8", "--halos", "historical", "--hidden", "64", "256"]))
     assert [lab["hidden"] for _, _, lab in widths] == [64] * 6 + [256] * 6
     assert all(f"model.hidden={lab['hidden']}" in o for o, _, lab in widths)
 
@@ -255,13 +269,16 @@ def test_depth_summary_takes_the_best_over_aggregations_and_compares_within_the_
     """With two aggregations the best pipeline and the best single process may use different ones; the
     same-micro-batch and historical-over-full figures stay within the best pipeline's aggregation."""
     depth = _load("depth")
-    rows = [("messages", "full batch x1", "full", 1, 1, 1.0), ("messages", "full batch x2", "full", 1, 2, 0.7),
+    rows = [("messages", "full batch x1", "full", 1, 1, 1.0),
+            ("messages", "full batch x2", "full", 1, 2, 0.7),
             ("messages", "single x1", "historical", 8, 1, 1.2),
             ("messages", "pipelining 1f1b", "historical", 8, 1, 0.8),
             ("sparse", "full batch x1", "full", 1, 1, 0.9), ("sparse", "full batch x2", "full", 1, 2, 0.75),
-            ("sparse", "single x1", "historical", 8, 1, 1.0), ("sparse", "pipelining 1f1b", "historical", 8, 1, 0.6)]
-    table = pd.DataFrame([dict(dataset="synthetic", model="gcn2", layers=32, status="completed", aggregation=a,
-                               case=c, halo=h, k=k, threads=t, epoch_s=e, inflation=1.15, bubble=0.1)
+            ("sparse", "single x1", "historical", 8, 1, 1.0),
+            ("sparse", "pipelining 1f1b", "historical", 8, 1, 0.6)]
+    table = pd.DataFrame([dict(dataset="synthetic", model="gcn2", layers=32, status="completed",
+                               aggregation=a, case=c, halo=h, k=k, threads=t, epoch_s=e, inflation=1.15,
+                               bubble=0.1)
                           for a, c, h, k, t, e in rows])
     row = depth.summarise(table, threads=2).iloc[0]
     assert (row.pipeline_aggregation, row.alone_aggregation) == ("sparse", "messages")
@@ -284,11 +301,13 @@ def test_depth_with_more_threads_per_stage_sets_them_against_one_process_with_al
     rows = [("full batch x4", "full", 1, 4, 1.0), ("full batch x8", "full", 1, 8, 0.8),
             ("single x4", "historical", 8, 4, 1.2), ("single x8", "historical", 8, 8, 0.9),
             ("pipelining gpipe", "historical", 8, 4, 0.6)]
-    table = pd.DataFrame([dict(dataset="cora", model="gcn2", layers=8, status="completed", case=c, halo=h, k=k,
-                               threads=t, epoch_s=e, inflation=1.1, bubble=0.1) for c, h, k, t, e in rows])
+    table = pd.DataFrame([dict(dataset="cora", model="gcn2", layers=8, status="completed", case=c, halo=h,
+                               k=k, threads=t, epoch_s=e, inflation=1.1, bubble=0.1)
+                          for c, h, k, t, e in rows])
     row = depth.summarise(table, threads=8, stage_threads=4).iloc[0]
     assert row.best_alone == "full batch x8 full k=1" and row.speedup == pytest.approx(0.8 / 0.6)
-    assert row.vs_single_x1_same_mb == pytest.approx(1.2 / 0.6) and row.historical_over_full_x1 == pytest.approx(1.2)
+    assert (row.vs_single_x1_same_mb == pytest.approx(1.2 / 0.6)
+            and row.historical_over_full_x1 == pytest.approx(1.2))
     assert row.stage_threads == 4
 
 
@@ -304,7 +323,8 @@ def test_host_overhead_counts_calls_per_step_beside_plain_pyg(capsys) -> None:
     assert (calls.aten, calls.syncs) == (6, 3)
     tiny = ["dataset.num_nodes=400", "dataset.num_features=16", "dataset.num_communities=6",
             "dataset.train_per_class=10", "dataset.num_val=40", "dataset.num_test=60"]
-    assert module.main(["--models", "GAT 2", "--cases", "full batch", "exact k=8", "--epochs", "1", *tiny]) == 0
+    assert module.main(["--models", "GAT 2", "--cases", "full batch", "exact k=8", "--epochs", "1",
+                        *tiny]) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = {line.split()[2] + " " + line.split()[3]: line.split() for line in lines[2:]}
     assert sorted(rows) == ["exact k=8", "full batch", "plain PyG"]

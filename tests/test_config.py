@@ -65,8 +65,9 @@ def test_unknown_dataset_group_fails_at_composition() -> None:
     (["engine.devices=[cpu,cpu,cpu,cpu,cpu]"], "has 5 devices but the model has only 4 units"),
     (["engine.devices=[cpu,tpu]"], "engine.devices[1]"),
     (["engine=single", "engine.device=cuda:0"], "CUDA is not available"),
-    (["engine=single", "+engine.balance=auto"], "engine.balance is not a key of SingleEngineConfig; its keys: "
-                                                "name, threads, timeline, trace_epoch, capture, device"),
+    (["engine=single", "+engine.balance=auto"],
+     "engine.balance is not a key of SingleEngineConfig; its keys: "
+     "name, threads, timeline, trace_epoch, capture, device"),
 ])
 def test_invalid_input_is_recorded_before_training(tmp_path: Path, overrides: list[str],
                                                     message: str) -> None:
@@ -84,8 +85,8 @@ def test_invalid_input_is_recorded_before_training(tmp_path: Path, overrides: li
 
 #: A choice that is not one: (key, bad value, the valid ones as the message lists them).
 BAD_CHOICES = [
-    ("dataset.name", "imagenet", "cora, citeseer, pubmed, pubmed_topology, ogbn-arxiv, ogbn-products, reddit, "
-                                 "synthetic"),
+    ("dataset.name", "imagenet",
+     "cora, citeseer, pubmed, pubmed_topology, ogbn-arxiv, ogbn-products, reddit, synthetic"),
     ("microbatch.halo", "fancy", "none, exact, historical"),
     ("microbatch.targets", "some", "train, all"),
     ("microbatch.partition", "kmeans", "sequential, random, bfs, metis"),
@@ -138,7 +139,8 @@ def test_a_bad_choice_in_a_plain_config_is_invalid_before_training(tmp_path: Pat
     (["model.layers=-1"], "model.layers must be an integer >= 1, got -1"),
     (["model.dropout=1"], "model.dropout must be in [0, 1), got 1.0"),
     (["train.epochs=0"], "train.epochs must be >= 1, got 0"),
-    (["train.patience=0"], "train.patience must be a number of epochs >= 1 (or null: no early stopping), got 0"),
+    (["train.patience=0"],
+     "train.patience must be a number of epochs >= 1 (or null: no early stopping), got 0"),
     (["train.target_val_acc=1.5"], "train.target_val_acc must be a validation accuracy in (0, 1]"),
 ])
 def test_bad_numbers_are_invalid_before_training(tmp_path: Path, overrides: list[str], message: str) -> None:

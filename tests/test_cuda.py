@@ -50,7 +50,8 @@ def graph(graph: Graph) -> Graph:
 @pytest.mark.parametrize("engine", ["single", "gpipe"])
 @pytest.mark.parametrize("chunks", [1, 8])
 @pytest.mark.parametrize("kind", list(MODELS))
-def test_exact_on_cuda_equals_the_full_graph_on_cpu(graph: Graph, kind: str, chunks: int, engine: str) -> None:
+def test_exact_on_cuda_equals_the_full_graph_on_cpu(graph: Graph, kind: str, chunks: int,
+                                                    engine: str) -> None:
     """float64, dropout 0: exact micro-batches on ``cuda:0`` (the single engine, and GPipe with both
     stages on ``cuda:0``, cut inside a layer) compute the CPU full graph's outputs and gradients."""
     model = build_model(MODELS[kind], get_backend("pyg"), graph.x, graph.num_classes)

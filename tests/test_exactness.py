@@ -20,7 +20,9 @@ import dgl  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from dgl.nn.pytorch import GATConv as DglGATConv, GraphConv, SAGEConv as DglSAGEConv  # noqa: E402
+from dgl.nn.pytorch import GATConv as DglGATConv  # noqa: E402
+from dgl.nn.pytorch import GraphConv  # noqa: E402
+from dgl.nn.pytorch import SAGEConv as DglSAGEConv  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv  # noqa: E402
 from torch_geometric.utils import remove_self_loops  # noqa: E402

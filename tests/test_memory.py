@@ -42,7 +42,8 @@ def test_sparse_gcn_equals_messages_and_full_graph(graph: Graph, chunks: int, en
     sparse = build_model(dict(MODELS["gcn"], aggregation="sparse"), get_backend("pyg"), graph.x,
                          graph.num_classes)
     sparse.load_state_dict(model.state_dict())
-    assert [u.backend.aggregation for u in list(sparse)[1::2]] == ["sparse"] * sparse.num_layers  # propagations
+    propagations = list(sparse)[1::2]
+    assert [u.backend.aggregation for u in propagations] == ["sparse"] * sparse.num_layers
     expected, expected_grads = reference("pyg", copy.deepcopy(model), graph, targets)
     messages, messages_grads = micro_batched("pyg", model, graph, targets, chunks, "metis", engine)
     out, grads = micro_batched("pyg", sparse, graph, targets, chunks, "metis", engine)

@@ -10,9 +10,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from pipegnn.training.launch import check_run
 from pipegnn.errors import ConfigError
 from pipegnn.schema import compose_config
+from pipegnn.training.launch import check_run
 
 from tests.helpers import CONF, TINY_SYNTHETIC, cli, make_cfg
 
@@ -47,7 +47,8 @@ PRESETS = {
     "scaling": {"dataset.num_nodes": ["8192", "16384", "32768", "65536", "131072"], "chunks": ["1", "8"],
                 "model": ["gcn", "gat"], **SEEDS},
     "smoke": {"chunks": ["1", "2"], "microbatch.halo": ["none", "exact"]},
-    "deep": {"dataset": ["cora", "citeseer"], "deep": ["full", "historical_k2", "historical_k4", "historical_k8"],
+    "deep": {"dataset": ["cora", "citeseer"],
+             "deep": ["full", "historical_k2", "historical_k4", "historical_k8"],
              "train.seed": [str(s) for s in range(10)]},
     "historical_gap": {"microbatch.halo": ["exact", "historical"], "microbatch.targets": ["train", "all"],
                        "chunks": ["2", "8"], "train.seed": [str(s) for s in range(10)]},
@@ -81,7 +82,8 @@ def test_experiment_preset_axes(name: str) -> None:
 def test_poster_pubmed_settings() -> None:
     cfg = _compose("experiment=poster_pubmed")
     assert (cfg.dataset.name, cfg.model.name, cfg.model.layers) == ("pubmed", "gat", 2)
-    assert (cfg.microbatch.partition, cfg.microbatch.targets, cfg.train.epochs) == ("sequential", "train", 200)
+    assert (cfg.microbatch.partition, cfg.microbatch.targets, cfg.train.epochs) == \
+        ("sequential", "train", 200)
     assert (cfg.model.heads, cfg.model.hidden, cfg.model.out_heads, cfg.train.lr) == (8, 8, 8, 0.01)
     # each job composes; gpu4 gets one of the GAT's 4 units per GPU
     job = _compose("experiment=poster_pubmed", "framework=dgl", "chunks=32", "devices=gpu4",
@@ -112,13 +114,15 @@ def test_halo_modes_scaling_and_smoke_settings() -> None:
     assert (scaling.microbatch.targets, scaling.microbatch.halo) == ("all", "exact")
     assert (scaling.model.name, scaling.chunks) == ("gcn", 8)
     smoke = _compose("experiment=smoke")
-    assert (smoke.dataset.num_nodes, smoke.train.epochs, list(smoke.engine.devices)) == (400, 3, ["cpu", "cpu"])
+    assert (smoke.dataset.num_nodes, smoke.train.epochs, list(smoke.engine.devices)) == \
+        (400, 3, ["cpu", "cpu"])
 
 
 @pytest.mark.parametrize("axis", ["nodes", "density", "hidden"])
 def test_ablation_settings(axis: str) -> None:
     job = _compose(f"experiment=ablation_{axis}", "model=gat", "model.hidden=64", "chunks=8")
-    assert (job.dataset.preset, job.dataset.num_nodes, job.dataset.density) == (f"synthetic_{axis}", 32000, 0.0008)
+    assert (job.dataset.preset, job.dataset.num_nodes, job.dataset.density) == \
+        (f"synthetic_{axis}", 32000, 0.0008)
     assert job.dataset.avg_degree is None and (job.model.name, job.model.hidden) == ("gat", 64)
     assert (job.engine.name, job.microbatch.halo, job.microbatch.partition, job.microbatch.targets) == \
         ("single", "exact", "metis", "all")

@@ -84,7 +84,8 @@ def test_report_packs_traces_and_draws_the_timeline_of_one_run(tmp_path: Path,
     for job, chunks, status, traced in (("0", 2, "completed", True), ("1", 4, "completed", True),
                                         ("2", 8, "failed", True), ("3", 4, "completed", True),
                                         ("4", 16, "completed", False)):
-        write_record(sweep / job, {**record, "status": status, "config": {**record["config"], "chunks": chunks}})
+        config = {**record["config"], "chunks": chunks}
+        write_record(sweep / job, {**record, "status": status, "config": config})
         if traced:
             shutil.copyfile(TIMELINE / "trace.json", sweep / job / "trace.json")
     out = tmp_path / "reference"
@@ -134,7 +135,8 @@ def test_report_names_a_missing_sweep(tmp_path: Path, capsys: pytest.CaptureFixt
     assert f"no sweep folder in {RECORDS} named poster_offline" in err
 
 
-def test_report_names_jobs_without_a_record_and_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_names_jobs_without_a_record_and_fails(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
     sweeps = tmp_path / "sweeps"
     shutil.copytree(RECORDS, sweeps)
     sweep = next(p for p in sorted(sweeps.iterdir()) if p.is_dir())

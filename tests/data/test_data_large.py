@@ -17,13 +17,19 @@ from omegaconf import OmegaConf
 from torch_geometric.datasets import Reddit
 from torch_geometric.utils import is_undirected
 
-from pipegnn.data import DATASETS, LARGE_NAMES, Graph, SyntheticSpec, load_graph
-from pipegnn.data import large
+from pipegnn.data import DATASETS, LARGE_NAMES, Graph, SyntheticSpec, large, load_graph
 from pipegnn.data.graph import GRAPH_FILE, load_saved_graph
 from pipegnn.errors import DatasetUnavailable
 
-from tests.helpers import (CONF, TINY_SYNTHETIC, CodeMarker, make_cfg, plant_processed, same_graph,
-                           unwritable_cache)
+from tests.helpers import (
+    CONF,
+    TINY_SYNTHETIC,
+    CodeMarker,
+    make_cfg,
+    plant_processed,
+    same_graph,
+    unwritable_cache,
+)
 
 # --- OGB: the CSV files ogb's read_csv_graph_raw and get_idx_split read -------------------------------
 
@@ -271,7 +277,8 @@ def test_synthetic_pubmed_preset_is_the_default_graph() -> None:
     assert make_cfg("dataset=synthetic_pubmed", *TINY_SYNTHETIC).dataset == make_cfg().dataset
     assert (preset.num_nodes, preset.avg_degree, preset.num_features) == (19717, 4.5, 500)
     gat = make_cfg("dataset=synthetic_pubmed", "model=gat")
-    assert (gat.model.out_heads, gat.train.lr, gat.train.weight_decay) == (8, 0.005, 0.001)  # the synthetic graphs: lr 0.005
+    # the synthetic graphs: lr 0.005
+    assert (gat.model.out_heads, gat.train.lr, gat.train.weight_decay) == (8, 0.005, 0.001)
 
 
 def test_sweep_overrides_of_presets() -> None:

@@ -14,8 +14,7 @@ import torch_geometric.transforms as T
 from torch_geometric.datasets import Planetoid
 from torch_geometric.utils import is_undirected
 
-from pipegnn.data import load_graph
-from pipegnn.data import planetoid
+from pipegnn.data import load_graph, planetoid
 from pipegnn.data.planetoid import PUBMED_TOPOLOGY_FILES, load_planetoid, load_pubmed_topology, raw_file_names
 from pipegnn.errors import DatasetUnavailable
 

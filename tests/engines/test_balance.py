@@ -66,14 +66,14 @@ def test_measuring_units_leaves_training_unchanged(graph: Graph) -> None:
 
 def test_mask_draw_costs_are_the_node_mask_caches_and_leave_training_unchanged(graph: Graph) -> None:
     backend = get_backend("pyg")
-    model = build_model(dict(name="gcn", hidden=8, layers=3, dropout=0.5), backend, graph.x, graph.num_classes,
-                        history=True, halo_dropout="node")
+    gcn = dict(name="gcn", hidden=8, layers=3, dropout=0.5)
+    model = build_model(gcn, backend, graph.x, graph.num_classes, history=True, halo_dropout="node")
     state = torch.get_rng_state()
     costs = mask_draw_costs(model, micro_batches=4)
     assert [c > 0 for c in costs] == [False, False, True, False, True, False]  # layers 2 and 3's caches
     assert torch.equal(torch.get_rng_state(), state)
-    plain = build_model(dict(name="gcn", hidden=8, layers=3, dropout=0.5), backend, graph.x, graph.num_classes,
-                        history=True)  # per-read masks: drawn in the micro-batches of every stage alike
+    # per-read masks: drawn in the micro-batches of every stage alike
+    plain = build_model(gcn, backend, graph.x, graph.num_classes, history=True)
     assert mask_draw_costs(plain, micro_batches=4) == [0.0] * 6
 
 

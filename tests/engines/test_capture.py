@@ -13,11 +13,11 @@ from pipegnn.backends import get_backend
 from pipegnn.engines import IGNORE, Replayed, SingleEngine
 from pipegnn.engines.capture import capture_problems
 from pipegnn.errors import ConfigError
-from pipegnn.training.launch import check_run
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
 from pipegnn.runconfig import run_config
 from pipegnn.schema import Config
+from pipegnn.training.launch import check_run
 
 from tests.helpers import assert_close, make_cfg, random_graph
 

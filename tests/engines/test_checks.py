@@ -10,6 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from pipegnn import run
+
 from tests.helpers import make_cfg
 
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from pipegnn.engines import per_stage_balance, stage_units
+
 from tests.helpers import float64_rank, gradient_scale, losses_no_dropout, run_no_dropout
 
 

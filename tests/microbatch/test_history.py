@@ -222,7 +222,8 @@ def test_pipelined_historical_run_records_each_stage() -> None:
     assert [e["train_loss"] for e in piped["epochs"]] == pytest.approx(
         [e["train_loss"] for e in single["epochs"]], rel=1e-5)
     stages = piped["microbatch"]["history_per_stage"]
-    assert [s["stage"] for s in stages] == [0, 1] and [s["caches"] for s in stages] == [2, 3]  # layers 1-2, 3-5
+    # caches: layers 1-2, 3-5
+    assert [s["stage"] for s in stages] == [0, 1] and [s["caches"] for s in stages] == [2, 3]
     width = 4 * 16  # float32 rows of 16 hidden features
     for stage in stages:
         assert stage["pulled_rows"] > 0 and stage["pushed_rows"] > 0

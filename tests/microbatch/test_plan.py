@@ -144,8 +144,8 @@ def test_stats_command_matches_build_plan(data_root, capsys, tmp_path) -> None:
                  "--csv", str(tmp_path / "t.csv")]) == 0
     import pandas as pd
 
-    from pipegnn.data.planetoid import load_planetoid
     from pipegnn.backends import get_backend
+    from pipegnn.data.planetoid import load_planetoid
 
     table = pd.read_csv(tmp_path / "t.csv")
     assert len(table) == 4 * 2 * 2  # partitioners x chunks x halos
@@ -172,7 +172,8 @@ def test_single_chunk_work_is_counted_without_blocks(graph: Graph, halo: str, la
     one = build_plan(ComputationGraph(graph.edge_index, graph.num_nodes), targets,
                      PlanSpec(1, layers, halo=halo, partitioner="sequential"))
     assert one.stats.inflation == pytest.approx(1.0)
-    work = sum(mb.sources[l] + mb.edges[l].size(1) for mb in one.micro_batches for l in range(layers))
+    work = sum(mb.sources[layer] + mb.edges[layer].size(1)
+               for mb in one.micro_batches for layer in range(layers))
     assert _single_chunk_work(csr, targets, halo, layers) == work == one.stats.reference_work
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from pipegnn import run
-from pipegnn.training.preemption import save
 from pipegnn.results.records import RecordError, find_records, load_record, write_record
+from pipegnn.training.preemption import save
 
 from tests.helpers import make_cfg
 
@@ -41,7 +41,8 @@ def test_load_record_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match=f"^{bad}: UnicodeDecodeError"):
         load_record(bad)
     write_record(bad.parent, {**COMPLETED, "epochs": 3})
-    with pytest.raises(RecordError, match=f"^{bad}: malformed record: 'epochs' is a number, expected an array$"):
+    with pytest.raises(RecordError,
+                       match=f"^{bad}: malformed record: 'epochs' is a number, expected an array$"):
         load_record(bad)
     write_record(bad.parent, {**COMPLETED, "record_version": 3})
     with pytest.raises(RecordError, match=f"^{bad}: record_version 3 is newer than this pipegnn reads "

@@ -14,6 +14,7 @@ import pytest
 
 from pipegnn.results import archive, load, write_record
 from pipegnn.results.archive import ARCHIVE_NAME, ArchiveError
+
 from tests.helpers import ROOT
 
 REFERENCE = ROOT / "results" / "reference"

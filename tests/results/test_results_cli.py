@@ -28,8 +28,8 @@ def test_cli(records_sweep: Path, tmp_path: Path) -> None:
 
     parquet = importlib.util.find_spec("pyarrow") is not None
     extra = ["--parquet", tmp_path / "one.parquet"] if parquet else []
-    proc = results_cli(records_sweep, "--where", "chunks=8", "halo=exact", "--columns", "status,chunks,model.hidden",
-                *extra)
+    proc = results_cli(records_sweep, "--where", "chunks=8", "halo=exact",
+                       "--columns", "status,chunks,model.hidden", *extra)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["status     chunks  model.hidden", "completed       8             8",
                                         "1 run: 1 completed"]
@@ -64,7 +64,8 @@ def test_main_in_process(records_sweep: Path, capsys: pytest.CaptureFixture) -> 
     assert main(["--where", "chunks=8", "chunks=4", str(records_sweep), "--columns", "chunks,status"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out == ["chunks  status", "     8  completed", "     4  failed", "2 runs: 1 completed, 1 failed"]
-    assert main([str(records_sweep), "--where", "train.epochs=3", "engine=single", "--columns", "chunks"]) == 1
+    assert main([str(records_sweep), "--where", "train.epochs=3", "engine=single",
+                 "--columns", "chunks"]) == 1
     assert capsys.readouterr().out.splitlines()[1:] == ["     4", "1 run: 0 completed, 1 failed"]
     assert main([str(records_sweep), "--where", "chunks=3"]) == 2
     assert "none of the 3 runs matches --where chunks=3" in capsys.readouterr().err
@@ -119,7 +120,8 @@ def test_a_damaged_record_is_named_and_fails_the_table(tmp_path: Path, damage: s
     assert f"unreadable: {sweep / '2' / 'result.json'}: " in err
 
 
-@pytest.mark.parametrize("cut", ["  sweeper:", "basic_sweeper.", "overrides:\n    hydra:\n    - hydra.sweep.dir=/"])
+@pytest.mark.parametrize("cut", ["  sweeper:", "basic_sweeper.",
+                                 "overrides:\n    hydra:\n    - hydra.sweep.dir=/"])
 def test_a_damaged_sweep_plan_is_an_error_not_no_plan(tmp_path: Path, cut: str,
                                                       capsys: pytest.CaptureFixture) -> None:
     """multirun.yaml cut short (before its sweeper, inside the sweeper's name, inside its overrides) and

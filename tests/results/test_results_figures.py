@@ -11,9 +11,20 @@ import numpy as np
 import pytest
 from matplotlib.collections import LineCollection
 
-from pipegnn.results.figures import (DPI, PANEL_SIZE, NoData, draw, plot_accuracy_vs_chunks, plot_epoch_time_vs_chunks,
-                                     plot_inflation_by_partitioner, plot_memory_vs_chunks, plot_scaling,
-                                     plot_speedup_vs_chunks, plot_time_to_accuracy_vs_chunks, repeats_note)
+from pipegnn.results.figures import (
+    DPI,
+    PANEL_SIZE,
+    NoData,
+    draw,
+    plot_accuracy_vs_chunks,
+    plot_epoch_time_vs_chunks,
+    plot_inflation_by_partitioner,
+    plot_memory_vs_chunks,
+    plot_scaling,
+    plot_speedup_vs_chunks,
+    plot_time_to_accuracy_vs_chunks,
+    repeats_note,
+)
 from pipegnn.results.stats import relative, summarize
 from pipegnn.results.table import load
 
@@ -37,7 +48,8 @@ def test_plot_epoch_time_vs_chunks_one_line_per_framework_and_device(tmp_path: P
     fig = plot_epoch_time_vs_chunks(make_frame(*records), tmp_path / "t.png")
     (ax,) = fig.axes
     assert len(ax.lines) == 4
-    assert legend_texts(ax) == ["dgl, gpipe 2×cpu", "dgl, single cpu", "pyg, gpipe 2×cpu", "pyg, single cpu"]
+    assert legend_texts(ax) == ["dgl, gpipe 2×cpu", "dgl, single cpu",
+                                "pyg, gpipe 2×cpu", "pyg, single cpu"]
     assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
     assert list(ax.get_xticks()) == [1, 2, 4, 8]  # the failed chunks=16 run is left out
     assert ax.get_ylabel() == "median epoch time (s)" and "(chunks)" in ax.get_xlabel()
@@ -102,7 +114,8 @@ def test_plot_memory_vs_chunks_device_memory_when_recorded(tmp_path: Path) -> No
     (ax,) = plot_memory_vs_chunks(make_frame(*cpu), tmp_path / "m.png").axes
     assert ax.get_ylabel() == "peak resident memory (MiB)" and len(ax.lines) == 2
     assert list(ax.lines[0].get_ydata()) == [100.0, 200.0]
-    gpu = [make_record(devices="gpu", halo="exact", chunks=c, rss_mb=500.0, device_mb=64.0 / c) for c in (1, 2, 4)]
+    gpu = [make_record(devices="gpu", halo="exact", chunks=c, rss_mb=500.0, device_mb=64.0 / c)
+           for c in (1, 2, 4)]
     (ax,) = plot_memory_vs_chunks(make_frame(*gpu)).axes
     assert ax.get_ylabel() == "peak device memory (MiB)" and list(ax.lines[0].get_ydata()) == [64, 32, 16]
     both = plot_memory_vs_chunks(make_frame(*cpu, *gpu))  # one panel per device setup, each with its memory
@@ -131,7 +144,8 @@ def test_plot_scaling_time_and_memory_vs_nodes(tmp_path: Path) -> None:
     records = [make_record(dataset="synthetic", num_nodes=n, model=m, chunks=c, seed=s,
                       epoch_time_median_s=n / 1000 * (2 if c > 1 else 1), rss_mb=n / 100 / c)
                for n in (8192, 16384, 32768) for m in ("gcn", "gat") for c in (1, 8) for s in (0, 1)]
-    records.append(make_record(dataset="cora", chunks=1, epoch_time_median_s=1.0, rss_mb=1.0))  # one size only
+    # one size only
+    records.append(make_record(dataset="cora", chunks=1, epoch_time_median_s=1.0, rss_mb=1.0))
     fig = plot_scaling(make_frame(*records), tmp_path / "s.png")
     assert len(fig.axes) == 4  # gat and gcn panels, each epoch time over memory
     time_ax, memory_ax = fig.axes[0], fig.axes[1]
@@ -166,8 +180,8 @@ def test_plot_scaling_against_edges_or_hidden_size() -> None:
     assert fig.axes[0].get_title() == "synthetic (32000 nodes) / gat\ndensity=0.0008"
     assert list(fig.axes[0].lines[0].get_xdata()) == [8, 16, 32]
     with pytest.raises(NoData, match="model.hidden"):
-        plot_scaling(make_frame(make_record(chunks=1, epoch_time_median_s=1.0)).drop(columns="cfg.model.hidden"),
-                     x="model.hidden")
+        frame = make_frame(make_record(chunks=1, epoch_time_median_s=1.0))
+        plot_scaling(frame.drop(columns="cfg.model.hidden"), x="model.hidden")
 
 
 def test_hidden_size_splits_panels_and_settings_a_dataset_lacks_do_not() -> None:
@@ -237,8 +251,9 @@ def test_committed_records_match_their_generator() -> None:
 def test_speedup_vs_chunks_is_over_the_single_engine_at_the_same_chunks() -> None:
     df = load(RECORDS / "devices")
     fig = plot_speedup_vs_chunks(df, where={"framework": "dgl"})
-    lines = [l for l in fig.axes[0].get_lines() if l.get_label() and not l.get_label().startswith("_")]
-    assert [l.get_label() for l in lines] == ["gpipe"]  # records written before pipelines recorded more
+    lines = [line for line in fig.axes[0].get_lines()
+             if line.get_label() and not line.get_label().startswith("_")]
+    assert [line.get_label() for line in lines] == ["gpipe"]  # records written before pipelines recorded more
     single = df[(df.engine == "single") & (df.framework == "dgl")].set_index("chunks").epoch_time_median_s
     gpipe = df[(df.engine == "gpipe") & (df.framework == "dgl")].set_index("chunks").epoch_time_median_s
     x, y = lines[0].get_data()

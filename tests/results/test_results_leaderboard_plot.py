@@ -18,7 +18,8 @@ def test_plot_leaderboard_one_row_per_setting_and_the_published_band(tmp_path: P
     the settings that vary there; the published (mean, std) as a band."""
     records = [make_record(dataset=d, devices=dev, chunks=c, halo=h, seed=s,
                            test_acc_at_best_val=base + 0.01 * s, best_val_acc=0.7)
-               for d in ("cora", "citeseer") for dev, c, h, base in (("cpu", 1, "none", 0.84), ("cpu2", 4, "exact", 0.82))
+               for d in ("cora", "citeseer")
+               for dev, c, h, base in (("cpu", 1, "none", 0.84), ("cpu2", 4, "exact", 0.82))
                for s in (0, 1, 2)]
     records.append(make_record(status="failed", dataset="cora", chunks=8, halo="exact"))  # not a row
     fig = plot_leaderboard(make_frame(*records), tmp_path / "b.png", reference={"cora": (85.5, 0.5)})

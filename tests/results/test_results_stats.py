@@ -53,7 +53,8 @@ def test_summarize_keys_metrics_and_derived_columns() -> None:
     assert out["peak_rss_mb_mean"].tolist() == [200.0, 50.0]
     assert out.loc[0, "peak_rss_mb_std"] == pytest.approx(math.sqrt(2) * 100)
     assert out.attrs["dropped"] == 0 and out.attrs["dropped_by_status"] == {}
-    only_failed = summarize(make_frame(make_record(status="failed"), make_record(status="oom")), "halo", "test_acc")
+    only_failed = summarize(make_frame(make_record(status="failed"), make_record(status="oom")),
+                            "halo", "test_acc")
     assert only_failed.empty and only_failed.attrs["dropped_by_status"] == {"failed": 1, "oom": 1}
     with pytest.raises(KeyError, match="colour"):
         summarize(df, "colour", "test_acc")
@@ -70,8 +71,8 @@ def test_relative_to_full_batch_single_device_within_groups() -> None:
         make_record(framework="dgl", devices="cpu2", chunks=4, halo="exact", epoch_time_median_s=3.0),
         make_record(framework="pyg", devices="gpu", chunks=1, halo="none", epoch_time_median_s=0.0625),
         make_record(framework="pyg", devices="gpu2", chunks=4, halo="exact", epoch_time_median_s=0.25),
-        make_record(framework="pyg", devices="cpu2", chunks=4, halo="exact", dataset="citeseer", num_nodes=3327,
-               epoch_time_median_s=1.0),  # no baseline for citeseer
+        make_record(framework="pyg", devices="cpu2", chunks=4, halo="exact", dataset="citeseer",
+                    num_nodes=3327, epoch_time_median_s=1.0),  # no baseline for citeseer
         make_record(framework="pyg", devices="cpu2", chunks=4, halo="exact", status="failed"),
     ]
     index = [10 * i for i in range(len(records))]

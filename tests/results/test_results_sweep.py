@@ -1,4 +1,5 @@
-"""Sweeps on disk (pipegnn/results/sweep.py): resume checks, a sweep's jobs, those it left without a record."""
+"""Sweeps on disk (pipegnn/results/sweep.py): resume checks, a sweep's jobs, those it left without a
+record."""
 from __future__ import annotations
 
 import os
@@ -64,9 +65,9 @@ def test_resume_reads_the_record_through_the_record_type(tmp_path: Path) -> None
     assert reason == "completed" and record is not None and record.status is Status.COMPLETED
     assert record.to_dict()["record_version"] == 2 and record.epochs == []
     write_record(tmp_path, {**record.to_dict(), "record_version": 3})
-    assert completed_record(tmp_path, cfg) == (None, "previous record unreadable (record_version 3 is newer "
-                                                     "than this pipegnn reads (up to 2): update pipegnn to read "
-                                                     "this record)")
+    assert completed_record(tmp_path, cfg) == (None, "previous record unreadable (record_version 3 is "
+                                                     "newer than this pipegnn reads (up to 2): update "
+                                                     "pipegnn to read this record)")
 
 
 def test_sweep_jobs_ignores_jobs_of_an_older_sweep(tmp_path: Path) -> None:
@@ -90,8 +91,8 @@ def test_sweep_jobs_name_the_jobs_a_killed_sweep_left_without_a_record(tmp_path:
     since = (sweep / "multirun.yaml").stat().st_mtime
     jobs = sweep_jobs(sweep, since)
     assert [(j.num, j.directory, j.status) for j in jobs] == [
-        (0, sweep / dirs[0], "completed"), (1, sweep / dirs[1], "incomplete"), (2, sweep / dirs[2], "unreadable"),
-        (3, sweep / dirs[3], "missing")]
+        (0, sweep / dirs[0], "completed"), (1, sweep / dirs[1], "incomplete"),
+        (2, sweep / dirs[2], "unreadable"), (3, sweep / dirs[3], "missing")]
     assert jobs[1].error.startswith("no result.json") and jobs[1].config == {"chunks": 2}
     assert jobs[2].error == "malformed record: 'final' is an array, expected an object"
     assert jobs[3].error == "never started: job 3 of the sweep (chunks=4 +variant=b)"

@@ -12,8 +12,8 @@ import pytest
 from pipegnn import run
 from pipegnn.record import RecordFormatError
 from pipegnn.results.records import write_record
-from pipegnn.results.stats import summary
 from pipegnn.results.rows import COLUMNS, flatten
+from pipegnn.results.stats import summary
 from pipegnn.results.table import format_table, load, select
 
 from tests.helpers import (
@@ -27,7 +27,8 @@ from tests.helpers import (
     seeded_record,
 )
 
-#: A record's ``pipeline`` section (shaped like pipegnn.training.launch's: static info, then medians over epochs).
+#: A record's ``pipeline`` section (shaped like pipegnn.training.launch's: static info, then medians over
+#: epochs).
 PIPELINE = {
     "engine": "pipelining", "schedule": "1f1b", "chunks": 8, "stage_units": [["transform0"], ["propagate0",
     "transform1", "propagate1"]], "lanes": [0, 1], "devices": ["rank0:cpu", "rank1:cpu"],
@@ -122,7 +123,8 @@ def test_flatten_pipeline_section_and_older_records_without_it() -> None:
 
 def test_load_stage_columns_in_stage_order(tmp_path: Path) -> None:
     stages = [{**PIPELINE["stages"][0], "busy_s": float(s)} for s in range(11)]
-    write_record(tmp_path / "0", {**COMPLETED_RECORD, "pipeline": {**PIPELINE, "num_stages": 11, "stages": stages}})
+    pipeline = {**PIPELINE, "num_stages": 11, "stages": stages}
+    write_record(tmp_path / "0", {**COMPLETED_RECORD, "pipeline": pipeline})
     write_record(tmp_path / "1", COMPLETED_RECORD)
     df = load(tmp_path)
     extra = list(df.columns[len(COLUMNS):])
@@ -252,7 +254,8 @@ MALFORMED = {
     "config_text": ({"config": "x"}, "'config' is a string, expected an object"),
     "status_list": ({"status": ["completed"]}, "'status' is an array, expected a string"),
     "no_status": ({"status": None}, "'status' is null, expected a string"),
-    "stages_int": ({"pipeline": {**PIPELINE, "stages": 5}}, "'pipeline.stages' is a number, expected an array"),
+    "stages_int": ({"pipeline": {**PIPELINE, "stages": 5}},
+                   "'pipeline.stages' is a number, expected an array"),
     "epoch_text": ({"epochs": ["x"]}, "'epochs' holds a string, expected objects"),
     "device_peaks": ({"memory": {"peak_device_bytes": [1]}},
                      "'memory.peak_device_bytes' is an array, expected an object"),
@@ -276,8 +279,8 @@ def test_malformed_records_are_flagged_and_the_rest_kept(tmp_path: Path) -> None
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.splitlines()[1] == "completed      0.815"
     assert proc.stdout.splitlines()[-1] == f"{len(names)} runs: 1 completed, {len(names) - 1} unreadable"
-    assert f"unreadable: {tmp_path / '1_epochs_int' / 'result.json'}: malformed record: 'epochs' is a number" \
-        in proc.stderr
+    damaged = tmp_path / "1_epochs_int" / "result.json"
+    assert f"unreadable: {damaged}: malformed record: 'epochs' is a number" in proc.stderr
 
 
 def test_hardware_names_the_gpus() -> None:

@@ -64,8 +64,8 @@ def test_plot_timeline_draws_the_first_layer_transform_boxes() -> None:
     trace = {**_trace(), "traceEvents": [*_trace()["traceEvents"], *shared]}
     (ax,) = plot_timeline(trace).axes
     assert len(ax.patches) == 12
-    assert legend_texts(ax) == ["forward", "backward", "first-layer transform", "first-layer transform backward",
-                           "wait for activation", "wait for gradient"]
+    assert legend_texts(ax) == ["forward", "backward", "first-layer transform",
+                                "first-layer transform backward", "wait for activation", "wait for gradient"]
     assert "-1" not in [t.get_text() for t in ax.texts]
 
 

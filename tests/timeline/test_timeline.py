@@ -11,12 +11,12 @@ from omegaconf import OmegaConf
 
 from pipegnn import ConfigError, run
 from pipegnn.backends import get_backend
-from pipegnn.training.launch import check_run
 from pipegnn.data import Graph
 from pipegnn.engines import GPipeEngine, SingleEngine
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
 from pipegnn.timeline import Box
+from pipegnn.training.launch import check_run
 
 from tests.helpers import make_cfg
 
@@ -83,7 +83,8 @@ def test_run_records_the_pipeline_and_writes_the_trace(tmp_path: Path) -> None:
                  output_dir=tmp_path)
     assert record["status"] == "completed", record["error"]
     p = record["pipeline"]
-    assert (p["engine"], p["schedule"], p["balance"], p["balance_source"]) == ("gpipe", "gpipe", [1, 3], "config")
+    assert (p["engine"], p["schedule"], p["balance"], p["balance_source"]) == \
+        ("gpipe", "gpipe", [1, 3], "config")
     assert p["bubble_theoretical"] == pytest.approx(1 / 5) and p["overlap_possible"] is False
     assert p["trace"] == "trace.json" and p["timeline"] is True
     assert 0 < p["bubble"] < 1 and p["makespan_s"] > 0 and len(p["stages"]) == 2
@@ -93,7 +94,8 @@ def test_run_records_the_pipeline_and_writes_the_trace(tmp_path: Path) -> None:
     trace = json.loads((tmp_path / "trace.json").read_text())
     assert trace["otherData"]["epoch"] == 2  # epoch 7 of a 3-epoch run: the last one
     boxes = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    assert sorted(e["name"] for e in boxes if e["tid"] == 1 and e["cat"] == "forward") == ["F0", "F1", "F2", "F3"]
+    forwards = [e["name"] for e in boxes if e["tid"] == 1 and e["cat"] == "forward"]
+    assert sorted(forwards) == ["F0", "F1", "F2", "F3"]
     assert "trace" not in json.loads((tmp_path / "result.json").read_text())
 
 

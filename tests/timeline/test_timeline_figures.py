@@ -22,7 +22,8 @@ def test_figures_of_a_perfect_gpipe_schedule() -> None:
     boxes = []
     for m in range(4):
         boxes += [Box(0, 0, m, "forward", m, m + 1), Box(1, 1, m, "forward", m + 1, m + 2)]
-        boxes += [Box(1, 1, m, "backward", 5 + 2 * m, 7 + 2 * m), Box(0, 0, m, "backward", 7 + 2 * m, 9 + 2 * m)]
+        boxes += [Box(1, 1, m, "backward", 5 + 2 * m, 7 + 2 * m),
+                  Box(0, 0, m, "backward", 7 + 2 * m, 9 + 2 * m)]
     boxes.append(Box(1, 1, 0, "recv_forward", 0, 1))
     info = pipeline_info()
     fig = step_figures(boxes, info)

@@ -1,5 +1,5 @@
-"""pipegnn.training.epochs: the best epoch by either monitor; time to accuracy, counted over training time only, to a
-configured or an own target."""
+"""pipegnn.training.epochs: the best epoch by either monitor; time to accuracy, counted over training time
+only, to a configured or an own target."""
 from __future__ import annotations
 
 import pytest
@@ -10,8 +10,8 @@ from pipegnn.training.epochs import best_epoch, time_to_accuracy
 def test_best_epoch_is_the_first_with_the_best_monitor() -> None:
     """val_acc: the highest validation accuracy; val_loss: the lowest validation loss, which need not
     be the same epoch; ties go to the earliest."""
-    epochs = [{"epoch": i, "val_acc": a, "val_loss": l}
-              for i, (a, l) in enumerate([(0.5, 1.2), (0.8, 0.9), (0.8, 0.7), (0.7, 0.7)])]
+    epochs = [{"epoch": i, "val_acc": acc, "val_loss": loss}
+              for i, (acc, loss) in enumerate([(0.5, 1.2), (0.8, 0.9), (0.8, 0.7), (0.7, 0.7)])]
     assert best_epoch(epochs)["epoch"] == best_epoch(epochs, "val_acc")["epoch"] == 1
     assert best_epoch(epochs, "val_loss")["epoch"] == 2
 

@@ -55,7 +55,8 @@ def test_record_has_every_field(tmp_path: Path) -> None:
 
 
 def test_record_counts_per_micro_batch_first_transform() -> None:
-    mb = run(make_cfg("chunks=2", "train.epochs=1", "microbatch.first_transform=per_micro_batch"))["microbatch"]
+    record = run(make_cfg("chunks=2", "train.epochs=1", "microbatch.first_transform=per_micro_batch"))
+    mb = record["microbatch"]
     assert mb["work"]["transform_rows"] == mb["rows_per_layer"]
     assert mb["inflation"] == mb["inflation_per_micro_batch"] == mb["work"]["inflation"]
 
@@ -211,7 +212,8 @@ def test_monitor_picks_the_best_epoch_by_validation_loss() -> None:
     losses = [e["val_loss"] for e in epochs]
     assert all(math.isfinite(v) and v > 0 for v in losses) and min(losses) < losses[0]
     lowest = losses.index(min(losses))
-    assert (final["monitor"], final["best_epoch"], final["best_val_loss"]) == ("val_loss", lowest, min(losses))
+    assert (final["monitor"], final["best_epoch"], final["best_val_loss"]) == \
+        ("val_loss", lowest, min(losses))
     assert final["test_acc_at_best_val"] == epochs[lowest]["test_acc"]
     assert final["best_val_acc"] == epochs[lowest]["val_acc"]
 

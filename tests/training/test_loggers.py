@@ -69,7 +69,8 @@ def test_unknown_or_missing_trackers_are_refused_before_training(monkeypatch: py
     assert record["status"] == "invalid" and record["epochs"] == []
     assert record["error"] == "logger.wandb is not a key of LoggerConfig; its keys: csv, tensorboard, mlflow"
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mlflow" else real(name, *a))
     record = run(make_cfg("logger=mlflow"), output_dir=tmp_path)
     assert record["status"] == "invalid" and "logger=mlflow needs the 'mlflow' package" in record["error"]
 
@@ -82,8 +83,9 @@ def test_a_sweep_logged_to_tensorboard_and_mlflow_reads_back_every_epoch(tmp_pat
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     store, sweep = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "sweep"
-    done = cli(tmp_path, "-m", *TINY_SYNTHETIC, "train.epochs=3", "train.seed=0,1", "logger=[tensorboard,mlflow]",
-               f"logger.mlflow.tracking_uri={store}", f"hydra.sweep.dir={sweep}")
+    done = cli(tmp_path, "-m", *TINY_SYNTHETIC, "train.epochs=3", "train.seed=0,1",
+               "logger=[tensorboard,mlflow]", f"logger.mlflow.tracking_uri={store}",
+               f"hydra.sweep.dir={sweep}")
     assert done.returncode == 0, done.stderr[-2000:]
     client = MlflowClient(store)
     runs = client.search_runs([client.get_experiment_by_name("pipegnn").experiment_id])
@@ -93,7 +95,8 @@ def test_a_sweep_logged_to_tensorboard_and_mlflow_reads_back_every_epoch(tmp_pat
         record = json.loads((sweep / job / "result.json").read_text())
         losses = [e["train_loss"] for e in record["epochs"]]
         accs = [e["val_acc"] for e in record["epochs"]]
-        board = EventAccumulator(str(next((sweep / job / "tensorboard").glob("events.out.tfevents.*")))).Reload()
+        events = next((sweep / job / "tensorboard").glob("events.out.tfevents.*"))
+        board = EventAccumulator(str(events)).Reload()
         assert [s.value for s in board.Scalars("train_loss")] == pytest.approx(losses, rel=1e-6)
         assert [s.value for s in board.Scalars("val_acc")] == pytest.approx(accs, rel=1e-6)
         mlrun = by_seed[str(record["config"]["train"]["seed"])]

@@ -14,8 +14,8 @@ import torch
 from omegaconf import OmegaConf
 
 from pipegnn import run
-from pipegnn.training.preemption import Interrupted, checkpoint_path, load, save
 from pipegnn.results import load as load_table
+from pipegnn.training.preemption import Interrupted, checkpoint_path, load, save
 
 from tests.helpers import ROOT, TINY_SYNTHETIC, CodeMarker, damage_a_tensor, make_cfg
 
@@ -89,8 +89,8 @@ def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["code", "truncated"])
-def test_a_damaged_checkpoint_is_never_run_and_costs_only_the_resume(tmp_path: Path, damage: str,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_checkpoint_is_never_run_and_costs_only_the_resume(
+        tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
     """A checkpoint is read with weights_only=True: one that would build an object (or a truncated one)
     is not resumed from, with a warning; the object's code never runs, and the run trains from epoch 0."""
     marker = tmp_path / "code-ran"
@@ -120,7 +120,8 @@ def test_a_checkpoint_with_the_wrong_content_is_set_aside(tmp_path: Path, conten
     if content == "list":
         torch.save([1, 2, 3], path)
     else:
-        run(make_cfg(*cfg, "train.epochs=3" if content == "more epochs" else "train.epochs=2"), output_dir=tmp_path)
+        epochs = "train.epochs=3" if content == "more epochs" else "train.epochs=2"
+        run(make_cfg(*cfg, epochs), output_dir=tmp_path)
         if content == "no optimizer":
             torch.save({k: v for k, v in load(path).items() if k != "optimizer"}, path)
         elif content == "flipped bytes":
@@ -130,7 +131,8 @@ def test_a_checkpoint_with_the_wrong_content_is_set_aside(tmp_path: Path, conten
     assert _losses(record) == _losses(fresh)
     assert f"resume: the checkpoint {path} cannot be resumed from" in caplog.text
     assert Path(f"{path}.unusable").is_file()
-    why = {"list": "not a stored state", "no optimizer": "content checksum", "flipped bytes": "content checksum",
+    why = {"list": "not a stored state", "no optimizer": "content checksum",
+           "flipped bytes": "content checksum",
            "more epochs": "3 finished epochs, more than train.epochs=2"}[content]
     assert why in caplog.text
 
@@ -169,7 +171,8 @@ def test_bad_checkpoint_every_is_invalid(value: object) -> None:
     cfg["train"]["checkpoint_every"] = value
     record = run(cfg)
     message = ("train.checkpoint_every must be" if isinstance(value, int) and not isinstance(value, bool) else
-               f"train.checkpoint_every: Value '{value}' of type '{type(value).__name__}' could not be converted")
+               f"train.checkpoint_every: Value '{value}' of type '{type(value).__name__}' "
+               "could not be converted")
     assert record["status"] == "invalid" and message in record["error"], record["error"]
     assert record["epochs"] == []
 
@@ -196,7 +199,8 @@ def test_a_signal_to_a_sweep_leaves_an_interrupted_record(tmp_path: Path, engine
     proc = subprocess.Popen([sys.executable, str(ROOT / "experiments" / "train.py"), "-m", *TINY_SYNTHETIC,
                              f"engine={engine}", "chunks=2", "train.epochs=100000", "train.seed=0,1",
                              f"hydra.sweep.dir={sweep}"],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
     try:
         _wait_for_epoch(sweep / "0" / "train.log", 2, proc)
         proc.send_signal(signum)

@@ -11,6 +11,7 @@ import torch
 from pipegnn import run
 from pipegnn.data import load_graph
 from pipegnn.data.features import DiskFeatureStore, files_opened
+
 from tests.helpers import make_cfg
 
 
@@ -48,7 +49,8 @@ def test_training_from_disk_equals_memory(engine: str, first: str) -> None:
     disk = _run(*common, "data.features=disk")
     _same_training(memory, disk)
     assert memory["features"] == {"storage": "memory"}
-    assert (memory["dataset"]["feature_dtype"], memory["dataset"]["feature_bytes"]) == ("float32", 400 * 16 * 4)
+    dataset = memory["dataset"]
+    assert (dataset["feature_dtype"], dataset["feature_bytes"]) == ("float32", 400 * 16 * 4)
     f = disk["features"]
     assert (f["storage"], f["order"], f["file_bytes"]) == ("disk", "partition", 400 * 16 * 4)
     assert disk["dataset"]["feature_dtype"] == "float32"
@@ -73,8 +75,8 @@ def test_pipeline_reads_features_on_its_first_rank_only() -> None:
     opened = files_opened()
     single = _run("engine=single", "chunks=2")
     piped = _run("engine=pipelining", "chunks=2", "data.features=disk")
-    assert [e["train_loss"] for e in piped["epochs"]] == pytest.approx([e["train_loss"] for e in single["epochs"]],
-                                                                       rel=1e-4)
+    assert [e["train_loss"] for e in piped["epochs"]] == pytest.approx(
+        [e["train_loss"] for e in single["epochs"]], rel=1e-4)
     first, other = piped["features"]["files_opened_per_rank"]
     assert first >= 1 and other == 0
     assert piped["features"]["train_calls_mean"] >= 1

@@ -25,7 +25,8 @@ def test_cached_store_rebuilds_what_does_not_match(tmp_path: Path, x: torch.Tens
     (store.folder / "node.x.json").write_text("{not json")
     # The cache rebuilds what does not match, with a warning (as cached graphs and plans do).
     with caplog.at_level(logging.WARNING):
-        rebuilt = cached_store(store.folder, "k", lambda s: s.write([x], rows=50, cols=7, dtype=x.dtype, key="k"))
+        rebuilt = cached_store(store.folder, "k",
+                               lambda s: s.write([x], rows=50, cols=7, dtype=x.dtype, key="k"))
     assert "ignoring cached feature file" in caplog.text and torch.equal(rebuilt["node", "x", None], x)
     caplog.clear()
     again = cached_store(store.folder, "k", lambda s: pytest.fail("a valid cached file was rebuilt"))
@@ -94,7 +95,8 @@ def test_a_damaged_source_is_an_error_naming_it_when_a_copy_is_built(tmp_path: P
     raw[:4] = torch.tensor([1000.0]).numpy().tobytes()
     source.file().write_bytes(bytes(raw))
     source = cached_store(tmp_path / "store", "k", lambda s: pytest.fail("rebuilt before it was read"))
-    with pytest.raises(FeatureFileError, match=rf"{source.file()} is damaged.*delete {source.folder} to have"):
+    damaged = rf"{source.file()} is damaged.*delete {source.folder} to have"
+    with pytest.raises(FeatureFileError, match=damaged):
         partition_ordered(source, torch.arange(50) % 4)
 
 
@@ -106,7 +108,8 @@ def test_a_store_never_serves_rows_of_a_file_damaged_after_its_check(tmp_path: P
     raw = bytearray(store.file().read_bytes())
     raw[-4:] = bytes(4)
     store.file().write_bytes(bytes(raw))
-    with pytest.raises(FeatureFileError, match=r"node\.x\.bin is damaged: content checksum .* delete .*store"):
+    damaged = r"node\.x\.bin is damaged: content checksum .* delete .*store"
+    with pytest.raises(FeatureFileError, match=damaged):
         DiskFeatureStore(tmp_path / "store")["node", "x", torch.tensor([0, 1])]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipegnn import run
+
 from tests.helpers import ROOT, TINY_SYNTHETIC, free_port, make_cfg
 
 

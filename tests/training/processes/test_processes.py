@@ -1,5 +1,5 @@
-"""pipegnn.training.processes: what the workers of a pipelining run are forked from, and the process-group backend
-for each layout of devices (CPU only here: the choices are pure functions of the config, and the
+"""pipegnn.training.processes: what the workers of a pipelining run are forked from, and the process-group
+backend for each layout of devices (CPU only here: the choices are pure functions of the config, and the
 forkserver's imports are read in a fresh interpreter)."""
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import sys
 import pytest
 import torch
 
-from pipegnn.training.launch import check_run
 from pipegnn.errors import ConfigError
-from pipegnn.training.processes.backend import dist_backend, shared_devices
-from pipegnn.training.processes.group import check_launch
 from pipegnn.runconfig import group_config, run_config
 from pipegnn.schema import PipeliningEngineConfig
+from pipegnn.training.launch import check_run
+from pipegnn.training.processes.backend import dist_backend, shared_devices
+from pipegnn.training.processes.group import check_launch
 
 from tests.helpers import ROOT, make_cfg
 
@@ -23,7 +23,8 @@ from tests.helpers import ROOT, make_cfg
 #: machine; DGL and torchgpipe load CUDA libraries of their own at import), and the trainer, which
 #: imports them. (Not triton: a CUDA build's torch.distributed.pipelining imports it, and was measured
 #: to leave forked children able to use CUDA.)
-_POISON = ("torch_geometric", "dgl", "torchgpipe", "pipegnn.training.launch", "pipegnn.models", "pipegnn.backends")
+_POISON = ("torch_geometric", "dgl", "torchgpipe", "pipegnn.training.launch", "pipegnn.models",
+           "pipegnn.backends")
 
 #: Functions that initialise CUDA in the calling process.
 _CUDA_CALLS = ("is_available", "init", "_lazy_init", "current_device", "set_device", "get_device_name",
@@ -33,8 +34,8 @@ _CUDA_CALLS = ("is_available", "init", "_lazy_init", "current_device", "set_devi
 def test_forkserver_preload_touches_neither_cuda_nor_the_graph_libraries() -> None:
     """What the forkserver imports (engine.start_method=forkserver) on a machine with a CUDA device must
     leave CUDA untouched, or every worker forked from it fails there with "CUDA error: initialization
-    error" (measured with a preload of pipegnn.training.launch, which imports PyG). In a fresh interpreter that sees
-    one CUDA device (its count pretended, as NVML would give it): import torch, watch the calls that
+    error" (measured with a preload of pipegnn.training.launch, which imports PyG). In a fresh interpreter
+    that sees one CUDA device (its count pretended, as NVML would give it): import torch, watch the calls that
     initialise CUDA, import the preload; none of the poisoning modules is loaded and nothing called into
     CUDA."""
     code = f"""

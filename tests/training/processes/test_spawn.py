@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from pipegnn import run
+
 from tests.helpers import ROOT, losses_no_dropout, make_cfg
 
 
