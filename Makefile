@@ -61,8 +61,9 @@ $(DOCS_STAMP): requirements-docs.txt
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(PY) -m mkdocs build --strict --site-dir site
 
-# The linter and the type checker over the package: ruff (pyproject.toml's [tool.ruff]: line length,
-# rules), then mypy (its [tool.mypy]: the package, as Python 3.10), pinned, installed into the venv once (a
+# The linter and the type checker: ruff over every Python file (the package, benchmarks, experiments,
+# tests and docs' scripts; pyproject.toml's [tool.ruff]: line length, rules), then mypy over the package
+# (its [tool.mypy]: the package, as Python 3.10), pinned, installed into the venv once (a
 # stamp, as for docs). mypy reads the types of what pipegnn imports (torch, omegaconf, ...), so lint sets
 # the environment up first, as test does. The stamp's name carries the pins: a venv stamped with others
 # (or with ruff alone, before mypy joined) installs these.
@@ -74,7 +75,7 @@ $(LINT_STAMP): | $(STAMP)
 	touch $(LINT_STAMP)
 
 lint: setup $(LINT_STAMP)
-	$(PY) -m ruff check pipegnn
+	$(PY) -m ruff check pipegnn benchmarks experiments tests docs
 	$(PY) -m mypy
 
 # The benchmark tables behind results/README.md and the docs (results/benchmarks/*.csv and *.txt), one thread
