@@ -19,39 +19,16 @@ from typing import Any, Mapping, cast
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from pipegnn.choices import DatasetName, EngineName, FrameworkName, ModelName
 from pipegnn.errors import ConfigError
 from pipegnn.schema import (
+    GROUP_SCHEMAS,
     Config,
-    DatasetConfig,
-    FrameworkConfig,
-    GATConfig,
-    GCN2Config,
-    GPipeEngineConfig,
     LoggerConfig,
-    ModelConfig,
-    PipeliningEngineConfig,
-    PubmedTopologyConfig,
-    SingleEngineConfig,
-    SyntheticConfig,
     config_dir,
 )
 
-__all__ = ["ADDED_KEYS", "GROUP_SCHEMAS", "VOLATILE_KEYS", "comparable_config", "config_container",
+__all__ = ["ADDED_KEYS", "VOLATILE_KEYS", "comparable_config", "config_container",
            "group_config", "plain_config", "run_config"]
-
-
-#: A run config's group nodes take the schema of their ``name`` (composition types a node by the option
-#: chosen, which for a preset such as ``dataset=synthetic_density`` has no schema of its own).
-GROUP_SCHEMAS: dict[str, dict[str, type]] = {
-    "dataset": {**{name: DatasetConfig for name in DatasetName},
-                DatasetName.pubmed_topology: PubmedTopologyConfig, DatasetName.synthetic: SyntheticConfig},
-    "model": {ModelName.gat: GATConfig, ModelName.gcn: ModelConfig, ModelName.sage: ModelConfig,
-              ModelName.gcn2: GCN2Config},
-    "framework": {name: FrameworkConfig for name in FrameworkName},
-    "engine": {EngineName.single: SingleEngineConfig, EngineName.gpipe: GPipeEngineConfig,
-               EngineName.pipelining: PipeliningEngineConfig},
-}
 
 
 def run_config(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:

@@ -22,7 +22,7 @@ still rejects misspelt keys there, only the types go unchecked.
 Registered (ConfigStore group: names):
 
 - ``schema``: ``config``, the primary config (chunks, microbatch, train, data, cache_root, resume)
-- ``schema/dataset``: ``cora``, ``citeseer``, ``pubmed`` (``name`` only), ``pubmed_topology``, ``synthetic``
+- ``schema/dataset``: every dataset name (``name`` only; ``pubmed_topology``, ``synthetic``: their keys)
 - ``schema/model``: ``gat``, ``gcn``, ``sage``, ``gcn2``
 - ``schema/framework``: ``pyg``, ``dgl``
 - ``schema/engine``: ``single``, ``gpipe``, ``pipelining``
@@ -60,11 +60,11 @@ from pipegnn.choices import (
     Targets,
 )
 
-__all__ = ["Config", "DataConfig", "DatasetConfig", "EngineConfig", "FrameworkConfig", "GATConfig",
-           "GCN2Config", "GPipeEngineConfig", "LoggerConfig", "MLflowConfig", "MicrobatchConfig",
-           "ModelConfig", "PipeliningEngineConfig", "PubmedTopologyConfig", "SCHEMAS", "SingleEngineConfig",
-           "StagedEngineConfig", "SyntheticConfig", "TrackerConfig", "TrainConfig", "compose_config",
-           "config_dir", "register", "targets_for_halo"]
+__all__ = ["GROUP_SCHEMAS", "SCHEMAS", "Config", "DataConfig", "DatasetConfig", "EngineConfig",
+           "FrameworkConfig", "GATConfig", "GCN2Config", "GPipeEngineConfig", "LoggerConfig", "MLflowConfig",
+           "MicrobatchConfig", "ModelConfig", "PipeliningEngineConfig", "PubmedTopologyConfig",
+           "SingleEngineConfig", "StagedEngineConfig", "SyntheticConfig", "TrackerConfig", "TrainConfig",
+           "compose_config", "config_dir", "register", "targets_for_halo"]
 
 # Postponed annotations (from __future__) are resolved by OmegaConf through typing.get_type_hints, so
 # the typing names above must stay importable from this module.
@@ -265,23 +265,26 @@ class Config:
     logger: Any = None  # the trackers chosen in the logger group (none: absent)
 
 
+#: Each config group's schema by the ``name`` of its node: the option of that name composes on it, and a
+#: run's config (:func:`pipegnn.runconfig.run_config`) types a node by its name (a preset such as
+#: ``dataset=synthetic_density``, which has no schema of its own, by ``synthetic``).
+GROUP_SCHEMAS: dict[str, dict[str, type]] = {
+    "dataset": {**{name: DatasetConfig for name in DatasetName},
+                DatasetName.pubmed_topology: PubmedTopologyConfig, DatasetName.synthetic: SyntheticConfig},
+    "model": {ModelName.gat: GATConfig, ModelName.gcn: ModelConfig, ModelName.sage: ModelConfig,
+              ModelName.gcn2: GCN2Config},
+    "framework": {name: FrameworkConfig for name in FrameworkName},
+    "engine": {EngineName.single: SingleEngineConfig, EngineName.gpipe: GPipeEngineConfig,
+               EngineName.pipelining: PipeliningEngineConfig},
+}
 #: (ConfigStore group, name, schema). The primary config's defaults list pulls ``schema/<group>`` in
 #: with the group's choice as the name (``optional schema/model@model: ${model}``), after the option's
 #: YAML, so the YAML's values stay and the node takes the schema's types and keys. An option without a
 #: schema here (a new preset) composes untyped, exactly as before.
 SCHEMAS: list[tuple[str, str, type]] = [
     ("schema", "config", Config),
-    *(("schema/dataset", name, DatasetConfig) for name in ("cora", "citeseer", "pubmed")),
-    ("schema/dataset", "pubmed_topology", PubmedTopologyConfig),
-    ("schema/dataset", "synthetic", SyntheticConfig),
-    ("schema/model", "gat", GATConfig),
-    ("schema/model", "gcn", ModelConfig),
-    ("schema/model", "sage", ModelConfig),
-    ("schema/model", "gcn2", GCN2Config),
-    *(("schema/framework", name, FrameworkConfig) for name in ("pyg", "dgl")),
-    ("schema/engine", "single", SingleEngineConfig),
-    ("schema/engine", "gpipe", GPipeEngineConfig),
-    ("schema/engine", "pipelining", PipeliningEngineConfig),
+    *((f"schema/{group}", str(name), schema) for group, by_name in GROUP_SCHEMAS.items()
+      for name, schema in by_name.items()),
 ]
 
 

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from torch import nn
 
-from pipegnn.choices import Aggregation, names
+from pipegnn.choices import Aggregation, ModelName, names
 from pipegnn.errors import ConfigError, check_choice
 
 __all__ = ["AGGREGATIONS", "KINDS", "NORMALISED", "Adapter", "TakenOut", "aggregations", "check_aggregation",
@@ -19,7 +19,7 @@ __all__ = ["AGGREGATIONS", "KINDS", "NORMALISED", "Adapter", "TakenOut", "aggreg
 #: ``model.aggregation`` values (which ones a framework offers per model: :func:`aggregations`).
 AGGREGATIONS = names(Aggregation)
 #: Model kinds (``model.name``) every adapter builds layers and computation graphs for.
-KINDS = ("gat", "gcn", "sage", "gcn2")
+KINDS = names(ModelName)
 #: Kinds whose layers read GCN's symmetric normalisation (self-loops, full-graph degrees) as edge weights.
 NORMALISED = ("gcn", "gcn2")
 #: Aggregations each framework offers per model kind (kinds not listed: all of AGGREGATIONS).

@@ -9,15 +9,13 @@ from torchgpipe import GPipe
 from torchgpipe.checkpoint import is_recomputing
 from torchgpipe.skip.tracker import current_skip_tracker
 
-from pipegnn.choices import Checkpoint, names
 from pipegnn.engines.base import Engine
 from pipegnn.microbatch.current import resolving
 from pipegnn.models.base import StagedGNN
 from pipegnn.timeline import HookProbe, PipelineInfo, Timeline
 
-__all__ = ["CHECKPOINT_MODES", "GPipeEngine", "SAME_DEVICE_NOTE"]
+__all__ = ["GPipeEngine", "SAME_DEVICE_NOTE"]
 
-CHECKPOINT_MODES = names(Checkpoint)
 SAME_DEVICE_NOTE = ("torchgpipe runs all partitions on one device in one worker thread, one after "
                     "another: stages on the same device never overlap (on CPU, use engine=pipelining: "
                     "one process per stage)")

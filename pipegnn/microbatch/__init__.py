@@ -1,13 +1,9 @@
 """Graph-aware micro-batching: partitioners, halos, plans and their statistics."""
-from pipegnn.choices import Targets, names
 from pipegnn.microbatch.cache import cached_plan, plan_key
 from pipegnn.microbatch.halo import HALOS, MicroBatch
 from pipegnn.microbatch.history import HALO_DROPOUTS, History
 from pipegnn.microbatch.partition import PARTITIONERS, partition
 from pipegnn.microbatch.plan import ComputationGraph, MicroBatchPlan, PlanSpec, PlanStats, build_plan
 
-__all__ = ["HALO_DROPOUTS", "HALOS", "PARTITIONERS", "TARGETS", "ComputationGraph", "History", "MicroBatch",
+__all__ = ["HALO_DROPOUTS", "HALOS", "PARTITIONERS", "ComputationGraph", "History", "MicroBatch",
            "MicroBatchPlan", "PlanSpec", "PlanStats", "build_plan", "cached_plan", "partition", "plan_key"]
-
-#: Training targets: ``train`` (only the nodes the loss needs) or ``all`` (every node, the poster's).
-TARGETS = names(Targets)

@@ -16,7 +16,7 @@ from pipegnn.backends import get_backend
 from pipegnn.choices import EngineName, FirstTransform, Halo, Storage, Targets
 from pipegnn.data import Graph, load_graph
 from pipegnn.data.features import DiskFeatureStore, FeatureRows, partition_ordered
-from pipegnn.engines import build_engine
+from pipegnn.engines import AUTO, build_engine
 from pipegnn.measure import (
     address_space_bytes,
     memory_limit,
@@ -28,7 +28,7 @@ from pipegnn.microbatch import ComputationGraph, MicroBatchPlan, PlanSpec, cache
 from pipegnn.models import build_model, model_stack
 from pipegnn.models.precision import autocast_dtype, dtype_name
 from pipegnn.record import RunRecord
-from pipegnn.schema import Config, EngineConfig, PipeliningEngineConfig
+from pipegnn.schema import Config, EngineConfig, PipeliningEngineConfig, StagedEngineConfig
 from pipegnn.timeline import PipelineInfo
 from pipegnn.training.epochs import RUN_LOG, Pass, Trainee, fit
 from pipegnn.training.preemption import checkpoint_path
@@ -94,7 +94,7 @@ def train_rank(cfg: Config, record: RunRecord,
                     "more on Cora's 2-layer GAT (results/reference/historical_gap)%s", deep)
     train_ids = model.attach(train_plan)
     eval_ids = train_ids if eval_plan is train_plan else model.attach(eval_plan)
-    if halo is Halo.historical and getattr(cfg.engine, "balance", None) == "auto":
+    if halo is Halo.historical and isinstance(cfg.engine, StagedEngineConfig) and cfg.engine.balance == AUTO:
         model.eval()
         model.refresh(eval_ids)  # timing the units for balance=auto reads the history caches
     engine = build_engine(cfg.engine, model, train_ids)
