@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from torch import Tensor
+from torch._C._profiler import _ExperimentalConfig
 from torch.profiler import profile, record_function
 
 __all__ = ["HOST_READ", "SYNC_OPS", "HostCalls", "count_calls", "read_on_host"]
@@ -49,7 +50,9 @@ class HostCalls:
 
 
 def count_calls(work: Callable[[], Any]) -> HostCalls:
-    """Run ``work`` once under ``torch.profiler`` (CPU activity) and count its calls."""
-    with profile() as prof:
+    """Run ``work`` once under ``torch.profiler`` (CPU activity) and count its calls, on every thread:
+    torchgpipe runs its partitions' forward in worker threads of its own, which a profiler that
+    follows only the calling thread (and autograd's) does not see."""
+    with profile(experimental_config=_ExperimentalConfig(profile_all_threads=True)) as prof:
         work()
     return HostCalls.of({e.key: e.count for e in prof.key_averages()})

@@ -1,6 +1,11 @@
 """A training step waits for the device once (its loss), whatever the micro-batches and the depth: no
-unit reads a device value on the host (counted on the CPU with torch.profiler, pipegnn.hostcalls)."""
+unit, and not the stage timeline either, reads a device value on the host (counted on the CPU with
+torch.profiler, on every thread: pipegnn.hostcalls). Counted for every engine that runs in one process
+(single; gpipe, its partitions in one worker thread or, on two devices, in two), in the default
+configuration (engine.timeline=true) and with the timeline off."""
 from __future__ import annotations
+
+import threading
 
 import pytest
 import torch
@@ -20,9 +25,17 @@ MODELS = {
 }
 
 
-def step_calls(model_cfg: dict, halo: str, chunks: int, engine: str) -> tuple[HostCalls, HostCalls | None]:
+CPU = torch.device("cpu")
+#: GPipe's partitions on one device (one torchgpipe worker thread) or on two (two threads: "cpu" and
+#: "cpu:0" are different devices to torchgpipe)
+GPIPE_DEVICES = {"gpipe": [CPU, CPU], "gpipe-two-threads": [CPU, torch.device("cpu", 0)]}
+
+
+def step_calls(model_cfg: dict, halo: str, chunks: int, engine: str,
+               timeline: bool = True) -> tuple[HostCalls, HostCalls | None]:
     """Calls of the third training step (the first two warm up: structures, caches' first checks) and,
-    with history caches, of reading their traffic."""
+    with history caches, of reading their traffic; each step's timeline is read after it, as training
+    does (outside the step: after its closing synchronisation)."""
     graph = random_graph(num_nodes=80, num_edges=300)
     backend = get_backend("pyg")
     model = build_model(model_cfg, backend, graph.x, graph.num_classes, history=halo == "historical")
@@ -32,9 +45,10 @@ def step_calls(model_cfg: dict, halo: str, chunks: int, engine: str) -> tuple[Ho
                       PlanSpec(chunks, model.num_layers, halo=halo, partitioner="random"))
     ids = model.attach(plan)
     units = len(model)
-    runner = (SingleEngine(model, torch.device("cpu"), chunks, timeline=False) if engine == "single" else
-              GPipeEngine(model, [torch.device("cpu")] * 2, [units // 2, units - units // 2], chunks,
-                          timeline=False))
+    runner = (SingleEngine(model, CPU, chunks, timeline=timeline) if engine == "single" else
+              GPipeEngine(model, GPIPE_DEVICES[engine], [units // 2, units - units // 2], chunks,
+                          timeline=timeline))
+    assert (runner.timeline is not None) == timeline
     labels = torch.where(graph.train_mask, graph.y, -1)[plan.targets]
     labelled = int(graph.train_mask.sum())
     if halo == "historical":
@@ -42,20 +56,24 @@ def step_calls(model_cfg: dict, halo: str, chunks: int, engine: str) -> tuple[Ho
     for _ in range(2):
         model.tick()
         runner.train_step(ids, labels, labelled)
+        runner.step_boxes()
     model.tick()
     step = count_calls(lambda: runner.train_step(ids, labels, labelled))
+    if timeline:
+        assert runner.step_boxes(), "the timeline recorded the counted step"
     traffic = count_calls(lambda: runner.history_traffic(model)) if halo == "historical" else None
     return step, traffic
 
 
-@pytest.mark.parametrize("engine", ["single", "gpipe"])
+@pytest.mark.parametrize("timeline", [True, False], ids=["timeline", "no-timeline"])
+@pytest.mark.parametrize("engine", ["single", *GPIPE_DEVICES])
 @pytest.mark.parametrize("halo", ["exact", "historical"])
-def test_one_wait_per_step_at_any_k_and_depth(engine: str, halo: str) -> None:
+def test_one_wait_per_step_at_any_k_and_depth(engine: str, halo: str, timeline: bool) -> None:
     for name, cfg in MODELS.items():
         if name == "gcn2 16" and halo == "exact":
             continue  # exact 16-hop halos are the whole graph: the same code as 2 layers, slower
         for chunks in (1, 8):
-            step, traffic = step_calls(cfg, halo, chunks, engine)
+            step, traffic = step_calls(cfg, halo, chunks, engine, timeline)
             assert step.syncs == 1, (name, chunks, {k: v for k, v in step.ops.items() if "scalar" in k})
             assert step.ops.get("aten::_local_scalar_dense") == 1  # the loss, read by train_step
             if traffic is not None:  # every cache's ages at once
@@ -69,3 +87,15 @@ def test_counts_see_waits() -> None:
     assert calls.syncs == 3
     assert calls.aten > calls.syncs
     assert count_calls(lambda: x * 2).syncs == 0
+
+
+def test_counts_see_other_threads() -> None:
+    """torchgpipe computes its partitions' forward in worker threads: their waits count too."""
+    x = torch.arange(10.0)
+
+    def work() -> None:
+        worker = threading.Thread(target=lambda: x.sum().item())
+        worker.start()
+        worker.join()
+
+    assert count_calls(work).syncs == 1

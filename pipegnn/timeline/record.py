@@ -25,6 +25,8 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from pipegnn.microbatch.current import current
+
 __all__ = ["BUSY", "Box", "COMMUNICATION", "HookProbe", "KINDS", "Timeline"]
 
 #: Kinds of boxes; those in :data:`BUSY` are a stage's busy time, those in :data:`COMMUNICATION` waits.
@@ -163,6 +165,11 @@ class HookProbe:
     the input) or, for a first stage whose input needs no gradient, when its earliest autograd node has
     run (a node post-hook).
 
+    A box's micro-batch is the one the stage's units compute, as they learn it: from the host
+    (:func:`pipegnn.microbatch.current.current`: the single engine's loop, GPipe's per-micro-batch
+    resolver), never by reading the id tensor's value, which on a GPU would wait for the device once
+    per stage and micro-batch.
+
     Args:
         timeline: where boxes go.
         stages: the stage modules (each called with one tuple ``(ids,)`` or ``(h, ids)``).
@@ -189,7 +196,7 @@ class HookProbe:
         if not self.timeline.recording:
             return None
         inputs = args[0]
-        m = int(inputs[-1][0])  # the units read the id the same way
+        m = current(inputs[-1])  # on the host, as the units learn it: no device read
         kind = "recompute" if self.recomputing() else "forward"
         label = torch.profiler.record_function(f"stage{stage} {kind} {m}")
         label.__enter__()
