@@ -24,9 +24,10 @@ else:  # Python 3.10: the same behaviour from the str mix-in
         def __str__(self) -> str:
             return str(self.value)
 
-__all__ = ["StrEnum", "Aggregation", "Capture", "Checkpoint", "DatasetName", "DistBackend", "EngineName",
+__all__ = ["STUDY_GRAPHS", "StrEnum", "Aggregation", "Capture", "Checkpoint", "DatasetName", "DistBackend",
+           "EngineName",
            "FirstTransform", "FrameworkName", "Halo", "HaloDropout", "Launcher", "ModelName", "Monitor",
-           "Partitioner", "Precision", "Schedule", "StartMethod", "Storage", "Targets", "names"]
+           "Partitioner", "Precision", "Schedule", "Split", "StartMethod", "Storage", "Targets", "names"]
 
 
 def names(choice: type[StrEnum]) -> tuple[str, ...]:
@@ -50,11 +51,27 @@ if TYPE_CHECKING:
         pubmed = "pubmed"
         pubmed_topology = "pubmed_topology"
         reddit = "reddit"
+        amazon_computers = "amazon_computers"
+        amazon_photo = "amazon_photo"
+        coauthor_cs = "coauthor_cs"
+        coauthor_physics = "coauthor_physics"
         synthetic = "synthetic"
 else:
     DatasetName = StrEnum("DatasetName", [(name, name) for name in (
         "cora", "citeseer", "pubmed", "pubmed_topology", "ogbn-arxiv", "ogbn-products", "reddit",
-        "synthetic")])
+        "amazon_computers", "amazon_photo", "coauthor_cs", "coauthor_physics", "synthetic")])
+
+#: The graphs of the GNN benchmark study (co-purchase and co-authorship; pipegnn.data.study_graphs).
+STUDY_GRAPHS = tuple(DatasetName(name) for name in (
+    "amazon_computers", "amazon_photo", "coauthor_cs", "coauthor_physics"))
+
+
+class Split(StrEnum):
+    """``dataset.split`` of a graph without a standard split (the co-purchase and co-authorship graphs):
+    drawn per ``dataset.split_seed``."""
+
+    per_class = "per_class"  # the study's: train_per_class and val_per_class nodes of each class, rest test
+    random = "random"  # train_fraction and val_fraction of all nodes, rest test (a dense split)
 
 
 class Storage(StrEnum):

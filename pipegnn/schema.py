@@ -39,6 +39,7 @@ from typing import Any, List, Optional, Sequence
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from pipegnn.choices import (
+    STUDY_GRAPHS,
     Aggregation,
     Capture,
     Checkpoint,
@@ -55,6 +56,7 @@ from pipegnn.choices import (
     Partitioner,
     Precision,
     Schedule,
+    Split,
     StartMethod,
     Storage,
     Targets,
@@ -63,8 +65,8 @@ from pipegnn.choices import (
 __all__ = ["GROUP_SCHEMAS", "SCHEMAS", "Config", "DataConfig", "DatasetConfig", "EngineConfig",
            "FrameworkConfig", "GATConfig", "GCN2Config", "GPipeEngineConfig", "LoggerConfig", "MLflowConfig",
            "MicrobatchConfig", "ModelConfig", "PipeliningEngineConfig", "PubmedTopologyConfig",
-           "SingleEngineConfig", "StagedEngineConfig", "SyntheticConfig", "TrackerConfig", "TrainConfig",
-           "compose_config", "config_dir", "register", "targets_for_halo"]
+           "SingleEngineConfig", "StagedEngineConfig", "StudyGraphConfig", "SyntheticConfig", "TrackerConfig",
+           "TrainConfig", "compose_config", "config_dir", "register", "targets_for_halo"]
 
 # Postponed annotations (from __future__) are resolved by OmegaConf through typing.get_type_hints, so
 # the typing names above must stay importable from this module.
@@ -72,7 +74,8 @@ __all__ = ["GROUP_SCHEMAS", "SCHEMAS", "Config", "DataConfig", "DatasetConfig", 
 
 @dataclass
 class DatasetConfig:
-    """``dataset=cora|citeseer|pubmed|ogbn-arxiv|ogbn-products|reddit``: the name only."""
+    """``dataset=cora|citeseer|pubmed|ogbn-arxiv|ogbn-products|reddit``: the name only (their split is
+    the published one)."""
 
     name: DatasetName = MISSING
 
@@ -82,6 +85,18 @@ class PubmedTopologyConfig(DatasetConfig):
     """``dataset=pubmed_topology``: PubMed's graph with seeded random features."""
 
     seed: int = MISSING  # of the random features
+
+
+@dataclass
+class StudyGraphConfig(DatasetConfig):
+    """``dataset=amazon_computers|amazon_photo|coauthor_cs|coauthor_physics``: the split drawn per seed."""
+
+    split: Split = MISSING
+    split_seed: int = MISSING  # ${train.seed} unless set: a seed is a split x an initialisation
+    train_per_class: int = MISSING  # split=per_class
+    val_per_class: int = MISSING  # split=per_class
+    train_fraction: float = MISSING  # split=random
+    val_fraction: float = MISSING  # split=random
 
 
 @dataclass
@@ -270,7 +285,8 @@ class Config:
 #: ``dataset=synthetic_density``, which has no schema of its own, by ``synthetic``).
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "dataset": {**{name: DatasetConfig for name in DatasetName},
-                DatasetName.pubmed_topology: PubmedTopologyConfig, DatasetName.synthetic: SyntheticConfig},
+                DatasetName.pubmed_topology: PubmedTopologyConfig, DatasetName.synthetic: SyntheticConfig,
+                **{name: StudyGraphConfig for name in STUDY_GRAPHS}},
     "model": {ModelName.gat: GATConfig, ModelName.gcn: ModelConfig, ModelName.sage: ModelConfig,
               ModelName.gcn2: GCN2Config},
     "framework": {name: FrameworkConfig for name in FrameworkName},

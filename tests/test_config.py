@@ -86,7 +86,8 @@ def test_invalid_input_is_recorded_before_training(tmp_path: Path, overrides: li
 #: A choice that is not one: (key, bad value, the valid ones as the message lists them).
 BAD_CHOICES = [
     ("dataset.name", "imagenet",
-     "cora, citeseer, pubmed, pubmed_topology, ogbn-arxiv, ogbn-products, reddit, synthetic"),
+     "cora, citeseer, pubmed, pubmed_topology, ogbn-arxiv, ogbn-products, reddit, amazon_computers, "
+     "amazon_photo, coauthor_cs, coauthor_physics, synthetic"),
     ("microbatch.halo", "fancy", "none, exact, historical"),
     ("microbatch.targets", "some", "train, all"),
     ("microbatch.partition", "kmeans", "sequential, random, bfs, metis"),

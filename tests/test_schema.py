@@ -91,8 +91,9 @@ def test_every_choice_has_its_implementation() -> None:
     from pipegnn.choices import FrameworkName, Schedule, names
     from pipegnn.data import DATASETS, LARGE_NAMES
     from pipegnn.data.planetoid import PLANETOID_NAMES
+    from pipegnn.data.study_graphs import STUDY_FILES
     from pipegnn.engines import SCHEDULES
 
     assert tuple(SCHEDULES) == names(Schedule)
     assert [get_backend(name).name for name in FrameworkName] == list(names(FrameworkName))
-    assert set(DATASETS) == {*PLANETOID_NAMES, "pubmed_topology", *LARGE_NAMES, "synthetic"}
+    assert set(DATASETS) == {*PLANETOID_NAMES, "pubmed_topology", *LARGE_NAMES, *STUDY_FILES, "synthetic"}

@@ -1,5 +1,7 @@
 """Datasets behind one ``load_graph``: Planetoid and PubMed's topology with random features from the raw
-Planetoid files, OGB (arxiv, products) and Reddit from their raw files, and embedded synthetic graphs.
+Planetoid files, OGB (arxiv, products) and Reddit from their raw files, the GNN benchmark study's
+co-purchase and co-authorship graphs from its ``.npz`` files (:mod:`pipegnn.data.study_graphs`), and
+embedded synthetic graphs.
 
 Nothing read from the (writable) cache can execute code: no PyG or ogb dataset class is used (they
 ``torch.load`` their processed files with ``weights_only=False``), processed graphs are plain tensors
@@ -32,9 +34,10 @@ from pipegnn.data.planetoid import PLANETOID_NAMES, load_planetoid, load_pubmed_
 from pipegnn.data.synthetic import SyntheticSpec, feature_key, make_synthetic
 from pipegnn.errors import ConfigError
 from pipegnn.runconfig import group_config
-from pipegnn.schema import DatasetConfig, PubmedTopologyConfig, SyntheticConfig
+from pipegnn.schema import DatasetConfig, PubmedTopologyConfig, StudyGraphConfig, SyntheticConfig
 
-__all__ = ["DATASETS", "FEATURES_DIR", "STORAGE", "Graph", "SyntheticSpec", "load_graph", "make_synthetic"]
+__all__ = ["DATASETS", "FEATURES_DIR", "STORAGE", "Graph", "SyntheticSpec", "load_graph", "make_synthetic",
+           "split_summary"]
 
 #: Folder of the feature files under a dataset cache (``data.cache``).
 FEATURES_DIR = "features"
@@ -51,8 +54,8 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
 
     Args:
         dataset: the typed ``dataset`` config, or its keys (``name`` plus, for synthetic graphs,
-            SyntheticSpec fields; for pubmed_topology the features' ``seed``), the rest from the
-            dataset's YAML (:func:`pipegnn.runconfig.group_config`).
+            SyntheticSpec fields; for pubmed_topology the features' ``seed``; for the study's graphs
+            the split), the rest from the dataset's YAML (:func:`pipegnn.runconfig.group_config`).
         root: read-only folder with raw files in each loader's layout (``<Name>/raw/...``), or None.
         cache: folder where loaders keep downloads and processed graphs (may be read-only, except
             with ``features="disk"``, which writes its feature file there).
@@ -72,6 +75,9 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
         return _synthetic(config, cache, features)
     if isinstance(config, PubmedTopologyConfig):
         graph = load_pubmed_topology(root, cache, seed=config.seed)
+    elif isinstance(config, StudyGraphConfig):
+        from pipegnn.data.study_graphs import load_study_graph
+        graph = load_study_graph(config, root, cache)
     elif name in PLANETOID_NAMES:
         graph = load_planetoid(name, root, cache)
     else:
@@ -90,6 +96,20 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
                              lambda s: s.write([x], rows=x.size(0), cols=x.size(1), dtype=x.dtype, key=key))
         meta = store.meta()
     return dataclasses.replace(graph, x=None, features=meta)
+
+
+def split_summary(dataset: DatasetConfig, graph: Graph) -> dict[str, Any]:
+    """A record's account of the split a graph was loaded with: its kind (``public``: the dataset's own;
+    ``generated``: drawn with a synthetic graph, by ``dataset.seed``; ``per_class`` or ``random``: drawn
+    by ``dataset.split_seed``), that seed, and the sizes of the three parts."""
+    if isinstance(dataset, StudyGraphConfig):
+        kind, seed = str(dataset.split), dataset.split_seed
+    elif isinstance(dataset, SyntheticConfig):
+        kind, seed = "generated", dataset.seed
+    else:
+        kind, seed = "public", None
+    return {"split": kind, "split_seed": seed, "train_nodes": int(graph.train_mask.sum()),
+            "val_nodes": int(graph.val_mask.sum()), "test_nodes": int(graph.test_mask.sum())}
 
 
 def _synthetic(dataset: SyntheticConfig, cache: str | Path, features: str) -> Graph:

@@ -16,15 +16,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
 from torch_geometric.utils import coalesce, index_to_mask, to_undirected
 
+from pipegnn.data.download import download_timeout, first_complete, unavailable, unreadable
 from pipegnn.data.graph import GRAPH_FILE, Graph, load_saved_graph, save_graph, staging_folder
 from pipegnn.errors import DatasetUnavailable
 
@@ -32,11 +31,6 @@ __all__ = ["OGB_DATASETS", "OGB_URLS", "REDDIT_FILES", "load_large", "load_ogb",
            "load_reddit"]
 
 log = logging.getLogger(__name__)
-
-#: Seconds a download may wait on one connect or read before it counts as failed (offline machines
-#: whose firewall drops packets would otherwise hang for minutes).
-DOWNLOAD_TIMEOUT_S = 30.0
-
 
 @dataclass(frozen=True)
 class OgbDataset:
@@ -112,24 +106,24 @@ def load_ogb(name: str, root: str | Path | None, cache_dir: str | Path) -> Graph
     sources = [Path(root) / f for f in (spec.folder, spec.zip_folder)] if root else []
     url = OGB_URLS[name]
     with contextlib.ExitStack() as stack:
-        folder = _first_complete([*sources, dest], files)
+        folder = first_complete([*sources, dest], files)
         writable = True
         if folder is None:
             missing = [f for f in files if not (dest / f).is_file()]
             log.info("%s: files %s missing from %s, downloading from %s", name, missing, dest, url)
             try:
-                with _download_timeout():
+                with download_timeout():
                     folder, writable = _download_ogb(name, url, meta, dest, files, stack)
             except (OSError, RuntimeError, EOFError) as e:
                 # OSError: URLError and socket errors; RuntimeError: ogb's "Stopped downloading" and a
                 # declined download; EOFError: ogb's download confirmation prompt (> 1 GB) without stdin.
-                raise _unavailable(name, missing, sources + [dest], url, e,
+                raise unavailable(name, missing, sources + [dest], url, e,
                                    f"unzip it and put its contents in <data.root>/{spec.folder}/ (raw/ "
                                    f"and split/{spec.split}/ directly inside)") from e
         try:
             graph = _read_ogb(name, spec, meta, folder)
         except (OSError, ValueError, RuntimeError, EOFError) as e:
-            raise _unreadable(name, folder, url, e) from e
+            raise unreadable(name, folder, url, e) from e
     if writable:
         save_graph(graph, saved)
     return graph
@@ -203,21 +197,21 @@ def load_reddit(root: str | Path | None, cache_dir: str | Path) -> Graph:
     sources = [Path(root) / "Reddit" / "raw", Path(root) / "Reddit"] if root else []
     raw = dest / "raw"
     with contextlib.ExitStack() as stack:
-        folder = _first_complete([*sources, raw], list(REDDIT_FILES))
+        folder = first_complete([*sources, raw], list(REDDIT_FILES))
         writable = True
         if folder is None:
             missing = [f"raw/{f}" for f in REDDIT_FILES if not (raw / f).is_file()]
             log.info("reddit: files %s missing from %s, downloading from %s", missing, dest, Reddit.url)
             try:
-                with _download_timeout():
+                with download_timeout():
                     folder, writable = _download_reddit(Reddit.url, raw, stack)
             except OSError as e:  # URLError and socket errors are OSErrors
-                raise _unavailable("reddit", missing, sources + [raw], Reddit.url, e,
+                raise unavailable("reddit", missing, sources + [raw], Reddit.url, e,
                                    "put the two .npz files inside it in <data.root>/Reddit/raw/") from e
         try:
             graph = _read_reddit(folder)
         except (OSError, ValueError, KeyError, RuntimeError, EOFError) as e:
-            raise _unreadable("reddit", folder, Reddit.url, e) from e
+            raise unreadable("reddit", folder, Reddit.url, e) from e
     if writable:
         save_graph(graph, saved)
     return graph
@@ -251,38 +245,6 @@ def _download_reddit(url: str, raw: Path, stack: contextlib.ExitStack) -> tuple[
     for f in REDDIT_FILES:
         os.replace(staging / f, raw / f)
     return raw, True
-
-
-def _first_complete(folders: list[Path], files: list[str]) -> Path | None:
-    """The first folder that holds all ``files``, or None."""
-    return next((d for d in folders if all((d / f).is_file() for f in files)), None)
-
-
-def _unreadable(name: str, folder: Path, url: str, error: BaseException) -> DatasetUnavailable:
-    return DatasetUnavailable(
-        f"dataset {name!r}: its files in {folder} could not be read ({type(error).__name__}: {error}). "
-        f"Replace them with the ones in {url}.")
-
-
-def _unavailable(name: str, missing: list[str], looked: list[Path], url: str, error: BaseException,
-                 how: str) -> DatasetUnavailable:
-    where = ", ".join(str(p) for p in looked)
-    what = f"files {missing} are missing (looked in {where})" if missing else \
-        f"its files in {looked[-1]} could not be read"
-    return DatasetUnavailable(
-        f"dataset {name!r}: {what} and the download from {url} failed ({type(error).__name__}: "
-        f"{error}). Download {url}, {how}; or set $PIPEGNN_DATA / data.root to the folder holding it.")
-
-
-@contextlib.contextmanager
-def _download_timeout(seconds: float = DOWNLOAD_TIMEOUT_S) -> Iterator[None]:
-    """Bound every socket wait of a download (urllib uses the global default timeout)."""
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(seconds if previous is None else previous)
-    try:
-        yield
-    finally:
-        socket.setdefaulttimeout(previous)
 
 
 def _ogb_meta(name: str):  # -> pandas.Series

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from pipegnn.backends import get_backend
 from pipegnn.choices import EngineName, FirstTransform, Halo, Storage, Targets
-from pipegnn.data import Graph, load_graph
+from pipegnn.data import Graph, load_graph, split_summary
 from pipegnn.data.features import DiskFeatureStore, FeatureRows, partition_ordered
 from pipegnn.engines import AUTO, build_engine
 from pipegnn.measure import (
@@ -67,7 +67,8 @@ def train_rank(cfg: Config, record: RunRecord,
     record.dataset = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                          "num_features": graph.num_features, "num_classes": graph.num_classes,
                          "feature_dtype": dtype_name(model.feature_dtype),
-                         "feature_bytes": graph.num_nodes * graph.num_features * model.feature_dtype.itemsize}
+                         "feature_bytes": graph.num_nodes * graph.num_features * model.feature_dtype.itemsize,
+                         **split_summary(cfg.dataset, graph)}
     record.model = {"parameters": sum(p.numel() for p in model.parameters())}
     log.info("%s; %s with %d parameters", graph, cfg.model.name, record.model["parameters"])
     # Training reads the plans, the features (held by the model), the labels and the masks: let the

@@ -1,0 +1,232 @@
+"""The co-purchase and co-authorship graphs of the GNN benchmark study ("Pitfalls of Graph Neural Network
+Evaluation", arXiv:1811.05868): ``amazon_computers``, ``amazon_photo``, ``coauthor_cs`` and
+``coauthor_physics``, read from the study's ``.npz`` files (the files PyG's ``Amazon`` and ``Coauthor``
+download) and built with the study's protocol.
+
+Files: ``<data.root>/<Family>/<Name>/raw/<file>.npz`` (PyG's layout; read in place, never written to), else
+``<data.cache>/<Family>/<Name>/raw/``, where a missing file is downloaded. A file is read with
+``allow_pickle=False`` and only its numeric arrays (the adjacency and attribute CSR matrices, the labels):
+every array's declared shape is checked against its size in the archive and against the others (node
+counts, index ranges, row pointers) before anything is allocated, and the dense features' size against
+the memory available, so a damaged, truncated or crafted file is one :class:`DatasetUnavailable` before
+training; so is the file of another of these graphs put in place of this one.
+
+The graph is the study's standardised one (its ``standardize``): unweighted, undirected, without self
+loops, its largest connected component; features binary bag-of-words (a count becomes 1), dense float32.
+It is cached as plain tensors (:func:`pipegnn.data.graph.save_graph`, read back with
+``weights_only=True``, checksummed) under ``processed/<the raw file's sha256>/``, so a replaced raw file
+is never shadowed by the graph of the old one. The graphs have no standard split: each run draws its
+own (``dataset.split``, ``dataset.split_seed``; :mod:`pipegnn.data.splits`).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import psutil
+import scipy.sparse as sp
+import torch
+from scipy.sparse.csgraph import connected_components
+
+from pipegnn.data.download import download_timeout, first_complete, unavailable, unreadable
+from pipegnn.data.graph import GRAPH_FILE, Graph, load_saved_graph, save_graph, staging_folder
+from pipegnn.data.splits import draw_split
+from pipegnn.errors import DatasetUnavailable
+from pipegnn.schema import StudyGraphConfig
+
+__all__ = ["STUDY_FILES", "STUDY_URL", "StudyFile", "load_study_graph", "read_study_npz"]
+
+log = logging.getLogger(__name__)
+
+#: Where PyG's ``Amazon`` and ``Coauthor`` download the study's files from (the study's repository).
+STUDY_URL = "https://github.com/shchur/gnn-benchmark/raw/master/data/npz"
+
+
+@dataclass(frozen=True)
+class StudyFile:
+    """One of the study's graphs: its folder under a data root, its file, and the published file's shape
+    (nodes, features, classes, as PyG documents them) that tells one graph's file from another's."""
+
+    family: str
+    folder: str
+    file: str
+    nodes: int
+    features: int
+    classes: int
+
+    @property
+    def raw(self) -> Path:
+        """The file's path under a data root or the cache."""
+        return Path(self.family) / self.folder / "raw" / self.file
+
+
+STUDY_FILES = {
+    "amazon_computers": StudyFile("Amazon", "Computers", "amazon_electronics_computers.npz", 13752, 767, 10),
+    "amazon_photo": StudyFile("Amazon", "Photo", "amazon_electronics_photo.npz", 7650, 745, 8),
+    "coauthor_cs": StudyFile("Coauthor", "CS", "ms_academic_cs.npz", 18333, 6805, 15),
+    "coauthor_physics": StudyFile("Coauthor", "Physics", "ms_academic_phy.npz", 34493, 8415, 5),
+}
+_ARRAYS = ("adj_data", "adj_indices", "adj_indptr", "adj_shape", "attr_data", "attr_indices", "attr_indptr",
+           "attr_shape", "labels")
+
+
+def load_study_graph(dataset: StudyGraphConfig, root: str | Path | None, cache: str | Path) -> Graph:
+    """The standardised graph of ``dataset.name`` with the split its config draws.
+
+    Raises:
+        DatasetUnavailable: the file is neither under ``root`` nor in the cache and cannot be downloaded,
+            or it cannot be read, is damaged, or holds another graph.
+        ConfigError: a split that cannot be drawn (:func:`pipegnn.data.splits.draw_split`).
+    """
+    name = str(dataset.name)
+    spec = STUDY_FILES[name]
+    graph = _standardised(name, spec, root, Path(cache))
+    train, val, test = draw_split(graph.y, dataset.split, dataset.split_seed,
+                                  train_per_class=dataset.train_per_class,
+                                  val_per_class=dataset.val_per_class,
+                                  train_fraction=dataset.train_fraction, val_fraction=dataset.val_fraction)
+    return dataclasses.replace(graph, train_mask=train, val_mask=val, test_mask=test)
+
+
+def _standardised(name: str, spec: StudyFile, root: str | Path | None, cache: Path) -> Graph:
+    """The graph without a split (masks all False), from the cache or built from the raw file."""
+    url = f"{STUDY_URL}/{spec.file}"
+    sources = [Path(root) / spec.raw.parent] if root else []
+    dest = cache / spec.raw.parent
+    with contextlib.ExitStack() as stack:
+        folder = first_complete([*sources, dest], [spec.file])
+        if folder is None:
+            log.info("%s: %s missing from %s, downloading from %s", name, spec.file, dest, url)
+            try:
+                with download_timeout():
+                    folder = _download(url, spec.file, dest, stack, name)
+            except OSError as e:  # URLError and socket errors are OSErrors
+                raise unavailable(name, [str(spec.raw)], [*sources, dest], url, e,
+                                  f"put it in <data.root>/{spec.raw.parent}/") from e
+        path = folder / spec.file
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        saved = cache / spec.family / spec.folder / "processed" / digest[:16] / GRAPH_FILE
+        graph = load_saved_graph(saved, name)
+        if graph is not None:
+            return graph
+        try:
+            graph = _standardise(name, read_study_npz(path, name))
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise unreadable(name, folder, url, e) from e
+    save_graph(graph, saved)
+    return graph
+
+
+def _download(url: str, file: str, dest: Path, stack: contextlib.ExitStack, name: str) -> Path:
+    """Download ``url`` into ``dest`` (atomically) when it can be written, else into a temporary folder;
+    returns the folder holding ``file``."""
+    from torch_geometric.data import download_url
+
+    staging, writable = staging_folder(dest, stack, name)
+    download_url(url, str(staging), log=False)
+    if not writable:
+        return staging
+    os.replace(staging / file, dest / file)
+    return dest
+
+
+def read_study_npz(path: str | Path, name: str) -> dict[str, np.ndarray]:
+    """The numeric arrays of one of the study's ``.npz`` files, checked before any is read whole.
+
+    Raises:
+        DatasetUnavailable: a missing array, a declared shape its stored bytes cannot hold, arrays that
+            disagree (node counts, row pointers, index ranges), dense features larger than the memory
+            available, or the file of another of the study's graphs.
+    """
+    path = Path(path)
+    with zipfile.ZipFile(path) as archive:  # the npy headers first: what each array claims to be
+        members = {info.filename.removesuffix(".npy"): info for info in archive.infolist()}
+        missing = [a for a in _ARRAYS if a not in members]
+        if missing:
+            raise _bad(name, path, f"it lacks the arrays {missing} of the study's layout")
+        for key in _ARRAYS:
+            with archive.open(members[key]) as f:
+                version = np.lib.format.read_magic(f)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read_header(f)
+            declared = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if dtype.hasobject or declared > members[key].file_size:
+                raise _bad(name, path, f"array {key} declares shape {shape} of {dtype}, more than its "
+                                       f"{members[key].file_size} stored bytes")
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {key: npz[key] for key in _ARRAYS}
+    _check_arrays(name, path, arrays)
+    return arrays
+
+
+def _check_arrays(name: str, path: Path, a: dict[str, np.ndarray]) -> None:
+    adj_shape, attr_shape, labels = a["adj_shape"], a["attr_shape"], a["labels"]
+    if adj_shape.shape != (2,) or attr_shape.shape != (2,) or labels.ndim != 1:
+        raise _bad(name, path, "adj_shape and attr_shape must be pairs, labels a vector")
+    n, f = int(attr_shape[0]), int(attr_shape[1])
+    if (int(adj_shape[0]), int(adj_shape[1])) != (n, n) or labels.size != n or n < 1 or f < 1:
+        raise _bad(name, path, f"adjacency {tuple(adj_shape)}, features {tuple(attr_shape)} and "
+                               f"{labels.size} labels do not describe one graph")
+    for matrix, cols in (("adj", n), ("attr", f)):
+        indptr, indices, data = a[f"{matrix}_indptr"], a[f"{matrix}_indices"], a[f"{matrix}_data"]
+        if (indptr.shape != (n + 1,) or indptr[0] != 0 or np.any(np.diff(indptr) < 0)
+                or indptr[-1] != indices.size or indices.size != data.size):
+            raise _bad(name, path, f"{matrix}'s row pointers do not match its {indices.size} entries")
+        if indices.size and (indices.min() < 0 or indices.max() >= cols):
+            raise _bad(name, path, f"{matrix}'s column indices leave [0, {cols})")
+    if labels.size and (not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0):
+        raise _bad(name, path, "labels must be non-negative integers")
+    classes = int(labels.max()) + 1
+    other = next((o for o, s in STUDY_FILES.items()
+                  if o != name and (s.nodes, s.features, s.classes) == (n, f, classes)), None)
+    if other is not None:
+        raise _bad(name, path, f"it holds {n} nodes, {f} features and {classes} classes: the graph of "
+                               f"dataset {other!r}, not {name!r}")
+    spec = STUDY_FILES[name]
+    if (spec.nodes, spec.features, spec.classes) != (n, f, classes):
+        log.warning("dataset %s: %s holds %d nodes, %d features, %d classes; the published file holds "
+                    "%d, %d, %d", name, path, n, f, classes, spec.nodes, spec.features, spec.classes)
+    dense = n * f * 4
+    available = psutil.virtual_memory().available
+    if dense > available:
+        raise _bad(name, path, f"its dense float32 features ({n} x {f}) need {dense / 2**30:.1f} GiB, "
+                               f"more than the {available / 2**30:.1f} GiB available")
+
+
+def _bad(name: str, path: Path, why: str) -> DatasetUnavailable:
+    return DatasetUnavailable(f"dataset {name!r}: {path} is not a usable file of the study: {why}. Replace "
+                              f"it with {STUDY_URL}/{path.name}.")
+
+
+def _standardise(name: str, a: dict[str, np.ndarray]) -> Graph:
+    """The study's ``standardize``: unweighted, undirected, no self loops, largest connected component;
+    binary bag-of-words features."""
+    n = int(a["adj_shape"][0])
+    adj = sp.csr_matrix((np.ones_like(a["adj_data"]), a["adj_indices"], a["adj_indptr"]), shape=(n, n))
+    adj = ((adj + adj.T) > 0).astype(np.float32).tolil()
+    adj.setdiag(0)
+    adj = adj.tocsr()
+    adj.eliminate_zeros()
+    _, component = connected_components(adj)
+    keep = np.flatnonzero(component == np.bincount(component).argmax())  # ascending, as the study keeps
+    adj = adj[keep][:, keep].tocoo()
+    attr = sp.csr_matrix((a["attr_data"], a["attr_indices"], a["attr_indptr"]),
+                         shape=tuple(int(s) for s in a["attr_shape"]))[keep]
+    x = torch.zeros(keep.size, attr.shape[1], dtype=torch.float32)
+    rows = np.repeat(np.arange(keep.size), np.diff(attr.indptr))
+    nonzero = attr.data != 0
+    x[torch.from_numpy(rows[nonzero]), torch.from_numpy(attr.indices[nonzero].astype(np.int64))] = 1.0
+    edge_index = torch.from_numpy(np.stack([adj.row, adj.col]).astype(np.int64))
+    order = torch.argsort(edge_index[0] * keep.size + edge_index[1])  # coalesced: sorted by (source, target)
+    y = torch.from_numpy(a["labels"][keep].astype(np.int64))
+    empty = torch.zeros(keep.size, dtype=torch.bool)
+    return Graph(name=name, x=x, y=y, edge_index=edge_index[:, order], train_mask=empty,
+                 val_mask=empty.clone(), test_mask=empty.clone(), num_classes=int(a["labels"].max()) + 1)

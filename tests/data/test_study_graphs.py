@@ -1,0 +1,186 @@
+"""The GNN benchmark study's graphs: tiny files of the study's .npz layout written here (all four names
+through the one loader), the two real files of ../shared/datasets when present, and bad files, each
+one DatasetUnavailable before anything trains."""
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from torch_geometric.utils import is_undirected
+
+from pipegnn.data import load_graph, split_summary, study_graphs
+from pipegnn.data.graph import GRAPH_FILE
+from pipegnn.data.study_graphs import STUDY_FILES
+from pipegnn.errors import ConfigError, DatasetUnavailable
+from pipegnn.runconfig import group_config
+
+SHARED = Path(os.environ.get("PIPEGNN_DATA", Path(__file__).parents[3] / "shared" / "datasets"))
+
+# 9 nodes: a component {0..6} with a self loop (2, 2), one-way edges and a weight of 3, and a smaller
+# component {7, 8}; 3 classes; count features (a 2 becomes a 1).
+EDGES = [(0, 1), (1, 2), (2, 2), (2, 3), (3, 4), (4, 0), (5, 6), (6, 0), (1, 0), (7, 8)]
+LABELS = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2])
+FEATURES = np.array([[1, 0, 2, 0], [0, 1, 0, 0], [1, 1, 0, 0], [0, 0, 0, 1], [3, 0, 0, 0],
+                     [0, 0, 1, 0], [0, 1, 1, 0], [1, 0, 0, 1], [0, 0, 0, 1]], dtype=np.float32)
+
+
+def write_npz(path: Path, edges=EDGES, labels=LABELS, features=FEATURES,
+              override: dict | None = None) -> Path:
+    """A file of the study's layout (PyG's Amazon and Coauthor read the same arrays), with the arrays of
+    ``override`` in place of the graph's (None: left out)."""
+    n = labels.size
+    rows, cols = zip(*edges)
+    data = np.ones(len(edges), dtype=np.float32)
+    data[0] = 3.0  # a weighted edge: the study makes the graph unweighted
+    adj = sp.csr_matrix((data, (rows, cols)), shape=(n, n))
+    attr = sp.csr_matrix(features)
+    arrays = dict(adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr,
+                  adj_shape=np.array(adj.shape),
+                  attr_data=attr.data, attr_indices=attr.indices, attr_indptr=attr.indptr,
+                  attr_shape=np.array(attr.shape), labels=labels, class_names=np.array(["a", "b", "c"]))
+    arrays.update(override or {})
+    arrays = {k: v for k, v in arrays.items() if v is not None}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **arrays)
+    return path
+
+
+def place(root: Path, name: str, **kw) -> Path:
+    return write_npz(root / STUDY_FILES[name].raw, **kw)
+
+
+def load(name: str, root: Path | None, cache: Path, **split) -> object:
+    return load_graph({"name": name, "train_per_class": 1, "val_per_class": 1, **split}, root, cache)
+
+
+@pytest.mark.parametrize("name", list(STUDY_FILES))
+def test_the_study_standardisation_of_each_graph(tmp_path: Path, name: str) -> None:
+    place(tmp_path / "root", name)
+    graph = load(name, tmp_path / "root", tmp_path / "cache")
+    assert graph.name == name and graph.num_nodes == 7  # the largest connected component, in order
+    assert graph.y.tolist() == LABELS[:7].tolist()
+    assert is_undirected(graph.edge_index) and bool((graph.edge_index[0] != graph.edge_index[1]).all())
+    undirected = {tuple(sorted(e)) for e in EDGES if e[0] != e[1] and max(e) < 7}
+    assert graph.num_edges == 2 * len(undirected)
+    assert torch.equal(graph.x, torch.from_numpy((FEATURES[:7] > 0).astype(np.float32)))
+    assert graph.num_classes == 3
+    # the cache holds the graph under the raw file's checksum; the split is drawn on every load
+    assert list((tmp_path / "cache").rglob(GRAPH_FILE))
+
+
+def test_per_class_and_random_splits_drawn_per_seed(tmp_path: Path) -> None:
+    place(tmp_path, "amazon_photo")
+    a = load("amazon_photo", tmp_path, tmp_path / "cache", split_seed=1)
+    b = load("amazon_photo", tmp_path, tmp_path / "cache", split_seed=1)
+    c = [load("amazon_photo", tmp_path, tmp_path / "cache", split_seed=s) for s in range(2, 8)]
+    assert torch.equal(a.train_mask, b.train_mask) and torch.equal(a.val_mask, b.val_mask)
+    assert any(not torch.equal(a.train_mask, g.train_mask) for g in c)
+    for g in (a, *c):
+        assert torch.bincount(g.y[g.train_mask], minlength=3).tolist() == [1, 1, 1]
+        assert torch.bincount(g.y[g.val_mask], minlength=3).tolist() == [1, 1, 1]
+        assert not bool((g.train_mask & g.val_mask).any())
+        assert torch.equal(g.test_mask, ~(g.train_mask | g.val_mask))
+    dense = load("amazon_photo", tmp_path, tmp_path / "cache", split="random", train_fraction=0.6,
+                 val_fraction=0.2)
+    assert [int(m.sum()) for m in (dense.train_mask, dense.val_mask, dense.test_mask)] == [4, 1, 2]
+    summary = split_summary(group_config("dataset", {"name": "amazon_photo", "split_seed": 1}), a)
+    assert summary == {"split": "per_class", "split_seed": 1, "train_nodes": 3, "val_nodes": 3,
+                       "test_nodes": 1}
+
+
+def test_a_split_that_cannot_be_drawn_names_the_class(tmp_path: Path) -> None:
+    place(tmp_path, "coauthor_cs")
+    with pytest.raises(ConfigError, match=r"class\(es\) \[0, 1, 2\] have only \[3, 2, 2\]"):
+        load_graph({"name": "coauthor_cs"}, tmp_path, tmp_path / "cache")  # the study's 20 + 30
+
+
+@pytest.mark.parametrize("name, nodes, edges, train", [("amazon_computers", 13381, 491556, 200),
+                                                        ("coauthor_physics", 34493, 495924, 100)])
+def test_the_real_files_give_the_study_statistics(tmp_path: Path, name: str, nodes: int, edges: int,
+                                                   train: int) -> None:
+    if not (SHARED / STUDY_FILES[name].raw).is_file():
+        pytest.skip(f"{SHARED / STUDY_FILES[name].raw} is absent")
+    graph = load_graph({"name": name}, SHARED, tmp_path)
+    assert (graph.num_nodes, graph.num_edges, int(graph.train_mask.sum())) == (nodes, edges, train)
+    assert int(graph.val_mask.sum()) == train * 3 // 2
+    assert set(graph.x.unique().tolist()) == {0.0, 1.0}
+
+
+def test_a_missing_file_offline_gives_one_clear_error(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(study_graphs, "STUDY_URL", "http://127.0.0.1:9/npz")
+    with pytest.raises(DatasetUnavailable) as e:
+        load("coauthor_physics", tmp_path / "root", tmp_path / "cache")
+    message = str(e.value)
+    assert "http://127.0.0.1:9/npz/ms_academic_phy.npz" in message
+    assert "Coauthor/Physics/raw/ms_academic_phy.npz" in message and str(tmp_path / "root") in message
+
+
+def test_the_file_of_another_graph_is_refused(tmp_path: Path) -> None:
+    # a file with Coauthor Physics' shape (34,493 nodes, 8,415 features, 5 classes) in Computers' place
+    spec = STUDY_FILES["coauthor_physics"]
+    labels = np.arange(spec.nodes) % spec.classes
+    ring = [(i, (i + 1) % spec.nodes) for i in range(spec.nodes)]
+    nodes = np.arange(spec.nodes)
+    features = sp.csr_matrix((np.ones(spec.nodes), (nodes, nodes % spec.features)),
+                             shape=(spec.nodes, spec.features))
+    place(tmp_path, "amazon_computers", edges=ring, labels=labels, features=features)
+    with pytest.raises(DatasetUnavailable,
+                       match="the graph of dataset 'coauthor_physics', not 'amazon_computers'"):
+        load("amazon_computers", tmp_path, tmp_path / "cache")
+
+
+def _bad_arrays() -> dict[str, dict]:
+    n = LABELS.size
+    return {
+        "labels of another length": dict(labels=LABELS[:5]),
+        "row pointers cut short": dict(adj_indptr=np.array([0, 1, 2])),
+        "a column out of range": dict(attr_indices=np.full(int((FEATURES != 0).sum()), 99, dtype=np.int32)),
+        "a missing array": dict(adj_data=None),
+        "a declared shape of three numbers": dict(attr_shape=np.array([n, 4, 1])),
+        "object labels": dict(labels=np.array([None] * n, dtype=object)),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_arrays()))
+def test_damaged_arrays_are_refused_before_training(tmp_path: Path, case: str) -> None:
+    place(tmp_path, "coauthor_cs", override=_bad_arrays()[case])
+    with pytest.raises(DatasetUnavailable, match="not a usable file of the study"):
+        load("coauthor_cs", tmp_path, tmp_path / "cache")
+
+
+def test_a_truncated_file_is_refused(tmp_path: Path) -> None:
+    path = place(tmp_path, "amazon_photo")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(DatasetUnavailable, match="could not be read"):
+        load("amazon_photo", tmp_path, tmp_path / "cache")
+
+
+def test_a_huge_declared_shape_is_refused_before_it_is_allocated(tmp_path: Path) -> None:
+    """A tiny archive whose labels' header declares 2**40 entries: refused from the header."""
+    path = place(tmp_path, "amazon_photo")
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(1, dtype=np.int64))
+    header["shape"] = (2**40,)
+    with zipfile.ZipFile(path) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    members["labels.npy"] = buf.getvalue() + b"\0" * 64
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for member, data in members.items():
+            z.writestr(member, data)
+    with pytest.raises(DatasetUnavailable, match=r"array labels declares shape \(1099511627776,\)"):
+        load("amazon_photo", tmp_path, tmp_path / "cache")
+
+
+def test_a_replaced_raw_file_is_not_shadowed_by_the_cached_graph(tmp_path: Path) -> None:
+    place(tmp_path, "amazon_computers")
+    first = load("amazon_computers", tmp_path, tmp_path / "cache")
+    place(tmp_path, "amazon_computers", edges=[*EDGES, (7, 0)])  # joins {7, 8} to the component
+    second = load("amazon_computers", tmp_path, tmp_path / "cache")
+    assert (first.num_nodes, second.num_nodes) == (7, 9)
