@@ -38,13 +38,15 @@ test-all: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest $(ARGS)
 
 # On a CUDA machine without a package index (README, *On a GPU*): `make gpu-wheels` where PyPI is
-# reachable (the packages such a machine lacks, into .whl/), then, there, `make test-gpu` runs the `gpu`
-# tests with its own Python (PYTHON, default python3; no venv: its torch has CUDA).
+# reachable (the packages such a machine lacks, for its Python GPU_PYTHON, and the GPU check's real graph,
+# into .whl/), then, there, `make test-gpu` runs the `gpu` tests with the venv's Python when its torch has
+# CUDA, else with that machine's python3 (GPU_PYTHON_BIN=... picks another).
+GPU_PYTHON ?= 3.12
 gpu-wheels: setup
-	experiments/gpu_wheels.sh .whl
+	experiments/gpu_wheels.sh .whl $(GPU_PYTHON)
 
 test-gpu:
-	PYTHON=$(PYTHON) experiments/gpu.sh test $(ARGS)
+	$(if $(GPU_PYTHON_BIN),PYTHON=$(GPU_PYTHON_BIN)) experiments/gpu.sh test $(ARGS)
 
 # The documentation site (docs/, mkdocs.yml) built into site/: its packages (requirements-docs.txt) are
 # installed into the venv once (a stamp, as for setup; the venv is created when missing, and the site
