@@ -21,6 +21,12 @@ same keys and values as the version-2 record of the same run.
 Reading is checked: a key that is no field, a value of the wrong type (each field's annotation), or a
 few shapes inside sections that the runs table relies on, is one :class:`RecordFormatError` naming the
 key (and the file, when the caller gives it); so is a record of a newer version than this code knows.
+
+A record read from a file is ``completed`` only when its fields say so (:func:`completion_problem`, which
+:func:`pipegnn.results.records.record_of` applies to every record file and archive line): at least one
+epoch, and each accuracy of ``final`` (:data:`COMPLETED_ACCURACIES`), and each accuracy an epoch holds,
+a number from 0 to 1. A ``completed`` record without them is malformed (the runs table lists it as
+``unreadable``, and ``resume=true`` runs its job again).
 """
 from __future__ import annotations
 
@@ -34,8 +40,8 @@ from typing import Any, Callable
 
 from pipegnn.choices import StrEnum
 
-__all__ = ["COMBINE", "LAUNCHER", "OPTIONAL", "RANK0", "RANK0_IF_COMPLETED", "RECORD_VERSION",
-           "RecordFormatError", "RunRecord", "Status", "migrate"]
+__all__ = ["COMBINE", "COMPLETED_ACCURACIES", "LAUNCHER", "OPTIONAL", "RANK0", "RANK0_IF_COMPLETED",
+           "RECORD_VERSION", "RecordFormatError", "RunRecord", "Status", "completion_problem", "migrate"]
 
 #: The version of the records this code writes (and the newest it reads).
 RECORD_VERSION = 2
@@ -199,6 +205,44 @@ _EMPTY: dict[str, Callable[[], Any]] = {
     "error": lambda: None, "config": dict, "choices": dict, "env": dict, "epochs": list, "final": dict,
     "timing": dict, "memory": dict, "microbatch": dict}
 _OPTIONAL = frozenset(f.name for f in _FIELDS if f.metadata[OPTIONAL])
+
+
+#: The accuracies every completed run's ``final`` holds (what the runs table and the reports read).
+COMPLETED_ACCURACIES = ("train_acc", "val_acc", "test_acc", "best_val_acc", "test_acc_at_best_val")
+#: The accuracies an epoch holds (those it has are checked).
+_EPOCH_ACCURACIES = ("train_acc", "val_acc", "test_acc")
+
+
+def _accuracy_problem(value: Any) -> str | None:
+    """Why ``value`` is no accuracy (a number from 0 to 1; NaN is none), None when it is one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"is {_kind(value)}, expected a number from 0 to 1"
+    if not 0 <= value <= 1:  # NaN fails too
+        return f"is {value!r}, expected a number from 0 to 1"
+    return None
+
+
+def completion_problem(record: RunRecord) -> str | None:
+    """Why ``record``, whose status is ``completed``, does not hold what a completed run writes (None
+    when it does, or when its status is another): no epoch, or an accuracy of ``final``
+    (:data:`COMPLETED_ACCURACIES`) or of an epoch that is absent or no number from 0 to 1. Phrased as
+    :class:`RecordFormatError`'s reasons are (``malformed record: ...``)."""
+    if record.status is not Status.COMPLETED:
+        return None
+    if not record.epochs:
+        return "malformed record: status 'completed' but no epochs"
+    for key in COMPLETED_ACCURACIES:
+        if key not in record.final:
+            return f"malformed record: status 'completed' but no 'final.{key}'"
+        problem = _accuracy_problem(record.final[key])
+        if problem is not None:
+            return f"malformed record: status 'completed' but 'final.{key}' {problem}"
+    for i, epoch in enumerate(record.epochs):
+        for key in _EPOCH_ACCURACIES:
+            problem = _accuracy_problem(epoch[key]) if key in epoch else None
+            if problem is not None:
+                return f"malformed record: status 'completed' but 'epochs[{i}].{key}' {problem}"
+    return None
 
 
 def _kind(value: Any) -> str:

@@ -28,8 +28,9 @@ from typing import Any
 
 #: The public names of each module (but :mod:`~pipegnn.results.archive`), all re-exported here.
 _EXPORTS = {
-    "records": ("RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record", "find_records",
-                "load_record", "natural_key", "probe_record_folder", "record_of", "write_record"),
+    "records": ("RECORD_NAME", "RECORD_ROOM", "NotRegularFileError", "RecordError", "atomic_file",
+                "check_record", "find_records", "load_record", "natural_key", "open_regular",
+                "probe_record_folder", "read_regular", "record_of", "write_record"),
     "rows": ("COLUMNS", "INTEGER_COLUMNS", "flatten", "integers"),
     "table": ("NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "column",
               "format_table", "load", "select"),
@@ -40,8 +41,8 @@ _EXPORTS = {
                 "plot_speedup_vs_chunks", "plot_time_to_accuracy_vs_chunks", "repeats_note"),
     "timeline_plot": ("plot_timeline",),
     "leaderboard_plot": ("plot_leaderboard",),
-    "sweep": ("INCOMPLETE", "VOLATILE_KEYS", "Job", "SweepPlanError", "comparable_config", "completed_record",
-              "planned_jobs", "sweep_jobs", "unrecorded_jobs"),
+    "sweep": ("INCOMPLETE", "MAX_YAML_BYTES", "VOLATILE_KEYS", "Job", "SweepPlanError", "comparable_config",
+              "completed_record", "planned_jobs", "sweep_jobs", "unrecorded_jobs"),
     "callbacks": ("EpochProgress", "FailureSummary", "exit_code"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

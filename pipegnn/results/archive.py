@@ -18,9 +18,19 @@ The format, gzipped JSON lines:
   was: an ``unreadable`` row).
 
 Same files, same bytes: compact separators, key order as in the files, gzip at level 9 with mtime 0 and
-no file name (the bytes could change only with zlib's version). Reading parses JSON only: nothing an
-archive holds can run code. Any damage (a cut or corrupt gzip stream, a line that is not JSON or not an
-entry, a wrong count or checksum) is one :class:`ArchiveError` naming the archive.
+no file name (the bytes could change only with zlib's version).
+
+Reading parses JSON only: nothing an archive holds can run code. It reads a regular file only (a FIFO
+never makes it wait) and inflates it as a stream, twice (the checks, then the entries), holding one line
+at a time: at most :data:`MAX_LINE_BYTES` a line, :data:`MAX_INFLATED_BYTES` in all, and no line past the
+header's count of files (at most :data:`MAX_FILES`), so that a small file that inflates to gigabytes is
+refused early, never read into memory. A key must name one of a run's files
+(:data:`FILE_NAMES`) by a relative path of plain names below the archive's folder: no ``..``, no leading
+``/``, no backslash, no control character (NUL included) or lone surrogate, and never a folder of another
+key's path (``a/result.json`` and ``a/result.json/trace.json``). Any damage (a cut or corrupt gzip stream,
+a bound passed, a line that is not JSON or not an entry, such a key, a wrong count or checksum) is one
+:class:`ArchiveError` naming the archive; :func:`unpack` writes nothing from such an archive, nor any file
+that a link in the destination would take outside it.
 """
 from __future__ import annotations
 
@@ -32,15 +42,22 @@ import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
+from typing import Any, BinaryIO, Callable, Collection, Iterator, Mapping, Sequence
 
 from pipegnn.atomic import atomic_file
 from pipegnn.integrity import stream_checksum
 from pipegnn.jsonfile import JSONFileError, read_json
-from pipegnn.results.records import find_named, find_records, natural_key, write_record
+from pipegnn.results.records import (
+    RECORD_NAME,
+    find_named,
+    find_records,
+    natural_key,
+    open_regular,
+    write_record,
+)
 
-__all__ = ["ARCHIVE_NAME", "ArchiveError", "Entry", "Packed", "entries", "find_archives", "is_archive",
-           "pack", "read", "run_files", "unpack"]
+__all__ = ["ARCHIVE_NAME", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES", "MAX_LINE_BYTES", "ArchiveError",
+           "Entry", "Packed", "entries", "find_archives", "is_archive", "pack", "read", "run_files", "unpack"]
 
 #: A sweep's archive, in its results folder (``results/reference/<preset>/records.jsonl.gz``).
 ARCHIVE_NAME = "records.jsonl.gz"
@@ -48,6 +65,15 @@ _SUFFIX = ".jsonl.gz"
 _FORMAT, _VERSION = "pipegnn.records", 1
 #: Fixed, so that packing the same files gives the same bytes.
 _LEVEL = 9
+#: The files an archive holds: a run's record and the stage timeline beside it
+#: (``pipegnn.timeline.TRACE_NAME``, not imported here: it imports torch).
+FILE_NAMES = (RECORD_NAME, "trace.json")
+#: Bounds of what reading an archive inflates: the whole stream, and one line (one file; the largest of the
+#: committed reference archives inflates to 35 MB, its longest line is 1.3 MB).
+MAX_INFLATED_BYTES = 1 << 30
+MAX_LINE_BYTES = 64 << 20
+#: The most files an archive's header may count (a sweep of half a million runs, each with its trace).
+MAX_FILES = 1 << 20
 
 
 class ArchiveError(JSONFileError):
@@ -106,13 +132,24 @@ def run_files(folder: str | Path, beside: Sequence[str] = (), under: str = "") -
 
 
 def _check_key(key: Any) -> str | None:
-    """Why ``key`` cannot name a file below an archive's folder (None if it can): unpacking must never
-    write outside its destination."""
+    """Why ``key`` cannot name a run's file below an archive's folder (None if it can): unpacking must
+    never write outside its destination, nor anything but a run's files, and every reader must be able to
+    name the file."""
     if not isinstance(key, str) or not key:
         return f"path {key!r} is not a file name"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in key):
+        return f"path {key!r} holds a character no file name may (NUL, a control character, a lone surrogate)"
     if key.startswith("/") or "\\" in key or any(p in ("", ".", "..") for p in key.split("/")):
         return f"path {key!r} is not a relative path below the archive's folder"
+    if key.rsplit("/", 1)[-1] not in FILE_NAMES:
+        return f"path {key!r} is none of a run's files ({' or '.join(FILE_NAMES)} below the archive's folder)"
     return None
+
+
+def _folders(key: str) -> list[str]:
+    """The folders of ``key``'s path: ``a/b/result.json`` -> ``a``, ``a/b``."""
+    parts = key.split("/")[:-1]
+    return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
 def _order(key: str) -> tuple[list[Any], str]:
@@ -125,12 +162,15 @@ def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
     valid JSON is packed as unreadable, with why. Returns ``archive``.
 
     Raises:
-        ValueError: a key is not a relative path without ``..``.
+        ValueError: a key is not one of a run's files by a relative path of plain names (see the module
+            doc), or names a folder of another key.
         OSError: a file cannot be read, or the archive cannot be written (naming it).
     """
     lines = []
+    files_seen: set[str] = set()
+    folders_seen: set[str] = set()
     for key in sorted(files, key=_order):
-        if (problem := _check_key(key)) is not None:
+        if (problem := _check_key(key) or _clash(key, files_seen, folders_seen)) is not None:
             raise ValueError(f"{archive}: {problem}")
         try:
             entry = {"path": key, "json": read_json(files[key])}
@@ -154,59 +194,110 @@ def _parse(archive: Path, number: int, line: bytes) -> Any:
         raise ArchiveError(archive, f"line {number}: {type(e).__name__}: {e}") from None
 
 
-def _body(archive: Path) -> bytes:
-    """The lines of ``archive`` after its header, once the gzip stream, the header, the count of lines
-    and their checksum hold."""
-    raw = archive.read_bytes()
+def _clash(key: str, files: set[str], folders: set[str]) -> str | None:
+    """Why ``key`` cannot be a file beside the ``files`` (keys) and ``folders`` (their folders) already
+    seen, which it joins (None if it can): a file and a folder of one name cannot both be written."""
+    if key in folders:
+        return f"path {key!r} is also a folder of another path"
+    clash = next((f for f in _folders(key) if f in files), None)
+    if clash is not None:
+        return f"path {key!r} puts a folder where the path {clash!r} is a file"
+    files.add(key)
+    folders.update(_folders(key))
+    return None
+
+
+def _lines(archive: Path, raw: BinaryIO) -> Iterator[bytes]:
+    """The inflated lines of the open ``archive`` (``raw``) from its start, each with its newline (the
+    last one may lack it), inflated as they are read, within :data:`MAX_LINE_BYTES` and
+    :data:`MAX_INFLATED_BYTES`."""
+    raw.seek(0)
+    total = 0
     try:
-        data = gzip.decompress(raw)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # cut short; not gzip or a bad CRC; corrupt
+        with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+            while line := stream.readline(MAX_LINE_BYTES + 1):
+                total += len(line)
+                if len(line) > MAX_LINE_BYTES:
+                    raise ArchiveError(archive, f"a line inflates to more than {MAX_LINE_BYTES:,} bytes, "
+                                                "more than any run's file: not read (a decompression bomb?)")
+                if total > MAX_INFLATED_BYTES:
+                    raise ArchiveError(archive, f"inflates to more than {MAX_INFLATED_BYTES:,} bytes, more "
+                                                "than a sweep's records: not read (a decompression bomb?)")
+                yield line
+    except (EOFError, OSError, zlib.error) as e:  # cut short; not gzip (BadGzipFile) or a bad CRC; corrupt
         raise ArchiveError(archive, f"not a whole gzip stream ({type(e).__name__}: {e})") from None
-    header_line, _, body = data.partition(b"\n")
-    header = _parse(archive, 1, header_line)
+
+
+def _checked(archive: Path, raw: BinaryIO) -> int:
+    """The number of files in the open ``archive`` (``raw``), once the gzip stream, the bounds, the header,
+    the count of lines and their checksum hold (one pass over the inflated stream)."""
+    lines = _lines(archive, raw)
+    header = _parse(archive, 1, next(lines, b""))
     if not isinstance(header, dict) or header.get("format") != _FORMAT:
         raise ArchiveError(archive, f"line 1 is not the header of a {_FORMAT} archive")
     if header.get("version") != _VERSION:
         raise ArchiveError(archive, f"version {header.get('version')!r}, this reader knows {_VERSION}")
-    lines = body.count(b"\n")
-    if lines != header.get("files") or not body.endswith(b"\n") and body:
-        raise ArchiveError(archive, f"{lines} whole lines after the header, which says "
+    files = header.get("files")
+    if isinstance(files, bool) or not isinstance(files, int) or not 0 <= files <= MAX_FILES:
+        raise ArchiveError(archive, f"the header counts {files!r} files, expected a number from 0 to "
+                                    f"{MAX_FILES:,}")
+    count, whole = 0, True
+
+    def counted() -> Iterator[bytes]:
+        nonlocal count, whole
+        for line in lines:
+            whole = line.endswith(b"\n")
+            count += whole
+            if count > files:  # stop here: the lines after may be a bomb of short ones
+                raise ArchiveError(archive, f"{count} lines or more after the header, which says {files!r}")
+            yield line
+
+    checksum, stored = stream_checksum(counted()), header.get("checksum")  # that of the lines, one by one
+    if count != header.get("files") or not whole:
+        raise ArchiveError(archive, f"{count} whole lines after the header, which says "
                                     f"{header.get('files')!r}")
-    checksum, stored = stream_checksum([body]), header.get("checksum")  # that of the lines, one by one
     if checksum != stored:
         raise ArchiveError(archive, f"content checksum {checksum}, the header says {stored!r}: "
                                     "the archive was damaged after it was packed")
-    return body
+    return count
 
 
 def entries(archive: str | Path) -> Iterator[Entry]:
     """Each file of ``archive``, in order, one at a time (a reader keeps what it needs). The whole archive
-    is checked first (gzip stream, header, count, checksum), each line as it comes.
+    is checked first (gzip stream, bounds, header, count, checksum: one pass over the inflated stream),
+    each line as it comes (a second pass).
 
     Raises:
-        ArchiveError: (a ValueError) naming the archive: the gzip stream is cut or corrupt, the header is
-            not an archive's, the lines are not the header's count or checksum, or a line is not JSON or
-            not an entry (its number named; the entries before it have come).
-        OSError: the file cannot be read (FileNotFoundError: there is none).
+        ArchiveError: (a ValueError) naming the archive: the gzip stream is cut or corrupt, it inflates
+            past :data:`MAX_INFLATED_BYTES` or a line past :data:`MAX_LINE_BYTES`, the header is not an
+            archive's, the lines are not the header's count or checksum, or a line is not JSON, not an
+            entry, or its key is not a run's file below the archive's folder (see the module doc) (its
+            number named; the entries before it have come).
+        OSError: the file cannot be read (FileNotFoundError: there is none; NotRegularFileError: it is a
+            FIFO, a folder, a device).
     """
     archive = Path(archive)
-    body, start, previous = _body(archive), 0, None
-    for number in itertools.count(2):
-        if start == len(body):
-            return
-        end = body.index(b"\n", start) + 1
-        entry = _parse(archive, number, body[start:end])
-        start = end
-        problem = _check_key(entry.get("path")) if isinstance(entry, dict) else "not a JSON object"
-        if problem is None and not (set(entry) == {"path", "json"} or (
-                set(entry) == {"path", "unreadable"} and isinstance(entry["unreadable"], str))):
-            problem = "not an entry (path and json, or path and unreadable)"
-        if problem is None and previous is not None and _order(entry["path"]) <= _order(previous):
-            problem = f"path {entry['path']!r} out of order or again"  # so that no file is listed twice
-        if problem is not None:
-            raise ArchiveError(archive, f"line {number}: {problem}")
-        previous = entry["path"]
-        yield Entry(entry["path"], entry.get("json"), entry.get("unreadable"))
+    with open_regular(archive) as raw:
+        _checked(archive, raw)
+        lines = _lines(archive, raw)
+        next(lines)  # the header
+        previous = None
+        files: set[str] = set()
+        folders: set[str] = set()
+        for number, line in zip(itertools.count(2), lines):
+            entry = _parse(archive, number, line)
+            problem = _check_key(entry.get("path")) if isinstance(entry, dict) else "not a JSON object"
+            if problem is None and not (set(entry) == {"path", "json"} or (
+                    set(entry) == {"path", "unreadable"} and isinstance(entry["unreadable"], str))):
+                problem = "not an entry (path and json, or path and unreadable)"
+            if problem is None and previous is not None and _order(entry["path"]) <= _order(previous):
+                problem = f"path {entry['path']!r} out of order or again"  # so that no file is listed twice
+            if problem is None:
+                problem = _clash(entry["path"], files, folders)
+            if problem is not None:
+                raise ArchiveError(archive, f"line {number}: {problem}")
+            previous = entry["path"]
+            yield Entry(entry["path"], entry.get("json"), entry.get("unreadable"))
 
 
 def read(archive: str | Path, keep: Callable[[str], bool] | Collection[str] | None = None) -> Packed:
@@ -234,16 +325,31 @@ def unpack(archive: str | Path, dest: str | Path,
     its key, as :func:`~pipegnn.results.records.write_record` writes it. Returns the files written and
     the ones that could not be (unreadable when packed: key -> why).
 
+    Nothing is written until the whole archive has been read and checked (see :func:`entries`), and each
+    file it would write is below ``dest`` once links there are followed.
+
     Raises:
-        ArchiveError: see :func:`read`.
+        ArchiveError: see :func:`read`; also a file that a link in ``dest`` would take outside it.
         OSError: a file cannot be written (naming it).
     """
-    packed = read(archive, keep)
-    written = []
-    for key, value in packed.files.items():
+    wanted = keep if keep is None or callable(keep) else set(keep).__contains__
+    listed = read(archive, keep=())  # every line checked, no value kept
+    root = Path(dest).resolve()
+    places = {}
+    for key in listed.paths:
+        if key in listed.unreadable or (wanted is not None and not wanted(key)):
+            continue
         file = Path(dest, *PurePosixPath(key).parts)
-        written.append(write_record(file.parent, value, file.name))
-    return written, packed.unreadable
+        if not file.resolve().is_relative_to(root):
+            raise ArchiveError(archive, f"path {key!r} leads outside {dest} (through a link there, to "
+                                        f"{file.resolve()}): nothing written")
+        places[key] = file
+    written = []
+    for entry in entries(archive):
+        if entry.path in places:
+            file = places[entry.path]
+            written.append(write_record(file.parent, entry.value, file.name))
+    return written, listed.unreadable
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -274,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             written, unreadable = unpack(*args.unpack)
             print(f"wrote {len(written)} files of {args.unpack[0]} below {args.unpack[1]}")
-    except (ArchiveError, FileNotFoundError) as e:
+    except (ArchiveError, OSError) as e:  # a damaged archive; one that cannot be read or written
         print(f"error: {e}", file=sys.stderr)
         return 2
     for key, reason in unreadable.items():

@@ -11,15 +11,18 @@ import errno
 import json
 import os
 import re
+import stat
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable, Iterator
 
 from pipegnn.atomic import atomic_file
-from pipegnn.jsonfile import JSONFileError, read_json
-from pipegnn.record import RecordFormatError, RunRecord
+from pipegnn.jsonfile import JSONFileError
+from pipegnn.record import RecordFormatError, RunRecord, completion_problem
 
-__all__ = ["RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record", "find_records",
-           "load_record", "natural_key", "probe_record_folder", "record_of", "write_record"]
+__all__ = ["RECORD_NAME", "RECORD_ROOM", "NotRegularFileError", "RecordError", "atomic_file",
+           "check_record", "find_records", "load_record", "natural_key", "open_regular",
+           "probe_record_folder", "read_regular", "record_of", "write_record"]
 
 RECORD_NAME = "result.json"
 
@@ -70,6 +73,66 @@ def write_record(directory: str | Path, record: RunRecord | dict[str, Any],
     return path
 
 
+class NotRegularFileError(OSError):
+    """A file a reader was asked to read that is not a regular file (a folder, a FIFO, a device, a
+    socket), refused before a byte is read; ``str()`` names it and what it is."""
+
+
+#: Flags every reader opens a file with: never wait (a FIFO opened for reading without them waits for a
+#: writer forever), never become a controlling terminal, never leak into a child.
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+               | getattr(os, "O_CLOEXEC", 0))
+
+
+def _kind_of(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+@contextmanager
+def open_regular(path: str | Path) -> Iterator[BinaryIO]:
+    """``path`` opened for reading in binary, if it is a regular file (a link to one included). Anything
+    else is refused before it is opened (``os.stat``), and again once it is (``fstat`` of the descriptor,
+    opened with ``O_NONBLOCK``): a FIFO never makes a reader wait, a device is never read.
+
+    Raises:
+        NotRegularFileError: (an OSError) ``path`` is a folder, a FIFO, a device or a socket (``str()``
+            says which).
+        OSError: it cannot be opened (FileNotFoundError: there is none, or it is a link to nothing).
+    """
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFileError(errno.EINVAL, f"{path} is {_kind_of(mode)}, not a regular file")
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # replaced since the stat
+            raise NotRegularFileError(errno.EINVAL, f"{path} is {_kind_of(mode)}, not a regular file")
+        file = os.fdopen(fd, "rb")  # O_NONBLOCK changes nothing for a regular file
+    except BaseException:
+        os.close(fd)
+        raise
+    with file:
+        yield file
+
+
+def read_regular(path: str | Path, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`open_regular`), at most ``limit`` of them.
+
+    Raises:
+        NotRegularFileError, OSError: see :func:`open_regular`.
+        ValueError: the file holds more than ``limit`` bytes (naming it and the limit).
+    """
+    with open_regular(path) as f:
+        data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise ValueError(f"{path} holds more than {limit:,} bytes, more than any such file should")
+    return data
+
+
 class RecordError(JSONFileError):
     """A record file that cannot be used: not valid JSON (nesting too deep included), not shaped like
     a record, or of a newer version than this code reads.
@@ -82,39 +145,53 @@ def check_record(record: Any) -> RunRecord:
     :class:`~pipegnn.record.RecordFormatError` (a ValueError) naming the first problem: not a JSON object,
     a key that is no field of a record, a value of the wrong type (``status`` one of the statuses,
     ``error`` and ``traceback`` strings or null, each section an object, ``epochs`` and ``pipeline.stages``
-    arrays of objects, ``choices`` values scalars), or a newer version than this code reads. A version-1
-    record may lack sections (see :func:`~pipegnn.record.migrate`)."""
-    return RunRecord.from_dict(record)
+    arrays of objects, ``choices`` values scalars), a newer version than this code reads, or a
+    ``completed`` record without what a completed run writes (:func:`~pipegnn.record.completion_problem`:
+    no epoch, or an accuracy absent or no number from 0 to 1). A version-1 record may lack sections (see
+    :func:`~pipegnn.record.migrate`)."""
+    record = RunRecord.from_dict(record)
+    problem = completion_problem(record)
+    if problem is not None:
+        raise RecordFormatError(problem, "status")
+    return record
 
 
 def load_record(path: str | Path) -> RunRecord:
     """Read one record (a ``result.json`` file or the directory holding it), migrated to the current
     version (:meth:`~pipegnn.record.RunRecord.from_dict`).
 
+    Only a regular file is read (:func:`open_regular`: a FIFO in its place never makes the reader wait).
+
     Raises:
         RecordError: (a ValueError) naming the file: not valid JSON, not shaped like a record (see
             :func:`check_record`), or of a newer version than this code reads.
-        OSError: the file cannot be read (FileNotFoundError: there is none).
+        OSError: the file cannot be read (FileNotFoundError: there is none; NotRegularFileError: it is a
+            FIFO, a folder, a device).
     """
     path = Path(path)
     if path.is_dir():
         path = path / RECORD_NAME
+    data = read_regular(path)
     try:
-        record = read_json(path)
-    except JSONFileError as e:
-        raise RecordError(path, e.reason) from None
+        record = json.loads(data)
+    except RecursionError:  # as pipegnn.jsonfile.read_json words it
+        raise RecordError(path, "RecursionError: nested too deeply to parse") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise RecordError(path, f"{type(e).__name__}: {e}") from None
     return record_of(record, path)
 
 
 def record_of(value: Any, path: str | Path) -> RunRecord:
     """``value``, read from ``path`` (a file, or its place in a records archive), as a record (see
-    :func:`check_record`): every record file and archive line is read through here.
+    :func:`check_record`): every record file and archive line is read through here, so a ``completed``
+    record counts as completed only when its fields say so.
 
     Raises:
-        RecordError: naming ``path``: not shaped like a record, or of a newer version.
+        RecordError: naming ``path``: not shaped like a record, of a newer version, or ``completed``
+            without what a completed run writes.
     """
     try:
-        return RunRecord.from_dict(value)
+        return check_record(value)
     except RecordFormatError as e:
         raise RecordError(path, e.reason) from None
 

@@ -6,11 +6,19 @@
   no record: ``incomplete`` (Hydra started the job, it wrote no ``result.json``) and ``missing`` (planned
   by the sweep's ``multirun.yaml``, never started), which :func:`pipegnn.results.load` lists too.
 
+Reading a sweep runs nothing its files name: the ``.hydra/*.yaml`` files and ``multirun.yaml`` are
+parsed as YAML data (PyYAML's safe loader, through OmegaConf), only when they are regular files (a FIFO
+never makes the reader wait) of at most :data:`MAX_YAML_BYTES`; the sweeper's ``_target_`` is compared as
+text, never imported; and interpolations are resolved only between the file's own keys (``${chunks}``):
+one that calls a resolver (``${oc.env:HOME}``, ``${now:...}``, any registered one) stays as its text.
+
 The end-of-sweep failure summary and the progress bar are in :mod:`pipegnn.results.callbacks`.
 """
 from __future__ import annotations
 
+import io
 import itertools
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -20,21 +28,79 @@ from typing import Any, Iterable, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from pipegnn.record import RunRecord, Status
-from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, natural_key
+from pipegnn.results.records import (
+    RECORD_NAME,
+    NotRegularFileError,
+    RecordError,
+    find_records,
+    load_record,
+    natural_key,
+    read_regular,
+)
 from pipegnn.runconfig import VOLATILE_KEYS, comparable_config, plain_config
 
-__all__ = ["INCOMPLETE", "VOLATILE_KEYS", "Job", "SweepPlanError", "comparable_config", "completed_record",
-           "planned_jobs", "sweep_jobs", "unrecorded_jobs"]
+__all__ = ["INCOMPLETE", "MAX_YAML_BYTES", "VOLATILE_KEYS", "Job", "SweepPlanError", "comparable_config",
+           "completed_record", "planned_jobs", "sweep_jobs", "unrecorded_jobs"]
 
 #: Error of an ``incomplete`` job (started, no record).
 INCOMPLETE = "no result.json: the job was killed or died before writing it, or is still running"
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+#: The largest Hydra file (``multirun.yaml``, ``.hydra/*.yaml``) a reader parses.
+MAX_YAML_BYTES = 64 << 20
+#: Where a string calls a resolver: an interpolation whose text before its first brace holds a colon
+#: (``${oc.env:X}``, ``${a.${now:%H}}``); a key of a node interpolation never holds one.
+_RESOLVER_CALL = re.compile(r"\$\{[^{}]*:")
+_ESCAPABLE = re.compile(r"(\\*)\$\{")
 
 
 def _plain(node: Any, resolve: bool = False) -> Any:
-    """``OmegaConf.to_container(node)``: what a Hydra file holds as plain data, typed Any (its readers
-    check what they use, or catch)."""
+    """``OmegaConf.to_container(node)``: a config as plain data, typed Any (its readers check what they
+    use, or catch)."""
     return OmegaConf.to_container(node, resolve=resolve)
+
+
+def _load_yaml(path: Path) -> Any:
+    """What the Hydra file ``path`` holds, as plain data with its interpolations as written: read only
+    when it is a regular file of at most :data:`MAX_YAML_BYTES`, parsed by OmegaConf's safe YAML loader.
+
+    Raises:
+        OSError: it cannot be read (FileNotFoundError: there is none or a link to nothing;
+            NotRegularFileError: a FIFO, a folder, a device).
+        Exception: it is too large, or not YAML that OmegaConf takes.
+    """
+    return _plain(OmegaConf.load(io.BytesIO(read_regular(path, MAX_YAML_BYTES))))
+
+
+def _inert(value: Any) -> Any:
+    """``value`` (plain data) with every string that calls a resolver escaped, so that OmegaConf reads
+    it as the literal text it is: resolving it then calls nothing."""
+    if isinstance(value, dict):
+        return {k: _inert(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_inert(v) for v in value]
+    if isinstance(value, str) and _RESOLVER_CALL.search(value):
+        # n backslashes before "${" stand for n/2 of them and an interpolation: 2n + 1 for n and the text
+        return _ESCAPABLE.sub(lambda m: m.group(1) * 2 + "\\${", value)
+    return value
+
+
+def _resolved(data: Any) -> Any:
+    """``data`` (a Hydra file's plain data) with its interpolations between its own keys resolved
+    (``${model.lr}``); one that calls a resolver stays as its text (see :func:`_inert`), and ``data``
+    stays as written where they cannot be resolved."""
+    try:
+        return _plain(OmegaConf.create(_inert(data)), resolve=True)
+    except Exception:  # noqa: BLE001 - a key that is not there, a cycle (RecursionError), ...
+        return data
+
+
+def _get(data: Any, *keys: str) -> Any:
+    """``data[k1][k2]...``, None where a level is not a mapping or lacks the key."""
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
 
 
 def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -98,18 +164,18 @@ class SweepPlanError(ValueError):
 def _overrides(directory: Path) -> list[str] | None:
     """The job's overrides as Hydra saved them (``.hydra/overrides.yaml``), None when absent."""
     try:
-        saved = OmegaConf.load(directory / ".hydra" / "overrides.yaml")
-        return [str(o) for o in _plain(saved)]
+        saved = _load_yaml(directory / ".hydra" / "overrides.yaml")
     except Exception:  # noqa: BLE001 - .hydra files are optional (hydra.output_subdir=null)
         return None
+    return [str(o) for o in saved] if isinstance(saved, list) else None
 
 
 def _job_info(directory: Path) -> tuple[int | None, str]:
     num = None
     overrides = _overrides(directory)
     try:
-        num = int(OmegaConf.load(directory / ".hydra" / "hydra.yaml").hydra.job.num)
-    except Exception:  # noqa: BLE001
+        num = int(_get(_load_yaml(directory / ".hydra" / "hydra.yaml"), "hydra", "job", "num"))
+    except Exception:  # noqa: BLE001 - no file, no number (an interpolation is no number either)
         if directory.name.isdigit():
             num = int(directory.name)
     return num, directory.name if overrides is None else " ".join(overrides)
@@ -125,23 +191,19 @@ def _hydra_job_dirs(root: Path) -> set[Path]:
 def _incomplete(directory: Path) -> Job:
     """A job Hydra started that left no record, with what its ``.hydra/`` files tell of its config."""
     num, overrides = _job_info(directory)
-    config: dict[str, Any] = {}
+    config: Any = {}
     try:
-        node = OmegaConf.load(directory / ".hydra" / "config.yaml")
-        try:
-            config = _plain(node, resolve=True)
-        except Exception:  # noqa: BLE001 - e.g. an interpolation that needs Hydra's resolvers
-            config = _plain(node, resolve=False)
+        config = _resolved(_load_yaml(directory / ".hydra" / "config.yaml"))
     except Exception:  # noqa: BLE001
         pass
     try:
-        saved = OmegaConf.load(directory / ".hydra" / "hydra.yaml")
-        choices = _plain(saved.hydra.runtime.choices)
+        choices = _get(_load_yaml(directory / ".hydra" / "hydra.yaml"), "hydra", "runtime", "choices")
     except Exception:  # noqa: BLE001
-        choices = {}
+        choices = None
     return Job(directory, num, overrides, "incomplete", INCOMPLETE, False,
                config=plain_config(config) if isinstance(config, dict) else {},
-               choices={k: v for k, v in (choices or {}).items() if not str(k).startswith("hydra/")})
+               choices={k: v for k, v in (choices if isinstance(choices, dict) else {}).items()
+                        if not str(k).startswith("hydra/")})
 
 
 def planned_jobs(sweep_dir: str | Path) -> list[tuple[list[str], Path]] | None:
@@ -151,47 +213,57 @@ def planned_jobs(sweep_dir: str | Path) -> list[tuple[list[str], Path]] | None:
     Read from ``<sweep_dir>/multirun.yaml``, which Hydra's basic sweeper writes before the first job,
     expanded as that sweeper does (``hydra.sweeper.params`` then the command line's overrides, their
     product). None when that is not knowable: no ``multirun.yaml``, another sweeper, or overrides that
-    need the config (a ``glob``).
+    need the config (a ``glob``). Nothing the file names is imported or called (see the module doc).
 
     Raises:
-        SweepPlanError: a damaged ``multirun.yaml``."""
+        SweepPlanError: a damaged ``multirun.yaml``, or one that is not a regular file (a folder, a FIFO,
+            a link to nothing)."""
     plan = _plan(Path(sweep_dir))
     return None if plan is None else plan[1]
 
 
-def _plan(sweep_dir: Path) -> tuple[DictConfig, list[tuple[list[str], Path]]] | None:
-    """The sweep's ``multirun.yaml`` and :func:`planned_jobs`; None without one, or for a sweeper other
-    than Hydra's basic one (its plan is not known here).
+def _plan(sweep_dir: Path) -> tuple[dict[str, Any], list[tuple[list[str], Path]]] | None:
+    """The sweep's ``multirun.yaml`` (as plain data) and :func:`planned_jobs`; None without one, or for a
+    sweeper other than Hydra's basic one (its plan is not known here).
 
     Raises:
-        SweepPlanError: the file is damaged: not YAML, no ``hydra.sweeper``, or jobs that cannot be
-            expanded (a damaged plan must never read as "no plan": it would hide missing jobs).
+        SweepPlanError: the file is damaged: not a regular file (a link to nothing, a folder, a FIFO), not
+            YAML, no ``hydra.sweeper``, a sweeper that is no class name, or jobs that cannot be expanded
+            (a damaged plan must never read as "no plan": it would hide missing jobs).
     """
     marker = sweep_dir / "multirun.yaml"
-    if not marker.is_file():
-        return None
     try:
-        cfg = OmegaConf.load(marker)
-        target = OmegaConf.select(cfg, "hydra.sweeper._target_") if isinstance(cfg, DictConfig) else None
-    except Exception as e:  # noqa: BLE001 - YAML errors, binary content, nesting too deep
+        cfg = _load_yaml(marker)
+    except FileNotFoundError:
+        if not os.path.islink(marker):
+            return None
+        raise SweepPlanError(f"{marker}: a link to nothing ({os.readlink(marker)!r}), not the sweep "
+                             "plan") from None
+    except NotRegularFileError as e:
+        raise SweepPlanError(f"{marker}: not the sweep plan ({e.strerror})") from None
+    except Exception as e:  # noqa: BLE001 - YAML errors, binary content, nesting too deep, a link loop
         raise SweepPlanError(f"{marker}: unreadable sweep plan ({type(e).__name__}: "
                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
-    if target is None or not isinstance(cfg, DictConfig):  # (a ListConfig has no target either)
+    target = _get(cfg, "hydra", "sweeper", "_target_")
+    if target is None or not isinstance(cfg, dict):  # (a list has no target either)
         raise SweepPlanError(f"{marker}: not a whole sweep plan (no hydra.sweeper: cut short or rewritten?)")
     if target != _BASIC_SWEEPER:
-        from hydra.utils import get_class
-
-        try:
-            get_class(str(target))
-        except Exception:  # noqa: BLE001 - ImportError, ValueError: a name cut short is no sweeper
-            raise SweepPlanError(f"{marker}: its sweeper {target!r} is no class (cut short?)") from None
+        # Compared as text: importing the class it names would run code that came with the folder.
+        if not (isinstance(target, str) and all(p.isidentifier() for p in target.split("."))
+                and "." in target):
+            raise SweepPlanError(f"{marker}: its sweeper {target!r} is no class name (cut short?)")
+        if not isinstance(_get(cfg, "hydra", "overrides"), dict):  # written after the sweeper
+            raise SweepPlanError(f"{marker}: not a whole sweep plan (no hydra.overrides after its "
+                                 f"sweeper {target!r}: cut short?)")
         return None  # another sweeper's plan: not known here
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
     try:
-        params = _plain(cfg.hydra.sweeper, resolve=False).get("params") or {}
-        task = [str(o) for o in _plain(cfg.hydra.overrides, resolve=False).get("task") or []]
+        params = _get(cfg, "hydra", "sweeper", "params") or {}
+        task = [str(o) for o in _get(cfg, "hydra", "overrides", "task") or []]
+        if not isinstance(_get(cfg, "hydra", "overrides"), dict):
+            raise ValueError("no hydra.overrides")
         overrides = parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *task])
     except Exception as e:  # noqa: BLE001 - a basic sweep's plan whose overrides do not parse is damaged
         raise SweepPlanError(f"{marker}: its overrides cannot be read ({type(e).__name__}: "
@@ -223,22 +295,24 @@ def _expand(overrides: list[Any]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*values.values())]
 
 
-def _subdir(cfg: DictConfig, num: int, overrides: list[str], parser: Any) -> str:
-    """``hydra.sweep.subdir`` of job ``num`` (as Hydra's launchers set it up); the job number when it
-    cannot be worked out."""
-    raw = _plain(cfg.hydra.sweep, resolve=False).get("subdir")
+def _subdir(cfg: dict[str, Any], num: int, overrides: list[str], parser: Any) -> str:
+    """``hydra.sweep.subdir`` of job ``num`` (as Hydra's launchers set it up; interpolations between the
+    plan's keys only, see :func:`_inert`); the job number when it cannot be worked out."""
+    raw = _get(cfg, "hydra", "sweep", "subdir")
     if raw in (None, "${hydra.job.num}"):
         return str(num)
     try:
-        hydra = OmegaConf.create({"hydra": _plain(cfg.hydra, resolve=False)})
-        settings = _plain(cfg.hydra.job.config.override_dirname, resolve=False)
+        hydra = OmegaConf.create(_inert({"hydra": cfg["hydra"]}))
+        settings = _get(cfg, "hydra", "job", "config", "override_dirname")
         lines = sorted(o.input_line for o in parser.parse_overrides(overrides)
                        if o.key_or_group not in (settings.get("exclude_keys") or []))
         dirname = re.sub("=", settings.get("kv_sep", "="), settings.get("item_sep", ",").join(lines))
         hydra.hydra.job.num, hydra.hydra.job.id, hydra.hydra.job.override_dirname = num, num, dirname
-        return str(OmegaConf.select(hydra, "hydra.sweep.subdir", throw_on_missing=True))
+        subdir = str(OmegaConf.select(hydra, "hydra.sweep.subdir", throw_on_missing=True))
     except Exception:  # noqa: BLE001
         return str(num)
+    # a resolver's call left as its text (see _inert) is not the folder Hydra made
+    return str(num) if _RESOLVER_CALL.search(subdir) else subdir
 
 
 def _missing(sweep_dir: Path, started: Iterable[Path]) -> list[Job]:
@@ -272,7 +346,7 @@ def _missing(sweep_dir: Path, started: Iterable[Path]) -> list[Job]:
     return jobs
 
 
-def _settings(overrides: list[str], sweep_cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+def _settings(overrides: list[str], sweep_cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """What a job's overrides say of its config: (config keys they set, config-group choices). A key is
     a group when the sweep's config chose it as one, names a path or package (``a/b``, ``g@pkg``), or
     is a top-level key with a text value that is no leaf of the sweep's config (``+variant=x``)."""
@@ -281,8 +355,8 @@ def _settings(overrides: list[str], sweep_cfg: DictConfig) -> tuple[dict[str, An
     config: dict[str, Any] = {}
     choices: dict[str, Any] = {}
     try:
-        groups = set(OmegaConf.select(sweep_cfg, "hydra.runtime.choices") or {})
-        base = _plain(sweep_cfg, resolve=False)
+        groups = set(_get(sweep_cfg, "hydra", "runtime", "choices") or {})
+        base = sweep_cfg
         for o in OverridesParser.create().parse_overrides(overrides):
             key = o.key_or_group
             if o.is_delete() or key == "hydra" or key.startswith(("hydra.", "hydra/")):
@@ -354,10 +428,16 @@ def unrecorded_jobs(root: str | Path) -> list[Job]:
         return []
     dirs = {p.parent for p in find_records(root)} | _hydra_job_dirs(root)
     jobs = [_incomplete(d) for d in dirs if not (d / RECORD_NAME).is_file()]
-    for marker in root.rglob("multirun.yaml"):
-        sweep = marker.parent
+    for sweep in _sweep_dirs(root):
         jobs += _missing(sweep, [d for d in dirs if sweep in d.parents])
     return _in_order(jobs)
+
+
+def _sweep_dirs(root: Path) -> list[Path]:
+    """The folders below ``root`` (itself included; links to folders not followed, as ``rglob`` does)
+    holding an entry named ``multirun.yaml`` of any kind: a link to nothing, a folder or a FIFO there is
+    a damaged plan (:func:`_plan` says so), never no plan."""
+    return [Path(folder) for folder, dirs, files in os.walk(root) if "multirun.yaml" in (*dirs, *files)]
 
 
 def _in_order(jobs: list[Job]) -> list[Job]:

@@ -14,8 +14,10 @@ from pipegnn.training.preemption import save
 
 from tests.helpers import make_cfg
 
-#: The smallest record the checks accept.
-COMPLETED = {"status": "completed", "error": None, "config": {"chunks": 2}, "epochs": [{"epoch": 0}]}
+#: The smallest completed record the checks accept: an epoch and the final accuracies.
+COMPLETED = {"status": "completed", "error": None, "config": {"chunks": 2}, "epochs": [{"epoch": 0}],
+             "final": {"train_acc": 1, "val_acc": 0.5, "test_acc": 0.25, "best_val_acc": 0.5,
+                       "test_acc_at_best_val": 0.25}}
 
 
 def test_find_records_recursive_natural_order_without_temp_files(tmp_path: Path) -> None:
@@ -50,8 +52,8 @@ def test_load_record_errors_name_the_file(tmp_path: Path) -> None:
         load_record(bad)
     write_record(bad.parent, COMPLETED)  # version 1: the sections it lacks are empty once read
     record = load_record(bad)
-    assert record.to_dict() == {"record_version": 2, **COMPLETED, "choices": {}, "env": {}, "final": {},
-                                "timing": {}, "memory": {}, "microbatch": {}}
+    assert record.to_dict() == {"record_version": 2, **COMPLETED, "choices": {}, "env": {}, "timing": {},
+                                "memory": {}, "microbatch": {}}
     assert record["status"] == "completed" and record.epochs == [{"epoch": 0}]
     with pytest.raises(FileNotFoundError):
         load_record(tmp_path / "nope")

@@ -28,8 +28,8 @@ def _record(job: int, status: str = "completed") -> dict:
                        "train": {"seed": job, "epochs": 3}, "engine": {"devices": ["cpu", "cpu"]},
                        "note": "métis ≠ naïve"},
             "choices": {"dataset": "cora", "model": "gat", "framework": "pyg", "engine": "gpipe"},
-            "final": {"test_acc": 0.8 + job / 1000, "test_acc_at_best_val": 0.81,
-                      "best_val_loss": float("nan")},
+            "final": {"train_acc": 0.9, "val_acc": 0.5, "test_acc": 0.8 + job / 1000, "best_val_acc": 0.5,
+                      "test_acc_at_best_val": 0.81, "best_val_loss": float("nan")},
             "timing": {"epoch_time_median_s": 1.5e-05 * (job + 1), "total_s": 12.0},
             "epochs": [{"epoch": 0, "loss": 1.0986122886681098, "val_acc": 0.5}]}
 
@@ -187,7 +187,7 @@ def test_a_damaged_archive_is_one_error_naming_it(sweep: Path, tmp_path: Path, d
     elif damage == "twice":
         _rewrite(packed, lambda lines: [lines[0], lines[0]])
     elif damage == "not an entry":
-        _rewrite(packed, lambda lines: [b'{"path":"a.json","json":{},"exec":"print(1)"}'])
+        _rewrite(packed, lambda lines: [b'{"path":"records/0/result.json","json":{},"exec":"print(1)"}'])
     elif damage == "no header":
         packed.write_bytes(gzip.compress(b"{}\n"))
     with pytest.raises(ArchiveError) as raised:

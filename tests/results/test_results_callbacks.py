@@ -13,11 +13,12 @@ from omegaconf import OmegaConf
 from pipegnn import run
 from pipegnn.results.callbacks import EpochProgress, FailureSummary, exit_code
 
-from tests.helpers import killed_variant_sweep, make_cfg
+from tests.helpers import make_cfg
+from tests.results.completed import killed_sweep
 
 
 def test_failure_summary_names_the_jobs_a_killed_sweep_left_without_a_record(tmp_path: Path) -> None:
-    sweep = killed_variant_sweep(tmp_path / "sweep")
+    sweep = killed_sweep(tmp_path / "sweep")
     FailureSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
     assert exit_code() == 1
     log = (sweep / "sweep.log").read_text()

@@ -11,7 +11,8 @@ from pipegnn.record import Status
 from pipegnn.results.records import write_record
 from pipegnn.results.sweep import completed_record, planned_jobs, sweep_jobs
 
-from tests.helpers import killed_variant_sweep, make_cfg
+from tests.helpers import make_cfg
+from tests.results.completed import FINISHED, completed, killed_sweep
 
 
 def _container(*overrides: str) -> dict:
@@ -23,21 +24,21 @@ def test_resume_keeps_only_a_completed_record_of_the_same_config(tmp_path: Path)
     assert completed_record(tmp_path, cfg) == (None, "no previous record")
     write_record(tmp_path, {"status": "failed", "config": cfg, "error": "boom"})
     assert completed_record(tmp_path, cfg) == (None, "previous record is failed")
-    write_record(tmp_path, {"status": "completed", "config": cfg})
+    write_record(tmp_path, completed(cfg))
     record, reason = completed_record(tmp_path, cfg)
     assert record is not None and reason == "completed"
     # resume itself is volatile: a record made with resume=false is kept by a resume=true run
     assert completed_record(tmp_path, {**cfg, "resume": True})[0] is not None
     # the job's own output dir inside a path (a timestamped path) does not count as a change
     inside = {**cfg, "data": {**cfg["data"], "cache": f"{tmp_path}/cache"}}
-    write_record(tmp_path, {"status": "completed", "config": inside})
+    write_record(tmp_path, completed(inside))
     assert completed_record(tmp_path, inside)[0] is not None
-    write_record(tmp_path, {"status": "completed", "config": cfg})
+    write_record(tmp_path, completed(cfg))
     record, reason = completed_record(tmp_path, _container("chunks=4"))
     assert record is None and reason == "config changed since the completed record: chunks: 2 -> 4"
     # a record older than a key that this config leaves null (a later option's default) is kept
     older = {**cfg, "train": {k: v for k, v in cfg["train"].items() if k != "checkpoint_every"}}
-    write_record(tmp_path, {"status": "completed", "config": older})
+    write_record(tmp_path, completed(older))
     assert cfg["train"]["checkpoint_every"] is None and completed_record(tmp_path, cfg)[0] is not None
     assert completed_record(tmp_path, _container("chunks=2", "train.checkpoint_every=5"))[0] is None
     (tmp_path / "result.json").write_text("{not json")
@@ -50,7 +51,7 @@ def test_resume_keeps_only_a_completed_record_of_the_same_config(tmp_path: Path)
 
 def test_resume_reruns_a_malformed_record(tmp_path: Path) -> None:
     cfg = _container("chunks=2")
-    write_record(tmp_path, {"status": "completed", "config": cfg, "epochs": 3})
+    write_record(tmp_path, completed(cfg, epochs=3))
     record, reason = completed_record(tmp_path, cfg)
     assert record is None
     assert reason == "previous record unreadable (malformed record: 'epochs' is a number, expected an array)"
@@ -60,10 +61,10 @@ def test_resume_reads_the_record_through_the_record_type(tmp_path: Path) -> None
     """A version-1 record is migrated and kept; one of a newer version than this code reads reruns the job,
     saying why."""
     cfg = _container("chunks=2")
-    write_record(tmp_path, {"status": "completed", "error": None, "config": cfg})  # version 1
+    write_record(tmp_path, completed(cfg, error=None))  # version 1
     record, reason = completed_record(tmp_path, cfg)
     assert reason == "completed" and record is not None and record.status is Status.COMPLETED
-    assert record.to_dict()["record_version"] == 2 and record.epochs == []
+    assert record.to_dict()["record_version"] == 2 and record.epochs == FINISHED["epochs"]
     write_record(tmp_path, {**record.to_dict(), "record_version": 3})
     assert completed_record(tmp_path, cfg) == (None, "previous record unreadable (record_version 3 is "
                                                      "newer than this pipegnn reads (up to 2): update "
@@ -72,10 +73,12 @@ def test_resume_reads_the_record_through_the_record_type(tmp_path: Path) -> None
 
 def test_sweep_jobs_ignores_jobs_of_an_older_sweep(tmp_path: Path) -> None:
     marker = tmp_path / "multirun.yaml"  # what a sweeper writes before its first job (one whose plan is
-    marker.write_text("hydra:\n  sweeper:\n    _target_: pipegnn.results.sweep.Job\n")  # not known here)
+    marker.write_text("hydra:\n  sweeper:\n    _target_: pipegnn.results.sweep.Job\n"  # not known here)
+                      "  overrides:\n    task: []\n")
     since = marker.stat().st_mtime
     for job, status in ((0, "completed"), (1, "failed")):
-        write_record(tmp_path / str(job), {"status": status, "error": "E: x\nmore" if job else None})
+        write_record(tmp_path / str(job), {"status": status, "error": "E: x\nmore" if job else None,
+                                           **(FINISHED if status == "completed" else {})})
     os.utime(tmp_path / "1" / "result.json", (since - 10, since - 10))  # left from an older sweep
     jobs = sweep_jobs(tmp_path)
     assert [(j.num, j.status, j.error) for j in jobs] == [(0, "completed", None), (1, "failed", "E: x")]
@@ -83,7 +86,7 @@ def test_sweep_jobs_ignores_jobs_of_an_older_sweep(tmp_path: Path) -> None:
 
 
 def test_sweep_jobs_name_the_jobs_a_killed_sweep_left_without_a_record(tmp_path: Path) -> None:
-    sweep = killed_variant_sweep(tmp_path / "sweep")
+    sweep = killed_sweep(tmp_path / "sweep")
     dirs = ["+variant=a,chunks=2", "+variant=b,chunks=2", "+variant=a,chunks=4", "+variant=b,chunks=4"]
     assert planned_jobs(sweep) == [(o.split(","), sweep / d) for o, d in zip(
         ["chunks=2,+variant=a", "chunks=2,+variant=b", "chunks=4,+variant=a", "chunks=4,+variant=b"], dirs)]

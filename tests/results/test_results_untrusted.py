@@ -1,0 +1,395 @@
+"""Reading results someone sent you (pipegnn/results: the runs table and its command line, report.py, the
+records archives, resume's check): nothing a file names is imported or called; a record is completed only
+when its fields say so; an archive is read within bounds and written nowhere but its own layout; a file
+that is not a regular one (a link to nothing, a folder, a FIFO) is named, never waited on, and never hides
+a sweep's missing jobs."""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from omegaconf import OmegaConf
+
+from pipegnn.integrity import stream_checksum
+from pipegnn.results import archive, load, load_record, write_record
+from pipegnn.results.__main__ import main
+from pipegnn.results.archive import ARCHIVE_NAME, ArchiveError
+from pipegnn.results.records import NotRegularFileError, RecordError
+from pipegnn.results.sweep import completed_record, sweep_jobs
+
+from tests.helpers import COMPLETED_RECORD, ROOT, killed_model_sweep, make_cfg
+from tests.results.completed import FINISHED, completed
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("report", ROOT / "experiments" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- Nothing a file names is imported or called -------------------------------------------------------
+
+#: A module that a sent folder carries beside its multirun.yaml: importing it leaves a file behind.
+SENT_MODULE = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n\n\nclass Sweeper:\n    pass\n"
+
+
+def test_reading_a_sweep_never_imports_the_sweeper_its_plan_names(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """multirun.yaml names a sweeper (hydra.sweeper._target_) whose module came with the folder: the
+    table, its command line run from inside the folder (where Python imports from) and report.py used to
+    import it to check that it is a class, running its code. The name is compared as text now: the plan
+    is another sweeper's, not known here."""
+    marker = tmp_path / "ran"
+    sweep = killed_model_sweep(tmp_path / "sweep")
+    plan = OmegaConf.load(sweep / "multirun.yaml")
+    plan.hydra.sweeper._target_ = "pipegnn_sent_sweeper.Sweeper"
+    OmegaConf.save(plan, sweep / "multirun.yaml")
+    (sweep / "pipegnn_sent_sweeper.py").write_text(SENT_MODULE.format(marker=str(marker)))
+    monkeypatch.syspath_prepend(str(sweep))
+    df = load(sweep)
+    assert not marker.exists() and "pipegnn_sent_sweeper" not in sys.modules
+    assert list(df["status"]) == ["completed", "incomplete", "completed"]  # job 3 unknown: another sweeper
+    assert _report().main([str(tmp_path), str(tmp_path / "out"), "--only", "sweep"]) == 1  # job 1
+    assert not marker.exists()
+    done = subprocess.run([sys.executable, "-m", "pipegnn.results", ".", "--columns", "chunks,status"],
+                          cwd=sweep, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "3 runs: 2 completed, 1 incomplete" in done.stdout, done.stderr
+    assert not marker.exists()
+
+
+def test_reading_a_sweep_calls_no_resolver_its_files_name(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpolation that calls a resolver (any registered one: a notebook may have registered
+    ``eval``; OmegaConf's ``oc.env`` reads the environment) in a job's .hydra/config.yaml, its
+    hydra.yaml or the sweep's subdir used to be called when the table was read; it stays as its text now,
+    while an interpolation between the file's own keys still resolves."""
+    calls: list[tuple[Any, ...]] = []
+    OmegaConf.register_new_resolver("pipegnn_sent", lambda *args: calls.append(args) or "called")
+    monkeypatch.setenv("PIPEGNN_SENT_SECRET", "s3cret")
+    try:
+        sweep = killed_model_sweep(tmp_path / "sweep")
+        hydra = sweep / "1" / ".hydra"
+        (hydra / "config.yaml").write_text(
+            "chunks: 2\nlr: 0.5\ntrain:\n  lr: ${lr}\n  note: ${pipegnn_sent:config}\n"
+            "  secret: ${oc.env:PIPEGNN_SENT_SECRET}\n  again: ${train.note}\n")
+        (hydra / "hydra.yaml").write_text(
+            "hydra:\n  job:\n    num: ${pipegnn_sent:num}\n  runtime:\n    choices:\n"
+            "      model: ${pipegnn_sent:choice}\n")
+        plan = OmegaConf.load(sweep / "multirun.yaml")
+        plan.hydra.sweep.subdir = "${pipegnn_sent:subdir}"
+        plan.hydra.job.config = {"override_dirname": {"kv_sep": "=", "item_sep": ",", "exclude_keys": []}}
+        OmegaConf.save(plan, sweep / "multirun.yaml")
+        assert "subdir: ${pipegnn_sent:subdir}" in (sweep / "multirun.yaml").read_text()
+        df = load(sweep)
+        assert calls == []
+        row = df[df["status"] == "incomplete"].iloc[0]
+        assert row["cfg.train.lr"] == 0.5  # between the file's own keys
+        assert row["cfg.train.note"] == row["cfg.train.again"] == "${pipegnn_sent:config}"
+        assert row["cfg.train.secret"] == "${oc.env:PIPEGNN_SENT_SECRET}"
+        assert row["model"] == "${pipegnn_sent:choice}"
+        assert list(df["status"]) == ["completed", "incomplete", "completed", "missing"]
+        assert df["path"].iloc[-1] == str(sweep / "3" / "result.json")  # its folder: the job number
+        assert [j.status for j in sweep_jobs(sweep)] == ["completed", "incomplete", "completed", "missing"]
+        assert calls == []
+    finally:
+        OmegaConf.clear_resolver("pipegnn_sent")
+
+
+# --- A record is completed only when its fields say so --------------------------------------------------
+
+#: ``completed`` records that no completed run leaves, with why each is not one.
+NOT_COMPLETED = {
+    "no epochs": ({"epochs": []}, "malformed record: status 'completed' but no epochs"),
+    "accuracy as text": ({"final": {**FINISHED["final"], "test_acc_at_best_val": "0.91"}},
+                         "malformed record: status 'completed' but 'final.test_acc_at_best_val' is a string, "
+                         "expected a number from 0 to 1"),
+    "accuracy NaN": ({"final": {**FINISHED["final"], "best_val_acc": math.nan}},
+                     "malformed record: status 'completed' but 'final.best_val_acc' is nan, expected a "
+                     "number from 0 to 1"),
+    "accuracy absent": ({"final": {k: v for k, v in FINISHED["final"].items() if k != "test_acc"}},
+                        "malformed record: status 'completed' but no 'final.test_acc'"),
+    "epoch accuracy a flag": ({"epochs": [{"epoch": 0, "val_acc": True}]},
+                              "malformed record: status 'completed' but 'epochs[0].val_acc' is a boolean, "
+                              "expected a number from 0 to 1"),
+}
+
+
+def test_a_completed_record_without_epochs_or_accuracies_is_unreadable_and_rerun(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """result.json files saying ``completed`` with no epochs, or an accuracy that is text: the table
+    listed them as completed (exit 0) and resume=true skipped their jobs for good. Now each is an
+    unreadable row naming the file and why, the command line exits 1, and resume runs the job again."""
+    cfg = OmegaConf.to_container(make_cfg("chunks=2"), resolve=True)
+    write_record(tmp_path / "ok", completed(cfg))
+    for name in ("no epochs", "accuracy as text"):
+        write_record(tmp_path / name, completed(cfg, **NOT_COMPLETED[name][0]))
+        record, reason = completed_record(tmp_path / name, cfg)
+        assert record is None and reason == f"previous record unreadable ({NOT_COMPLETED[name][1]})"
+        with pytest.raises(RecordError, match="malformed record: status 'completed' but"):
+            load_record(tmp_path / name)
+    assert completed_record(tmp_path / "ok", cfg)[1] == "completed"
+    df = load(tmp_path)
+    assert df[["path", "status"]].values.tolist() == [
+        [str(tmp_path / name / "result.json"), status] for name, status in (
+            ("accuracy as text", "unreadable"), ("no epochs", "unreadable"), ("ok", "completed"))]
+    assert list(df["error"][:2]) == [NOT_COMPLETED["accuracy as text"][1], NOT_COMPLETED["no epochs"][1]]
+    assert main([str(tmp_path), "--columns", "status"]) == 1
+    err = capsys.readouterr().err
+    assert f"unreadable: {tmp_path / 'no epochs' / 'result.json'}: malformed record" in err
+
+
+def _archive(path: Path, entries: list[tuple[Any, Any]]) -> Path:
+    """An archive of ``entries`` (key, JSON value) as they are, with a header that fits them (a packer
+    that checked nothing, or a hand that edited one)."""
+    lines = [json.dumps({"path": key, "json": value}).encode() + b"\n" for key, value in entries]
+    header = {"format": "pipegnn.records", "version": 1, "files": len(lines),
+              "checksum": stream_checksum(lines)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(json.dumps(header).encode() + b"\n" + b"".join(lines)))
+    return path
+
+
+def test_a_completed_archive_line_without_what_a_run_writes_is_unreadable(tmp_path: Path) -> None:
+    """The same in an archive's lines (NaN, a missing or boolean accuracy as well): each such line is an
+    unreadable row at its place, the whole ones still read, and the jobs of a sweep holding such records
+    are unreadable, not completed, for the end-of-sweep summary too."""
+    cfg = {"chunks": 2}
+    names = list(NOT_COMPLETED)
+    lines = [(f"records/{i}/result.json", completed(cfg, **NOT_COMPLETED[name][0]))
+             for i, name in enumerate(names)]
+    packed = _archive(tmp_path / "sent" / ARCHIVE_NAME,
+                      [*lines, (f"records/{len(names)}/result.json", completed(cfg))])
+    df = load(packed)
+    assert list(df["status"]) == ["unreadable"] * len(names) + ["completed"]
+    assert list(df["error"][:-1]) == [NOT_COMPLETED[name][1] for name in names]
+    written, _ = archive.unpack(packed, tmp_path / "sweep")
+    assert [j.status for j in sweep_jobs(tmp_path / "sweep")] == ["unreadable"] * len(names) + ["completed"]
+    for i in range(len(names)):
+        assert completed_record(tmp_path / "sweep" / "records" / str(i), cfg)[0] is None
+
+
+# --- Archives: read within bounds, written only in their own layout -------------------------------------
+
+def _bomb(path: Path, filler: bytes, files: int = 1, gib: int = 4) -> Path:
+    """A records archive of a few MB whose gzip stream inflates to ``gib`` GiB: a header counting
+    ``files``, then ``filler`` repeated (64 MiB gzip members, as gzip reads them: one stream)."""
+    header = json.dumps({"format": "pipegnn.records", "version": 1, "files": files,
+                         "checksum": "crc32:00000000"}).encode() + b"\n"
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    member = z.compress(filler * ((64 << 20) // len(filler))) + z.flush()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(header) + member * (gib * 16))
+    return path
+
+
+#: Reading an archive with at most 3 GiB of address space (the bombs inflate to 4).
+_LIMITED = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+            "sys.argv = [sys.argv[1], *sys.argv[2:]]; runpy.run_module(sys.argv[0], run_name='__main__')")
+
+
+def _limited(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _LIMITED, *args], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("bomb, reason", [
+    (b"\0", "a line inflates to more than 67,108,864 bytes"),  # one endless line
+    (b"\n", "3 lines or more after the header, which says 2"),  # gigabytes of empty lines
+])
+def test_an_archive_that_inflates_to_gigabytes_is_refused_not_read_into_memory(
+        tmp_path: Path, bomb: bytes, reason: str) -> None:
+    """A 4 MB records.jsonl.gz that inflates to 4 GiB (one line of zeros, the example; or short lines far
+    past the header's count): inflated whole into memory, it ended in a MemoryError traceback (here
+    under a 3 GiB limit). It is read as a stream now, within bounds: one unreadable row, exit 2 for
+    --unpack, nothing written."""
+    packed = _bomb(tmp_path / "sent" / ARCHIVE_NAME, bomb, files=2 if bomb == b"\n" else 1)
+    assert packed.stat().st_size < 8 << 20
+    done = _limited("pipegnn.results", str(packed), "--columns", "status")
+    assert "MemoryError" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1 and f"unreadable: {packed}: {reason}" in done.stderr
+    done = _limited("pipegnn.results.archive", "--unpack", str(packed), str(tmp_path / "out"))
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2 and done.stderr.startswith(f"error: {packed}: {reason}")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("key, problem", [
+    ("records/1\0/result.json", "holds a character no file name may"),  # NUL
+    ("records/\ud800/result.json", "holds a character no file name may"),  # no file system can name it
+])
+def test_a_key_no_file_can_be_named_by_is_a_damaged_archive(tmp_path: Path, key: str, problem: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A key holding NUL crashed the table (ValueError: embedded null byte, the whole table lost) and
+    --unpack (a traceback); a lone surrogate likewise (UnicodeEncodeError). Each is one unreadable row
+    for the archive now, and --unpack exits 2 naming the line, writing nothing."""
+    packed = _archive(tmp_path / "sent" / ARCHIVE_NAME, [
+        ("records/0/result.json", COMPLETED_RECORD), (key, COMPLETED_RECORD)])
+    df = load(packed)
+    assert df[["path", "status"]].values.tolist() == [[str(packed), "unreadable"]]
+    assert df["error"][0].startswith(f"line 3: path {key!r} {problem}")
+    assert archive.main(["--unpack", str(packed), str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {packed}: line 3: path {key!r} {problem}")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("keys, problem", [
+    (["a", "a/result.json"], "line 2: path 'a' is none of a run's files"),
+    (["x/result.json", "x/result.json/trace.json"],
+     "line 3: path 'x/result.json/trace.json' puts a folder where the path 'x/result.json' is a file"),
+])
+def test_a_key_that_is_another_keys_folder_is_a_damaged_archive(tmp_path: Path, keys: list[str],
+                                                                 problem: str) -> None:
+    """Keys ``a`` and ``a/result.json`` (a file and a folder of one name) crashed --unpack halfway
+    (FileExistsError / NotADirectoryError, some files written); so did ``x/result.json`` beside
+    ``x/result.json/trace.json``. Both are refused before anything is written."""
+    packed = _archive(tmp_path / "sent" / ARCHIVE_NAME, [(key, COMPLETED_RECORD) for key in keys])
+    with pytest.raises(ArchiveError) as raised:
+        archive.unpack(packed, tmp_path / "out")
+    assert raised.value.reason.startswith(problem)
+    assert not (tmp_path / "out").exists()
+    assert archive.main(["--unpack", str(packed), str(tmp_path / "out")]) == 2
+    assert load(packed)["status"].tolist() == ["unreadable"]
+
+
+@pytest.mark.parametrize("key", [".bashrc", "records/0/sitecustomize.py"])
+def test_a_key_outside_the_archives_layout_is_never_written(tmp_path: Path, key: str) -> None:
+    """A key that names no run's file (a shell's start-up file, a module Python imports at start-up) was
+    written where --unpack put the archive's files. An archive holds records and traces only: such a key
+    is a damaged archive, and nothing is written."""
+    packed = _archive(tmp_path / "sent" / ARCHIVE_NAME, [(key, {"x": 1}), ("records/1/result.json",
+                                                                            COMPLETED_RECORD)])
+    assert archive.main(["--unpack", str(packed), str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ArchiveError, match=f"path {key!r} is none of a run's files"):
+        archive.read(packed)
+    with pytest.raises(ValueError, match="is none of a run's files"):
+        archive.pack(tmp_path / "again" / ARCHIVE_NAME, {key: packed.parent / "x.json"})
+
+
+def test_unpacking_never_writes_through_a_link_out_of_the_destination(tmp_path: Path) -> None:
+    """A destination whose ``records`` is a link elsewhere: each key is a relative path below it, yet the
+    files went where the link points. They are refused now, before any file is written."""
+    packed = _archive(tmp_path / "sent" / ARCHIVE_NAME, [("records/0/result.json", COMPLETED_RECORD)])
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "records").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ArchiveError,
+                       match=r"path 'records/0/result.json' leads outside .*out \(through a link"):
+        archive.unpack(packed, tmp_path / "out")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+    written, _ = archive.unpack(packed, tmp_path / "inside")  # a destination without such a link
+    assert written == [tmp_path / "inside" / "records" / "0" / "result.json"]
+
+
+# --- Files that are not regular: named, never waited on -------------------------------------------------
+
+def _finished_but_one(tmp_path: Path) -> Path:
+    """A sweep of 4 planned jobs whose first 3 completed and whose last never started (no folder)."""
+    sweep = killed_model_sweep(tmp_path / "sweep")
+    write_record(sweep / "1", COMPLETED_RECORD)
+    return sweep
+
+
+@pytest.mark.parametrize("kind", ["link to nothing", "folder", "FIFO"])
+def test_a_sweep_plan_that_is_no_file_is_named_not_read_as_no_plan(
+        tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """multirun.yaml a link to nothing or a folder (or a FIFO) read as "no plan": the job that never
+    started went unlisted and the table said 3 of 3 completed, exit 0. The plan is unreadable now, named,
+    and the exit status 1."""
+    sweep = _finished_but_one(tmp_path)
+    marker = sweep / "multirun.yaml"
+    marker.unlink()
+    if kind == "link to nothing":
+        marker.symlink_to(tmp_path / "gone.yaml")
+    elif kind == "folder":
+        marker.mkdir()
+    else:
+        os.mkfifo(marker)
+    assert main([str(sweep), "--columns", "chunks,status"]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "4 runs: 3 completed, 1 unreadable"
+    assert f"unreadable: {marker}: " in err and "missing jobs cannot be named" in err
+    assert [j.status for j in sweep_jobs(sweep)] == ["completed"] * 3 + ["unreadable"]
+    assert _report().main([str(tmp_path), str(tmp_path / "out"), "--only", "sweep"]) == 1
+    assert f"unreadable: {marker}: " in capsys.readouterr().err
+
+
+@contextlib.contextmanager
+def _released_after(fifo: Path, seconds: float) -> Iterator[None]:
+    """After ``seconds``, open the writing end of ``fifo`` whenever a reader waits on it (the readers
+    used to), so that such a reader gets an empty file and the test ends either way."""
+    stop = threading.Event()
+
+    def release() -> None:
+        deadline = time.monotonic() + seconds
+        while not stop.wait(0.05):
+            if time.monotonic() < deadline:
+                continue
+            with contextlib.suppress(OSError):  # ENXIO: no reader waits
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+#: How long a reader may take before a FIFO counts as waited on.
+_PATIENCE = 5.0
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "hydra.yaml", "overrides.yaml"])
+def test_a_fifo_in_a_jobs_hydra_folder_never_makes_the_table_wait(tmp_path: Path, name: str) -> None:
+    """A FIFO in place of an incomplete job's .hydra/config.yaml (the example; hydra.yaml and
+    overrides.yaml likewise) hung the table, report.py and the end-of-sweep summary: opening a FIFO to
+    read waits for a writer. Only regular files are opened now, so the job is listed at once, with what
+    its other files tell."""
+    sweep = killed_model_sweep(tmp_path / "sweep")
+    fifo = sweep / "1" / ".hydra" / name
+    fifo.unlink()
+    os.mkfifo(fifo)
+    with _released_after(fifo, _PATIENCE):
+        start = time.monotonic()
+        df = load(sweep)
+        jobs = sweep_jobs(sweep)
+        took = time.monotonic() - start
+    assert took < _PATIENCE, f"waited on {fifo}"
+    assert list(df["status"]) == ["completed", "incomplete", "completed", "missing"]
+    assert [j.status for j in jobs] == ["completed", "incomplete", "completed", "missing"]
+    incomplete = df.iloc[1]
+    if name != "config.yaml":
+        assert incomplete["chunks"] == 2  # from the config it still has
+    if name != "hydra.yaml":
+        assert incomplete["model"] == "gcn"  # from its choices
+
+
+def test_a_fifo_named_as_a_record_or_an_archive_is_refused_at_once(tmp_path: Path) -> None:
+    """load_record, archive.read and completed_record on a FIFO used to wait for a writer; each is
+    refused at once now, naming what the file is."""
+    for name in ("result.json", ARCHIVE_NAME):
+        fifo = tmp_path / name
+        os.mkfifo(fifo)
+        with _released_after(fifo, _PATIENCE):
+            start = time.monotonic()
+            with pytest.raises(NotRegularFileError, match=f"{fifo} is a FIFO, not a regular file"):
+                (load_record if name == "result.json" else archive.read)(fifo)
+            took = time.monotonic() - start
+        assert took < _PATIENCE, f"waited on {fifo}"
