@@ -49,9 +49,9 @@ if [[ -n "$dry" ]]; then
          dataset.num_val=40 dataset.num_test=60)
   capacity=(--device cpu --start-nodes 400 --max-nodes 800 --epochs 2 "${graph[@]:1}")
 else
-  device=cuda:0; epochs=20; limit=(90 25 30 120 100); capture=cuda_graph; captured=(--captured)
+  device=cuda:0; epochs=20; limit=(90 25 60 120 160); capture=cuda_graph; captured=(--captured)
   real=coauthor_physics; graph=()
-  capacity=(--device cuda:0 --cap-gb 1 --start-nodes 50000 --epochs 3 --size-timeout-s 30)
+  capacity=(--device cuda:0 --cap-gb 1 --start-nodes 50000 --epochs 3 --size-timeout-s 60)
 fi
 summary="$out/summary.txt"
 { echo "pipegnn GPU check, $(date -u +%FT%TZ), git $(git rev-parse --short HEAD 2>/dev/null || echo none)"
