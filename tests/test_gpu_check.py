@@ -29,7 +29,8 @@ def test_gpu_check_dry_run_leaves_its_two_files_and_every_part_passes(tmp_path: 
     summary = (out / "summary.txt").read_text()
     parts = dict(re.findall(r"^part (\S+): exit (\d+)", summary, re.M))
     assert parts == {"gpu_tests": "0", "single": "0", "single_graph": "0", "shared_gpu": "0",
-                     "cpu_stages": "0", "physics_full": "0", "physics_k8": "0", "host_overhead": "0", "capacity": "0"}, summary
+                     "cpu_stages": "0", "physics_full": "0", "physics_k8": "0", "host_overhead": "0",
+                     "capacity": "0"}, summary
     with tarfile.open(out / "check.tar.gz") as tar:
         names = tar.getnames()
         records = {Path(n).parent.name: json.load(io.TextIOWrapper(tar.extractfile(n)))
