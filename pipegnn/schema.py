@@ -344,8 +344,13 @@ def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = Fa
 
 
 def register() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent; call before composing)."""
+    """Store every schema in Hydra's ConfigStore (idempotent; call before composing), and make a
+    misspelt key's composition error name the valid keys (:func:`pipegnn.composition.install`)."""
     from hydra.core.config_store import ConfigStore
+
+    from pipegnn.composition import install
+
+    install()
 
     cs = ConfigStore.instance()
     for group, name, node in SCHEMAS:
