@@ -79,6 +79,7 @@ class Storage(StrEnum):
 
     memory = "memory"
     disk = "disk"
+    sparse = "sparse"  # in memory as a CSR matrix (bag-of-words features; pipegnn.sparse)
 
 
 class ModelName(StrEnum):

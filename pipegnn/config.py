@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipegnn.choices import Halo, HaloDropout
+from pipegnn.choices import Halo, HaloDropout, Precision, Storage
 from pipegnn.errors import ConfigError, check_positive_finite, check_positive_int
 from pipegnn.schema import Config, TrainConfig
 
@@ -47,6 +47,9 @@ def check_config(cfg: Config) -> None:
                           f"microbatch.halo={mb.halo} there are none: use microbatch.halo=historical, or "
                           "halo_dropout=read")
     check_positive_int(cfg.chunks, "chunks")
+    if cfg.data.features is Storage.sparse and cfg.train.precision is not Precision.fp32:
+        raise ConfigError(f"data.features=sparse with train.precision={cfg.train.precision}: sparse features "
+                          "are multiplied in float32 only; use train.precision=fp32, or data.features=memory")
     _check_train(cfg.train)
     _seed(mb.seed, "microbatch.seed")
 

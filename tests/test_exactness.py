@@ -34,6 +34,7 @@ from pipegnn.data.planetoid import load_planetoid  # noqa: E402
 from pipegnn.engines import GPipeEngine, SingleEngine  # noqa: E402
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan  # noqa: E402
 from pipegnn.models import FIRST_TRANSFORMS, Propagate, StagedGNN, Transform, build_model  # noqa: E402
+from pipegnn.sparse import to_csr  # noqa: E402
 
 from tests.helpers import assert_close, assert_grads_close  # noqa: E402
 
@@ -130,10 +131,10 @@ def reference(framework: str, model: StagedGNN, graph: Graph, targets: Tensor) -
 
 def micro_batched(framework: str, model: StagedGNN, graph: Graph, targets: Tensor, chunks: int,
                   partitioner: str, engine: str, halo: str = "exact",
-                  disk: Path | None = None) -> tuple[Tensor, list]:
+                  disk: Path | None = None, sparse: bool = False) -> tuple[Tensor, list]:
     """Outputs (in ``targets`` order) and gradients of the staged model run by ``engine`` (with
     ``disk``, reading the features from a file there ordered by the plan's partition, as
-    ``data.features=disk`` does)."""
+    ``data.features=disk`` does; with ``sparse``, from a CSR matrix, as ``data.features=sparse``)."""
     model = copy.deepcopy(model)
     backend = get_backend(framework)
     edge_index, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes,
@@ -144,6 +145,8 @@ def micro_batched(framework: str, model: StagedGNN, graph: Graph, targets: Tenso
         source = DiskFeatureStore(disk)
         source.put_tensor(graph.x, "node", "x", index=None)
         model.set_features(FeatureRows(partition_ordered(source, plan.part)[0]))
+    if sparse:
+        model.set_features(to_csr(graph.x))
     ids = model.attach(plan)
     # GPipe's first stage holds only the first layer's transform: the boundary cuts a layer
     run = (SingleEngine(model, CPU, chunks) if engine == "single"
@@ -191,6 +194,26 @@ def test_exact_with_features_on_disk(graph: Graph, tmp_path: Path, engine: str, 
     in_memory, memory_grads = micro_batched("pyg", model, graph, targets, 3, "metis", engine)
     assert torch.equal(out, in_memory)
     assert all(torch.equal(g, m) for g, m in zip(grads, memory_grads))
+
+
+@pytest.mark.parametrize("first", FIRST_TRANSFORMS)
+@pytest.mark.parametrize("engine", ["single", "gpipe"])
+@pytest.mark.parametrize("kind", list(MODELS))
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_exact_with_sparse_features(graph: Graph, framework: str, kind: str, engine: str, first: str) -> None:
+    """Features as a CSR matrix (``data.features=sparse``; half the entries zero here): outputs and
+    gradients equal full-graph training with the dense features."""
+    x = graph.x.clone()
+    x[torch.rand(x.shape, generator=torch.Generator().manual_seed(1)) < 0.5] = 0
+    graph = Graph(graph.name, x, graph.y, graph.edge_index, graph.train_mask, graph.val_mask, graph.test_mask,
+                  graph.num_classes)
+    model = build_model(MODELS[kind], get_backend(framework), graph.x, graph.num_classes,
+                        first_transform=first)
+    targets = graph.split("train")
+    expected, expected_grads = reference(framework, copy.deepcopy(model), graph, targets)
+    out, grads = micro_batched(framework, model, graph, targets, 3, "metis", engine, sparse=True)
+    assert_close(out, expected)
+    assert_grads_close(grads, expected_grads, nonzero=True)
 
 
 @pytest.mark.parametrize("kind", list(MODELS))

@@ -15,8 +15,10 @@ With ``features="disk"`` (``data.features=disk``) the node features are kept in 
 there block by block straight from its generator (the file is cached by the spec, so a graph larger
 than memory never exists whole); a real graph is loaded whole once, as in memory mode, and its
 features are written to the file once (cached by their content) and dropped from memory.
-``features="none"`` gives the topology, labels and split only (a pipeline rank that never reads
-features): a synthetic graph's features are not even generated.
+``features="sparse"`` keeps them in memory as a CSR matrix (:mod:`pipegnn.sparse`: bag-of-words
+features, whose first transform is then a sparse product). ``features="none"`` gives the topology, labels
+and split only (a pipeline rank that never reads features): a synthetic graph's features are not even
+generated.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from pipegnn.data.synthetic import SyntheticSpec, feature_key, make_synthetic
 from pipegnn.errors import ConfigError
 from pipegnn.runconfig import group_config
 from pipegnn.schema import DatasetConfig, PubmedTopologyConfig, StudyGraphConfig, SyntheticConfig
+from pipegnn.sparse import to_csr
 
 __all__ = ["DATASETS", "FEATURES_DIR", "STORAGE", "Graph", "SyntheticSpec", "load_graph", "make_synthetic",
            "split_summary"]
@@ -59,8 +62,9 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
         root: read-only folder with raw files in each loader's layout (``<Name>/raw/...``), or None.
         cache: folder where loaders keep downloads and processed graphs (may be read-only, except
             with ``features="disk"``, which writes its feature file there).
-        features: ``memory`` (``graph.x``), ``disk`` (``graph.x`` None, ``graph.features`` describes
-            the feature file) or ``none`` (``graph.x`` None, ``graph.features`` only their shape).
+        features: ``memory`` (``graph.x``), ``sparse`` (``graph.x`` a CSR matrix), ``disk`` (``graph.x``
+            None, ``graph.features`` describes the feature file) or ``none`` (``graph.x`` None,
+            ``graph.features`` only their shape).
 
     Raises:
         ConfigError: unknown dataset name or parameter, an invalid synthetic spec, or a feature file
@@ -72,7 +76,9 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
     config: DatasetConfig = group_config("dataset", dataset)
     name = str(config.name)
     if isinstance(config, SyntheticConfig):
-        return _synthetic(config, cache, features)
+        graph = _synthetic(config, cache, "memory" if features == "sparse" else features)
+        return dataclasses.replace(graph, x=to_csr(graph.x)) if features == "sparse" and graph.x is not None \
+            else graph
     if isinstance(config, PubmedTopologyConfig):
         graph = load_pubmed_topology(root, cache, seed=config.seed)
     elif isinstance(config, StudyGraphConfig):
@@ -86,6 +92,9 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
         graph = load_large(name, root, cache)
     if features == "memory":
         return graph
+    if features == "sparse":
+        assert graph.x is not None  # every loader keeps the features in memory
+        return dataclasses.replace(graph, x=to_csr(graph.x))
     x = graph.x
     assert x is not None  # every loader keeps the features in memory
     meta = FeatureMeta(x.size(0), x.size(1), x.dtype)

@@ -42,8 +42,10 @@ def capture_problems(cfg: Config) -> list[str]:
     if cfg.microbatch.halo is Halo.historical:
         problems.append("microbatch.halo=historical: the history caches count ages and draw masks on the "
                         "host every step")
-    if cfg.data.features is not Storage.memory:
+    if cfg.data.features is Storage.disk:
         problems.append(f"data.features={cfg.data.features}: rows read from a file on the host each step")
+    if cfg.data.features is Storage.sparse:
+        problems.append(f"data.features={cfg.data.features}: selecting sparse rows sizes them on the host")
     if cfg.framework.name is not FrameworkName.pyg:
         problems.append(f"framework={cfg.framework.name}: its kernels are not known to be "
                         "capturable (only PyG's message passing is)")

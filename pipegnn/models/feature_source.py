@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from pipegnn.data.features import FeatureMeta
 from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.models.units import TensorList
+from pipegnn.sparse import csr_rows, is_csr
 
 __all__ = ["FeatureSource"]
 
@@ -58,7 +59,9 @@ class FeatureSource(nn.Module):
         """
         features = self.features
         if features is not None:
-            return features if distinct and index.numel() == features.size(0) else features[index]
+            if distinct and index.numel() == features.size(0):
+                return features
+            return csr_rows(features, index) if is_csr(features) else features[index]
         if self.stored is None:
             raise RuntimeError(f"{self.unit} holds no features here (only their shape): give it rows with "
                                "add_features first")

@@ -19,6 +19,7 @@ from pipegnn.models.precision import autocast
 from pipegnn.models.spec import LayerSpec
 from pipegnn.models.step_transform import StepTransform
 from pipegnn.models.units import Unit
+from pipegnn.sparse import is_csr, sparse_dropout
 
 __all__ = ["Transform"]
 
@@ -143,8 +144,12 @@ class Transform(Unit):
         """Input dropout and the dense transform of rows ``h``; with ``spec.residual`` the rows
         themselves beside the product. Given the rows' ``nodes`` (historical halos, ``node_dropout``,
         while training), the dropout mask is the cache's, one per node and step (:meth:`History.dropout`)."""
+        if is_csr(h) and (self.spec.residual or nodes is not None):
+            h = h.to_dense()  # sparse rows only where they go straight into the transform
         if nodes is not None and self.halo is not None and self.halo.history.node_dropout and self.training:
             dropped = self.halo.history.dropout(nodes, h)
+        elif is_csr(h):
+            dropped = sparse_dropout(h, self.spec.dropout, self.training)
         else:
             dropped = dropout(h, self.spec.dropout, self.training)
         out = self.transform(dropped)

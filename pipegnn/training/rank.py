@@ -29,6 +29,7 @@ from pipegnn.models import build_model, model_stack
 from pipegnn.models.precision import autocast_dtype, dtype_name
 from pipegnn.record import RunRecord
 from pipegnn.schema import Config, EngineConfig, PipeliningEngineConfig, StagedEngineConfig
+from pipegnn.sparse import is_csr
 from pipegnn.timeline import PipelineInfo
 from pipegnn.training.epochs import RUN_LOG, Pass, Trainee, fit
 from pipegnn.training.preemption import checkpoint_path
@@ -47,7 +48,7 @@ def train_rank(cfg: Config, record: RunRecord,
     mb, storage, precision = cfg.microbatch, cfg.data.features, cfg.train.precision
     torch.manual_seed(cfg.train.seed)
     with timed() as loading:  # a synthetic graph is generated here (with disk: its feature file)
-        reads = storage is Storage.memory or _reads_features(cfg)
+        reads = storage in (Storage.memory, Storage.sparse) or _reads_features(cfg)
         graph = load_graph(cfg.dataset, cfg.data.root, cfg.data.cache, features=storage if reads else "none")
     check_targets(cfg, graph)
     low = autocast_dtype(precision)
@@ -67,7 +68,7 @@ def train_rank(cfg: Config, record: RunRecord,
     record.dataset = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                          "num_features": graph.num_features, "num_classes": graph.num_classes,
                          "feature_dtype": dtype_name(model.feature_dtype),
-                         "feature_bytes": graph.num_nodes * graph.num_features * model.feature_dtype.itemsize,
+                         "feature_bytes": _feature_bytes(graph, model.feature_dtype),
                          **split_summary(cfg.dataset, graph)}
     record.model = {"parameters": sum(p.numel() for p in model.parameters())}
     log.info("%s; %s with %d parameters", graph, cfg.model.name, record.model["parameters"])
@@ -132,6 +133,15 @@ def _reads_features(cfg: Config) -> bool:
     """Whether this process runs the first layer's transform, which reads the features: every process
     but a pipeline rank other than 0 (stage 0 runs on rank 0)."""
     return cfg.engine.name is not EngineName.pipelining or dist.get_rank() == 0
+
+
+def _feature_bytes(graph: Graph, dtype: torch.dtype) -> int:
+    """What the features take: a CSR matrix's arrays, else the dense matrix's."""
+    if is_csr(graph.x):
+        assert graph.x is not None
+        return sum(t.numel() * t.element_size()
+                   for t in (graph.x.crow_indices(), graph.x.col_indices(), graph.x.values()))
+    return graph.num_nodes * graph.num_features * dtype.itemsize
 
 
 def _feature_rows(model: Any, graph: Graph, storage: Storage,
