@@ -26,7 +26,7 @@ from pipegnn.models import StagedGNN
 from pipegnn.record import RunRecord
 from pipegnn.schema import Config, TrainConfig
 from pipegnn.timeline import chrome_trace, medians, step_figures
-from pipegnn.training.preemption import resume, save, training_state
+from pipegnn.training.preemption import resume_from, save, training_state
 
 __all__ = ["EPOCH_LINE", "Pass", "Trainee", "best_epoch", "fit", "time_to_accuracy"]
 
@@ -75,9 +75,10 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
     every = train_cfg.checkpoint_every
     epochs = record.epochs
     if cfg.resume and state_path is not None:
-        epochs.extend(resume(cfg, state_path, model, optimizer))
+        restored, source = resume_from(cfg, state_path, model, optimizer)
+        epochs.extend(restored)
         if epochs:
-            record.resumed = {"checkpoint": str(state_path), "epochs_restored": len(epochs)}
+            record.resumed = {"checkpoint": str(source), "epochs_restored": len(epochs)}
         if on_epoch is not None:  # a spawned pipeline's launcher keeps them
             for entry in epochs:
                 on_epoch(entry)
@@ -140,7 +141,7 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
                  epoch, loss, acc["train_acc"], acc["val_acc"], val_loss, acc["test_acc"], step.seconds,
                  evaluation.seconds, extra=EPOCH_LINE)
         if every is not None and state_path is not None and (epoch + 1) % every == 0:
-            save(state_path, training_state(cfg, model, optimizer, epochs))
+            save(state_path, training_state(cfg, model, optimizer, epochs), keep_previous=True)
         best = best_epoch(epochs, monitor)
         if patience is not None and epoch - best["epoch"] >= patience:
             log.info("early stop after epoch %d: %s not better than %.4f (epoch %d) for %d epochs",

@@ -13,8 +13,15 @@
   builds tensors and plain containers only, never code.
 - :func:`resume`: a checkpoint that cannot be resumed from (unreadable, damaged, incomplete, made with
   another configuration, or holding more epochs than ``train.epochs``) is set aside as
-  ``checkpoint-rank<r>.pt.unusable`` with a warning, and the run trains from epoch 0. The epoch budget
-  is not part of a checkpoint's configuration: a run resumed with a larger ``train.epochs`` trains on.
+  ``<file>.unusable`` with a warning. The epoch budget is not part of a checkpoint's configuration: a
+  run resumed with a larger ``train.epochs`` trains on.
+- One resume point for every rank: each rank keeps its newest checkpoint and the one before it
+  (``checkpoint-rank<r>.previous.pt``: a save moves the newest there just before its own file takes
+  the newest's place), so a pipeline killed between two ranks' saves still has an epoch every rank can
+  resume from. Before any rank trains, the ranks exchange the epochs they can resume from (through
+  the process group) and all resume from the newest one they have in common, or all train from epoch
+  0 when there is none; a rank's files of later epochs are removed then (they belong to a future the
+  run no longer has).
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
+import torch.distributed as dist
 
 from pipegnn.atomic import atomic_file
 from pipegnn.integrity import seal, unsealed
@@ -40,7 +48,7 @@ if TYPE_CHECKING:
     from pipegnn.models import StagedGNN
 
 __all__ = ["SIGNALS", "Guard", "Interrupted", "checkpoint_path", "config_key", "interruptible", "load",
-           "restore", "resume", "save", "training_state"]
+           "previous_path", "restore", "resume", "resume_from", "save", "training_state"]
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +116,12 @@ def checkpoint_path(directory: str | Path, rank: int = 0) -> Path:
     return Path(directory) / f"checkpoint-rank{rank}.pt"
 
 
+def previous_path(path: str | Path) -> Path:
+    """Where the checkpoint before the newest one at ``path`` is kept (``checkpoint-rank<r>.previous.pt``)."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.previous{path.suffix}")
+
+
 class _Writes:
     """The file ``torch.save`` writes to, keeping the OSError of a write that failed: torch reports it
     only as "unexpected pos ..." (a full disk named neither the file nor the cause)."""
@@ -127,13 +141,16 @@ class _Writes:
         self.f.flush()
 
 
-def save(path: str | Path, state: dict[str, Any]) -> None:
+def save(path: str | Path, state: dict[str, Any], keep_previous: bool = False) -> None:
     """Write ``state`` (tensors, numbers, strings, lists and dicts of them) to ``path`` atomically: a
-    reader, or a run killed while writing, never sees half a file.
+    reader, or a run killed while writing, never sees half a file. With ``keep_previous`` the file that
+    was at ``path`` becomes :func:`previous_path` once the new one is written in full (a kill at any
+    moment leaves the newest complete state, or the one before it, or both).
 
     Raises:
         OSError: naming ``path`` and the cause (``No space left on device``).
     """
+    path = Path(path)
     with atomic_file(path, "wb") as f:
         out = _Writes(f)
         try:
@@ -143,6 +160,9 @@ def save(path: str | Path, state: dict[str, Any]) -> None:
             if out.error is None:
                 raise
             raise out.error from None
+        f.flush()
+        if keep_previous and path.is_file():
+            os.replace(path, previous_path(path))
 
 
 def load(path: str | Path) -> dict[str, Any] | None:
@@ -196,11 +216,9 @@ def _unusable(state: Any, config: Config) -> str | None:
     return None
 
 
-def resume(config: Config, path: str | Path, model: StagedGNN,
-           optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
-    """The finished epochs of the checkpoint at ``path``, its state put back (:func:`restore`); none when
-    there is no checkpoint there, or when it cannot be resumed from (see the module doc), which is set
-    aside (``<path>.unusable``) with a warning; the model and optimizer are then as they were."""
+def _candidate(config: Config, path: Path) -> tuple[int, dict[str, Any]] | None:
+    """The checkpoint at ``path`` as ``(finished epochs, state)``, or None when there is none there or
+    it cannot be resumed from (then it is set aside as ``<path>.unusable`` with a warning)."""
     why: str | None
     try:
         state = load(path)
@@ -208,23 +226,87 @@ def resume(config: Config, path: str | Path, model: StagedGNN,
         why = f"it cannot be read: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     else:
         if state is None:
-            return []
+            return None
         why = _unusable(state, config)
-    if why is None:
-        assert state is not None  # read, and usable
-        before = copy.deepcopy(training_state(config, model, optimizer, []))
-        try:
-            epochs = restore(state, model, optimizer)
-            log.info("resume: continuing after epoch %d from %s", len(epochs) - 1, path)
-            return epochs
-        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:  # content of another shape
-            restore(before, model, optimizer)  # as it was: training starts from epoch 0
-            why = f"its state does not fit this model: {type(e).__name__}: {str(e).splitlines()[0]}"
+        if why is None:
+            return len(state["epochs"]), state
+    _set_aside(path, why)
+    return None
+
+
+def _set_aside(path: Path, why: str) -> None:
     aside = Path(f"{path}.unusable")
     os.replace(path, aside)
-    log.warning("resume: the checkpoint %s cannot be resumed from (%s); set aside as %s, training from "
-                "epoch 0", path, why, aside.name)
-    return []
+    log.warning("resume: the checkpoint %s cannot be resumed from (%s); set aside as %s", path, why,
+                aside.name)
+
+
+def _agree(mine: set[int]) -> tuple[int | None, list[list[int]]]:
+    """The newest resume point (a number of finished epochs) that every rank of the process group has
+    (this process alone when there is none), and every rank's points."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return (max(mine) if mine else None), [sorted(mine)]
+    ranks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, sorted(mine))
+    common = set.intersection(*(set(r) for r in ranks))
+    return (max(common) if common else None), ranks
+
+
+def _all_ranks(ok: bool) -> bool:
+    """Whether ``ok`` holds on every rank of the process group (this process alone when there is none)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return ok
+    ranks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, ok)
+    return all(ranks)
+
+
+def resume(config: Config, path: str | Path, model: StagedGNN,
+           optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
+    """:func:`resume_from`'s finished epochs."""
+    return resume_from(config, path, model, optimizer)[0]
+
+
+def resume_from(config: Config, path: str | Path, model: StagedGNN,
+                optimizer: torch.optim.Optimizer | None) -> tuple[list[dict[str, Any]], Path | None]:
+    """The finished epochs of the resume point every rank agrees on (see the module doc), its state put
+    back (:func:`restore`) from the checkpoint at ``path`` or the one before it (:func:`previous_path`);
+    none when there is no checkpoint or no point every rank can resume from, and the model and optimizer
+    are then as they were. A checkpoint that cannot be resumed from is set aside (``<file>.unusable``)
+    with a warning. In a pipeline every rank calls it (it exchanges the ranks' resume points). Returns
+    the epochs and the file they came from (None: none)."""
+    path = Path(path)
+    found: dict[int, tuple[Path, dict[str, Any]]] = {}
+    for file in (path, previous_path(path)):
+        got = _candidate(config, file)
+        if got is not None and got[0] not in found:
+            found[got[0]] = (file, got[1])
+    point, ranks = _agree(set(found))
+    for count, (file, _) in sorted(found.items()):
+        if point is None or count > point:  # past the agreed point: not this run's future any more
+            file.unlink(missing_ok=True)
+            log.warning("resume: %s (%d finished epochs) is removed: the ranks' checkpoints have %s in "
+                        "common", file, count, "no epoch" if point is None else f"{point} epochs at most")
+    if point is None:
+        if found or any(ranks):
+            log.warning("resume: no epoch every rank can resume from (finished epochs per rank: %s); "
+                        "training from epoch 0", ranks)
+        return [], None
+    file, state = found[point]
+    before = copy.deepcopy(training_state(config, model, optimizer, []))
+    why: str | None = None
+    try:
+        epochs = restore(state, model, optimizer)
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:  # content of another shape
+        why = f"its state does not fit this model: {type(e).__name__}: {str(e).splitlines()[0]}"
+    if not _all_ranks(why is None):
+        restore(before, model, optimizer)  # as it was: training starts from epoch 0
+        if why is not None:
+            _set_aside(file, why)
+        log.warning("resume: a rank's checkpoint does not fit its model; every rank trains from epoch 0")
+        return [], None
+    log.info("resume: continuing after epoch %d from %s", len(epochs) - 1, file)
+    return epochs, file
 
 
 def restore(state: dict[str, Any], model: StagedGNN,

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from pipegnn import run
 from pipegnn.results import load as load_table
-from pipegnn.training.preemption import Interrupted, checkpoint_path, load, save
+from pipegnn.training.preemption import Interrupted, checkpoint_path, load, previous_path, save
 
 from tests.helpers import ROOT, TINY_SYNTHETIC, CodeMarker, damage_a_tensor, make_cfg
 
@@ -100,6 +100,7 @@ def test_a_damaged_checkpoint_is_never_run_and_costs_only_the_resume(
     else:
         run(make_cfg("train.checkpoint_every=1", "train.epochs=2"), output_dir=tmp_path)
         path.write_bytes(path.read_bytes()[:100])
+        previous_path(path).unlink()  # (else the run resumes from the one before)
     record = run(make_cfg("train.checkpoint_every=1", "train.epochs=2", "resume=true"), output_dir=tmp_path)
     assert record["status"] == "completed" and "resumed" not in record, record["error"]
     assert [e["epoch"] for e in record["epochs"]] == [0, 1]
@@ -126,6 +127,7 @@ def test_a_checkpoint_with_the_wrong_content_is_set_aside(tmp_path: Path, conten
             torch.save({k: v for k, v in load(path).items() if k != "optimizer"}, path)
         elif content == "flipped bytes":
             damage_a_tensor(path)
+        previous_path(path).unlink()  # (else the run resumes from the one before)
     record = run(make_cfg(*cfg, "resume=true"), output_dir=tmp_path)
     assert record["status"] == "completed" and "resumed" not in record, record["error"]
     assert _losses(record) == _losses(fresh)
