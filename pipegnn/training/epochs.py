@@ -96,7 +96,12 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
     patience, monitor = train_cfg.patience, train_cfg.monitor
     replayed = (Replayed(engine, optimizer, train_ids, train_labels, num_labelled, eval_ids)
                 if captured else None)
-    for epoch in range(len(epochs), train_cfg.epochs):
+    # A resumed run that had stopped early trains no further (its checkpoint holds the stopping epoch).
+    start = train_cfg.epochs if epochs and _stops(epochs, patience, monitor) else len(epochs)
+    if start > len(epochs):
+        log.info("resume: the checkpoint's run stopped early after epoch %d (train.patience=%s); nothing to "
+                 "train", epochs[-1]["epoch"], patience)
+    for epoch in range(start, train_cfg.epochs):
         model.train()
         if optimizer is not None and replayed is None:
             optimizer.zero_grad(set_to_none=True)
@@ -142,8 +147,8 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
                  evaluation.seconds, extra=EPOCH_LINE)
         if every is not None and state_path is not None and (epoch + 1) % every == 0:
             save(state_path, training_state(cfg, model, optimizer, epochs), keep_previous=True)
-        best = best_epoch(epochs, monitor)
-        if patience is not None and epoch - best["epoch"] >= patience:
+        if _stops(epochs, patience, monitor):
+            best = best_epoch(epochs, monitor)
             log.info("early stop after epoch %d: %s not better than %.4f (epoch %d) for %d epochs",
                      epoch, monitor, best[monitor], best["epoch"], patience)
             break
@@ -176,6 +181,12 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
              record.timing["epoch_time_median_s"])
     if "makespan_s" in record.pipeline:
         _log_figures(record.pipeline)
+
+
+def _stops(epochs: list[dict[str, Any]], patience: int | None, monitor: Monitor) -> bool:
+    """Whether early stopping ends the run after the last of ``epochs``: ``patience`` epochs passed
+    without a better ``monitor``."""
+    return patience is not None and epochs[-1]["epoch"] - best_epoch(epochs, monitor)["epoch"] >= patience
 
 
 def best_epoch(epochs: list[dict[str, Any]], monitor: Monitor | str = Monitor.val_acc) -> dict[str, Any]:
