@@ -15,19 +15,44 @@ from __future__ import annotations
 import logging
 import sys
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig
+try:
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import DictConfig
 
-from pipegnn import results, schema
-from pipegnn.training.preemption import Interrupted
+    from pipegnn import results, schema
+    from pipegnn.training.preemption import Interrupted
+except ImportError as missing:  # e.g. a bare `python` outside the venv: say which interpreter has them
+    from pathlib import Path
+
+    venv = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
+    sys.exit(f"{Path(__file__).name}: {missing} (interpreter {sys.executable}): run it with the venv's "
+             f"Python, {venv}, which `make setup` creates (or `make run ARGS=...`)")
 
 # The typed schemas behind the YAML groups must be in the ConfigStore before Hydra composes.
 schema.register()
 
 log = logging.getLogger("pipegnn.job")
 _single_failed: list[str] = []  # the message of a single run (no -m) that did not complete
+_OVERLAP = "pipeline stages cannot overlap"
+
+
+class _OverlapOncePerSweep(logging.Filter):
+    """In a sweep, the note that a pipeline's stages cannot overlap (GPipe's stages on one CPU, the
+    poster's setting in the presets that run it) is logged once, at INFO, not as every job's warning."""
+
+    said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (record.levelno == logging.WARNING and str(record.msg).startswith(_OVERLAP)):
+            return True
+        if _OverlapOncePerSweep.said:
+            return False
+        _OverlapOncePerSweep.said = True
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.msg = f"{record.msg} (said once per sweep; each job's record has it: pipeline.overlap_note)"
+        return True
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -38,6 +63,9 @@ def main(cfg: DictConfig) -> dict:
     out = hc.runtime.output_dir
     multirun = hc.mode == RunMode.MULTIRUN
     job = f"job {hc.job.num} " if multirun else ""
+    train_log = logging.getLogger("pipegnn.train")
+    if multirun and not any(isinstance(f, _OverlapOncePerSweep) for f in train_log.filters):
+        train_log.addFilter(_OverlapOncePerSweep())
     if cfg.resume:
         record, reason = results.completed_record(out, cfg)
         if record is not None:
@@ -50,15 +78,18 @@ def main(cfg: DictConfig) -> dict:
                                desc=f"job {hc.job.num}" if multirun else "epochs") as progress:
         record = run(cfg, output_dir=out, choices=hc.runtime.choices, on_epoch=progress)
     if record["status"] != "completed":
+        # The run logged its error already (pipegnn.training.launch); this line gives the status and where
+        # the record went, and a single run's exit message (the error) is kept for its caller.
         message = f"{record['status']}: {record['error']} (record in {out})"
         if record.get("traceback"):
             log.debug("traceback of the run:\n%s", record["traceback"])  # shown with hydra.verbose=true
         if not multirun:
             _single_failed.append(message)
-            log.error("run %s", message)
+            log.error("run %s (the error above; record in %s)", record["status"], out)
             return record
         # In a sweep the job returns; the FailureSummary callback reports it and sets the exit code.
-        log.error("%s[%s] %s", job, " ".join(hc.overrides.task), message)
+        log.error("%s[%s] %s (the error above; record in %s)", job, " ".join(hc.overrides.task),
+                  record["status"], out)
     return record
 
 

@@ -1,10 +1,35 @@
 """pipegnn: pipeline-parallel GNN training with graph-aware micro-batches."""
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
 from typing import Any
 
 from pipegnn.errors import ConfigError, DatasetUnavailable
 
 __all__ = ["ConfigError", "DatasetUnavailable", "run"]
 __version__ = "0.1.0"
+
+#: What every entry point imports (a run, a sweep, reading results), by import name: an interpreter
+#: without one of them is not the environment `make setup` made.
+_NEEDED = ("numpy", "pandas", "omegaconf", "hydra", "torch", "torch_geometric")
+
+
+def _missing() -> list[str]:
+    return [name for name in _NEEDED if importlib.util.find_spec(name) is None]
+
+
+def _warn_missing(missing: list[str]) -> None:
+    venv = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
+    where = f"the venv's Python, {venv}" if venv.is_file() else "the venv's Python, .venv/bin/python"
+    warnings.warn(f"pipegnn: this interpreter ({sys.executable}) lacks {', '.join(missing)}: pipegnn runs "
+                  f"with {where}, which `make setup` (or `make run`) creates in the checkout",
+                  RuntimeWarning, stacklevel=3)
+
+
+_absent = _missing()
+if _absent:  # say which interpreter to use before the import that fails names only a module
+    _warn_missing(_absent)
 
 
 def __getattr__(name: str) -> Any:
