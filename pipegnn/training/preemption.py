@@ -13,7 +13,9 @@
   builds tensors and plain containers only, never code.
 - :func:`resume`: a checkpoint that cannot be resumed from (unreadable, damaged, incomplete, made with
   another configuration, or holding more epochs than ``train.epochs``) is set aside as
-  ``<file>.unusable`` with a warning. The epoch budget is not part of a checkpoint's configuration: a
+  ``<file>.unusable`` with a warning naming the keys that differ. A checkpoint's configuration covers
+  what changes the computation only (:data:`NON_COMPUTING_KEYS` are left out: the epoch budget, early
+  stopping, checkpoints, caps, deadlines, trackers, caches; :data:`PATH_KEYS` compared resolved): a
   run resumed with a larger ``train.epochs`` trains on.
 - One resume point for every rank: each rank keeps its newest checkpoint and the one before it
   (``checkpoint-rank<r>.previous.pt``: a save moves the newest there just before its own file takes
@@ -47,8 +49,8 @@ from pipegnn.schema import Config
 if TYPE_CHECKING:
     from pipegnn.models import StagedGNN
 
-__all__ = ["SIGNALS", "Guard", "Interrupted", "checkpoint_path", "config_key", "interruptible", "load",
-           "previous_path", "restore", "resume", "resume_from", "save", "training_state"]
+__all__ = ["NON_COMPUTING_KEYS", "PATH_KEYS", "SIGNALS", "Guard", "Interrupted", "checkpoint_path",
+           "config_difference", "config_key", "interruptible", "load", "previous_path", "restore", "resume", "resume_from", "save", "training_state"]
 
 log = logging.getLogger(__name__)
 
@@ -174,13 +176,68 @@ def load(path: str | Path) -> dict[str, Any] | None:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+#: Config keys that do not change what a run computes (when it stops, what it records or reports, where
+#: it keeps caches, how its processes start and how long they may take, caps): a checkpoint made with
+#: other values of them is resumed.
+NON_COMPUTING_KEYS = (
+    ("resume",), ("logger",), ("cache_root",),
+    ("train", "epochs"), ("train", "patience"), ("train", "monitor"), ("train", "target_val_acc"),
+    ("train", "memory_limit_gb"), ("train", "checkpoint_every"),
+    ("engine", "timeout_s"), ("engine", "memory_limit_gb"), ("engine", "timeline"), ("engine", "trace_epoch"),
+    ("engine", "threads"), ("engine", "launcher"), ("engine", "start_method"),
+    ("microbatch", "cache"), ("data", "cache"),
+)
+#: Config keys holding a path: compared as the folder they resolve to (``data/`` and ``./data`` agree).
+PATH_KEYS = (("data", "root"),)
+
+
+def _computation(plain: dict[str, Any]) -> dict[str, Any]:
+    """``plain`` (a config's plain form) without :data:`NON_COMPUTING_KEYS`, :data:`PATH_KEYS` resolved."""
+    plain = json.loads(json.dumps(plain))
+    for *parents, key in NON_COMPUTING_KEYS:
+        section: Any = plain
+        for name in parents:
+            section = section.get(name) if isinstance(section, dict) else None
+        if isinstance(section, dict):
+            section.pop(key, None)
+    for *parents, key in PATH_KEYS:
+        section = plain
+        for name in parents:
+            section = section.get(name) if isinstance(section, dict) else None
+        if isinstance(section, dict) and isinstance(section.get(key), str) and section[key]:
+            section[key] = str(Path(section[key]).expanduser().resolve())
+    return plain
+
+
 def config_key(config: Config) -> str:
     """What a checkpoint must have been made with to be resumed: the resolved config as JSON, without
-    the keys that do not change what a run computes (:func:`pipegnn.runconfig.comparable_config`)
-    and without the epoch budget (``train.epochs``: a longer run trains on from a shorter one's epochs)."""
-    plain = comparable_config(config_container(config))
-    plain["train"] = {k: v for k, v in plain["train"].items() if k != "epochs"}
-    return json.dumps(plain, sort_keys=True)
+    the keys that do not change what a run computes (:data:`NON_COMPUTING_KEYS` and those of
+    :func:`pipegnn.runconfig.comparable_config`), paths resolved (:data:`PATH_KEYS`)."""
+    return json.dumps(_computation(comparable_config(config_container(config))), sort_keys=True)
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        return {k: v for name, x in value.items() for k, v in _flat(x, f"{prefix}{name}.").items()}
+    return {prefix[:-1]: value}
+
+
+def config_difference(stored: str, config: Config) -> str | None:
+    """The keys (with both values) in which a checkpoint's ``stored`` key differs from ``config``'s, as
+    one line; None when they agree. A key stored by an older version is compared as :func:`config_key`
+    makes it now (the keys that do not change the computation are left out of both)."""
+    try:
+        then = _computation(json.loads(stored))
+    except (TypeError, ValueError):
+        return "its configuration cannot be read"
+    now = json.loads(config_key(config))
+    if then == now:
+        return None
+    a, b = _flat(then), _flat(now)
+    keys = sorted(k for k in a.keys() | b.keys() if a.get(k, "<none>") != b.get(k, "<none>"))
+    shown = ", ".join(f"{k}={a.get(k, '<none>')!r} in it, {b.get(k, '<none>')!r} now" for k in keys[:6])
+    more = f" and {len(keys) - 6} more" if len(keys) > 6 else ""
+    return f"made with another configuration: {shown}{more}"
 
 
 def training_state(config: Config, model: StagedGNN, optimizer: torch.optim.Optimizer | None,
@@ -209,8 +266,9 @@ def _unusable(state: Any, config: Config) -> str | None:
         return f"no {', '.join(missing)} in it"
     if not isinstance(state["epochs"], list) or not state["epochs"]:
         return "no finished epochs in it"
-    if state["config"] != config_key(config):
-        return "made with another configuration"
+    differs = config_difference(state["config"], config)
+    if differs is not None:
+        return differs
     if len(state["epochs"]) > config.train.epochs:
         return f"{len(state['epochs'])} finished epochs, more than train.epochs={config.train.epochs}"
     return None
