@@ -2,7 +2,13 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.pipegnn-installed
+# The index torch comes from (empty: PyPI, whose Linux x86-64 torch is the CUDA build, +cu130 with its
+# nvidia-* packages, about 5 GB); `make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs the
+# CPU build (about 200 MB). Only torch is read from it: every other package comes from PyPI.
+TORCH_INDEX ?=
+# The stamp's name says how pipegnn is installed: a venv stamped before the checkout's .pth joined the
+# editable install (see setup) installs again.
+STAMP := $(VENV)/.pipegnn-installed-pth
 # Raw Planetoid files (Cora, CiteSeer) are read from here when present; never written to.
 export PIPEGNN_DATA ?= $(abspath ../shared/datasets)
 
@@ -13,12 +19,16 @@ setup: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# torch alone and pinned first: an unpinned torch would pull a multi-GB CUDA build.
-	$(PY) -m pip install --quiet torch==2.13.0
+	# torch alone and pinned first, from TORCH_INDEX when set (the CPU build: see TORCH_INDEX above).
+	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch==2.13.0
 	$(PY) -m pip install --quiet -r requirements.txt
 	# ogb without its `outdated` dependency (a PyPI version check in a thread at import); see requirements.txt.
 	$(PY) -m pip install --quiet --no-deps ogb==1.3.6
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	# The checkout on sys.path too (a .pth, as setuptools' transitional compat mode writes): the editable
+	# install's import hook runs after the cwd's entry, where a folder named pipegnn/ without
+	# __init__.py (the parent of a clone named pipegnn) would win as a namespace package.
+	$(PY) -c "import pathlib, sys, sysconfig; pathlib.Path(sysconfig.get_path('purelib'), 'pipegnn-checkout.pth').write_text(sys.argv[1] + '\n')" "$(CURDIR)"
 	touch $(STAMP)
 
 # make run's default engine: pipelining, one process per stage, the pipeline whose stages can overlap on
