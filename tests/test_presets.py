@@ -52,6 +52,12 @@ PRESETS = {
              "train.seed": [str(s) for s in range(10)]},
     "historical_gap": {"microbatch.halo": ["exact", "historical"], "microbatch.targets": ["train", "all"],
                        "chunks": ["2", "8"], "train.seed": [str(s) for s in range(10)]},
+    "study_accuracy": {"dataset": ["coauthor_physics", "amazon_computers"], "model": ["gcn", "gat", "sage"],
+                       "train.seed": [str(s) for s in range(10)]},
+    "study_poster": {"dataset": ["amazon_computers", "coauthor_physics"],
+                     "chunks": ["1", "2", "4", "8", "16", "32"],
+                     "microbatch.halo": ["none", "exact", "historical"],
+                     "microbatch.partition": ["sequential", "metis"], "train.seed": ["0", "1", "2"]},
     **{f"ablation_{axis}": {key: values, "framework": ["pyg", "dgl"], "model": ["gcn", "gat"],
                             "chunks": ["1", "8"], **SEEDS}
        for axis, key, values in (("nodes", "dataset.num_nodes", ["8000", "16000", "32000"]),
@@ -60,7 +66,7 @@ PRESETS = {
 }
 #: Settings x 5 seeds (deep and historical_gap: 10, as their headline tables); smoke, which reproduces no
 #: result, has no seed axis.
-NUM_JOBS = {"deep": 80, "historical_gap": 80,
+NUM_JOBS = {"deep": 80, "historical_gap": 80, "study_accuracy": 60, "study_poster": 216,
             "poster_pubmed": 360, "poster_offline": 240, "halo_modes": 180, "scaling": 100, "smoke": 4,
             "ablation_nodes": 120, "ablation_density": 120, "ablation_hidden": 120}
 
