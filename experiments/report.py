@@ -1,9 +1,11 @@
 """Reference results from finished sweeps: their records, aggregate tables and figures.
 
-    python experiments/report.py multirun/reference results/reference
+    .venv/bin/python experiments/report.py multirun/reference results/reference
+    .venv/bin/python experiments/report.py multirun/halo_metis reports      # one sweep: reports/halo_metis/
 
 ``sweeps`` holds one sweep folder per preset (``multirun/reference/poster_offline`` ...; see `make
-reference`). For each, under ``out/<preset>/``:
+reference`), or is one sweep itself (a folder with Hydra's ``multirun.yaml`` or with job folders holding a
+``result.json``: :func:`is_sweep`). For each sweep, under ``out/<its folder's name>/``:
 
 - ``records.jsonl.gz``: every record of the sweep (resolved config, seeds, versions, git sha, per-epoch
   history) - the source of every number below - with the run's stage timeline where it wrote one, packed
@@ -176,13 +178,32 @@ def report(sweep: Path, out: Path) -> int:
     return len(unrecorded) + len(unreadable) + broken
 
 
+def is_sweep(folder: Path) -> bool:
+    """Whether ``folder`` is one sweep (Hydra's ``multirun.yaml``, or a job folder with a record), not a
+    folder of sweeps."""
+    if (folder / "multirun.yaml").exists():
+        return True
+    return any((job / results.RECORD_NAME).is_file() for job in folder.iterdir() if job.is_dir())
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweeps", type=Path, help="folder holding one sweep folder per preset")
-    parser.add_argument("out", type=Path, help="where the reference results go (e.g. results/reference)")
+    parser.add_argument("sweeps", type=Path,
+                        help="a folder holding one sweep folder per preset, or one sweep")
+    parser.add_argument("out", type=Path, help="where the reference results go (e.g. results/reference): "
+                                               "each sweep's into out/<its folder's name>")
     parser.add_argument("--only", nargs="+", metavar="PRESET", help="only these sweep folders")
     args = parser.parse_args(argv)
-    sweeps = sorted(p for p in args.sweeps.iterdir() if p.is_dir() and (not args.only or p.name in args.only))
+    if not args.sweeps.is_dir():
+        parser.error(f"{args.sweeps} is not a folder")
+    if is_sweep(args.sweeps):
+        if args.only:
+            parser.error(f"{args.sweeps} is one sweep, not a folder of sweeps: --only picks among sweeps")
+        print(f"{args.sweeps} is one sweep: its report goes to {args.out / args.sweeps.name}")
+        sweeps = [args.sweeps]
+    else:
+        sweeps = sorted(p for p in args.sweeps.iterdir()
+                        if p.is_dir() and (not args.only or p.name in args.only))
     if not sweeps:
         named = f" named {', '.join(args.only)}" if args.only else ""
         parser.error(f"no sweep folder in {args.sweeps}{named}")

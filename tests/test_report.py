@@ -184,3 +184,21 @@ def test_committed_reference_tables_come_from_the_committed_records(preset: str)
     assert len(runs) == len(df) and sorted(runs["epoch_time_median_s"]) == pytest.approx(
         sorted(df["epoch_time_median_s"]), rel=1e-9)
     assert runs["git_sha"].str.fullmatch(r"[0-9a-f]{40}").all()  # clean checkouts only
+
+
+def test_report_takes_one_sweep_as_well(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Given one sweep instead of a folder of sweeps, its report goes to out/<its name>: one report of
+    every job, not one report per job."""
+    sweep = RECORDS / "halo"
+    assert _report().main([str(sweep), str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert f"{sweep} is one sweep: its report goes to {tmp_path / 'out' / 'halo'}" in out
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["halo"]
+    runs = pd.read_csv(tmp_path / "out" / "halo" / "runs.csv")
+    assert len(runs) == sum(1 for job in sweep.iterdir() if (job / "result.json").is_file())
+
+
+def test_report_refuses_only_with_one_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _report().main([str(RECORDS / "halo"), str(tmp_path), "--only", "halo"])
+    assert "is one sweep, not a folder of sweeps" in capsys.readouterr().err

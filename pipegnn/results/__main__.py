@@ -102,7 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: no {RECORD_NAME} found under {', '.join(map(str, args.paths))}", file=sys.stderr)
             return 2
         df = select(everything, where)
-        board = leaderboard(df) if args.table else None
+        # --table averages completed runs; without any, the runs themselves (their settings and status).
+        averaged = args.table and bool((df["status"] == "completed").any())
+        if args.table and not averaged and not df.empty:
+            print(f"--table: none of the {len(df)} runs completed, so there is nothing to average; the runs:",
+                  file=sys.stderr)
+        board = leaderboard(df) if averaged else None
         table = format_table(df, columns) if board is None else format_table(board, [
             *(c for c in LEADERBOARD_SETTINGS if c in board), "test", "val", "seeds", "runs", "parameters",
             "hardware", "date"])
@@ -123,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             NO_RECORD).sum()), file=sys.stderr)
     if args.csv:
         integers(df if board is None else board).to_csv(args.csv, index=False)
-    if args.figure:
+    if args.figure and board is not None:
         draw(plot_leaderboard, df, args.figure, reference=reference)
     if args.parquet:
         _arrow_safe(df).to_parquet(args.parquet, index=False)

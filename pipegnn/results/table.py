@@ -53,9 +53,11 @@ NO_RECORD = ("incomplete", "missing")
 ROW_STATUSES = (*STATUSES, UNREADABLE, *NO_RECORD)
 
 
-#: Columns of the command line's table unless ``--columns`` is given.
+#: Columns of the command line's table unless ``--columns`` is given. Its accuracy is the one every view
+#: reports (``--table``'s ``test``, the reference tables, the README): the test accuracy at the best
+#: validation epoch; ``test_acc`` (the last epoch's) is one ``--columns`` away.
 TABLE_COLUMNS = ("dataset", "model", "framework", "engine", "chunks", "halo", "partition", "status",
-                 "test_acc", "epoch_time_median_s", "peak_rss_mb", "inflation")
+                 "test_acc_at_best_val", "epoch_time_median_s", "peak_rss_mb", "inflation")
 #: :func:`_record_row`'s default: read the record from its file.
 _FROM_FILE = object()
 

@@ -21,7 +21,7 @@ def test_cli(records_sweep: Path, tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:2] == ["dataset", "model"] and len(lines) == 5
-    assert lines[1].split()[-5:] == ["completed", "0.815", "0.0125", "300", "2.25"]
+    assert lines[1].split()[-5:] == ["completed", "0.82", "0.0125", "300", "2.25"]  # at best val
     assert lines[-1] == "3 runs: 1 completed, 1 failed, 1 invalid"
     assert f"failed: {records_sweep / '1' / 'result.json'}: RuntimeError: boom" in proc.stderr
     assert list(pd.read_csv(tmp_path / "all.csv")["status"]) == ["completed", "failed", "invalid"]
@@ -156,3 +156,16 @@ def test_table_figure_with_a_published_reference(records_sweep: Path, tmp_path: 
         with pytest.raises(SystemExit) as exit_:
             main([str(records_sweep), *bad])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+
+def test_table_of_runs_none_completed_lists_the_runs(records_sweep: Path) -> None:
+    """--table over runs none of which completed shows the runs (their settings and status), not a row
+    of dashes, and says why."""
+    (records_sweep / "0" / "result.json").unlink()  # the completed one: left, a failed and an invalid run
+    proc = results_cli(records_sweep, "--table")
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:2] == ["dataset", "model"] and "status" in lines[0].split()
+    assert {line.split()[lines[0].split().index("status")] for line in lines[1:3]} == {"failed", "invalid"}
+    assert "none of the 2 runs completed" in proc.stderr

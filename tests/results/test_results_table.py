@@ -218,8 +218,9 @@ def test_format_table_aligned_columns(records_sweep: Path) -> None:
     df = load(records_sweep)
     lines = format_table(df).splitlines()
     assert lines[0].split() == ["dataset", "model", "framework", "engine", "chunks", "halo", "partition",
-                                "status", "test_acc", "epoch_time_median_s", "peak_rss_mb", "inflation"]
-    assert lines[1].split() == ["cora", "gat", "pyg", "gpipe", "8", "exact", "metis", "completed", "0.815",
+                                "status", "test_acc_at_best_val", "epoch_time_median_s", "peak_rss_mb",
+                                "inflation"]
+    assert lines[1].split() == ["cora", "gat", "pyg", "gpipe", "8", "exact", "metis", "completed", "0.82",
                                 "0.0125", "300", "2.25"]
     assert lines[2].split()[7:] == ["failed", "-", "-", "1", "-"]
     assert len({len(line) for line in lines[:2]}) == 1  # aligned
