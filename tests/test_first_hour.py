@@ -3,6 +3,7 @@ sweep), and an interpreter without pipegnn's packages says which one to use."""
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -25,7 +26,8 @@ def test_each_preset_header_gives_its_size_and_time(preset) -> None:
     jobs = math.prod(len(str(v).split(",")) for v in params.values())
     said = {int(n) for n in re.findall(r"(\d+) jobs?\b", header)}
     assert jobs in said, f"{preset.name}: its header names no '{jobs} jobs' (its sweep's size)"
-    assert re.search(r"\d\s?(s|min|minutes|h|hours?)\b|not timed", header), f"{preset.name}: no time"
+    timed = re.search(r"\d\s?(s|min|h)\b|\b(seconds?|minutes?|hours?)\b|not timed", header)
+    assert timed, f"{preset.name}: its header gives no time"
     if "# Size and time:" in header:
         table = (ROOT / "docs" / "sweeps.md").read_text().split("## Preset sizes and times")[1]
         assert f"| `{preset.stem}` | {jobs} |" in table
@@ -49,3 +51,23 @@ def test_importing_pipegnn_with_its_packages_warns_nothing() -> None:
     done = subprocess.run([sys.executable, "-W", "error", "-c", "import pipegnn"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and not done.stderr
+
+
+def _train(tmp_path, *overrides: str) -> str:
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "train.py"), *overrides],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return done.stdout + done.stderr
+
+
+def test_an_invalid_run_says_its_error_once(tmp_path) -> None:
+    out = _train(tmp_path, "chunks=0", f"hydra.run.dir={tmp_path}/run")
+    assert out.count("chunks must be an integer >= 1, got 0") == 1, out
+    assert "run invalid (the error above; record in" in out
+
+
+def test_a_gpipe_sweep_on_cpu_notes_once_that_stages_cannot_overlap(tmp_path) -> None:
+    """The smoke preset (GPipe's 2 stages on one CPU): one note for the sweep at INFO, no job warns."""
+    out = _train(tmp_path, "-m", "experiment=smoke", "train.epochs=1", f"hydra.sweep.dir={tmp_path}/sweep")
+    assert "4 jobs: 4 completed" in out, out[-3000:]
+    assert out.count("pipeline stages cannot overlap") == 1 and "WARNING" not in out, out[-3000:]
