@@ -101,7 +101,13 @@ def test_cuda_event_boxes_lie_inside_the_synchronised_step(graph: Graph) -> None
     kernels = sum(e.device_time_total for e in profile.events()
                   if e.device_type == torch.autograd.DeviceType.CUDA) / 1e6  # microseconds -> seconds
     assert kernels > 0
-    assert sum(b.end - b.start for b in boxes) >= 0.8 * kernels, (boxes, kernels)
+    # what a failure needs to be read (one H200 saw boxes of 15.2 ms against 45.7 ms of kernel time): the
+    # step's wall time, the boxes' sum by kind, the kernels' count and their longest
+    cuda = [e for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    by_kind = {k: sum(b.end - b.start for b in boxes if b.kind == k) for k in {b.kind for b in boxes}}
+    longest = sorted(((e.device_time_total / 1e6, e.name) for e in cuda), reverse=True)[:5]
+    assert sum(b.end - b.start for b in boxes) >= 0.8 * kernels, (after - before, by_kind, kernels, len(cuda),
+                                                                   longest)
 
 
 def test_run_on_cuda_records_the_gpu_and_its_peak_memory() -> None:
