@@ -184,3 +184,15 @@ def test_a_replaced_raw_file_is_not_shadowed_by_the_cached_graph(tmp_path: Path)
     place(tmp_path, "amazon_computers", edges=[*EDGES, (7, 0)])  # joins {7, 8} to the component
     second = load("amazon_computers", tmp_path, tmp_path / "cache")
     assert (first.num_nodes, second.num_nodes) == (7, 9)
+
+
+def test_every_record_names_its_split() -> None:
+    """Planetoid's public split and a synthetic graph's generated one are named as well, with sizes."""
+    from tests.helpers import random_graph
+
+    graph = random_graph()
+    sizes = {"train_nodes": 20, "val_nodes": 10, "test_nodes": 15}
+    assert split_summary(group_config("dataset", {"name": "cora"}), graph) == {
+        "split": "public", "split_seed": None, **sizes}
+    synthetic = group_config("dataset", {"name": "synthetic", "seed": 3})
+    assert split_summary(synthetic, graph) == {"split": "generated", "split_seed": 3, **sizes}
