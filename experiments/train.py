@@ -9,19 +9,27 @@ with 1 too. SIGTERM or
 SIGINT ends the running job with its record (status interrupted), then the command, with 128 + the
 signal's number (143, 130); with ``resume=true`` a job that left a checkpoint (``train.checkpoint_every``)
 continues from it.
+
+A sweep's folder belongs to one sweep (``pipegnn.training.ownership``: this script adds its
+``SweepOwner`` callback to ``hydra.callbacks``): a second sweep started into a folder where one runs, or
+whose plan is another sweep's, is refused before it writes anything (exit 1); a job whose folder another
+job of the sweep claimed (``hydra.sweep.subdir`` the same for several jobs) writes nothing there and is
+named at the end (exit 1).
 """
 from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 try:
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
-    from omegaconf import DictConfig
+    from omegaconf import DictConfig, OmegaConf
 
     from pipegnn import results, schema
+    from pipegnn.training.ownership import FolderTaken, claim_job
     from pipegnn.training.preemption import Interrupted
 except ImportError as missing:  # e.g. a bare `python` outside the venv: say which interpreter has them
     from pathlib import Path
@@ -35,6 +43,9 @@ schema.register()
 
 log = logging.getLogger("pipegnn.job")
 _single_failed: list[str] = []  # the message of a single run (no -m) that did not complete
+_refused: list[str] = []  # jobs of a sweep whose folder another job claimed
+#: The callback that takes a sweep's folder for it (pipegnn.training.ownership), added to hydra.callbacks.
+_OWNER_OVERRIDE = "+hydra.callbacks.pipegnn_sweep_owner._target_=pipegnn.training.ownership.SweepOwner"
 _OVERLAP = "pipeline stages cannot overlap"
 
 
@@ -63,6 +74,11 @@ def main(cfg: DictConfig) -> dict:
     out = hc.runtime.output_dir
     multirun = hc.mode == RunMode.MULTIRUN
     job = f"job {hc.job.num} " if multirun else ""
+    if multirun:
+        try:
+            claim_job(out, hc.job.num, list(hc.overrides.task))
+        except FolderTaken as e:  # an invalid record beside it says so (and fails the sweep)
+            return _refuse(out, hc, cfg, str(e))
     train_log = logging.getLogger("pipegnn.train")
     if multirun and not any(isinstance(f, _OverlapOncePerSweep) for f in train_log.filters):
         train_log.addFilter(_OverlapOncePerSweep())
@@ -93,10 +109,30 @@ def main(cfg: DictConfig) -> dict:
     return record
 
 
+def _refuse(out: str, hc: Any, cfg: DictConfig, error: str) -> dict:
+    """The record of a job whose folder another job claimed: ``invalid``, written beside that folder
+    (``<folder>.job<num>.refused``), where the sweep's summary finds it."""
+    from pipegnn.record import RunRecord, Status
+    from pipegnn.results.records import write_record
+
+    log.error("job %s: %s", hc.job.num, error)
+    _refused.append(error)
+    record = RunRecord(status=Status.INVALID, error=error, config=OmegaConf.to_container(cfg, resolve=True),
+                       choices=dict(hc.runtime.choices), env={})
+    path = write_record(f"{out.rstrip('/')}.job{hc.job.num}.refused", record)
+    log.error("job %s: record in %s", hc.job.num, path)
+    return record.to_dict()
+
+
 if __name__ == "__main__":
+    if not any(a.lstrip("+").startswith("hydra.callbacks.pipegnn_sweep_owner") for a in sys.argv[1:]):
+        sys.argv.append(_OWNER_OVERRIDE)
     try:
         main()
     except Interrupted as e:  # the run recorded it (status interrupted); a sweep stops here, as Hydra's does
         log.warning("%s: record written; exiting with %d", e, e.exit_code)
         sys.exit(e.exit_code)
-    sys.exit(1 if _single_failed else results.exit_code())
+    if _refused:
+        log.error("%d job(s) wrote no record: their folder is another job's:\n  %s", len(_refused),
+                  "\n  ".join(_refused))
+    sys.exit(1 if _single_failed or _refused else results.exit_code())
