@@ -14,6 +14,12 @@ unpickler that admits only what the published files hold (numpy arrays and dtype
 a dict of int lists) and checks the result (a crafted file is refused with
 :class:`DatasetUnavailable`); that is a safeguard, not a licence to read raw files from untrusted
 folders.
+
+Before anything is densified or allocated, every file's declared shape is checked against the published
+files' (:data:`PUBLISHED_SHAPES`: a file of another part, or cut short, is refused naming both shapes),
+and the files against each other: features and labels of one node set have one row count, ``test.index``
+holds as many distinct ids as ``tx`` has rows, all in the test range (no id a crafted file could turn
+into a huge allocation).
 """
 from __future__ import annotations
 
@@ -51,6 +57,16 @@ _PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 #: The raw PubMed files pubmed_topology reads: graph, labels and split, not the features.
 PUBMED_TOPOLOGY_FILES = tuple(f"ind.pubmed.{part}" for part in ("y", "ty", "ally", "graph", "test.index"))
 PUBMED_FEATURES = 500  # width of PubMed's TF-IDF features
+#: The shapes of the published raw files (rows, columns; ``test.index``: its number of ids) and each
+#: graph's number of nodes: a raw file of another shape is refused before it is densified.
+PUBLISHED_SHAPES: dict[str, dict[str, Any]] = {
+    name: {"x": (train, width), "tx": (1000, width), "allx": (rest, width), "y": (train, classes),
+           "ty": (1000, classes), "ally": (rest, classes), "test.index": 1000, "nodes": nodes}
+    for name, train, rest, width, classes, nodes in (("cora", 140, 1708, 1433, 7, 2708),
+                                                      ("citeseer", 120, 2312, 3703, 6, 3327),
+                                                      ("pubmed", 60, 18717, 500, 3, 19717))}
+#: Largest dense matrix a raw file of a graph not in :data:`PUBLISHED_SHAPES` may declare (bytes).
+_MAX_DENSE_BYTES = 2**31
 
 try:
     _multiarray = importlib.import_module("numpy._core.multiarray")
@@ -109,8 +125,13 @@ def read_raw(folder: str | Path, name: str, part: str) -> Tensor | dict[int, lis
             UnpicklingError`` for a global outside the allowlist).
     """
     path = Path(folder) / f"ind.{name.lower()}.{part}"
+    published = PUBLISHED_SHAPES.get(name.lower(), {})
     if part == "test.index":
-        return read_txt_array(str(path), dtype=torch.long)
+        index = read_txt_array(str(path), dtype=torch.long).reshape(-1)
+        if "test.index" in published and index.numel() != published["test.index"]:
+            raise ValueError(f"{path}: {index.numel()} test ids, the published file has "
+                             f"{published['test.index']}")
+        return index
     with open(path, "rb") as f:
         out = _RawUnpickler(f, encoding="latin1").load()
     if part == "graph":
@@ -120,6 +141,7 @@ def read_raw(folder: str | Path, name: str, part: str) -> Tensor | dict[int, lis
             raise ValueError(f"{path}: not an adjacency dict of int lists ({type(out).__name__})")
         return out
     if isinstance(out, sp.csr_matrix):
+        _check_shape(path, part, published, getattr(out, "_shape", None))  # as declared, before anything
         # Rebuilt from its arrays and fully checked before scipy's compiled code indexes with them.
         out = sp.csr_matrix((_numeric(out.data, path), _numeric(out.indices, path),
                              _numeric(out.indptr, path)), shape=out.shape)
@@ -128,7 +150,55 @@ def read_raw(folder: str | Path, name: str, part: str) -> Tensor | dict[int, lis
     out = _numeric(out, path)
     if out.ndim != 2:
         raise ValueError(f"{path}: expected a matrix, got {out.ndim} dimensions")
+    _check_shape(path, part, published, out.shape)
     return torch.from_numpy(np.asarray(out)).to(torch.float)
+
+
+def _check_shape(path: Path, part: str, published: dict[str, Any], shape: Any) -> None:
+    """``shape`` (a raw matrix's declared shape) is the published file's (a graph not in
+    :data:`PUBLISHED_SHAPES`: two dimensions of at most :data:`_MAX_DENSE_BYTES` as float32).
+
+    Raises:
+        ValueError: naming the file, its shape and the published one.
+    """
+    if not (isinstance(shape, tuple) and len(shape) == 2
+            and all(isinstance(d, (int, np.integer)) and 0 <= d for d in shape)):
+        raise ValueError(f"{path}: not a matrix's shape: {shape!r}")
+    shape = (int(shape[0]), int(shape[1]))
+    if part in published:
+        if shape != published[part]:
+            raise ValueError(f"{path}: a {shape[0]} x {shape[1]} matrix, the published ind.*.{part} is "
+                             f"{published[part][0]} x {published[part][1]} (a file of another part, or "
+                             "cut short?)")
+    elif shape[0] * shape[1] * 4 > _MAX_DENSE_BYTES:
+        raise ValueError(f"{path}: declares a {shape[0]} x {shape[1]} matrix, more than "
+                         f"{_MAX_DENSE_BYTES / 2**30:g} GiB dense")
+
+
+def _check_split(folder: str | Path, name: str, train: int, rest: int, test: int, index: Tensor,
+                 nodes: int) -> None:
+    """The raw files agree with each other: ``train`` labelled rows (``x``, ``y``) and 500 validation
+    rows among the ``rest`` (``allx``, ``ally``), and ``index`` (``test.index``) as many distinct ids as
+    the ``test`` rows (``tx``, ``ty``), each from ``rest`` on and below the graph's ``nodes`` (CiteSeer,
+    whose isolated test nodes leave gaps) or ``rest + test`` (the others).
+
+    Raises:
+        ValueError: naming the files and the counts that disagree.
+    """
+    where = f"{folder}: ind.{name}"
+    published = PUBLISHED_SHAPES.get(name, {}).get("nodes")
+    if published is not None and nodes != published:
+        raise ValueError(f"{where}.graph has {nodes} nodes, the published graph {published}")
+    if train + 500 > rest:
+        raise ValueError(f"{where}.y's {train} training rows and 500 validation rows exceed ally's {rest}")
+    if index.numel() != test:
+        raise ValueError(f"{where}.test.index holds {index.numel()} ids for {test} test rows (ty)")
+    end = nodes if name == "citeseer" else rest + test
+    if index.numel() and not (rest <= int(index.min()) and int(index.max()) < end):
+        raise ValueError(f"{where}.test.index holds ids from {int(index.min())} to {int(index.max())}, "
+                         f"outside the test nodes' {rest}..{end - 1}")
+    if int(torch.unique(index).numel()) != index.numel():
+        raise ValueError(f"{where}.test.index repeats ids")
 
 
 def _read_tensor(folder: str | Path, name: str, part: str) -> Tensor:
@@ -160,10 +230,18 @@ def read_planetoid(folder: str | Path, name: str) -> Data:
     Raises:
         One of :data:`_MALFORMED` (ValueError, pickle.UnpicklingError, ...): a malformed file.
     """
-    x, tx, allx, y, ty, ally = (_read_tensor(folder, name, part)  # _PARTS, in order
-                                for part in ("x", "tx", "allx", "y", "ty", "ally"))
+    parts = {part: _read_tensor(folder, name, part) for part in ("x", "tx", "allx", "y", "ty", "ally")}
+    x, tx, allx, y, ty, ally = parts.values()
     graph = _read_graph(folder, name)
     test_index = _read_tensor(folder, name, "test.index")
+    name = name.lower()
+    for a, b in (("x", "y"), ("tx", "ty"), ("allx", "ally")):
+        if parts[a].size(0) != parts[b].size(0):
+            raise ValueError(f"{folder}: ind.{name}.{a} has {parts[a].size(0)} rows, .{b} {parts[b].size(0)}")
+    if not x.size(1) == tx.size(1) == allx.size(1) or not y.size(1) == ty.size(1) == ally.size(1):
+        raise ValueError(f"{folder}: ind.{name}'s feature widths {x.size(1)}, {tx.size(1)}, {allx.size(1)} or "
+                         f"class counts {y.size(1)}, {ty.size(1)}, {ally.size(1)} (x, tx, allx; y, ty, ally) differ")
+    _check_split(folder, name, y.size(0), ally.size(0), ty.size(0), test_index, len(graph))
     sorted_test_index = test_index.sort()[0]
     if name.lower() == "citeseer":
         # Isolated CiteSeer nodes leave gaps in the test ids: zero rows for them in tx and ty.
@@ -286,6 +364,7 @@ def load_pubmed_topology(root: str | Path | None, cache: str | Path, seed: int =
         y, ty, ally = (_read_tensor(folder, "pubmed", part) for part in ("y", "ty", "ally"))
         graph = _read_graph(folder, "pubmed")
         test_index = _read_tensor(folder, "pubmed", "test.index")
+        _check_split(folder, "pubmed", y.size(0), ally.size(0), ty.size(0), test_index, len(graph))
         # As read_planetoid_data: labels of allx nodes then test nodes, test rows moved to their ids.
         labels = torch.cat([ally, ty]).max(dim=1)[1]
         labels[test_index] = labels[test_index.sort()[0]]

@@ -1,0 +1,76 @@
+"""Raw Planetoid files of the wrong shape are refused before anything is densified or trained: each
+file's declared shape against the published one, and the files against each other."""
+from __future__ import annotations
+
+import pickle
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from pipegnn.data.planetoid import load_planetoid
+from pipegnn.errors import DatasetUnavailable
+
+
+def _lines(path: Path, edit: Callable[[list[str]], list[str]]) -> None:
+    path.write_text("\n".join(edit(path.read_text().splitlines())) + "\n")
+
+
+def _first(lines: list[str], value: str) -> list[str]:
+    return [value, *lines[1:]]
+
+
+def _huge_declared_shape(raw: Path) -> None:
+    """A tiny CSR matrix (one entry) declaring 140 x 60,000,000: 31 GiB once dense."""
+    m = sp.csr_matrix((np.ones(1, np.float32), np.array([0], np.int32), np.array([0] + [1] * 140, np.int32)),
+                      shape=(140, 2))
+    m._shape = (140, 60_000_000)
+    with open(raw / "ind.cora.x", "wb") as f:
+        pickle.dump(m, f, protocol=4)
+
+
+CASES = {
+    # the issue's examples: ind.cora.y replaced by ind.cora.ty, a test.index cut short, a huge declared shape
+    "y is ty": ("cora", lambda raw: shutil.copyfile(raw / "ind.cora.ty", raw / "ind.cora.y"),
+                "ind.cora.y: a 1000 x 7 matrix, the published ind.*.y is 140 x 7"),
+    "test.index cut short": ("cora", lambda raw: _lines(raw / "ind.cora.test.index", lambda ls: ls[:900]),
+                             "900 test ids, the published file has 1000"),
+    "huge declared shape": ("cora", _huge_declared_shape, "a 140 x 60000000 matrix"),
+    # not named there: ally replaced by y, a repeated test id, a CiteSeer test id far past the graph
+    "ally is y": ("cora", lambda raw: shutil.copyfile(raw / "ind.cora.y", raw / "ind.cora.ally"),
+                  "ind.cora.ally: a 140 x 7 matrix, the published ind.*.ally is 1708 x 7"),
+    "repeated test id": ("cora", lambda raw: _lines(raw / "ind.cora.test.index",
+                                                    lambda ls: [ls[0], ls[0], *ls[2:]]),
+                         "ind.cora.test.index repeats ids"),
+    "far test id": ("citeseer", lambda raw: _lines(raw / "ind.citeseer.test.index",
+                                                   lambda ls: _first(ls, "1000000000")),
+                    "ind.citeseer.test.index holds ids from 2312 to 1000000000, outside the test nodes'"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_raw_files_of_the_wrong_shape_are_refused(case: str, data_root: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    name, harm, message = CASES[case]
+    folder = {"cora": "Cora", "citeseer": "CiteSeer"}[name]
+    shutil.copytree(data_root / folder, tmp_path / folder)
+    harm(tmp_path / folder / "raw")
+    todense = sp.csr_matrix.todense
+
+    def bounded(self, *args, **kwargs):  # nothing of a declared shape is densified before it is checked
+        assert self.shape[0] * self.shape[1] < 10**8, f"densifying a declared {self.shape}"
+        return todense(self, *args, **kwargs)
+
+    monkeypatch.setattr(sp.csr_matrix, "todense", bounded)
+    with pytest.raises(DatasetUnavailable, match="not valid Planetoid files") as refused:
+        load_planetoid(name, tmp_path, tmp_path / "cache")
+    assert message in str(refused.value)
+
+
+def test_the_published_files_load(data_root: Path, tmp_path: Path) -> None:
+    for name, sizes in (("cora", (140, 500, 1000, 2708)), ("citeseer", (120, 500, 1000, 3327))):
+        g = load_planetoid(name, data_root, tmp_path)
+        assert (int(g.train_mask.sum()), int(g.val_mask.sum()), int(g.test_mask.sum()), g.num_nodes) == sizes
