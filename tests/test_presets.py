@@ -54,6 +54,8 @@ PRESETS = {
                        "chunks": ["2", "8"], "train.seed": [str(s) for s in range(10)]},
     "study_accuracy": {"dataset": ["coauthor_physics", "amazon_computers"], "model": ["gcn", "gat", "sage"],
                        "train.seed": [str(s) for s in range(10)]},
+    "study_pipelines": {"dataset": ["coauthor_physics", "amazon_computers"], "model": ["gcn", "gat", "sage"],
+                        "engine": ["gpipe", "pipelining"], "train.seed": [str(s) for s in range(10)]},
     "study_poster": {"dataset": ["amazon_computers", "coauthor_physics"],
                      "chunks": ["1", "2", "4", "8", "16", "32"],
                      "microbatch.halo": ["none", "exact", "historical"],
@@ -66,7 +68,8 @@ PRESETS = {
 }
 #: Settings x 5 seeds (deep and historical_gap: 10, as their headline tables); smoke, which reproduces no
 #: result, has no seed axis.
-NUM_JOBS = {"deep": 80, "historical_gap": 80, "study_accuracy": 60, "study_poster": 216,
+NUM_JOBS = {"deep": 80, "historical_gap": 80, "study_accuracy": 60, "study_pipelines": 120,
+            "study_poster": 216,
             "poster_pubmed": 360, "poster_offline": 240, "halo_modes": 180, "scaling": 100, "smoke": 4,
             "ablation_nodes": 120, "ablation_density": 120, "ablation_hidden": 120}
 
