@@ -1,6 +1,6 @@
-"""The choices a run's config offers, one ``StrEnum`` per key: the schemas (:mod:`pipegnn.schema`) type
-their fields with them, so that composition rejects a value that is not one of them, and the packages
-that implement a choice take their names from here.
+"""The choices a run's config offers, one ``StrEnum`` per key: the schemas
+([`pipegnn.schema`][pipegnn.schema]) type their fields with them, so that composition rejects a value that is
+not one of them, and the packages that implement a choice take their names from here.
 
 Each member's name is its value (the YAML spelling), which is what OmegaConf matches a string against,
 and a ``StrEnum`` member is a ``str``: it compares equal to its spelling and is written to JSON as it.
@@ -42,8 +42,8 @@ def names(choice: type[StrEnum]) -> tuple[str, ...]:
 # (``Schedule("1f1b")``). At run time: the else branches.
 if TYPE_CHECKING:
     class DatasetName(StrEnum):
-        """``dataset.name``: the loaders of :mod:`pipegnn.data`; also ``ogbn-arxiv`` and ``ogbn-products``
-        (spelt as OGB does, which is no Python name: ``DatasetName("ogbn-arxiv")``), between
+        """``dataset.name``: the loaders of [`pipegnn.data`][pipegnn.data]; also ``ogbn-arxiv`` and
+        ``ogbn-products`` (spelt as OGB does, which is no Python name: ``DatasetName("ogbn-arxiv")``), between
         ``pubmed_topology`` and ``reddit``."""
 
         cora = "cora"
@@ -93,7 +93,7 @@ class ModelName(StrEnum):
 
 class Aggregation(StrEnum):
     """``model.aggregation``: message passing, or a sparse matrix product (which a framework offers per
-    model: :func:`pipegnn.backends.base.aggregations`)."""
+    model: [`pipegnn.backends.base.aggregations`][pipegnn.backends.base.aggregations])."""
 
     messages = "messages"
     sparse = "sparse"

@@ -1,13 +1,15 @@
 """Composition errors that name the valid keys: a misspelt key (``model.hiden=8``) fails with Hydra's
 "Could not override 'model.hiden'" followed by the node's valid keys and the nearest one
-(:mod:`difflib`), e.g. ``did you mean model.hidden? model's keys: name, layers, hidden, ...``.
+(`difflib`), e.g. ``did you mean model.hidden? model's keys: name, layers, hidden, ...``.
 
 Hydra composes inside ``hydra.main`` (and ``hydra.compose``), where no hook of the app can see the
-error before Hydra prints it, so :func:`install` wraps the loader's ``load_configuration`` (the one
-entry of a run's, a sweep's and each sweep job's composition): a ``ConfigCompositionException`` caused
-by an unknown key is raised again with :func:`key_hint`'s line added, its cause (OmegaConf's error,
-which Hydra prints beneath) unchanged. :func:`pipegnn.schema.register` installs it, so
-``experiments/train.py`` and :func:`pipegnn.schema.compose_config` both give the hint.
+error before Hydra prints it, so [`install`][pipegnn.composition.install] wraps the loader's
+``load_configuration`` (the one entry of a run's, a sweep's and each sweep job's composition): a
+``ConfigCompositionException`` caused by an unknown key is raised again with
+[`key_hint`][pipegnn.composition.key_hint]'s line added, its cause (OmegaConf's error, which Hydra prints
+beneath) unchanged. [`pipegnn.schema.register`][pipegnn.schema.register] installs it, so
+``experiments/train.py`` and [`pipegnn.schema.compose_config`][pipegnn.schema.compose_config] both give the
+hint.
 """
 from __future__ import annotations
 
@@ -51,8 +53,8 @@ def _hint(node: Any, key: str, full_key: str) -> str:
 
 def install() -> None:
     """Wrap Hydra's ``ConfigLoaderImpl.load_configuration`` so that its composition errors about an
-    unknown key carry :func:`key_hint`'s line (idempotent; a Hydra without that method is left as it
-    is)."""
+    unknown key carry [`key_hint`][pipegnn.composition.key_hint]'s line (idempotent; a Hydra without that
+    method is left as it is)."""
     try:
         from hydra._internal.config_loader_impl import ConfigLoaderImpl
         from hydra.errors import ConfigCompositionException

@@ -8,7 +8,7 @@ at one dropout per layer that was a quarter of a 16-layer GCNII's full-batch epo
 distributed as torch's (0 with probability ``p``, else ``1 / (1 - p)``, independently per entry) and
 drawn from the same generator, so seeds keep runs reproducible; on other devices (CUDA's dropout is
 one fused kernel) and in other dtypes (a half-precision uniform number is too coarse to compare),
-:func:`torch.nn.functional.dropout` is used as it is.
+`torch.nn.functional.dropout` is used as it is.
 """
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def fill_mask_(mask: Tensor, p: float) -> Tensor:
 
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
-    """:func:`torch.nn.functional.dropout` of ``x`` (not in place), its mask from :func:`fill_mask_`
-    on the CPU in float32 and float64."""
+    """`torch.nn.functional.dropout` of ``x`` (not in place), its mask from
+    [`fill_mask_`][pipegnn.dropout.fill_mask_] on the CPU in float32 and float64."""
     if not training or p <= 0:
         return x
     if p >= 1 or x.device.type != "cpu" or x.dtype not in FINE:

@@ -5,8 +5,8 @@ The counts do not depend on the device: a call that waits for a GPU is made on t
 what makes them a CPU proxy for a GPU's wait on the host. Waiting calls: ``_local_scalar_dense`` (every
 ``.item()``, ``int()``, ``float()`` or ``bool()`` of a tensor), ``nonzero`` (boolean-mask indexing goes
 through it), ``masked_select``, ``unique`` and ``repeat_interleave`` (sizes computed from data), and
-pipegnn's own reads of several values at once (:func:`read_on_host`: a ``.tolist()``, which on a CPU
-tensor makes no aten call at all, so it is labelled).
+pipegnn's own reads of several values at once ([`read_on_host`][pipegnn.hostcalls.read_on_host]: a
+``.tolist()``, which on a CPU tensor makes no aten call at all, so it is labelled).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from torch.profiler import profile, record_function
 
 __all__ = ["HOST_READ", "SYNC_OPS", "HostCalls", "count_calls", "read_on_host"]
 
-#: The profiler label of :func:`read_on_host`.
+#: The profiler label of [`read_on_host`][pipegnn.hostcalls.read_on_host].
 HOST_READ = "pipegnn::read_on_host"
 #: Operators (and labels) that read a device value on the host, or size an output by one.
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2",
@@ -28,7 +28,7 @@ SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select",
 
 def read_on_host(tensor: Tensor) -> Any:
     """``tensor``'s values on the host (``.tolist()``: a number for a 0-d tensor), labelled so that
-    :func:`count_calls` counts the wait."""
+    [`count_calls`][pipegnn.hostcalls.count_calls] counts the wait."""
     with record_function(HOST_READ):
         return tensor.tolist()
 
@@ -36,7 +36,7 @@ def read_on_host(tensor: Tensor) -> Any:
 @dataclass(frozen=True)
 class HostCalls:
     """Calls made by a piece of work: ``aten`` operator calls, ``syncs`` among them (and
-    :func:`read_on_host` reads), ``ops`` every profiled event by name."""
+    [`read_on_host`][pipegnn.hostcalls.read_on_host] reads), ``ops`` every profiled event by name."""
 
     aten: int
     syncs: int

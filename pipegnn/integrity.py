@@ -61,7 +61,7 @@ def content_checksum(obj: Any) -> str:
 
 
 def seal(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` with its checksum under :data:`CHECKSUM`, to be saved as is."""
+    """``state`` with its checksum under `CHECKSUM`, to be saved as is."""
     body = {k: v for k, v in state.items() if k != CHECKSUM}
     return {**body, CHECKSUM: content_checksum(body)}
 
@@ -81,11 +81,12 @@ def unsealed(state: Any) -> str | None:
 
 
 def file_checksum(path: str | Path) -> str:
-    """The checksum of a file's bytes, read :data:`BLOCK_BYTES` at a time."""
+    """The checksum of a file's bytes, read `BLOCK_BYTES` at a time."""
     with open(path, "rb") as f:
         return _name(crc32(iter(lambda: f.read(BLOCK_BYTES), b"")))
 
 
 def stream_checksum(chunks: Iterable[Any]) -> str:
-    """The checksum that :func:`file_checksum` gives a file made of ``chunks``."""
+    """The checksum that [`file_checksum`][pipegnn.integrity.file_checksum] gives a file made of
+    ``chunks``."""
     return _name(crc32(chunks))

@@ -1,7 +1,7 @@
 """The one reader of the project's JSON files (result records, traces, feature sidecars): whatever is
 wrong with a file's content, invalid UTF-8, invalid JSON, nesting too deep for the parser
-(``RecursionError``, which ``JSONDecodeError`` handlers do not catch), is one :class:`JSONFileError`
-naming the file."""
+(``RecursionError``, which ``JSONDecodeError`` handlers do not catch), is one
+[`JSONFileError`][pipegnn.jsonfile.JSONFileError] naming the file."""
 from __future__ import annotations
 
 import json

@@ -96,7 +96,8 @@ def _status_bytes(key: str) -> int | None:
 
 
 def peak_rss_bytes() -> int | None:
-    """Peak resident set size since the last :func:`reset_peaks` (VmHWM), or None off Linux."""
+    """Peak resident set size since the last [`reset_peaks`][pipegnn.measure.reset_peaks] (VmHWM), or None off
+    Linux."""
     return _status_bytes("VmHWM")
 
 
@@ -170,13 +171,14 @@ def memory_limit(limit: int | None) -> Iterator[None]:
     """Cap this process's address space (``RLIMIT_AS`` soft limit) at ``limit`` bytes inside the block,
     then restore the previous limit; no-op for None.
 
-    An allocation beyond the cap fails inside torch (or NumPy) and raises (see :func:`allocation_failure`)
-    instead of waking the kernel's OOM killer. The cap counts *virtual* memory: mapped libraries,
-    thread stacks and allocator reservations count too, so the peak RSS a run reaches under it is lower:
-    about 0.55 GiB lower with one thread after importing torch and PyG (their mapped but non-resident
-    pages), more with more threads (8 MiB stack and up to 64 MiB malloc arena each). Processes started
-    inside the block (``engine=pipelining`` ranks) inherit it. A C++ library that cannot handle a
-    failed allocation may still abort the process (DGL 1.1.3's kernels can, see docs/memory.md).
+    An allocation beyond the cap fails inside torch (or NumPy) and raises (see
+    [`allocation_failure`][pipegnn.measure.allocation_failure]) instead of waking the kernel's OOM killer. The
+    cap counts *virtual* memory: mapped libraries, thread stacks and allocator reservations count too, so the
+    peak RSS a run reaches under it is lower: about 0.55 GiB lower with one thread after importing torch and
+    PyG (their mapped but non-resident pages), more with more threads (8 MiB stack and up to 64 MiB malloc
+    arena each). Processes started inside the block (``engine=pipelining`` ranks) inherit it. A C++ library
+    that cannot handle a failed allocation may still abort the process (DGL 1.1.3's kernels can, see
+    docs/memory.md).
 
     Raises:
         ConfigError: no ``resource`` module (not a Unix), or ``limit`` is already below this process's

@@ -1,32 +1,35 @@
-"""The result record of one run (``result.json``): :class:`RunRecord`, the one type a run's record is
-written as (:meth:`RunRecord.to_dict`) and read back as (:meth:`RunRecord.from_dict`, which migrates
-older versions), with the rule by which a spawned pipeline's run combines its ranks' records
-(:meth:`RunRecord.combine`).
+"""The result record of one run (``result.json``): [`RunRecord`][pipegnn.record.RunRecord], the one type a
+run's record is written as ([`RunRecord.to_dict`][pipegnn.record.RunRecord.to_dict]) and read back as
+([`RunRecord.from_dict`][pipegnn.record.RunRecord.from_dict], which migrates older versions), with the rule by
+which a spawned pipeline's run combines its ranks' records
+([`RunRecord.combine`][pipegnn.record.RunRecord.combine]).
 
-This module imports nothing from :mod:`pipegnn.training` (which writes records) nor from
-:mod:`pipegnn.results` (which reads them), so that both can import it.
+This module imports nothing from [`pipegnn.training`][pipegnn.training] (which writes records) nor from
+[`pipegnn.results`][pipegnn.results] (which reads them), so that both can import it.
 
 Versions (the key ``record_version``; a record without it is version 1):
 
 - 1: the records written before the key existed (every committed reference record). Its readers let a
   section be absent or null, and ``status`` be any string.
-- 2: ``record_version`` first; ``status`` one of :class:`Status`; the fields every record has present
-  (``error`` null when there is none); an optional section absent, never null.
+- 2: ``record_version`` first; ``status`` one of [`Status`][pipegnn.record.Status]; the fields every record
+  has present (``error`` null when there is none); an optional section absent, never null.
 
-:func:`migrate` brings a version-1 record to version 2: ``record_version`` added, a field every record
-has that is absent or null given its empty value (``error`` null, ``epochs`` [], a section {}), an
-optional section that is null left out. Nothing else differs: a version-1 record of a run holds the
+[`migrate`][pipegnn.record.migrate] brings a version-1 record to version 2: ``record_version`` added, a field
+every record has that is absent or null given its empty value (``error`` null, ``epochs`` [], a section {}),
+an optional section that is null left out. Nothing else differs: a version-1 record of a run holds the
 same keys and values as the version-2 record of the same run.
 
 Reading is checked: a key that is no field, a value of the wrong type (each field's annotation), or a
-few shapes inside sections that the runs table relies on, is one :class:`RecordFormatError` naming the
-key (and the file, when the caller gives it); so is a record of a newer version than this code knows.
+few shapes inside sections that the runs table relies on, is one
+[`RecordFormatError`][pipegnn.record.RecordFormatError] naming the key (and the file, when the caller gives
+it); so is a record of a newer version than this code knows.
 
-A record read from a file is ``completed`` only when its fields say so (:func:`completion_problem`, which
-:func:`pipegnn.results.records.record_of` applies to every record file and archive line): at least one
-epoch, and each accuracy of ``final`` (:data:`COMPLETED_ACCURACIES`), and each accuracy an epoch holds,
-a number from 0 to 1. A ``completed`` record without them is malformed (the runs table lists it as
-``unreadable``, and ``resume=true`` runs its job again).
+A record read from a file is ``completed`` only when its fields say so
+([`completion_problem`][pipegnn.record.completion_problem], which
+[`pipegnn.results.records.record_of`][pipegnn.results.records.record_of] applies to every record file and
+archive line): at least one epoch, and each accuracy of ``final`` (`COMPLETED_ACCURACIES`), and each accuracy
+an epoch holds, a number from 0 to 1. A ``completed`` record without them is malformed (the runs table lists
+it as ``unreadable``, and ``resume=true`` runs its job again).
 """
 from __future__ import annotations
 
@@ -57,7 +60,8 @@ class Status(StrEnum):
     INTERRUPTED = "interrupted"  # SIGTERM or SIGINT; the epochs finished so far are kept
 
 
-#: Field metadata key: where a spawned pipeline's run record takes the field from (:meth:`RunRecord.combine`).
+#: Field metadata key: where a spawned pipeline's run record takes the field from
+#: ([`RunRecord.combine`][pipegnn.record.RunRecord.combine]).
 COMBINE = "combine"
 #: ... the launcher's own value (the process that started the workers).
 LAUNCHER = "launcher"
@@ -90,7 +94,8 @@ class RunRecord(Mapping[str, Any]):
     section is a JSON object (its content is the section's writer's: see ``docs/records.md``).
 
     Each field's ``metadata[COMBINE]`` says where a spawned pipeline's run takes it from
-    (:meth:`combine`), ``metadata[OPTIONAL]`` whether None leaves it out (:meth:`to_dict`).
+    ([`combine`][pipegnn.record.RunRecord.combine]), ``metadata[OPTIONAL]`` whether None leaves it out
+    ([`to_dict`][pipegnn.record.RunRecord.to_dict]).
 
     Read-only, a record is also a mapping of its written form (``record["status"] == "completed"``,
     ``record.get("pipeline")``), for readers written against the JSON; a writer sets the fields.
@@ -130,13 +135,14 @@ class RunRecord(Mapping[str, Any]):
     #: The signal that ended an interrupted run.
     interrupted: dict[str, Any] | None = field(default=None, metadata=_meta(LAUNCHER, True))
     traceback: str | None = field(default=None, metadata=_meta(LAUNCHER, True))
-    #: The order of the keys the record was read with (:meth:`from_dict`), which :meth:`to_dict` keeps.
+    #: The order of the keys the record was read with ([`from_dict`][pipegnn.record.RunRecord.from_dict]),
+    #: which [`to_dict`][pipegnn.record.RunRecord.to_dict] keeps.
     _order: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as written (JSON-ready): ``record_version`` first, then the fields in their order
-        (a record read by :meth:`from_dict`: in the order read), optional sections that are None left
-        out. The sections are the record's own objects, not copies."""
+        (a record read by [`from_dict`][pipegnn.record.RunRecord.from_dict]: in the order read), optional
+        sections that are None left out. The sections are the record's own objects, not copies."""
         out: dict[str, Any] = {}
         for f in _FIELDS:
             value = getattr(self, f.name)
@@ -150,8 +156,8 @@ class RunRecord(Mapping[str, Any]):
 
     @classmethod
     def from_dict(cls, d: Any, path: str | Path | None = None) -> RunRecord:
-        """The record in ``d`` (a record's JSON value, of any version: :func:`migrate` brings it to
-        :data:`RECORD_VERSION`). The record shares ``d``'s sections.
+        """The record in ``d`` (a record's JSON value, of any version: [`migrate`][pipegnn.record.migrate]
+        brings it to `RECORD_VERSION`). The record shares ``d``'s sections.
 
         Raises:
             RecordFormatError: naming ``path`` (when given) and the key: not a JSON object, a key that
@@ -168,7 +174,7 @@ class RunRecord(Mapping[str, Any]):
     def combine(cls, parent: RunRecord, rank0: RunRecord | Mapping[str, Any] | None,
                 epochs: Sequence[dict[str, Any]] = (), completed: bool = False) -> RunRecord:
         """The record of a spawned pipeline's run: the launcher's ``parent`` record with the fields that
-        :data:`COMBINE` says come from rank 0 taken from ``rank0``'s record (those it has; None: rank 0
+        `COMBINE` says come from rank 0 taken from ``rank0``'s record (those it has; None: rank 0
         reported nothing), ``memory`` only when the run ``completed``; its ``epochs`` are the ``epochs``
         rank 0 streamed while it ran when they are more than its record has (rank 0 failed before it
         could report them all)."""
@@ -225,8 +231,8 @@ def _accuracy_problem(value: Any) -> str | None:
 def completion_problem(record: RunRecord) -> str | None:
     """Why ``record``, whose status is ``completed``, does not hold what a completed run writes (None
     when it does, or when its status is another): no epoch, or an accuracy of ``final``
-    (:data:`COMPLETED_ACCURACIES`) or of an epoch that is absent or no number from 0 to 1. Phrased as
-    :class:`RecordFormatError`'s reasons are (``malformed record: ...``)."""
+    (`COMPLETED_ACCURACIES`) or of an epoch that is absent or no number from 0 to 1. Phrased as
+    [`RecordFormatError`][pipegnn.record.RecordFormatError]'s reasons are (``malformed record: ...``)."""
     if record.status is not Status.COMPLETED:
         return None
     if not record.epochs:
@@ -255,7 +261,7 @@ def _kind(value: Any) -> str:
 
 
 def migrate(d: Any, path: str | Path | None = None) -> dict[str, Any]:
-    """The record ``d`` (a JSON value) as a record of :data:`RECORD_VERSION` (``d`` itself when it is
+    """The record ``d`` (a JSON value) as a record of `RECORD_VERSION` (``d`` itself when it is
     one; else a new dict, ``d`` untouched): each version's step in turn (1 -> 2: see the module doc).
 
     Raises:
@@ -300,7 +306,8 @@ _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_
 
 def _check(d: dict[str, Any], path: str | Path | None) -> None:
     """``d`` (a current record) holds the record's keys, each of its field's type, and the shapes the
-    runs table relies on; else :class:`RecordFormatError` naming the first problem."""
+    runs table relies on; else [`RecordFormatError`][pipegnn.record.RecordFormatError] naming the first
+    problem."""
     def bad(problem: str, key: str) -> RecordFormatError:
         return RecordFormatError(f"malformed record: {problem}", key, path)
 

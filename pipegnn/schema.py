@@ -2,17 +2,17 @@
 
 The YAML files under ``conf/`` stay the source of every default; these dataclasses only give the keys
 and their types (fields are ``MISSING``, filled from the YAML; ``None`` only for an optional key a
-YAML may leave out; every choice an enum of :mod:`pipegnn.choices`), so that composition itself rejects
-a misspelt key (``model.hiden=8``), a value of the wrong type (``chunks=abc``) or one that is not among
-its key's choices (``microbatch.halo=fancy``) with Hydra's error. They are also the runtime type of a
-run's config (:func:`pipegnn.runconfig.run_config`).
+YAML may leave out; every choice an enum of [`pipegnn.choices`][pipegnn.choices]), so that composition itself
+rejects a misspelt key (``model.hiden=8``), a value of the wrong type (``chunks=abc``) or one that is not
+among its key's choices (``microbatch.halo=fancy``) with Hydra's error. They are also the runtime type of a
+run's config ([`pipegnn.runconfig.run_config`][pipegnn.runconfig.run_config]).
 
 Checks that involve several fields (balance vs layers, chunks vs targets, ...) are made beside what
-they protect (:func:`pipegnn.training.launch.check_run` runs them all), which record them as
-``invalid`` runs with one clear message.
+they protect ([`pipegnn.training.launch.check_run`][pipegnn.training.launch.check_run] runs them all), which
+record them as ``invalid`` runs with one clear message.
 
-Call :func:`register` before composing (``experiments/train.py`` does at import, the tests' ``make_cfg``
-does too); without it everything composes as before, untyped. The schemas are stored under
+Call [`register`][pipegnn.schema.register] before composing (``experiments/train.py`` does at import, the
+tests' ``make_cfg`` does too); without it everything composes as before, untyped. The schemas are stored under
 ``schema/<group>/<option>`` and ``conf/config.yaml`` pulls each one in *before* the option's YAML
 (``optional schema/model@model: ${model}``), so the YAML's values fill the schema (Hydra's merge order
 for "structured config schema for YAML files", without touching the option files). An option without
@@ -101,7 +101,8 @@ class StudyGraphConfig(DatasetConfig):
 
 @dataclass
 class SyntheticConfig(DatasetConfig):
-    """``dataset=synthetic`` (and its presets): :class:`pipegnn.data.synthetic.SyntheticSpec`'s fields."""
+    """``dataset=synthetic`` (and its presets):
+    [`pipegnn.data.synthetic.SyntheticSpec`][pipegnn.data.synthetic.SyntheticSpec]'s fields."""
 
     preset: Optional[str] = MISSING
     num_nodes: int = MISSING
@@ -265,7 +266,7 @@ class LoggerConfig:
 class Config:
     """The primary config (``conf/config.yaml``). The group nodes are ``Any`` at composition because each
     group option brings its own schema (a GAT has heads, a GCN has not); in a run's config
-    (:func:`run_config`) they hold that schema's object."""
+    ([`run_config`][pipegnn.runconfig.run_config]) they hold that schema's object."""
 
     dataset: Any = MISSING
     model: Any = MISSING
@@ -281,8 +282,8 @@ class Config:
 
 
 #: Each config group's schema by the ``name`` of its node: the option of that name composes on it, and a
-#: run's config (:func:`pipegnn.runconfig.run_config`) types a node by its name (a preset such as
-#: ``dataset=synthetic_density``, which has no schema of its own, by ``synthetic``).
+#: run's config ([`pipegnn.runconfig.run_config`][pipegnn.runconfig.run_config]) types a node by its name (a
+#: preset such as ``dataset=synthetic_density``, which has no schema of its own, by ``synthetic``).
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "dataset": {**{name: DatasetConfig for name in DatasetName},
                 DatasetName.pubmed_topology: PubmedTopologyConfig, DatasetName.synthetic: SyntheticConfig,
@@ -334,8 +335,8 @@ OmegaConf.register_new_resolver("targets_for_halo", targets_for_halo, replace=Tr
 
 
 def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
-    """The run configuration Hydra composes from :func:`config_dir` with ``overrides`` (schemas
-    registered), as ``experiments/train.py`` would, for scripts, benchmarks and tests."""
+    """The run configuration Hydra composes from [`config_dir`][pipegnn.schema.config_dir] with ``overrides``
+    (schemas registered), as ``experiments/train.py`` would, for scripts, benchmarks and tests."""
     from hydra import compose, initialize_config_dir
 
     register()
@@ -345,7 +346,8 @@ def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = Fa
 
 def register() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent; call before composing), and make a
-    misspelt key's composition error name the valid keys (:func:`pipegnn.composition.install`)."""
+    misspelt key's composition error name the valid keys
+    ([`pipegnn.composition.install`][pipegnn.composition.install])."""
     from hydra.core.config_store import ConfigStore
 
     from pipegnn.composition import install

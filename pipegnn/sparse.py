@@ -54,7 +54,8 @@ def csr_rows(x: Tensor, index: Tensor) -> Tensor:
 
 
 def sparse_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
-    """Dropout of CSR matrix ``x``'s stored values (:func:`pipegnn.dropout.dropout`'s mask)."""
+    """Dropout of CSR matrix ``x``'s stored values ([`pipegnn.dropout.dropout`][pipegnn.dropout.dropout]'s
+    mask)."""
     if not training or p <= 0:
         return x
     return _csr(x.crow_indices(), x.col_indices(), dropout(x.values(), p, training), x.size(0), x.size(1))

@@ -1,8 +1,8 @@
 """Framework adapters: everything framework-specific lives in one adapter per framework.
 
-An adapter provides five methods (see :class:`Backend`); staging, engines and the trainer call only
-these and never branch on the framework. The DGL adapter is imported only when asked for, so PyG-only
-runs do not pay DGL's import time.
+An adapter provides five methods (see [`Backend`][pipegnn.backends.Backend]); staging, engines and the trainer
+call only these and never branch on the framework. The DGL adapter is imported only when asked for, so
+PyG-only runs do not pay DGL's import time.
 
 Aggregation (``model.aggregation``): an adapter is made for one choice (``get_backend(name,
 aggregation)``, or ``backend.with_aggregation(...)``), and its ``structure`` builds each micro-batch
@@ -50,11 +50,11 @@ class Backend(Protocol):
     def computation_graph(kind: str, edge_index: Tensor, num_nodes: int,
                           dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor | None]:
         """Full-graph edges (self-loops, normalisation weights of ``dtype``) that model ``kind`` reads
-        (ConfigError if ``kind`` is not one of :data:`KINDS`)."""
+        (ConfigError if ``kind`` is not one of `KINDS`)."""
 
     def conv(self, kind: str, spec: LayerSpec) -> nn.Module:
         """The framework's own layer for one LayerSpec (ConfigError if ``kind`` is not one of
-        :data:`KINDS` or the aggregation is not available for it)."""
+        `KINDS` or the aggregation is not available for it)."""
 
     @staticmethod
     def split(conv: nn.Module) -> tuple[nn.Module, nn.Module]:

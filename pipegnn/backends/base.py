@@ -16,7 +16,8 @@ from pipegnn.errors import ConfigError, check_choice
 __all__ = ["AGGREGATIONS", "KINDS", "NORMALISED", "Adapter", "TakenOut", "aggregations", "check_aggregation",
            "check_kind"]
 
-#: ``model.aggregation`` values (which ones a framework offers per model: :func:`aggregations`).
+#: ``model.aggregation`` values (which ones a framework offers per model:
+#: [`aggregations`][pipegnn.backends.base.aggregations]).
 AGGREGATIONS = names(Aggregation)
 #: Model kinds (``model.name``) every adapter builds layers and computation graphs for.
 KINDS = names(ModelName)
@@ -33,7 +34,7 @@ _WHY = {("pyg", "gat"): "PyG's GATConv needs per-edge attention values, it has n
 
 
 def check_kind(kind: str) -> None:
-    """Raise ConfigError unless the adapters know model ``kind`` (one of :data:`KINDS`)."""
+    """Raise ConfigError unless the adapters know model ``kind`` (one of `KINDS`)."""
     check_choice(kind, KINDS, "model.name")
 
 
@@ -54,7 +55,7 @@ def check_aggregation(framework: str, kind: str, aggregation: str) -> None:
 
 
 class Adapter:
-    """Base of the framework adapters: holds ``aggregation``, checked against :data:`AGGREGATIONS`.
+    """Base of the framework adapters: holds ``aggregation``, checked against `AGGREGATIONS`.
 
     Raises:
         ConfigError: unknown aggregation.

@@ -62,7 +62,7 @@ class WeightTransform(nn.Module):
 
 class SplitSAGEConv(nn.Module):
     """DGL's SAGEConv (mean aggregator) with ``fc_neigh`` and ``fc_self`` taken out (the bias of
-    ``fc_self`` went with them, into the :class:`~pipegnn.models.sage.SAGETransform`): over
+    ``fc_self`` went with them, into the [`SAGETransform`][pipegnn.models.sage.SAGETransform]): over
     ``[neighbour | root]`` rows it adds the mean of the neighbour half over each target's in-edges to the
     root half of the target's own row (a block's first ``num_dst`` rows).
 
@@ -170,11 +170,13 @@ class DglBackend(Adapter):
         """``(transform, rest)``: the layer's own dense transform and the layer without it.
 
         GATConv: its ``fc`` Linear (applied to the input first, nothing else reads it). GraphConv: its
-        ``weight`` parameter, moved into a :class:`WeightTransform`; a GraphConv without a weight only
-        normalises and aggregates (DGL applies the weight before or after aggregating, which gives the
-        same result; with the weight taken out it is always applied before). SAGEConv: ``fc_neigh``
-        and ``fc_self`` (with the bias) become one :class:`SAGETransform`, the rest is a
-        :class:`SplitSAGEConv` (exact because the mean is linear; see :mod:`pipegnn.models.sage`).
+        ``weight`` parameter, moved into a [`WeightTransform`][pipegnn.backends.dgl.WeightTransform]; a
+        GraphConv without a weight only normalises and aggregates (DGL applies the weight before or after
+        aggregating, which gives the same result; with the weight taken out it is always applied before).
+        SAGEConv: ``fc_neigh`` and ``fc_self`` (with the bias) become one
+        [`SAGETransform`][pipegnn.models.sage.SAGETransform], the rest is a
+        [`SplitSAGEConv`][pipegnn.backends.dgl.SplitSAGEConv] (exact because the mean is linear; see
+        [`pipegnn.models.sage`][pipegnn.models.sage]).
         """
         if isinstance(conv, BlockGCN2Conv):  # its weight comes after aggregating: nothing to take out
             return nn.Identity(), conv

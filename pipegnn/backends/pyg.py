@@ -37,8 +37,8 @@ def sparse_adjacency(edge_index: Tensor, edge_weight: Tensor | None, num_src: in
 
 class SplitSAGEConv(nn.Module):
     """PyG's SAGEConv with both linears taken out (its bias went with them, into the
-    :class:`~pipegnn.models.sage.SAGETransform`): over ``[neighbour | root]`` rows it adds the mean of the
-    neighbour half over each target's in-edges to the root half of the target's own row.
+    [`SAGETransform`][pipegnn.models.sage.SAGETransform]): over ``[neighbour | root]`` rows it adds the mean
+    of the neighbour half over each target's in-edges to the root half of the target's own row.
 
     Args:
         conv: the SAGEConv whose ``lin_l`` and ``lin_r`` were taken out.
@@ -114,8 +114,10 @@ class PygBackend(Adapter):
         without it. GATConv and GCNConv apply ``self.lin`` to their input first and nothing else
         touches it, so the rest computes what the whole layer computes from transformed rows.
 
-        SAGEConv: ``lin_l`` (with the bias) and ``lin_r`` become one :class:`SAGETransform`, the rest is
-        a :class:`SplitSAGEConv` (exact because the mean is linear; see :mod:`pipegnn.models.sage`).
+        SAGEConv: ``lin_l`` (with the bias) and ``lin_r`` become one
+        [`SAGETransform`][pipegnn.models.sage.SAGETransform], the rest is a
+        [`SplitSAGEConv`][pipegnn.backends.pyg.SplitSAGEConv] (exact because the mean is linear; see
+        [`pipegnn.models.sage`][pipegnn.models.sage]).
 
         GCN2Conv applies its weight after aggregating: nothing to take out (an identity transform)."""
         if isinstance(conv, GCN2Conv):
@@ -133,8 +135,9 @@ class PygBackend(Adapter):
         """A block as PyG layers take it: the local edges as PyG's ``EdgeIndex`` of size
         ``(num_src, num_dst)`` and their weights (``messages``), so that a layer writes the block's
         ``num_dst`` target rows only (from a plain ``edge_index`` PyG sizes the output by the input rows,
-        halo rows included); or the CSR adjacency ``[num_dst, num_src]`` of :func:`sparse_adjacency`
-        (``sparse``). Plans keep int32 local ids; PyG's scatters need int64: converted here, once."""
+        halo rows included); or the CSR adjacency ``[num_dst, num_src]`` of
+        [`sparse_adjacency`][pipegnn.backends.pyg.sparse_adjacency] (``sparse``). Plans keep int32 local ids;
+        PyG's scatters need int64: converted here, once."""
         if self.aggregation == "sparse":
             return sparse_adjacency(edge_index, edge_weight, num_src, num_dst)
         return EdgeIndex(edge_index.long(), sparse_size=(num_src, num_dst)), edge_weight

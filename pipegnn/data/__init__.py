@@ -1,21 +1,21 @@
 """Datasets behind one ``load_graph``: Planetoid and PubMed's topology with random features from the raw
 Planetoid files, OGB (arxiv, products) and Reddit from their raw files, the GNN benchmark study's
-co-purchase and co-authorship graphs from its ``.npz`` files (:mod:`pipegnn.data.study_graphs`), and
-embedded synthetic graphs.
+co-purchase and co-authorship graphs from its ``.npz`` files
+([`pipegnn.data.study_graphs`][pipegnn.data.study_graphs]), and embedded synthetic graphs.
 
 Nothing read from the (writable) cache can execute code: no PyG or ogb dataset class is used (they
 ``torch.load`` their processed files with ``weights_only=False``), processed graphs are plain tensors
 read with ``weights_only=True``, ``.npz`` files are read with ``allow_pickle=False``, and raw Planetoid
 files, pickles by their format, go through a restricted unpickler; keep them in a trusted
-``data.root`` all the same (see :mod:`pipegnn.data.planetoid`). A cache folder that cannot be written
-is no error: the graph is built in memory, with one warning.
+``data.root`` all the same (see [`pipegnn.data.planetoid`][pipegnn.data.planetoid]). A cache folder that
+cannot be written is no error: the graph is built in memory, with one warning.
 
 With ``features="disk"`` (``data.features=disk``) the node features are kept in a feature file under
-``<cache>/features/`` (:mod:`pipegnn.data.features`) instead of memory: a synthetic graph writes them
-there block by block straight from its generator (the file is cached by the spec, so a graph larger
-than memory never exists whole); a real graph is loaded whole once, as in memory mode, and its
+``<cache>/features/`` ([`pipegnn.data.features`][pipegnn.data.features]) instead of memory: a synthetic graph
+writes them there block by block straight from its generator (the file is cached by the spec, so a graph
+larger than memory never exists whole); a real graph is loaded whole once, as in memory mode, and its
 features are written to the file once (cached by their content) and dropped from memory.
-``features="sparse"`` keeps them in memory as a CSR matrix (:mod:`pipegnn.sparse`: bag-of-words
+``features="sparse"`` keeps them in memory as a CSR matrix ([`pipegnn.sparse`][pipegnn.sparse]: bag-of-words
 features, whose first transform is then a sparse product). ``features="none"`` gives the topology, labels
 and split only (a pipeline rank that never reads features): a synthetic graph's features are not even
 generated.
@@ -58,7 +58,8 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
     Args:
         dataset: the typed ``dataset`` config, or its keys (``name`` plus, for synthetic graphs,
             SyntheticSpec fields; for pubmed_topology the features' ``seed``; for the study's graphs
-            the split), the rest from the dataset's YAML (:func:`pipegnn.runconfig.group_config`).
+            the split), the rest from the dataset's YAML
+            ([`pipegnn.runconfig.group_config`][pipegnn.runconfig.group_config]).
         root: read-only folder with raw files in each loader's layout (``<Name>/raw/...``), or None.
         cache: folder where loaders keep downloads and processed graphs (may be read-only, except
             with ``features="disk"``, which writes its feature file there).

@@ -1,6 +1,7 @@
 """What the loaders of downloadable datasets share: finding their raw files in the read-only data root
-or the cache, bounding a download's waits, and the one :class:`DatasetUnavailable` message that names
-the missing files, the URL and the folder to put them in."""
+or the cache, bounding a download's waits, and the one
+[`DatasetUnavailable`][pipegnn.errors.DatasetUnavailable] message that names the missing files, the URL and
+the folder to put them in."""
 from __future__ import annotations
 
 import contextlib

@@ -2,13 +2,13 @@
 the staging folder through which loaders download into that cache.
 
 A graph's node features are either in memory (``x``) or described by ``features`` (a
-:class:`~pipegnn.data.features.FeatureMeta`: on disk, ``data.features=disk``, or not read by this
+[`FeatureMeta`][pipegnn.data.features.FeatureMeta]: on disk, ``data.features=disk``, or not read by this
 process at all, e.g. a pipeline rank without the first layer); every other field is always in memory.
 
 A saved graph holds plain tensors, a name, an int, a format number and its content checksum
-(:mod:`pipegnn.integrity`), and is read back with ``torch.load(..., weights_only=True)``: nothing read
-from a cache folder can execute code. A file that is unreadable, damaged in place or not the graph asked
-for is ignored with a warning (the loader rebuilds it). A cache
+([`pipegnn.integrity`][pipegnn.integrity]), and is read back with ``torch.load(..., weights_only=True)``:
+nothing read from a cache folder can execute code. A file that is unreadable, damaged in place or not the
+graph asked for is ignored with a warning (the loader rebuilds it). A cache
 folder that cannot be written is no error: the graph is built in memory, with one warning.
 """
 from __future__ import annotations
@@ -145,8 +145,9 @@ def save_graph(graph: Graph, path: str | Path) -> bool:
 
 
 def load_saved_graph(path: str | Path, name: str) -> Graph | None:
-    """The graph :func:`save_graph` wrote to ``path``, read with ``weights_only=True``; None when there
-    is no such file, or (with a warning) when it cannot be read or is not a graph named ``name``."""
+    """The graph [`save_graph`][pipegnn.data.graph.save_graph] wrote to ``path``, read with
+    ``weights_only=True``; None when there is no such file, or (with a warning) when it cannot be read or is
+    not a graph named ``name``."""
     path = Path(path)
     if not path.is_file():
         return None

@@ -6,10 +6,11 @@ files with ``torch.load(weights_only=False)``, so a crafted file in a writable c
 Raw files are read in place from the data root (never copied), else from the cache, where missing ones
 are downloaded. None of them can carry code: CSV text and ``.npz`` archives read with
 ``allow_pickle=False``. The graph built from them is kept in ``<cache>/<folder>/processed/`` as plain
-tensors (:func:`pipegnn.data.graph.save_graph`, read back with ``weights_only=True``); delete that file
-to rebuild it. A cache that cannot be written is no error: the graph is built in memory (one warning).
-A download that fails becomes one :class:`DatasetUnavailable` naming the files, the URL and the
-folder to put them in.
+tensors ([`pipegnn.data.graph.save_graph`][pipegnn.data.graph.save_graph], read back with
+``weights_only=True``); delete that file to rebuild it. A cache that cannot be written is no error: the graph
+is built in memory (one warning). A download that fails becomes one
+[`DatasetUnavailable`][pipegnn.errors.DatasetUnavailable] naming the files, the URL and the folder to put them
+in.
 """
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ REDDIT_FILES = ("reddit_data.npz", "reddit_graph.npz")
 
 
 def load_large(name: str, root: str | Path | None, cache_dir: str | Path) -> Graph:
-    """Load ``ogbn-arxiv``, ``ogbn-products`` or ``reddit`` (see :func:`load_ogb`, :func:`load_reddit`)."""
+    """Load ``ogbn-arxiv``, ``ogbn-products`` or ``reddit`` (see [`load_ogb`][pipegnn.data.large.load_ogb],
+    [`load_reddit`][pipegnn.data.large.load_reddit])."""
     if name in OGB_DATASETS:
         return load_ogb(name, root, cache_dir)
     if name == "reddit":

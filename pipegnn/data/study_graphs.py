@@ -8,15 +8,16 @@ Files: ``<data.root>/<Family>/<Name>/raw/<file>.npz`` (PyG's layout; read in pla
 ``allow_pickle=False`` and only its numeric arrays (the adjacency and attribute CSR matrices, the labels):
 every array's declared shape is checked against its size in the archive and against the others (node
 counts, index ranges, row pointers) before anything is allocated, and the dense features' size against
-the memory available, so a damaged, truncated or crafted file is one :class:`DatasetUnavailable` before
-training; so is the file of another of these graphs put in place of this one.
+the memory available, so a damaged, truncated or crafted file is one
+[`DatasetUnavailable`][pipegnn.errors.DatasetUnavailable] before training; so is the file of another of these
+graphs put in place of this one.
 
 The graph is the study's standardised one (its ``standardize``): unweighted, undirected, without self
 loops, its largest connected component; features binary bag-of-words (a count becomes 1), dense float32.
-It is cached as plain tensors (:func:`pipegnn.data.graph.save_graph`, read back with
-``weights_only=True``, checksummed) under ``processed/<the raw file's sha256>/``, so a replaced raw file
+It is cached as plain tensors ([`pipegnn.data.graph.save_graph`][pipegnn.data.graph.save_graph], read back
+with ``weights_only=True``, checksummed) under ``processed/<the raw file's sha256>/``, so a replaced raw file
 is never shadowed by the graph of the old one. The graphs have no standard split: each run draws its
-own (``dataset.split``, ``dataset.split_seed``; :mod:`pipegnn.data.splits`).
+own (``dataset.split``, ``dataset.split_seed``; [`pipegnn.data.splits`][pipegnn.data.splits]).
 """
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ def load_study_graph(dataset: StudyGraphConfig, root: str | Path | None, cache: 
     Raises:
         DatasetUnavailable: the file is neither under ``root`` nor in the cache and cannot be downloaded,
             or it cannot be read, is damaged, or holds another graph.
-        ConfigError: a split that cannot be drawn (:func:`pipegnn.data.splits.draw_split`).
+        ConfigError: a split that cannot be drawn
+            ([`pipegnn.data.splits.draw_split`][pipegnn.data.splits.draw_split]).
     """
     name = str(dataset.name)
     spec = STUDY_FILES[name]

@@ -40,8 +40,10 @@ __all__ = ["AUTO", "IGNORE", "SCHEDULES", "Engine", "GPipeEngine", "PipeliningEn
 
 def build_engine(engine: EngineConfig, model: StagedGNN, train_ids: Tensor) -> Engine:
     """The engine an (already validated) ``engine`` config describes (``pipelining``: this process's
-    rank, inside :func:`pipegnn.training.processes.group.process_group`) for the training micro-batches
-    ``train_ids`` (their number is the engine's chunks; timed per unit for ``engine.balance=auto``)."""
+    rank, inside
+    [`pipegnn.training.processes.group.process_group`][pipegnn.training.processes.group.process_group]) for
+    the training micro-batches ``train_ids`` (their number is the engine's chunks; timed per unit for
+    ``engine.balance=auto``)."""
     chunks = train_ids.numel()
     if isinstance(engine, SingleEngineConfig):
         return SingleEngine(model, parse_device(engine.device), chunks, engine.timeline)
@@ -69,7 +71,8 @@ def _balance(engine: StagedEngineConfig, model: StagedGNN, parts: int, per_part:
              lazy_first: bool = False) -> tuple[list[int], str, dict[str, float] | None]:
     """Units per stage (``parts * per_part`` stages), how they were chosen (``auto``, ``config``,
     ``even``) and, for ``auto``, the measured seconds per unit (this process measures if ``measure``;
-    ``lazy_first``: as the engine runs its first transform, see :func:`measure_unit_costs`)."""
+    ``lazy_first``: as the engine runs its first transform, see
+    [`measure_unit_costs`][pipegnn.engines.balance.measure_unit_costs])."""
     balance = engine.balance
     if balance == AUTO:
         if not measure:

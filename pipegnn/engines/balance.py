@@ -1,19 +1,21 @@
 """Where a pipeline's stage boundaries fall: ``engine.balance`` in layers or units, or ``auto``.
 
-A model of L layers is 2L units (``transform<l>``, ``propagate<l>``, see :mod:`pipegnn.models.base`),
-and GCNII's input and output Linear are two more; stage boundaries may fall between any two units.
-``engine.balance`` is
+A model of L layers is 2L units (``transform<l>``, ``propagate<l>``, see
+[`pipegnn.models.base`][pipegnn.models.base]), and GCNII's input and output Linear are two more; stage
+boundaries may fall between any two units. ``engine.balance`` is
 
 - null: units as even as possible over the stages;
 - a list summing to ``model.layers``: whole layers per stage (each layer is its two units, the first
   layer with an input Linear and the last with an output Linear where the model has them);
 - a list summing to the number of units: units per stage (a boundary may cut a layer);
 - ``auto``: boundaries chosen from each unit's forward + backward time, measured on a few training
-  micro-batches before training (:func:`measure_unit_costs`), as the contiguous partition whose busiest
-  stage is cheapest (:func:`auto_balance`). Moving activations between stages is not counted: every
-  boundary sends a layer's transformed or propagated rows, of similar size. Per-node dropout masks
-  (``microbatch.halo_dropout=node``) are a cost of the pipelining engine's first stage only: it draws
-  them inside its micro-batches, the others while they wait for their first (:func:`mask_draw_costs`).
+  micro-batches before training ([`measure_unit_costs`][pipegnn.engines.balance.measure_unit_costs]), as the
+  contiguous partition whose busiest stage is cheapest
+  ([`auto_balance`][pipegnn.engines.balance.auto_balance]). Moving activations between stages is not counted:
+  every boundary sends a layer's transformed or propagated rows, of similar size. Per-node dropout masks
+  (``microbatch.halo_dropout=node``) are a cost of the pipelining engine's first stage
+  only: it draws them inside its micro-batches, the others while they wait for their first
+  ([`mask_draw_costs`][pipegnn.engines.balance.mask_draw_costs]).
 
 Written here rather than taken from torchgpipe: its ``balance_by_time`` profiles one sample batch that
 it splits like any tensor, while a micro-batch here is selected by its id and micro-batches differ in
@@ -89,10 +91,10 @@ def measure_unit_costs(model: StagedGNN, ids: Tensor, device: torch.device, pass
     so their own share would overstate it; the transform's backward runs once, after the last one).
 
     Per-node dropout masks are drawn before each pass, so no unit's time has them (see
-    :func:`mask_draw_costs`). Each unit runs on the previous unit's detached output, as torchgpipe's
-    profiler does. The model is moved to ``device`` and left there; the random number generators and
-    parameter gradients are as before (so a run with ``balance=auto`` trains exactly as with the
-    balance it chose).
+    [`mask_draw_costs`][pipegnn.engines.balance.mask_draw_costs]). Each unit runs on the previous unit's
+    detached output, as torchgpipe's profiler does. The model is moved to ``device`` and left there; the
+    random number generators and parameter gradients are as before (so a run with ``balance=auto`` trains
+    exactly as with the balance it chose).
     """
     model.to(device)
     was_training = model.training

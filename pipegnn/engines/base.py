@@ -52,9 +52,9 @@ def exact_loss(logits: Tensor, labels: Tensor, num_targets: int) -> Tensor:
 class Engine:
     """Runs a StagedGNN over micro-batch ids.
 
-    Subclasses implement :meth:`outputs`, yielding logits in micro-batch order, in as many pieces as
-    the engine can back-propagate separately, and set :attr:`info` (what the pipeline is) and
-    :attr:`timeline` (None when ``engine.timeline=false``).
+    Subclasses implement `outputs`, yielding logits in micro-batch order, in as many pieces as
+    the engine can back-propagate separately, and set `info` (what the pipeline is) and
+    `timeline` (None when ``engine.timeline=false``).
     """
 
     devices: list[torch.device]
@@ -63,7 +63,8 @@ class Engine:
     #: the first layer's Transform unit when this process runs it (its once-per-step transform)
     first: Transform | None = None
     #: the once-per-step first transform computes each row when a micro-batch first needs it
-    #: (:meth:`Transform.begin_step`), not all rows before the first micro-batch
+    #: ([`Transform.begin_step`][pipegnn.models.transform.Transform.begin_step]), not all rows before the
+    #: first micro-batch
     lazy_first = False
     _id_tensors: dict[tuple, Tensor] | None = None  # id_tensor's, per set of ids and grad mode
 
@@ -82,7 +83,8 @@ class Engine:
         """Micro-batch ids as the pipe carries them: float (exact below 2**24), requiring grad while
         training, because torchgpipe back-propagates through every output of a checkpointed stage.
         Made once per set of ids and kept on the device: a copy from host memory each step would wait
-        for the device (the units never read its values: :mod:`pipegnn.microbatch.current`)."""
+        for the device (the units never read its values:
+        [`pipegnn.microbatch.current`][pipegnn.microbatch.current])."""
         grad = torch.is_grad_enabled()
         key = (tuple(ids.tolist()), grad)
         if self._id_tensors is None:
@@ -92,15 +94,16 @@ class Engine:
         return self._id_tensors[key]
 
     def train_step(self, ids: Tensor, labels: Tensor, num_targets: int) -> float:
-        """One training step (:meth:`step_loss`), its loss read on the host: the step's one wait for
-        the device."""
+        """One training step ([`step_loss`][pipegnn.engines.base.Engine.step_loss]), its loss read on the
+        host: the step's one wait for the device."""
         return float(self.step_loss(ids, labels, num_targets))
 
     def step_loss(self, ids: Tensor, labels: Tensor, num_targets: int) -> Tensor:
         """Forward and backward over all micro-batches; gradients accumulate in the parameters.
 
-        The loss is :func:`exact_loss`, so the accumulated gradient equals the full-batch mean-loss
-        gradient. The step's stage timeline is recorded (read it with :meth:`step_boxes`).
+        The loss is [`exact_loss`][pipegnn.engines.base.exact_loss], so the accumulated gradient equals the
+        full-batch mean-loss gradient. The step's stage timeline is recorded (read it with
+        [`step_boxes`][pipegnn.engines.base.Engine.step_boxes]).
 
         Args:
             ids: micro-batch ids.
@@ -157,7 +160,8 @@ class Engine:
     @torch.no_grad()
     def refresh(self, model: StagedGNN, ids: Tensor) -> Tensor:
         """Layer-wise inference over ``ids``'s micro-batches, refreshing every history cache
-        (historical halos; :meth:`StagedGNN.refresh`); returns the logits in micro-batch order."""
+        (historical halos; [`StagedGNN.refresh`][pipegnn.models.base.StagedGNN.refresh]); returns the logits
+        in micro-batch order."""
         return model.refresh(ids)
 
     def history_traffic(self, model: StagedGNN) -> dict[str, dict[str, float]]:

@@ -2,17 +2,18 @@
 recorded once as a CUDA graph and replayed, so that a step costs the host one launch and one read.
 
 A plan is static (the same micro-batches and shapes every epoch) and a training step waits for the
-device only for its loss (:mod:`pipegnn.microbatch.current`, ``tests/test_hostcalls.py``), so every
-kernel of a step (each micro-batch's forward and backward, the once-per-step first transform, Adam with
-``capturable=True``) can be recorded once (``torch.cuda.graph``) and replayed by one call. Dropout
-draws new masks on every replay (torch's graph-safe RNG).
+device only for its loss ([`pipegnn.microbatch.current`][pipegnn.microbatch.current],
+``tests/test_hostcalls.py``), so every kernel of a step (each micro-batch's forward and backward, the
+once-per-step first transform, Adam with ``capturable=True``) can be recorded once (``torch.cuda.graph``) and
+replayed by one call. Dropout draws new masks on every replay (torch's graph-safe RNG).
 
 Epochs: the first runs eagerly on a side stream (what torch asks before a capture: lazily built
 structures, index caches and library workspaces exist afterwards); the second records the graph, then
 replays it (so it also trains); later ones replay. The evaluation graph is recorded at the first
 evaluation after the training graph, in the same memory pool.
 
-What cannot be captured is refused before training (:func:`capture_problems`), each with its reason.
+What cannot be captured is refused before training
+([`capture_problems`][pipegnn.engines.capture.capture_problems]), each with its reason.
 """
 from __future__ import annotations
 
@@ -64,8 +65,8 @@ class Replayed:
     Args:
         engine: the single engine, on a CUDA device.
         optimizer: its optimizer, built with ``capturable=True`` (or None: no parameters to step).
-        ids, labels, num_targets: the training step's arguments (:meth:`Engine.step_loss`), the
-            same every step.
+        ids, labels, num_targets: the training step's arguments
+            ([`Engine.step_loss`][pipegnn.engines.base.Engine.step_loss]), the same every step.
         eval_ids: the evaluation pass's micro-batches.
     """
 
@@ -119,9 +120,10 @@ class Replayed:
 
     @torch.no_grad()
     def predict(self) -> Tensor:
-        """The evaluation pass's logits (:meth:`Engine.predict`): eager until the training graph exists,
-        then recorded once (in its memory pool) and replayed. The tensor is the graph's output, in the
-        pool the training graph shares: read it before the next :meth:`train_step`."""
+        """The evaluation pass's logits ([`Engine.predict`][pipegnn.engines.base.Engine.predict]): eager until
+        the training graph exists, then recorded once (in its memory pool) and replayed. The tensor is the
+        graph's output, in the pool the training graph shares: read it before the next
+        [`train_step`][pipegnn.engines.capture.Replayed.train_step]."""
         if self._train is None:
             return self.engine.predict(self.eval_ids)
         with torch.cuda.device(self.device):

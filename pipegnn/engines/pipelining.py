@@ -3,9 +3,9 @@
 Each process (rank r of W, device ``engine.devices[r]``) builds the same graph, model and plans, keeps
 only its own stage(s) and runs them through a torch schedule; activations and gradients travel point
 to point (gloo on CPU and where ranks share a GPU, nccl on CUDA; only floating-point rows cross a
-boundary, see :mod:`pipegnn.engines.stages`). ``train_step`` returns the loss and ``predict`` the
-logits on *every* rank (broadcast from the last rank), so the trainer's epoch loop is the same for all
-engines.
+boundary, see [`pipegnn.engines.stages`][pipegnn.engines.stages]). ``train_step`` returns the loss and
+``predict`` the logits on *every* rank (broadcast from the last rank), so the trainer's epoch loop is the same
+for all engines.
 
 Taken from torch as is: ``PipelineStage`` (send/receive of activations and gradients), the schedules
 (``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``; evaluation runs a schedule without a
@@ -15,7 +15,7 @@ equivalent:
 
 - static shapes for micro-batches of different sizes: torch fixes every inter-stage tensor's shape
   once, so each stage pads its output rows to the largest micro-batch of the call and the next stage
-  slices the real rows back out (:class:`~pipegnn.engines.stages.StaticShapes`); labels are padded
+  slices the real rows back out ([`StaticShapes`][pipegnn.engines.stages.StaticShapes]); labels are padded
   with ``IGNORE``;
 - the exact loss (sum of cross-entropies / global labelled count, ``scale_grads=False``: torch would
   otherwise divide the gradients by the number of micro-batches);
@@ -23,8 +23,9 @@ equivalent:
   gathered on every rank after each training step;
 - a check that all ranks built the same plans and initial weights, the broadcasts, and with replicas
   (``engine.data_parallel``, over torch's ``DeviceMesh``) the share of each and the gradients' sum
-  (:mod:`pipegnn.engines.replicas`);
-- the history caches' refresh, stage by stage across the ranks (:mod:`pipegnn.engines.refresh`).
+  ([`pipegnn.engines.replicas`][pipegnn.engines.replicas]);
+- the history caches' refresh, stage by stage across the ranks
+  ([`pipegnn.engines.refresh`][pipegnn.engines.refresh]).
 """
 from __future__ import annotations
 
@@ -68,9 +69,9 @@ class PipeliningEngine(Engine):
         data_parallel: pipeline replicas D (the world is D x pipeline ranks; global rank
             ``replica * ranks + r`` is rank r of its replica): each replica runs ``chunks / D`` of a
             step's micro-batches (a contiguous share), and the gradients are summed over the replicas'
-            ``dp`` dimension of a :class:`~torch.distributed.device_mesh.DeviceMesh` once per step (the
+            ``dp`` dimension of a `DeviceMesh` once per step (the
             loss is already divided by the global labelled count, so the sum is the exact gradient);
-            see :class:`~pipegnn.engines.replicas.Replicas`.
+            see [`Replicas`][pipegnn.engines.replicas.Replicas].
     """
 
     #: a once-per-step first transform runs inside the first stage's micro-batches (torch's schedules
@@ -239,8 +240,8 @@ class PipeliningEngine(Engine):
     @torch.no_grad()
     def refresh(self, model: StagedGNN, ids: Tensor) -> Tensor:
         """Layer-wise inference stage by stage (historical halos), refreshing every rank's history caches
-        (:func:`~pipegnn.engines.refresh.refresh_stage_by_stage`: no process holds more than its own
-        layers). Returns the logits on every rank."""
+        ([`refresh_stage_by_stage`][pipegnn.engines.refresh.refresh_stage_by_stage]: no process holds more
+        than its own layers). Returns the logits on every rank."""
         parts = refresh_stage_by_stage(ids, self.first, self.modules, self.units, self.shapes, self.replicas)
         return self._from_last(parts, sum(self.shapes.logit_rows(m) for m in ids.tolist()))
 

@@ -1,9 +1,10 @@
 """The history caches of a ``pipelining`` pipeline across its ranks (historical halos).
 
-:func:`refresh_stage_by_stage` is the layer-wise inference of :func:`~pipegnn.models.base.layerwise`
-spread over the ranks: each stage runs its units over all of a call's micro-batches (refreshing its
-history caches) and sends every output to the next stage's rank in one message per tensor, so no
-process holds more than its own layers. :func:`gather_history_traffic` collects every rank's cache
+[`refresh_stage_by_stage`][pipegnn.engines.refresh.refresh_stage_by_stage] is the layer-wise inference of
+[`layerwise`][pipegnn.models.base.layerwise] spread over the ranks: each stage runs its units over all of a
+call's micro-batches (refreshing its history caches) and sends every output to the next stage's rank in one
+message per tensor, so no process holds more than its own layers.
+[`gather_history_traffic`][pipegnn.engines.refresh.gather_history_traffic] collects every rank's cache
 traffic.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The ``pipelining`` engine's processes as D pipeline replicas x pipeline ranks (``engine.data_parallel``).
 
 Global rank ``replica * ranks + r`` is rank r of its replica. With replicas the world is a torch
-:class:`~torch.distributed.device_mesh.DeviceMesh` of dimensions ``dp`` (the replicas) and ``pp`` (the
+`DeviceMesh` of dimensions ``dp`` (the replicas) and ``pp`` (the
 ranks of one pipeline): each replica runs a contiguous share of a step's micro-batches, and the gradients
 are summed over ``dp`` once per step (the loss is already divided by the global labelled count, so the
 sum is the exact gradient). With one replica the pipeline is the whole world and every sum or gather
@@ -70,7 +70,7 @@ class Replicas:
 
     def own(self, labels: Tensor, shares: list[int]) -> Tensor:
         """This replica's labels out of a call's ``labels``: its micro-batches' rows among everyone's
-        (``shares``: every replica's rows, from :meth:`share`)."""
+        (``shares``: every replica's rows, from [`share`][pipegnn.engines.replicas.Replicas.share])."""
         before = sum(shares[:self.index])
         return labels[before:before + shares[self.index]]
 

@@ -4,17 +4,18 @@
 What crosses a stage boundary is floating point and nothing else: the rows a unit hands on (and a
 GCNII stack's ``x0``), padded to the largest micro-batch of the call. The micro-batch id never travels
 with them: the schedule knows which micro-batch a call computes (its chunk index in the step's order),
-so :class:`TimedStage` tells its stage on the host (:attr:`PipeStage.micro_batch`). This matters
-beyond the host read it saves: torch 2.11's ``PipelineStage`` marks every tensor it receives as
+so [`TimedStage`][pipegnn.engines.stages.TimedStage] tells its stage on the host (`PipeStage.micro_batch`).
+This matters beyond the host read it saves: torch 2.11's ``PipelineStage`` marks every tensor it receives as
 requiring grad, which an integer id tensor cannot (pytorch issue 183024, fixed in a later release).
 
 Where two ranks share a CUDA device, NCCL refuses them and gloo cannot send CUDA tensors point to
 point (it sends a tensor's raw memory), so such a pipeline's traffic goes through host memory: the
 stage's *transport* device is the CPU; it moves what it receives to its device and what it sends back
-to the host (both differentiable, so gradients take the same way back). See :func:`transport_device`.
+to the host (both differentiable, so gradients take the same way back). See
+[`transport_device`][pipegnn.engines.stages.transport_device].
 
-:class:`StaticShapes` keeps every boundary tensor's shape (its lists are the ones the stages read) and
-:func:`own_stages` builds a rank's stages.
+[`StaticShapes`][pipegnn.engines.stages.StaticShapes] keeps every boundary tensor's shape (its lists are the
+ones the stages read) and [`own_stages`][pipegnn.engines.stages.own_stages] builds a rank's stages.
 """
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ class StaticShapes:
     Attributes:
         rows: per unit and output tensor, the real rows of each micro-batch id.
         pad: per unit and output tensor, the padded rows of each micro-batch id in the current call (the
-            lists the :class:`PipeStage` modules hold: :meth:`pad_to_largest` updates them in place).
+            lists the [`PipeStage`][pipegnn.engines.stages.PipeStage] modules hold:
+            [`pad_to_largest`][pipegnn.engines.stages.StaticShapes.pad_to_largest] updates them in place).
         width: per unit and output tensor, its width.
         dtype: the tensors' dtype (the features').
     """
@@ -82,11 +84,11 @@ class PipeStage(nn.Module):
     """Consecutive units of the staged model as one pipeline stage with static shapes.
 
     Receives nothing but its input rows (``(ids,)`` on the first stage, a root argument that is never
-    sent; ``(h padded, [x0 padded])`` after it), computes micro-batch :attr:`micro_batch` (set by
-    :class:`TimedStage` before each call): slices the real rows out of each tensor (``rows_in``: per
-    tensor, per micro-batch), runs its units and pads each output tensor's rows to ``pad`` (per tensor,
-    per micro-batch). The last stage returns only the padded logits (what the loss and the merged
-    output take).
+    sent; ``(h padded, [x0 padded])`` after it), computes micro-batch `micro_batch` (set by
+    [`TimedStage`][pipegnn.engines.stages.TimedStage] before each call): slices the real rows out of each
+    tensor (``rows_in``: per tensor, per micro-batch), runs its units and pads each output tensor's rows to
+    ``pad`` (per tensor, per micro-batch). The last stage returns only the padded logits (what the loss and
+    the merged output take).
 
     Args:
         units: the stage's units (on ``device``).
@@ -94,7 +96,8 @@ class PipeStage(nn.Module):
         pad: padded rows of each output tensor per micro-batch (updated by the engine per call).
         last: the last stage of the pipeline.
         device: where the units compute.
-        transport: where received and sent tensors live (:func:`transport_device`).
+        transport: where received and sent tensors live
+            ([`transport_device`][pipegnn.engines.stages.transport_device]).
     """
 
     def __init__(self, units: list[Unit], rows_in: list[list[int]] | None, pad: list[list[int]], last: bool,
@@ -125,10 +128,10 @@ class PipeStage(nn.Module):
 
 
 class TimedStage(PipelineStage):
-    """torch's ``PipelineStage`` that tells its :class:`PipeStage` which micro-batch each call computes
-    (``order[chunk]``: the schedule runs chunk ``i`` of the step's micro-batches ``order``) and puts
-    its computations and its waits for receives on the timeline (the schedules call these methods;
-    torch reports no timings of its own).
+    """torch's ``PipelineStage`` that tells its [`PipeStage`][pipegnn.engines.stages.PipeStage] which
+    micro-batch each call computes (``order[chunk]``: the schedule runs chunk ``i`` of the step's
+    micro-batches ``order``) and puts its computations and its waits for receives on the timeline (the
+    schedules call these methods; torch reports no timings of its own).
 
     A wait is the time from when the schedule asks for a receive to when the computation that needs it
     starts, clipped to this rank's previous box (a schedule may post receives early)."""
@@ -180,9 +183,9 @@ class TimedStage(PipelineStage):
 
 def own_stages(model: StagedGNN, units: list[range], local: list[int], shapes: StaticShapes,
                device: torch.device, transport: torch.device) -> dict[int, PipeStage]:
-    """This rank's stages ``local`` (stage s holds the units ``units[s]``) as :class:`PipeStage` modules on
-    ``device``; the other ranks' units are removed from ``model`` (so that its parameters are this
-    rank's)."""
+    """This rank's stages ``local`` (stage s holds the units ``units[s]``) as
+    [`PipeStage`][pipegnn.engines.stages.PipeStage] modules on ``device``; the other ranks' units are removed
+    from ``model`` (so that its parameters are this rank's)."""
     every = list(model)
     last = len(units) - 1
     modules = {s: PipeStage(every[units[s].start:units[s].stop],

@@ -2,9 +2,9 @@
 
 A plan is keyed by everything it depends on: the computation graph (edges and weights), the targets,
 the number of chunks and layers, the halo mode, the partitioner and its seed. Any change gives a new key.
-The file stores its key and its content checksum (:mod:`pipegnn.integrity`) and is checked on load: a
-file damaged in place, one that belongs to another key (renamed, copied, swapped) or whose plan does not
-fit the request is rebuilt and overwritten, with a warning. A cache folder
+The file stores its key and its content checksum ([`pipegnn.integrity`][pipegnn.integrity]) and is checked on
+load: a file damaged in place, one that belongs to another key (renamed, copied, swapped) or whose plan does
+not fit the request is rebuilt and overwritten, with a warning. A cache folder
 that cannot be written still serves the plans it holds; new plans are then kept in memory only.
 Files are read with ``weights_only=True``: nothing read from a cache folder can execute code.
 """
@@ -97,11 +97,12 @@ def _from_state(state: dict[str, Any]) -> MicroBatchPlan:
 
 def cached_plan(cache_dir: str | Path | None, graph: ComputationGraph, targets: Tensor, spec: PlanSpec,
                 part: Tensor | None = None) -> tuple[MicroBatchPlan, bool]:
-    """:func:`build_plan`, read from ``cache_dir`` when this exact plan was built before.
+    """[`build_plan`][pipegnn.microbatch.plan.build_plan], read from ``cache_dir`` when this exact plan was
+    built before.
 
     Args:
         cache_dir: folder of cached plans (created when needed), or None to always build.
-        graph, targets, spec, part: as for :func:`build_plan`.
+        graph, targets, spec, part: as for [`build_plan`][pipegnn.microbatch.plan.build_plan].
 
     Returns:
         The plan and whether it came from the cache.

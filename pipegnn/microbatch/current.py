@@ -4,9 +4,10 @@ A unit selects its micro-batch's rows, blocks and caches by the micro-batch's id
 the id tensor the pipe carries (``int(ids[0])``) is a device-to-host copy: on a GPU, a wait for every
 kernel queued before it, once per unit and micro-batch. Whoever runs the units knows the id on the host
 already: the single engine and the layer-wise refresh from their loops, a pipelining stage from its
-schedule's chunk index (:func:`computing`). torchgpipe runs a micro-batch's partitions in its own worker
-threads, so a GPipe step installs a :class:`Resolver` instead (:func:`resolving`), which the units ask
-with the id tensor they received: it answers from host metadata only.
+schedule's chunk index ([`computing`][pipegnn.microbatch.current.computing]). torchgpipe runs a micro-batch's
+partitions in its own worker threads, so a GPipe step installs a `Resolver` instead
+([`resolving`][pipegnn.microbatch.current.resolving]), which the units ask with the id tensor they received:
+it answers from host metadata only.
 
 Written by hand: neither torch nor torchgpipe offers a per-micro-batch context that units can read.
 """
@@ -40,7 +41,8 @@ def computing(micro_batch: int) -> Iterator[None]:
 
 @contextmanager
 def resolving(resolver: Resolver) -> Iterator[None]:
-    """Inside the block, units on any thread not inside :func:`computing` ask ``resolver``."""
+    """Inside the block, units on any thread not inside [`computing`][pipegnn.microbatch.current.computing]
+    ask ``resolver``."""
     _resolver.append(resolver)
     try:
         yield
@@ -52,7 +54,8 @@ def current(ids: Tensor) -> int:
     """The micro-batch the calling unit computes (``ids``: the id tensor it received, for a resolver).
 
     Raises:
-        RuntimeError: nobody said which (units run outside :func:`computing` and :func:`resolving`).
+        RuntimeError: nobody said which (units run outside [`computing`][pipegnn.microbatch.current.computing]
+            and [`resolving`][pipegnn.microbatch.current.resolving]).
     """
     micro_batch = getattr(_local, "micro_batch", None)
     if micro_batch is not None:

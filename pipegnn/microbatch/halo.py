@@ -88,7 +88,7 @@ class InCSR:
 
     def block(self, pos: Tensor, num_dst: int) -> tuple[Tensor, Tensor | None]:
         """Local edges (and weights) at CSR positions ``pos`` whose local target is below ``num_dst``,
-        local ids read from :attr:`local` (filled by the caller for the micro-batch)."""
+        local ids read from `local` (filled by the caller for the micro-batch)."""
         local = self.local
         src, dst = local[self.src[pos]], local[self.dst[pos]]
         keep = dst < num_dst
@@ -124,7 +124,7 @@ def exact_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch:
     """The targets plus their L-hop in-neighbourhood, with all in-edges of every computed node.
 
     Raises:
-        MemoryError: the plan's edges cannot fit in the free memory (:func:`_check_room`).
+        MemoryError: the plan's edges cannot fit in the free memory (`_check_room`).
     """
     local = csr.local
     nodes = [targets]

@@ -3,7 +3,7 @@
 Each stage whose layer reads halo rows owns one cache of its *input* embeddings on its own device. Every
 forward pass pushes the rows it receives (fresh values) and pulls the halo rows it needs (possibly stale).
 With ``microbatch.halo_dropout=node`` the cache also holds the layer's input dropout mask, one per node
-and step (:meth:`History.dropout`).
+and step ([`History.dropout`][pipegnn.microbatch.history.History.dropout]).
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ class History(nn.Module):
         dim: embedding width (the layer's input features).
         dtype: dtype of the embeddings (the model's).
         node_dropout: the layer's input dropout when it draws one mask per node and step (at
-            :meth:`tick` or at each node's first read in the step, see :meth:`dropout`); 0: the cache
-            draws none.
+            [`tick`][pipegnn.microbatch.history.History.tick] or at each node's first read in the step, see
+            [`dropout`][pipegnn.microbatch.history.History.dropout]); 0: the cache draws none.
     """
 
     rows: Tensor  # buffers
@@ -62,7 +62,7 @@ class History(nn.Module):
         return {"rows": self.rows, "written": self.written, "step": self.step}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Put :meth:`state`'s ``state`` back."""
+        """Put [`state`][pipegnn.microbatch.history.History.state]'s ``state`` back."""
         self.rows.copy_(state["rows"])
         self.written.copy_(state["written"])
         self.step = int(state["step"])
@@ -91,7 +91,7 @@ class History(nn.Module):
     @torch.no_grad()
     def push(self, nodes: Tensor, h: Tensor, micro_batch: int | None = None) -> None:
         """Store fresh embeddings ``h`` of ``nodes`` (``micro_batch``, when given: counted once per
-        micro-batch and step toward :meth:`traffic`)."""
+        micro-batch and step toward [`traffic`][pipegnn.microbatch.history.History.traffic])."""
         self.rows.index_copy_(0, nodes, h.detach().to(self.rows.dtype))
         self.written.index_fill_(0, nodes, self.step)
         if micro_batch is not None:
@@ -103,7 +103,8 @@ class History(nn.Module):
         Args:
             nodes: global node ids.
             micro_batch: when given (training), the rows' ages are counted once per micro-batch and
-                step toward :meth:`staleness` (a checkpoint recomputation reads again: counted once).
+                step toward [`staleness`][pipegnn.microbatch.history.History.staleness] (a checkpoint
+                recomputation reads again: counted once).
 
         Raises:
             RuntimeError: some rows were never written (fill the cache with a refresh pass first).
@@ -120,10 +121,11 @@ class History(nn.Module):
     def dropout(self, nodes: Tensor, h: Tensor) -> Tensor:
         """Dropout of rows ``h`` of ``nodes`` (distinct) with one mask per node and training step, as
         full-graph training draws it: a micro-batch and every micro-batch that pulls the same node as a
-        halo row drop the same features of it. A node's mask is drawn at :meth:`tick` or at its first
-        read in the step, so the random numbers drawn per step are the graph's, not the (about twice as
-        many, with halo rows) rows read; kept entries are scaled by ``1 / (1 - p)`` (``p``:
-        ``node_dropout``) as :func:`torch.nn.functional.dropout` does."""
+        halo row drop the same features of it. A node's mask is drawn at
+        [`tick`][pipegnn.microbatch.history.History.tick] or at its first read in the step, so the random
+        numbers drawn per step are the graph's, not the (about twice as many, with halo rows) rows read; kept
+        entries are scaled by ``1 / (1 - p)`` (``p``: ``node_dropout``) as `torch.nn.functional.dropout`
+        does."""
         p = self.node_dropout
         if p <= 0:
             return h
@@ -153,14 +155,16 @@ class History(nn.Module):
 
     def age_sum(self) -> Tensor:
         """The summed ages (steps) of the rows pulled during the current step: a 0-d integer tensor on
-        the cache's device, not read on the host (:meth:`staleness` reads it)."""
+        the cache's device, not read on the host ([`staleness`][pipegnn.microbatch.history.History.staleness]
+        reads it)."""
         if not self._ages:
             return self.written.new_zeros(())
         return torch.stack([a for a, _ in self._ages.values()]).sum()
 
     def staleness(self, age_sum: float | None = None) -> float:
         """Mean age in steps of the rows pulled during the current step (0 when none); ``age_sum``:
-        :meth:`age_sum` already read on the host (else read here: a wait for the device)."""
+        [`age_sum`][pipegnn.microbatch.history.History.age_sum] already read on the host (else read here: a
+        wait for the device)."""
         count = sum(n for _, n in self._ages.values())
         if not count:
             return 0.0
@@ -168,7 +172,8 @@ class History(nn.Module):
 
     def traffic(self, age_sum: float | None = None) -> dict[str, float]:
         """The current training step's rows (and bytes) pulled from and pushed to this cache, and the
-        pulled rows' mean age (:meth:`staleness`, given ``age_sum``)."""
+        pulled rows' mean age ([`staleness`][pipegnn.microbatch.history.History.staleness], given
+        ``age_sum``)."""
         pulled = sum(n for _, n in self._ages.values())
         pushed = sum(self._pushed.values())
         row = self.rows.size(1) * self.rows.element_size()

@@ -36,7 +36,7 @@ def partition(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, metho
         num_nodes: number of nodes.
         targets: node ids whose outputs are needed; every part receives at least one.
         k: number of parts (1 <= k <= len(targets)).
-        method: one of :data:`PARTITIONERS`.
+        method: one of `PARTITIONERS`.
         seed: seed of ``random`` and of METIS.
 
     Returns:

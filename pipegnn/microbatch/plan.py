@@ -39,7 +39,7 @@ class PlanSpec:
         halo: ``exact`` (L-hop halo: outputs equal the full graph's), ``historical`` (1-hop halo, deeper
             layers read cached embeddings) or ``none`` (induced subgraph of each part: edges between
             parts are lost, as in the poster).
-        partitioner: see :data:`pipegnn.microbatch.PARTITIONERS`.
+        partitioner: see `pipegnn.microbatch.PARTITIONERS`.
         seed: partitioner seed.
     """
 
@@ -62,7 +62,7 @@ class PlanStats:
             among them (1 = no node is read twice); ``replication_per_layer[l]`` is the same for layer l.
         inflation: work (rows transformed + edges propagated, summed over layers and micro-batches)
             relative to the same halo mode with one micro-batch, the first layer's transform running
-            once per step over the distinct rows (see :meth:`work`).
+            once per step over the distinct rows (see [`work`][pipegnn.microbatch.plan.PlanStats.work]).
         inflation_per_micro_batch: the same with every micro-batch transforming its own first-layer rows.
         rows_per_layer: input rows of each layer (what its transform reads), summed over micro-batches.
         distinct_rows_per_layer: the distinct nodes among them.
@@ -141,7 +141,8 @@ def build_plan(graph: ComputationGraph, targets: Tensor, spec: PlanSpec, part: T
         spec: chunks, layers, halo mode, partitioner and its seed.
         part: ``[N]`` part ids to reuse instead of running ``spec.partitioner`` (e.g. the training
             plan's, for evaluation targets among its targets); parts without targets receive one.
-        csr: the graph's :class:`InCSR` if already built (plans over the same graph can share it).
+        csr: the graph's [`InCSR`][pipegnn.microbatch.halo.InCSR] if already built (plans over the same graph
+            can share it).
 
     Raises:
         ValueError: unknown halo or partitioner, or chunks outside ``[1, len(targets)]``.

@@ -1,5 +1,5 @@
 """The record's figures of the history caches' traffic: per pipeline stage, per epoch, and their medians
-over epochs (the caches themselves: :mod:`pipegnn.microbatch.history`)."""
+over epochs (the caches themselves: [`pipegnn.microbatch.history`][pipegnn.microbatch.history])."""
 from __future__ import annotations
 
 import statistics
@@ -11,8 +11,9 @@ _COUNTS = ("pulled_rows", "pushed_rows", "pulled_bytes", "pushed_bytes")
 
 
 def per_stage(traffic: dict[str, dict[str, float]], stage_units: list[list[str]]) -> list[dict[str, Any]]:
-    """Per pipeline stage (its units' names in ``stage_units``), the :meth:`History.traffic` of its
-    caches (``traffic``: by unit name) summed, and their ages averaged (None without caches)."""
+    """Per pipeline stage (its units' names in ``stage_units``), the
+    [`History.traffic`][pipegnn.microbatch.history.History.traffic] of its caches (``traffic``: by unit name)
+    summed, and their ages averaged (None without caches)."""
     stages = []
     for s, names in enumerate(stage_units):
         mine = [traffic[n] for n in names if n in traffic]
@@ -31,8 +32,9 @@ def epoch_figures(stages: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def stage_medians(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per stage, the median over ``epochs`` (each with :func:`epoch_figures`' ``history``) of each
-    step's traffic and age (a stage without caches keeps None as its age)."""
+    """Per stage, the median over ``epochs`` (each with
+    [`epoch_figures`][pipegnn.microbatch.traffic.epoch_figures]' ``history``) of each step's traffic and age
+    (a stage without caches keeps None as its age)."""
     stages = []
     for s, stage in enumerate(epochs[0]["history"]):
         entry = dict(stage)

@@ -72,14 +72,15 @@ def build_model(model: ModelConfig | Mapping[str, Any], backend: Any, features: 
                 precision: Precision = Precision.fp32,
                 halo_dropout: HaloDropout = HaloDropout.read) -> StagedGNN:
     """A StagedGNN for the ``model`` config (typed, or its keys over the model's YAML:
-    :func:`pipegnn.runconfig.group_config`), built with ``backend``'s layers (with history caches
-    for historical micro-batching when ``history``, their dropout by ``halo_dropout``) at ``precision``
-    (``train.precision``).
+    [`pipegnn.runconfig.group_config`][pipegnn.runconfig.group_config]), built with ``backend``'s layers (with
+    history caches for historical micro-batching when ``history``, their dropout by ``halo_dropout``) at
+    ``precision`` (``train.precision``).
     ``model.aggregation`` selects the adapter's aggregation (``backend.with_aggregation``).
 
     ``features`` sizes the model (``shape``, ``dtype``) and feeds its first unit: the feature Tensor, a
-    source of rows out of core (:class:`pipegnn.data.features.FeatureRows`), or only their description
-    (:class:`pipegnn.data.features.FeatureMeta`; rows later with ``StagedGNN.set_features``)."""
+    source of rows out of core ([`pipegnn.data.features.FeatureRows`][pipegnn.data.features.FeatureRows]), or
+    only their description ([`pipegnn.data.features.FeatureMeta`][pipegnn.data.features.FeatureMeta]; rows
+    later with ``StagedGNN.set_features``)."""
     config: ModelConfig = group_config("model", model)
     specs = model_stack(config, features.shape[1], num_classes)
     return StagedGNN(specs, backend.with_aggregation(config.aggregation), config.name, features, history,

@@ -1,14 +1,14 @@
-"""Staging: a GNN as an ``nn.Sequential`` of pipeline units (:mod:`pipegnn.models.units`), and its
-layer-wise inference.
+"""Staging: a GNN as an ``nn.Sequential`` of pipeline units ([`pipegnn.models.units`][pipegnn.models.units]),
+and its layer-wise inference.
 
 Every message-passing layer is two units, a transform and a propagation, so that a pipeline can cut
 inside a layer; a stack's dense input and output Linear (GCNII's) are units of their own. The pipe
 carries ``(micro_batch_ids,)`` into the first unit and ``(h, [x0,] micro_batch_ids)`` between units
-(see :mod:`pipegnn.models.units` for why, and for what travels and what stays on a unit).
+(see [`pipegnn.models.units`][pipegnn.models.units] for why, and for what travels and what stays on a unit).
 
-Precision (``train.precision``, :mod:`pipegnn.models.precision`): with ``bf16`` every unit runs its
-forward under ``torch.autocast`` and hands its output rows on in bfloat16; the first unit keeps the
-features in bfloat16.
+Precision (``train.precision``, [`pipegnn.models.precision`][pipegnn.models.precision]): with ``bf16`` every
+unit runs its forward under ``torch.autocast`` and hands its output rows on in bfloat16; the first unit keeps
+the features in bfloat16.
 """
 from __future__ import annotations
 
@@ -41,16 +41,17 @@ class StagedGNN(nn.Sequential):
     ``(logits of the targets, ids)``.
 
     Args:
-        specs: the model's layers (a :class:`~pipegnn.models.spec.Stack`, or one LayerSpec per layer).
+        specs: the model's layers (a [`Stack`][pipegnn.models.spec.Stack], or one LayerSpec per layer).
         backend: framework adapter.
         kind: model kind (one of ``pipegnn.models.MODELS``).
         features: node features ``[N, F]`` (kept on the first unit), a source of their rows out of
-            core, or only their description (shape and dtype; see :meth:`Transform.add_features` and
-            :meth:`set_features`).
+            core, or only their description (shape and dtype; see
+            [`Transform.add_features`][pipegnn.models.transform.Transform.add_features] and
+            [`set_features`][pipegnn.models.base.StagedGNN.set_features]).
         history: give layers 2..L a history cache (for ``historical`` plans), in the features' dtype.
-        halo_dropout: one of :data:`~pipegnn.microbatch.history.HALO_DROPOUTS` (with ``history``).
-        first_transform: one of :data:`FIRST_TRANSFORMS`.
-        precision: one of :data:`~pipegnn.models.precision.PRECISIONS`; ``bf16`` keeps the features
+        halo_dropout: one of `HALO_DROPOUTS` (with ``history``).
+        first_transform: one of `FIRST_TRANSFORMS`.
+        precision: one of `PRECISIONS`; ``bf16`` keeps the features
             in bfloat16 (converted here unless they already are) and runs every unit under autocast.
     """
 
@@ -98,7 +99,7 @@ class StagedGNN(nn.Sequential):
 
     def set_features(self, features: Any) -> None:
         """Give the first unit the features' rows (a Tensor or a source of rows out of core, read in
-        :attr:`feature_dtype`), e.g. once the feature file ordered by the plan's partition exists."""
+        `feature_dtype`), e.g. once the feature file ordered by the plan's partition exists."""
         first = self.first()
         if features.shape[1] != first.spec.in_dim:
             raise ValueError(f"features of width {features.shape[1]} for a model built for "
@@ -136,8 +137,9 @@ class StagedGNN(nn.Sequential):
         return sum(ages) / len(ages) if ages else None
 
     def history_traffic(self) -> dict[str, dict[str, float]]:
-        """Per unit with a history cache (by name), the current step's :meth:`History.traffic`; every
-        cache's ages read on the host at once (one wait for the device, however many caches)."""
+        """Per unit with a history cache (by name), the current step's
+        [`History.traffic`][pipegnn.microbatch.history.History.traffic]; every cache's ages read on the host
+        at once (one wait for the device, however many caches)."""
         caches = {u.name: u.history for u in self.transforms() if u.history is not None}
         if not caches:
             return {}
@@ -151,7 +153,7 @@ class StagedGNN(nn.Sequential):
 
     @property
     def units_per_layer(self) -> list[int]:
-        """Units of every layer (:attr:`Stack.units_per_layer`)."""
+        """Units of every layer ([`Stack.units_per_layer`][pipegnn.models.spec.Stack.units_per_layer])."""
         return self.stack.units_per_layer
 
     @property
@@ -161,7 +163,7 @@ class StagedGNN(nn.Sequential):
     @torch.no_grad()
     def refresh(self, ids: Tensor) -> Tensor:
         """Layer-wise inference over the micro-batches ``ids``, filling every history cache
-        (:func:`layerwise` over all units).
+        ([`layerwise`][pipegnn.models.base.layerwise] over all units).
 
         Returns:
             Logits of the targets of ``ids``'s micro-batches, concatenated in micro-batch order.

@@ -1,5 +1,5 @@
-"""The node features the first unit reads (:class:`FeatureSource`): in memory, out of core, or only
-described, and which of their rows each micro-batch reads."""
+"""The node features the first unit reads ([`FeatureSource`][pipegnn.models.feature_source.FeatureSource]): in
+memory, out of core, or only described, and which of their rows each micro-batch reads."""
 from __future__ import annotations
 
 from typing import Any
@@ -18,7 +18,7 @@ class FeatureSource(nn.Module):
     """The node features of a model's first unit, a child module of it (its buffers move with it).
 
     Args:
-        x: the features (see :meth:`set`).
+        x: the features (see [`set`][pipegnn.models.feature_source.FeatureSource.set]).
         unit: the name of the unit that reads them (for errors).
 
     Attributes:
@@ -40,9 +40,9 @@ class FeatureSource(nn.Module):
     def set(self, x: Any) -> None:
         """Read the features ``x``: a Tensor ``[N, F]`` (kept as a buffer, moved with the unit), a source
         of rows out of core (``x[ids]`` returns a CPU tensor, e.g.
-        :class:`pipegnn.data.features.FeatureRows`), or only their description
-        (:class:`pipegnn.data.features.FeatureMeta`: rows given later, or never, on a pipeline rank
-        without this unit). The micro-batches' ids stay."""
+        [`pipegnn.data.features.FeatureRows`][pipegnn.data.features.FeatureRows]), or only their description
+        ([`pipegnn.data.features.FeatureMeta`][pipegnn.data.features.FeatureMeta]: rows given later, or never,
+        on a pipeline rank without this unit). The micro-batches' ids stay."""
         self.features = x if isinstance(x, Tensor) else None
         self.stored = None if isinstance(x, (Tensor, FeatureMeta)) else x
 

@@ -1,5 +1,6 @@
-"""A layer's historical halo rows (:class:`HaloHistory`): the rows each micro-batch receives pushed to
-the layer's history cache, the halo rows it reads beside them pulled from it."""
+"""A layer's historical halo rows ([`HaloHistory`][pipegnn.models.halo_history.HaloHistory]): the rows each
+micro-batch receives pushed to the layer's history cache, the halo rows it reads beside them pulled from
+it."""
 from __future__ import annotations
 
 import torch
@@ -22,7 +23,7 @@ class HaloHistory(nn.Module):
         dim: the layer's input features.
         dtype: dtype of the cached rows.
         node_dropout: the layer's input dropout when the cache draws one mask per node and step
-            (:meth:`History.dropout`), else 0.
+            ([`History.dropout`][pipegnn.microbatch.history.History.dropout]), else 0.
 
     Attributes:
         history: the cache of the layer's input rows.
@@ -48,7 +49,7 @@ class HaloHistory(nn.Module):
     def rows(self, m: int, h: Tensor, training: bool) -> tuple[Tensor, Tensor]:
         """Micro-batch ``m``'s input rows: the received ``h`` (pushed to the cache), then its halo rows
         (pulled from it); and their global ids. ``training``: the push and the pull count toward the
-        step's traffic and staleness (:meth:`History.traffic`)."""
+        step's traffic and staleness ([`History.traffic`][pipegnn.microbatch.history.History.traffic])."""
         read, own, step = self.read[m], self.received[m], m if training else None
         self.history.push(read[:own], h, step)
         if read.numel() > own:

@@ -8,8 +8,8 @@ historical halos are bfloat16 too. Parameters, their gradients, the optimiser's 
 stay float32 (the logits are cast up before the cross-entropy): torch's automatic mixed precision
 recipe, which for bfloat16 needs no loss scaling (bfloat16 has float32's exponent range).
 
-Autocast is entered inside each unit (:class:`pipegnn.models.base.Unit`), not around an engine's
-loop: autocast state is thread-local, and torchgpipe runs units in its own worker threads (and
+Autocast is entered inside each unit ([`pipegnn.models.base.Unit`][pipegnn.models.base.Unit]), not around an
+engine's loop: autocast state is thread-local, and torchgpipe runs units in its own worker threads (and
 re-runs them there for checkpoint recomputation), so a context around the engine call would not
 reach them; inside the unit it covers every engine, evaluation, the layer-wise refresh of historical
 halos and the unit timing of ``engine.balance=auto``.

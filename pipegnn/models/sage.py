@@ -7,10 +7,10 @@ and ``W_r`` and ``b`` in ``fc_self``.
 
 Split into units (the adapters' ``split``), exactly: the mean is linear, so ``W_n mean_j x_j =
 mean_j W_n x_j``, and both products can be taken node-wise before the aggregation. The transform
-(:class:`SAGETransform`) emits ``[x W_n^T | x W_r^T + b]`` for every row it is given (one matmul,
-``2 x out`` columns); the propagation is the library's ``SAGEConv`` with both linears taken out, fed the
-first half as the neighbours' rows and the second half as the targets' own rows, so it adds the mean of
-the first half over each target's in-edges to the second half of the target's own row. A block lists
+([`SAGETransform`][pipegnn.models.sage.SAGETransform]) emits ``[x W_n^T | x W_r^T + b]`` for every row it is
+given (one matmul, ``2 x out`` columns); the propagation is the library's ``SAGEConv`` with both linears taken
+out, fed the first half as the neighbours' rows and the second half as the targets' own rows, so it adds the
+mean of the first half over each target's in-edges to the second half of the target's own row. A block lists
 its targets first among the rows it reads, so a target's own row is always there. The bias sits in the
 root half because every target has its own row, while a target without in-edges aggregates nothing
 (the library layers give it ``W_r x_i + b`` too).
@@ -72,5 +72,6 @@ class SAGETransform(nn.Module):
 
 
 def neighbour_and_root(h: Tensor) -> tuple[Tensor, Tensor]:
-    """The two halves of :class:`SAGETransform`'s output: the rows to aggregate and the root rows."""
+    """The two halves of [`SAGETransform`][pipegnn.models.sage.SAGETransform]'s output: the rows to aggregate
+    and the root rows."""
     return h.chunk(2, dim=1)  # type: ignore[return-value]

@@ -1,5 +1,5 @@
-"""The first layer's transform once per step (:class:`StepTransform`): the step's transformed rows,
-shared by its micro-batches, and their bookkeeping."""
+"""The first layer's transform once per step ([`StepTransform`][pipegnn.models.step_transform.StepTransform]):
+the step's transformed rows, shared by its micro-batches, and their bookkeeping."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -23,8 +23,9 @@ class StepTransform(nn.Module):
     micro-batches reads is dropped out and transformed once (one dropout mask per node and step, as in
     full-graph training), the micro-batches gather their rows from a detached copy of the result (the
     shared rows), and the gradient they accumulate there flows back through the transform once
-    (:meth:`end`). In a pipeline the rows are transformed lazily, each when the first micro-batch that
-    reads it runs, so that the first stage's other micro-batches need not wait for them all.
+    ([`end`][pipegnn.models.step_transform.StepTransform.end]). In a pipeline the rows are transformed lazily,
+    each when the first micro-batch that reads it runs, so that the first stage's other micro-batches need not
+    wait for them all.
 
     The transform itself is the unit's, given as ``transform``: node ids to their transformed rows.
     """
@@ -71,8 +72,9 @@ class StepTransform(nn.Module):
               lazily: bool = False) -> int:
         """Start a step of micro-batches ``ids`` (``nodes``: each micro-batch's input rows): transform
         every row they read now or, ``lazily``, each row when the first micro-batch that reads it runs
-        (:meth:`rows`); while training with gradients, keep the graph for :meth:`end`. Returns the rows
-        the step transforms."""
+        ([`rows`][pipegnn.models.step_transform.StepTransform.rows]); while training with gradients, keep the
+        graph for [`end`][pipegnn.models.step_transform.StepTransform.end]. Returns the rows the step
+        transforms."""
         self._order, self._index, ends = self._gather(nodes, ids, by_first_use=lazily)
         self._ends = dict(zip(ids, ends))
         self._done, self._pieces, self._shared = 0, [], None
@@ -81,7 +83,7 @@ class StepTransform(nn.Module):
         return self._order.numel()
 
     def _transform(self, end: int, transform: RowTransform) -> None:
-        """Transform the step's rows up to ``end`` (in :meth:`_gather`'s order) not yet transformed."""
+        """Transform the step's rows up to ``end`` (in `_gather`'s order) not yet transformed."""
         if end <= self._done:
             return
         assert self._order is not None  # begin
@@ -99,7 +101,8 @@ class StepTransform(nn.Module):
         read transformed first).
 
         Raises:
-            RuntimeError: the step has not begun (:meth:`begin`).
+            RuntimeError: the step has not begun
+                ([`begin`][pipegnn.models.step_transform.StepTransform.begin]).
         """
         if self._order is None:
             raise RuntimeError("first-layer transform once per step: call begin_step(ids) before "

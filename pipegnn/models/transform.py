@@ -1,7 +1,7 @@
-"""The node-wise unit of a layer (:class:`Transform`): its input rows (the node features on layer 0;
-with a history cache, the received rows plus cached halo rows), input dropout and the layer's own dense
-transform; on the first layer optionally once per step for all micro-batches. See
-:mod:`pipegnn.models.units` for what units pass and keep."""
+"""The node-wise unit of a layer ([`Transform`][pipegnn.models.transform.Transform]): its input rows (the node
+features on layer 0; with a history cache, the received rows plus cached halo rows), input dropout and the
+layer's own dense transform; on the first layer optionally once per step for all micro-batches. See
+[`pipegnn.models.units`][pipegnn.models.units] for what units pass and keep."""
 from __future__ import annotations
 
 from typing import Any
@@ -29,13 +29,15 @@ class Transform(Unit):
 
     Each of its other jobs is a child module of its own (their buffers move with the unit):
 
-    - ``source`` (:class:`~pipegnn.models.feature_source.FeatureSource`, the first unit only): the node
-      features it reads (:meth:`add_features`);
-    - ``step`` (:class:`~pipegnn.models.step_transform.StepTransform`, the first unit only, with
-      ``once_per_step``): its transform once per step for all micro-batches (:meth:`begin_step`,
-      :meth:`end_step`), lazily in a pipeline;
-    - ``halo`` (:class:`~pipegnn.models.halo_history.HaloHistory`, historical mode): the push of the
-      rows it receives to its layer's history cache and the pull of the halo rows (:meth:`add_history`).
+    - ``source`` ([`FeatureSource`][pipegnn.models.feature_source.FeatureSource], the first unit only): the
+      node features it reads ([`add_features`][pipegnn.models.transform.Transform.add_features]);
+    - ``step`` ([`StepTransform`][pipegnn.models.step_transform.StepTransform], the first unit only, with
+      ``once_per_step``): its transform once per step for all micro-batches
+      ([`begin_step`][pipegnn.models.transform.Transform.begin_step],
+      [`end_step`][pipegnn.models.transform.Transform.end_step]), lazily in a pipeline;
+    - ``halo`` ([`HaloHistory`][pipegnn.models.halo_history.HaloHistory], historical mode): the push of the
+      rows it receives to its layer's history cache and the pull of the halo rows
+      ([`add_history`][pipegnn.models.transform.Transform.add_history]).
 
     With ``spec.residual`` the unit emits its input rows beside the product (the propagation adds them
     back); in a GCNII layer (``spec.initial``) it also hands on ``x0`` (the first layer's input rows,
@@ -73,12 +75,13 @@ class Transform(Unit):
 
     @property
     def features(self) -> Tensor | None:
-        """The features it reads, when in memory (:attr:`FeatureSource.features`), else None."""
+        """The features it reads, when in memory (`FeatureSource.features`), else None."""
         return None if self.source is None else self.source.features
 
     @property
     def once_per_step(self) -> bool:
-        """Its transform runs once per step (:meth:`begin_step`)."""
+        """Its transform runs once per step
+        ([`begin_step`][pipegnn.models.transform.Transform.begin_step])."""
         return self.step is not None
 
     @property
@@ -88,9 +91,10 @@ class Transform(Unit):
 
     def add_features(self, x: Any, once_per_step: bool = False) -> None:
         """Make this the first unit, reading the node features ``x`` (a Tensor, a source of rows out of
-        core, or only their description: :meth:`FeatureSource.set`); with ``once_per_step`` its transform
-        runs once per step (:class:`~pipegnn.models.step_transform.StepTransform`). Called again, the
-        features change and the micro-batches stay."""
+        core, or only their description:
+        [`FeatureSource.set`][pipegnn.models.feature_source.FeatureSource.set]); with ``once_per_step`` its
+        transform runs once per step ([`StepTransform`][pipegnn.models.step_transform.StepTransform]). Called
+        again, the features change and the micro-batches stay."""
         if self.source is None:
             self.source = FeatureSource(x, self.name)
         else:
@@ -102,7 +106,8 @@ class Transform(Unit):
 
     def add_history(self, num_nodes: int, dtype: torch.dtype, node_dropout: bool = False) -> None:
         """Keep a cache of this layer's input embeddings for halo rows (historical mode); with
-        ``node_dropout`` its input dropout draws one mask per node and step (:meth:`History.dropout`)."""
+        ``node_dropout`` its input dropout draws one mask per node and step
+        ([`History.dropout`][pipegnn.microbatch.history.History.dropout])."""
         self.halo = HaloHistory(self.layer, num_nodes, self.spec.in_dim, dtype,
                                 self.spec.dropout if node_dropout else 0.0)
 
@@ -120,7 +125,7 @@ class Transform(Unit):
         ``once_per_step``): transform every row they read now or, ``lazily``, each row when the first
         micro-batch that reads it runs (so that a pipeline's first stage need not transform them all
         before its first micro-batch leaves); while training with gradients, keep the graph for
-        :meth:`end_step`. Returns the rows the step transforms."""
+        [`end_step`][pipegnn.models.transform.Transform.end_step]. Returns the rows the step transforms."""
         if self.step is None:
             return 0
         assert self.source is not None  # add_features made the step
@@ -143,7 +148,8 @@ class Transform(Unit):
     def product(self, h: Tensor, nodes: Tensor | None = None) -> Tensor:
         """Input dropout and the dense transform of rows ``h``; with ``spec.residual`` the rows
         themselves beside the product. Given the rows' ``nodes`` (historical halos, ``node_dropout``,
-        while training), the dropout mask is the cache's, one per node and step (:meth:`History.dropout`)."""
+        while training), the dropout mask is the cache's, one per node and step
+        ([`History.dropout`][pipegnn.microbatch.history.History.dropout])."""
         if is_csr(h) and (self.spec.residual or nodes is not None):
             h = h.to_dense()  # sparse rows only where they go straight into the transform
         if nodes is not None and self.halo is not None and self.halo.history.node_dropout and self.training:

@@ -2,35 +2,36 @@
 
 Every message-passing layer is two units, so that a pipeline can cut inside a layer:
 
-- :class:`~pipegnn.models.transform.Transform` (node-wise, its own module): the layer's input rows (the
+- [`Transform`][pipegnn.models.transform.Transform] (node-wise, its own module): the layer's input rows (the
   node features on layer 0; with a history cache, the received rows plus cached halo rows), input
   dropout, and the layer's own dense transform
   (the Linear the framework's layer was built with, taken out of it by the adapter's ``split``; both of
-  GraphSAGE's, side by side, see :mod:`pipegnn.models.sage`);
-- :class:`Propagate`: the framework's layer without its transform (attention or normalisation, and
-  aggregation) over the micro-batch's block, the rows the layer computes, and the activation.
+  GraphSAGE's, side by side, see [`pipegnn.models.sage`][pipegnn.models.sage]);
+- [`Propagate`][pipegnn.models.units.Propagate]: the framework's layer without its transform (attention or
+  normalisation, and aggregation) over the micro-batch's block, the rows the layer computes, and the
+  activation.
 
 A stack with dense input and output Linear (GCNII) has them as units of their own: a Transform of kind
-``input`` (it reads the features) and a :class:`Readout`; this module holds what every unit shares
-(:class:`Unit`) and the graph and output units.
+``input`` (it reads the features) and a [`Readout`][pipegnn.models.units.Readout]; this module holds what
+every unit shares ([`Unit`][pipegnn.models.units.Unit]) and the graph and output units.
 
 The pipe carries ``(micro_batch_ids,)`` into the first unit and ``(h, micro_batch_ids)`` between units:
 dim 0 of the id tensor is the micro-batch axis, so torchgpipe's ``torch.chunk`` hands each micro-batch
 its own id, and ``h`` only ever holds that micro-batch's rows. A unit never reads the id's value (a
 device-to-host copy): whoever runs it says which micro-batch it computes
-(:mod:`pipegnn.microbatch.current`). ``h`` comes first because torchgpipe's
+([`pipegnn.microbatch.current`][pipegnn.microbatch.current]). ``h`` comes first because torchgpipe's
 checkpointing hooks recomputation onto the first tensor of a stage's output, and it back-propagates
 through *every* output tensor of a checkpointed stage, so all of them must require grad: the ids
 therefore travel as a float tensor that requires grad (see ``Engine.id_tensor``); its gradient is never
 used. Graph structure never travels through the pipe: each unit keeps what it reads per micro-batch
 (blocks, the first unit the node features) as non-persistent buffers, which move with the unit, once.
 The first unit's features may instead live out of core (``data.features=disk``): it then reads the
-rows it needs from a feature source (:class:`pipegnn.data.features.FeatureRows`, a CPU tensor per
-read) and moves them to its device.
+rows it needs from a feature source ([`pipegnn.data.features.FeatureRows`][pipegnn.data.features.FeatureRows],
+a CPU tensor per read) and moves them to its device.
 
-Precision (``train.precision``, :mod:`pipegnn.models.precision`): with ``bf16`` every unit runs its
-forward under ``torch.autocast`` and hands its output rows on in bfloat16; the first unit keeps the
-features in bfloat16. Entering autocast in the unit itself is what makes it reach torchgpipe's worker
+Precision (``train.precision``, [`pipegnn.models.precision`][pipegnn.models.precision]): with ``bf16`` every
+unit runs its forward under ``torch.autocast`` and hands its output rows on in bfloat16; the first unit keeps
+the features in bfloat16. Entering autocast in the unit itself is what makes it reach torchgpipe's worker
 threads and its recomputations.
 """
 from __future__ import annotations
@@ -77,12 +78,12 @@ class TensorList(nn.Module, Generic[_T]):
 class Unit(nn.Module):
     """One pipeline unit of layer ``layer``: what every unit knows about its micro-batches.
 
-    Subclasses implement :meth:`compute`; :meth:`forward` runs it under autocast when
-    :attr:`compute_dtype` is set (``train.precision=bf16``) and returns its rows in that dtype, so that
+    Subclasses implement [`compute`][pipegnn.models.units.Unit.compute]; `forward` runs it under autocast when
+    `compute_dtype` is set (``train.precision=bf16``) and returns its rows in that dtype, so that
     units, pipeline stages and history caches exchange one activation dtype.
 
     A unit hands on ``(h, ids)`` or, inside a GCNII stack, ``(h, x0, ids)``: the initial representation
-    ``x0`` travels beside the rows (:attr:`carries_initial`), cut to the rows the next layers compute.
+    ``x0`` travels beside the rows (`carries_initial`), cut to the rows the next layers compute.
 
     Attributes:
         rows: output rows of each micro-batch (by micro-batch id).

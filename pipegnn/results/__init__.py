@@ -1,21 +1,24 @@
 """After training: result records, the runs table, its statistics and figures, and sweeps on disk.
 
-- :mod:`~pipegnn.results.records`: one ``result.json`` per run, written atomically, found, read, checked;
-- :mod:`~pipegnn.results.archive`: a sweep's records (and traces) as one ``records.jsonl.gz``, which
-  :func:`load` reads as it reads the files; used through its module (``archive.pack``, ``archive.read``,
-  ``archive.unpack``: short names that would be ambiguous here), so not re-exported;
-- :mod:`~pipegnn.results.rows`: one record as one row (:func:`flatten`; what each column means:
-  :data:`COLUMNS`);
-- :mod:`~pipegnn.results.table`: the runs table (:func:`load`: one row per record, and per sweep job
-  that left none), filtered (:func:`select`) and printed (:func:`format_table`);
-- :mod:`~pipegnn.results.stats`: statistics of the table (:func:`summary`, :func:`summarize`,
-  :func:`relative`, :func:`leaderboard`);
-- :mod:`~pipegnn.results.figures`: figures of the table; :mod:`~pipegnn.results.timeline_plot`: the
-  stage timeline of one traced step (:func:`plot_timeline`);
-- :mod:`~pipegnn.results.sweep`: a sweep's jobs on disk and resume checks;
-  :mod:`~pipegnn.results.callbacks`: the end-of-sweep failure summary and the progress bar;
-- ``python -m pipegnn.results``: the command line (:mod:`pipegnn.results.__main__`; not re-exported:
-  no library module imports a command-line tool).
+- [`records`][pipegnn.results.records]: one ``result.json`` per run, written atomically, found, read, checked;
+- [`archive`][pipegnn.results.archive]: a sweep's records (and traces) as one ``records.jsonl.gz``, which
+  [`load`][pipegnn.results.table.load] reads as it reads the files; used through its module (``archive.pack``,
+  ``archive.read``, ``archive.unpack``: short names that would be ambiguous here), so not re-exported;
+- [`rows`][pipegnn.results.rows]: one record as one row ([`flatten`][pipegnn.results.rows.flatten]; what each
+  column means: `COLUMNS`);
+- [`table`][pipegnn.results.table]: the runs table ([`load`][pipegnn.results.table.load]: one row per record,
+  and per sweep job that left none), filtered ([`select`][pipegnn.results.table.select]) and printed
+  ([`format_table`][pipegnn.results.table.format_table]);
+- [`stats`][pipegnn.results.stats]: statistics of the table ([`summary`][pipegnn.results.stats.summary],
+  [`summarize`][pipegnn.results.stats.summarize], [`relative`][pipegnn.results.stats.relative],
+  [`leaderboard`][pipegnn.results.stats.leaderboard]);
+- [`figures`][pipegnn.results.figures]: figures of the table;
+  [`timeline_plot`][pipegnn.results.timeline_plot]: the stage timeline of one traced step
+  ([`plot_timeline`][pipegnn.results.timeline_plot.plot_timeline]);
+- [`sweep`][pipegnn.results.sweep]: a sweep's jobs on disk and resume checks;
+  [`callbacks`][pipegnn.results.callbacks]: the end-of-sweep failure summary and the progress bar;
+- ``python -m pipegnn.results``: the command line ([`pipegnn.results.__main__`][pipegnn.results.__main__]; not
+  re-exported: no library module imports a command-line tool).
 
 In a notebook: ``from pipegnn import results; df = results.load("multirun/...")``. Every name below
 is importable from here; each is loaded with its module on first use, so that importing one module
@@ -26,7 +29,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-#: The public names of each module (but :mod:`~pipegnn.results.archive`), all re-exported here.
+#: The public names of each module (but [`archive`][pipegnn.results.archive]), all re-exported here.
 _EXPORTS = {
     "records": ("RECORD_NAME", "RECORD_ROOM", "NotRegularFileError", "RecordError", "atomic_file",
                 "check_record", "find_records", "load_record", "natural_key", "open_regular",

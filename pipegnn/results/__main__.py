@@ -4,7 +4,7 @@
         [--figure table.png [--reference cora=85.5,0.5 ...]]
 
 Exits 0 when every listed run completed, 1 when some did not or a sweep job left no record, 2 when
-nothing was found or on misuse (see :func:`main`).
+nothing was found or on misuse (see [`main`][pipegnn.results.__main__.main]).
 """
 from __future__ import annotations
 

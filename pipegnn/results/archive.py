@@ -2,17 +2,18 @@
 ``records.jsonl.gz``, which a clone carries instead of a file per run.
 
 Each file is keyed by its path relative to the archive's folder (``records/3/result.json``), so that
-:func:`pipegnn.results.load` reads an archive as it reads the files it holds: the same rows, each row's
-``path`` the file's place were the archive unpacked (``python -m pipegnn.results.archive --unpack ARCHIVE
-DEST`` puts it there, written as :func:`~pipegnn.results.records.write_record` writes every record and
-trace, so byte for byte the files the runs wrote).
+[`pipegnn.results.load`][pipegnn.results.table.load] reads an archive as it reads the files it holds: the same
+rows, each row's ``path`` the file's place were the archive unpacked
+(``python -m pipegnn.results.archive --unpack ARCHIVE DEST`` puts it there, written as
+[`write_record`][pipegnn.results.records.write_record] writes every record and trace, so byte for byte the
+files the runs wrote).
 
 The format, gzipped JSON lines:
 
 - line 1, the header: ``{"format": "pipegnn.records", "version": 1, "files": N, "checksum": "crc32:..."}``,
-  the CRC-32 (:mod:`pipegnn.integrity`) of the N lines after it: gzip's own CRC is made anew whenever
-  the lines are compressed again, so an archive cut at a line, or edited, and compressed again is found
-  by this one only;
+  the CRC-32 ([`pipegnn.integrity`][pipegnn.integrity]) of the N lines after it: gzip's own CRC is made anew
+  whenever the lines are compressed again, so an archive cut at a line, or edited, and compressed again is
+  found by this one only;
 - one line per file, in natural path order (job 2 before job 10): ``{"path": KEY, "json": VALUE}``, or
   ``{"path": KEY, "unreadable": WHY}`` for a file that was not valid JSON when packed (read as the file
   was: an ``unreadable`` row).
@@ -22,15 +23,16 @@ no file name (the bytes could change only with zlib's version).
 
 Reading parses JSON only: nothing an archive holds can run code. It reads a regular file only (a FIFO
 never makes it wait) and inflates it as a stream, twice (the checks, then the entries), holding one line
-at a time: at most :data:`MAX_LINE_BYTES` a line, :data:`MAX_INFLATED_BYTES` in all, and no line past the
-header's count of files (at most :data:`MAX_FILES`), so that a small file that inflates to gigabytes is
+at a time: at most `MAX_LINE_BYTES` a line, `MAX_INFLATED_BYTES` in all, and no line past the
+header's count of files (at most `MAX_FILES`), so that a small file that inflates to gigabytes is
 refused early, never read into memory. A key must name one of a run's files
-(:data:`FILE_NAMES`) by a relative path of plain names below the archive's folder: no ``..``, no leading
+(`FILE_NAMES`) by a relative path of plain names below the archive's folder: no ``..``, no leading
 ``/``, no backslash, no control character (NUL included) or lone surrogate, and never a folder of another
 key's path (``a/result.json`` and ``a/result.json/trace.json``). Any damage (a cut or corrupt gzip stream,
 a bound passed, a line that is not JSON or not an entry, such a key, a wrong count or checksum) is one
-:class:`ArchiveError` naming the archive; :func:`unpack` writes nothing from such an archive, nor any file
-that a link in the destination would take outside it.
+[`ArchiveError`][pipegnn.results.archive.ArchiveError] naming the archive;
+[`unpack`][pipegnn.results.archive.unpack] writes nothing from such an archive, nor any file that a link in
+the destination would take outside it.
 """
 from __future__ import annotations
 
@@ -185,7 +187,8 @@ def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
 
 
 def _parse(archive: Path, number: int, line: bytes) -> Any:
-    """The JSON value of line ``number``; :class:`ArchiveError` naming it when it is not JSON."""
+    """The JSON value of line ``number``; [`ArchiveError`][pipegnn.results.archive.ArchiveError] naming it
+    when it is not JSON."""
     try:
         return json.loads(line)
     except RecursionError:
@@ -209,8 +212,8 @@ def _clash(key: str, files: set[str], folders: set[str]) -> str | None:
 
 def _lines(archive: Path, raw: BinaryIO) -> Iterator[bytes]:
     """The inflated lines of the open ``archive`` (``raw``) from its start, each with its newline (the
-    last one may lack it), inflated as they are read, within :data:`MAX_LINE_BYTES` and
-    :data:`MAX_INFLATED_BYTES`."""
+    last one may lack it), inflated as they are read, within `MAX_LINE_BYTES` and
+    `MAX_INFLATED_BYTES`."""
     raw.seek(0)
     total = 0
     try:
@@ -269,7 +272,7 @@ def entries(archive: str | Path) -> Iterator[Entry]:
 
     Raises:
         ArchiveError: (a ValueError) naming the archive: the gzip stream is cut or corrupt, it inflates
-            past :data:`MAX_INFLATED_BYTES` or a line past :data:`MAX_LINE_BYTES`, the header is not an
+            past `MAX_INFLATED_BYTES` or a line past `MAX_LINE_BYTES`, the header is not an
             archive's, the lines are not the header's count or checksum, or a line is not JSON, not an
             entry, or its key is not a run's file below the archive's folder (see the module doc) (its
             number named; the entries before it have come).
@@ -301,11 +304,12 @@ def entries(archive: str | Path) -> Iterator[Entry]:
 
 
 def read(archive: str | Path, keep: Callable[[str], bool] | Collection[str] | None = None) -> Packed:
-    """What ``archive`` holds, every line checked (see :func:`entries`); the values of the files ``keep``
-    accepts (a predicate on the key or a collection of keys; None: every file).
+    """What ``archive`` holds, every line checked (see [`entries`][pipegnn.results.archive.entries]); the
+    values of the files ``keep`` accepts (a predicate on the key or a collection of keys; None: every file).
 
     Raises:
-        ArchiveError: see :func:`entries` (nothing is returned from a damaged archive).
+        ArchiveError: see [`entries`][pipegnn.results.archive.entries] (nothing is returned from a damaged
+            archive).
         OSError: the file cannot be read (FileNotFoundError: there is none).
     """
     wanted = keep if keep is None or callable(keep) else set(keep).__contains__
@@ -321,15 +325,17 @@ def read(archive: str | Path, keep: Callable[[str], bool] | Collection[str] | No
 
 def unpack(archive: str | Path, dest: str | Path,
            keep: Callable[[str], bool] | Collection[str] | None = None) -> tuple[list[Path], dict[str, str]]:
-    """Write the files of ``archive`` (those ``keep`` accepts, see :func:`read`) below ``dest``, each at
-    its key, as :func:`~pipegnn.results.records.write_record` writes it. Returns the files written and
-    the ones that could not be (unreadable when packed: key -> why).
+    """Write the files of ``archive`` (those ``keep`` accepts, see [`read`][pipegnn.results.archive.read])
+    below ``dest``, each at its key, as [`write_record`][pipegnn.results.records.write_record] writes it.
+    Returns the files written and the ones that could not be (unreadable when packed: key -> why).
 
-    Nothing is written until the whole archive has been read and checked (see :func:`entries`), and each
-    file it would write is below ``dest`` once links there are followed.
+    Nothing is written until the whole archive has been read and checked (see
+    [`entries`][pipegnn.results.archive.entries]), and each file it would write is below ``dest`` once links
+    there are followed.
 
     Raises:
-        ArchiveError: see :func:`read`; also a file that a link in ``dest`` would take outside it.
+        ArchiveError: see [`read`][pipegnn.results.archive.read]; also a file that a link in ``dest`` would
+            take outside it.
         OSError: a file cannot be written (naming it).
     """
     wanted = keep if keep is None or callable(keep) else set(keep).__contains__

@@ -1,11 +1,13 @@
 """Callbacks of ``experiments/train.py``: the end-of-sweep failure summary and the progress bar.
 
-- :class:`FailureSummary`: a Hydra callback (registered in ``conf/config.yaml``) that, once every job of
-  a sweep has returned, reads the jobs' records from the sweep directory, so it works with any launcher
-  (the basic one runs jobs in this process, joblib and SLURM in others), names every job that did not
-  complete (number, overrides, status, error) on stderr and in ``<sweep dir>/sweep.log``, and sets
-  :func:`exit_code`, which ``experiments/train.py`` exits with.
-- :class:`EpochProgress`: a tqdm bar over epochs, fed by the trainer's per-epoch log lines.
+- [`FailureSummary`][pipegnn.results.callbacks.FailureSummary]: a Hydra callback (registered in
+  ``conf/config.yaml``) that, once every job of a sweep has returned, reads the jobs' records from the sweep
+  directory, so it works with any launcher (the basic one runs jobs in this process, joblib and SLURM in
+  others), names every job that did not complete (number, overrides, status, error) on stderr and in
+  ``<sweep dir>/sweep.log``, and sets [`exit_code`][pipegnn.results.callbacks.exit_code], which
+  ``experiments/train.py`` exits with.
+- [`EpochProgress`][pipegnn.results.callbacks.EpochProgress]: a tqdm bar over epochs, fed by the trainer's
+  per-epoch log lines.
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ def exit_code() -> int:
 
 
 class FailureSummary(Callback):
-    """After a sweep: name each job that did not complete and make :func:`exit_code` non-zero.
+    """After a sweep: name each job that did not complete and make
+    [`exit_code`][pipegnn.results.callbacks.exit_code] non-zero.
 
     Runs in the process that launched the sweep, after every job returned (with failures captured in
     the records, the jobs return normally and Hydra calls ``on_multirun_end``). It reads the records
@@ -96,7 +99,7 @@ class EpochProgress:
 
     Use as a context manager; it does nothing unless ``enabled`` (``experiments/train.py`` enables it
     when stderr is a terminal). While active, the trainer's per-epoch log lines (marked with
-    :data:`pipegnn.training.epochs.EPOCH_LINE`) are kept off the console handlers that write to a
+    `pipegnn.training.epochs.EPOCH_LINE`) are kept off the console handlers that write to a
     terminal (the bar shows loss and validation accuracy instead); they still go to the job's log file.
     """
 

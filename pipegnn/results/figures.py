@@ -1,17 +1,19 @@
 """Figures of a runs table, for notebooks and papers.
 
-Everything takes the DataFrame of :func:`pipegnn.results.load` (one row per run), plus the derived
-columns of :func:`pipegnn.results.stats.with_setup` (``setup``, ``device_type``). Only completed runs
-enter a figure; a point is the mean over repeated runs of the same setting (seeds).
+Everything takes the DataFrame of [`pipegnn.results.load`][pipegnn.results.table.load] (one row per run), plus
+the derived columns of [`pipegnn.results.stats.with_setup`][pipegnn.results.stats.with_setup] (``setup``,
+``device_type``). Only completed runs enter a figure; a point is the mean over repeated runs of the same
+setting (seeds).
 
 Figures are drawn on the Agg canvas (no display, no pyplot state), one panel per dataset / model /
 graph size and per setting that varies but is not on the figure's axes (the panel title names it), so
 that runs of different settings are never averaged together. Each figure function returns the
-:class:`~matplotlib.figure.Figure`, writes a PNG when given a path, and raises :class:`NoData` when
-the frame holds nothing to draw; :func:`draw` turns that into a printed "skipped" line for notebooks.
+`Figure`, writes a PNG when given a path, and raises [`NoData`][pipegnn.results.figures.NoData] when
+the frame holds nothing to draw; [`draw`][pipegnn.results.figures.draw] turns that into a printed "skipped"
+line for notebooks.
 
-:func:`~pipegnn.results.timeline_plot.plot_timeline` draws one run's ``trace.json`` instead, and
-:func:`~pipegnn.results.leaderboard_plot.plot_leaderboard` the OGB-style table.
+[`plot_timeline`][pipegnn.results.timeline_plot.plot_timeline] draws one run's ``trace.json`` instead, and
+[`plot_leaderboard`][pipegnn.results.leaderboard_plot.plot_leaderboard] the OGB-style table.
 """
 from __future__ import annotations
 
@@ -352,7 +354,7 @@ def plot_speedup_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,
 
 def draw(plot: Callable[..., Figure], df: Any, path: str | Path, **kwargs: Any) -> Figure | None:
     """``plot(df, path, **kwargs)``, printing ``wrote <path>``; when the results (a frame of records, or
-    a trace for :func:`~pipegnn.results.timeline_plot.plot_timeline`) hold no data for the figure,
+    a trace for [`plot_timeline`][pipegnn.results.timeline_plot.plot_timeline]) hold no data for the figure,
     prints ``skipped <file>: <reason>`` and returns None instead of raising."""
     try:
         fig = plot(df, path, **kwargs)

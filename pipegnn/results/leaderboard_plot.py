@@ -1,6 +1,6 @@
-"""The OGB-style table of :func:`~pipegnn.results.stats.leaderboard` as a figure, drawn like
-:mod:`pipegnn.results.figures`' figures (Agg canvas, a PNG when given a path,
-:class:`~pipegnn.results.figures.NoData` when there is nothing to draw).
+"""The OGB-style table of [`leaderboard`][pipegnn.results.stats.leaderboard] as a figure, drawn like
+[`pipegnn.results.figures`][pipegnn.results.figures]' figures (Agg canvas, a PNG when given a path,
+[`NoData`][pipegnn.results.figures.NoData] when there is nothing to draw).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ __all__ = ["plot_leaderboard"]
 def plot_leaderboard(df: pd.DataFrame, path: str | Path | None = None, *,
                      where: Mapping[str, Any] | None = None,
                      reference: Mapping[str, tuple[float, float]] | None = None) -> Figure:
-    """The OGB-style table (:func:`~pipegnn.results.stats.leaderboard`) as a figure: per setting, test
+    """The OGB-style table ([`leaderboard`][pipegnn.results.stats.leaderboard]) as a figure: per setting, test
     accuracy at the best validation epoch as mean ± std over its seeds, one row per setting (named by
     the settings that vary in its panel), one panel per dataset and model. ``reference`` maps a dataset
     to a published ``(mean, std)`` in percent, drawn as a band with its mean."""

@@ -1,9 +1,9 @@
 """Result records on disk: one ``result.json`` per run, written atomically, found, read and checked.
 
-What a record holds, its versions and its checks: :class:`pipegnn.record.RunRecord`.
+What a record holds, its versions and its checks: [`pipegnn.record.RunRecord`][pipegnn.record.RunRecord].
 
-This module knows files only; :mod:`pipegnn.results.table` aggregates records into tables and
-:mod:`pipegnn.results.sweep` matches them with a sweep's jobs.
+This module knows files only; [`pipegnn.results.table`][pipegnn.results.table] aggregates records into tables
+and [`pipegnn.results.sweep`][pipegnn.results.sweep] matches them with a sweep's jobs.
 """
 from __future__ import annotations
 
@@ -26,14 +26,14 @@ __all__ = ["RECORD_NAME", "RECORD_ROOM", "NotRegularFileError", "RecordError", "
 
 RECORD_NAME = "result.json"
 
-#: Room a record needs, which :func:`probe_record_folder` checks (a long run's record, every epoch's
-#: entry, is some hundreds of KiB).
+#: Room a record needs, which [`probe_record_folder`][pipegnn.results.records.probe_record_folder] checks (a
+#: long run's record, every epoch's entry, is some hundreds of KiB).
 RECORD_ROOM = 1 << 20
 
 
 def probe_record_folder(directory: str | Path, name: str = RECORD_NAME) -> None:
     """Check, before a run trains, that ``directory/<name>`` can be written: not a folder, and room for
-    :data:`RECORD_ROOM` bytes in a writable folder (a probe file, written, synced and removed).
+    `RECORD_ROOM` bytes in a writable folder (a probe file, written, synced and removed).
 
     Raises:
         OSError: naming the file and the cause (IsADirectoryError, PermissionError, No space left...).
@@ -57,9 +57,9 @@ def probe_record_folder(directory: str | Path, name: str = RECORD_NAME) -> None:
 
 def write_record(directory: str | Path, record: RunRecord | dict[str, Any],
                  name: str = RECORD_NAME) -> Path:
-    """Write ``record`` (a :class:`~pipegnn.record.RunRecord` as :meth:`~pipegnn.record.RunRecord.to_dict`
-    gives it, or any JSON value: a trace) as ``directory/<name>`` (``result.json``) atomically (a reader
-    never sees half a file).
+    """Write ``record`` (a [`RunRecord`][pipegnn.record.RunRecord] as
+    [`to_dict`][pipegnn.record.RunRecord.to_dict] gives it, or any JSON value: a trace) as
+    ``directory/<name>`` (``result.json``) atomically (a reader never sees half a file).
 
     Raises:
         OSError: naming the file and the cause.
@@ -120,10 +120,11 @@ def open_regular(path: str | Path) -> Iterator[BinaryIO]:
 
 
 def read_regular(path: str | Path, limit: int | None = None) -> bytes:
-    """The bytes of the regular file ``path`` (see :func:`open_regular`), at most ``limit`` of them.
+    """The bytes of the regular file ``path`` (see [`open_regular`][pipegnn.results.records.open_regular]), at
+    most ``limit`` of them.
 
     Raises:
-        NotRegularFileError, OSError: see :func:`open_regular`.
+        NotRegularFileError, OSError: see [`open_regular`][pipegnn.results.records.open_regular].
         ValueError: the file holds more than ``limit`` bytes (naming it and the limit).
     """
     with open_regular(path) as f:
@@ -141,14 +142,14 @@ class RecordError(JSONFileError):
 
 
 def check_record(record: Any) -> RunRecord:
-    """``record`` (a record's JSON value, of any version) as a :class:`~pipegnn.record.RunRecord`, else
-    :class:`~pipegnn.record.RecordFormatError` (a ValueError) naming the first problem: not a JSON object,
-    a key that is no field of a record, a value of the wrong type (``status`` one of the statuses,
-    ``error`` and ``traceback`` strings or null, each section an object, ``epochs`` and ``pipeline.stages``
-    arrays of objects, ``choices`` values scalars), a newer version than this code reads, or a
-    ``completed`` record without what a completed run writes (:func:`~pipegnn.record.completion_problem`:
-    no epoch, or an accuracy absent or no number from 0 to 1). A version-1 record may lack sections (see
-    :func:`~pipegnn.record.migrate`)."""
+    """``record`` (a record's JSON value, of any version) as a [`RunRecord`][pipegnn.record.RunRecord], else
+    [`RecordFormatError`][pipegnn.record.RecordFormatError] (a ValueError) naming the first problem: not a
+    JSON object, a key that is no field of a record, a value of the wrong type (``status`` one of the
+    statuses, ``error`` and ``traceback`` strings or null, each section an object, ``epochs`` and
+    ``pipeline.stages`` arrays of objects, ``choices`` values scalars), a newer version than this code reads,
+    or a ``completed`` record without what a completed run writes
+    ([`completion_problem`][pipegnn.record.completion_problem]: no epoch, or an accuracy absent or no number
+    from 0 to 1). A version-1 record may lack sections (see [`migrate`][pipegnn.record.migrate])."""
     record = RunRecord.from_dict(record)
     problem = completion_problem(record)
     if problem is not None:
@@ -158,13 +159,15 @@ def check_record(record: Any) -> RunRecord:
 
 def load_record(path: str | Path) -> RunRecord:
     """Read one record (a ``result.json`` file or the directory holding it), migrated to the current
-    version (:meth:`~pipegnn.record.RunRecord.from_dict`).
+    version ([`from_dict`][pipegnn.record.RunRecord.from_dict]).
 
-    Only a regular file is read (:func:`open_regular`: a FIFO in its place never makes the reader wait).
+    Only a regular file is read ([`open_regular`][pipegnn.results.records.open_regular]: a FIFO in its place
+    never makes the reader wait).
 
     Raises:
         RecordError: (a ValueError) naming the file: not valid JSON, not shaped like a record (see
-            :func:`check_record`), or of a newer version than this code reads.
+            [`check_record`][pipegnn.results.records.check_record]), or of a newer version than this code
+            reads.
         OSError: the file cannot be read (FileNotFoundError: there is none; NotRegularFileError: it is a
             FIFO, a folder, a device).
     """
@@ -183,8 +186,8 @@ def load_record(path: str | Path) -> RunRecord:
 
 def record_of(value: Any, path: str | Path) -> RunRecord:
     """``value``, read from ``path`` (a file, or its place in a records archive), as a record (see
-    :func:`check_record`): every record file and archive line is read through here, so a ``completed``
-    record counts as completed only when its fields say so.
+    [`check_record`][pipegnn.results.records.check_record]): every record file and archive line is read
+    through here, so a ``completed`` record counts as completed only when its fields say so.
 
     Raises:
         RecordError: naming ``path``: not shaped like a record, of a newer version, or ``completed``

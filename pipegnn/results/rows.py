@@ -1,6 +1,7 @@
-"""A result record as one row of the runs table: the :data:`COLUMNS` (what each means), then the
-pipeline's per-stage figures and every config leaf as ``cfg.<dotted key>``; :func:`flatten` makes the
-row, :func:`integers` gives a table's counts back as integers for a file."""
+"""A result record as one row of the runs table: the `COLUMNS` (what each means), then the
+pipeline's per-stage figures and every config leaf as ``cfg.<dotted key>``;
+[`flatten`][pipegnn.results.rows.flatten] makes the row, [`integers`][pipegnn.results.rows.integers] gives a
+table's counts back as integers for a file."""
 from __future__ import annotations
 
 import json
@@ -14,14 +15,14 @@ from pipegnn.record import RunRecord, Status
 
 __all__ = ["COLUMNS", "INTEGER_COLUMNS", "flatten", "integers"]
 
-#: Columns of counts (NaN where unknown, so float columns in :func:`load`'s table; :func:`integers` gives
-#: them back as integers, for a file).
+#: Columns of counts (NaN where unknown, so float columns in [`load`][pipegnn.results.table.load]'s table;
+#: [`integers`][pipegnn.results.rows.integers] gives them back as integers, for a file).
 INTEGER_COLUMNS = ("chunks", "seed", "epochs", "best_epoch", "stopped_epoch", "num_nodes", "num_edges")
-#: Columns of :func:`flatten` / :func:`load`, in order, with their meaning. Missing values are NaN
-#: (numbers) or None (text, flags); records without a ``pipeline`` section (older ones) have none of the
-#: ``pipeline_*`` values. After them come ``pipeline_stage<s>_busy_s`` (stage s's forward + backward +
-#: recompute seconds per step, median over epochs) for every stage of the record, then every config
-#: leaf as ``cfg.<dotted key>`` (lists joined by ',').
+#: Columns of [`flatten`][pipegnn.results.rows.flatten] / [`load`][pipegnn.results.table.load], in order, with
+#: their meaning. Missing values are NaN (numbers) or None (text, flags); records without a ``pipeline``
+#: section (older ones) have none of the ``pipeline_*`` values. After them come ``pipeline_stage<s>_busy_s``
+#: (stage s's forward + backward + recompute seconds per step, median over epochs) for every stage of the
+#: record, then every config leaf as ``cfg.<dotted key>`` (lists joined by ',').
 COLUMNS: dict[str, str] = {
     "path": "the result.json file (where it would be for an incomplete or missing job)",
     "status": "completed | failed | invalid | oom | interrupted (the record's) | unreadable (not valid JSON, "
@@ -125,8 +126,8 @@ def _leaves(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def flatten(record: RunRecord | Mapping[str, Any], path: str | Path | None = None) -> dict[str, Any]:
-    """One flat row of a record (a JSON value is read by :meth:`~pipegnn.record.RunRecord.from_dict`,
-    whose RecordFormatError it raises): the :data:`COLUMNS` (NaN or None when the record lacks them, as
+    """One flat row of a record (a JSON value is read by [`from_dict`][pipegnn.record.RunRecord.from_dict],
+    whose RecordFormatError it raises): the `COLUMNS` (NaN or None when the record lacks them, as
     failed and invalid runs do), ``pipeline_stage<s>_busy_s`` for every stage of its ``pipeline``
     section, then ``cfg.<dotted key>`` for every config leaf."""
     record = record if isinstance(record, RunRecord) else RunRecord.from_dict(record, path)
@@ -184,7 +185,7 @@ def flatten(record: RunRecord | Mapping[str, Any], path: str | Path | None = Non
 
 
 def integers(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with its :data:`INTEGER_COLUMNS` (those it has, holding whole numbers only) as pandas'
+    """``table`` with its `INTEGER_COLUMNS` (those it has, holding whole numbers only) as pandas'
     nullable integers, so that a CSV says ``2``, not ``2.0`` (and nothing where unknown)."""
     table = table.copy()
     for name in INTEGER_COLUMNS:

@@ -1,12 +1,15 @@
-"""Statistics of a runs table (:func:`pipegnn.results.load`, one row per run).
+"""Statistics of a runs table ([`pipegnn.results.load`][pipegnn.results.table.load], one row per run).
 
-- :func:`summary`: how many runs ended in each status, in one line;
-- :func:`summarize`: mean, std and count of metrics over the completed runs of each group;
-- :func:`relative`: each run's metric divided by its baseline's (e.g. against full batch);
-- :func:`leaderboard`: an OGB-style table, test and validation accuracy per setting;
-- :func:`with_setup`: the derived columns ``setup`` (e.g. ``gpipe 2×cpu``, ``single cuda``) and
-  ``device_type`` (``cpu``, ``cuda``) from ``engine`` and ``devices``; both may be used in ``by``,
-  ``within`` and ``where``.
+- [`summary`][pipegnn.results.stats.summary]: how many runs ended in each status, in one line;
+- [`summarize`][pipegnn.results.stats.summarize]: mean, std and count of metrics over the completed runs of
+  each group;
+- [`relative`][pipegnn.results.stats.relative]: each run's metric divided by its baseline's (e.g. against full
+  batch);
+- [`leaderboard`][pipegnn.results.stats.leaderboard]: an OGB-style table, test and validation accuracy per
+  setting;
+- [`with_setup`][pipegnn.results.stats.with_setup]: the derived columns ``setup`` (e.g. ``gpipe 2×cpu``,
+  ``single cuda``) and ``device_type`` (``cpu``, ``cuda``) from ``engine`` and ``devices``; both may be used
+  in ``by``, ``within`` and ``where``.
 
 Only completed runs enter a statistic; aggregates are over repeated runs of the same setting (seeds):
 mean, sample standard deviation (ddof=1, NaN for one run) and count.
@@ -24,7 +27,8 @@ from pipegnn.results.table import ROW_STATUSES, column, select
 __all__ = ["LEADERBOARD_SETTINGS", "WITHIN", "device_type", "leaderboard", "relative", "setup_label",
            "summarize", "summary", "with_setup"]
 
-#: Columns a baseline row must share with a row in :func:`relative` (the comparable group).
+#: Columns a baseline row must share with a row in [`relative`][pipegnn.results.stats.relative] (the
+#: comparable group).
 WITHIN = ("dataset", "model", "num_nodes", "framework", "device_type")
 #: Columns that define a run's setting (besides the seed).
 _SETTINGS = ("dataset", "model", "num_nodes", "framework", "setup", "engine", "devices", "chunks",
@@ -112,9 +116,9 @@ def relative(df: pd.DataFrame, metric: str, baseline: Mapping[str, Any],
     with ``baseline={"chunks": 1, "halo": "none", "engine": "single"}``.
 
     A row's baseline is the mean ``metric`` of the completed runs that match ``baseline`` (as
-    :func:`pipegnn.results.select` matches) and share the row's ``within`` columns (by default
-    dataset, model, graph size, framework and device type), over seeds. Returns a Series aligned with
-    ``df`` named ``<metric>_relative``: NaN for rows not completed or without a baseline.
+    [`pipegnn.results.select`][pipegnn.results.table.select] matches) and share the row's ``within`` columns
+    (by default dataset, model, graph size, framework and device type), over seeds. Returns a Series aligned
+    with ``df`` named ``<metric>_relative``: NaN for rows not completed or without a baseline.
 
     Raises:
         KeyError: a column is missing.
@@ -177,7 +181,7 @@ def _mean_std(mean: float, std: float) -> str:
 
 def summary(df: pd.DataFrame) -> str:
     """``N runs: X completed, Y failed, ...`` (statuses other than completed only when present, in the
-    order of :data:`ROW_STATUSES`, then unknown ones)."""
+    order of `ROW_STATUSES`, then unknown ones)."""
     counts = df["status"].fillna("unknown").value_counts().to_dict()
     order = [*ROW_STATUSES, *sorted(set(counts) - set(ROW_STATUSES))]
     parts = [f"{counts.get(s, 0)} {s}" for s in order if s == "completed" or counts.get(s)]

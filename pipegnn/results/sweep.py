@@ -1,18 +1,22 @@
 """Sweeps on disk: which jobs a sweep ran, planned and left without a record, and resume checks.
 
-- :func:`completed_record`: with ``resume=true`` a job whose output directory already holds a
-  ``completed`` record of the same configuration is skipped (``experiments/train.py``).
-- :func:`sweep_jobs` / :func:`unrecorded_jobs`: a sweep's jobs as found on disk, with those that left
-  no record: ``incomplete`` (Hydra started the job, it wrote no ``result.json``) and ``missing`` (planned
-  by the sweep's ``multirun.yaml``, never started), which :func:`pipegnn.results.load` lists too.
+- [`completed_record`][pipegnn.results.sweep.completed_record]: with ``resume=true`` a job whose output
+  directory already holds a ``completed`` record of the same configuration is skipped
+  (``experiments/train.py``).
+- [`sweep_jobs`][pipegnn.results.sweep.sweep_jobs] /
+  [`unrecorded_jobs`][pipegnn.results.sweep.unrecorded_jobs]: a sweep's jobs as found on disk, with those that
+  left no record: ``incomplete`` (Hydra started the job, it wrote no ``result.json``) and ``missing`` (planned
+  by the sweep's ``multirun.yaml``, never started), which [`pipegnn.results.load`][pipegnn.results.table.load]
+  lists too.
 
 Reading a sweep runs nothing its files name: the ``.hydra/*.yaml`` files and ``multirun.yaml`` are
 parsed as YAML data (PyYAML's safe loader, through OmegaConf), only when they are regular files (a FIFO
-never makes the reader wait) of at most :data:`MAX_YAML_BYTES`; the sweeper's ``_target_`` is compared as
+never makes the reader wait) of at most `MAX_YAML_BYTES`; the sweeper's ``_target_`` is compared as
 text, never imported; and interpolations are resolved only between the file's own keys (``${chunks}``):
 one that calls a resolver (``${oc.env:HOME}``, ``${now:...}``, any registered one) stays as its text.
 
-The end-of-sweep failure summary and the progress bar are in :mod:`pipegnn.results.callbacks`.
+The end-of-sweep failure summary and the progress bar are in
+[`pipegnn.results.callbacks`][pipegnn.results.callbacks].
 """
 from __future__ import annotations
 
@@ -61,7 +65,7 @@ def _plain(node: Any, resolve: bool = False) -> Any:
 
 def _load_yaml(path: Path) -> Any:
     """What the Hydra file ``path`` holds, as plain data with its interpolations as written: read only
-    when it is a regular file of at most :data:`MAX_YAML_BYTES`, parsed by OmegaConf's safe YAML loader.
+    when it is a regular file of at most `MAX_YAML_BYTES`, parsed by OmegaConf's safe YAML loader.
 
     Raises:
         OSError: it cannot be read (FileNotFoundError: there is none or a link to nothing;
@@ -86,7 +90,7 @@ def _inert(value: Any) -> Any:
 
 def _resolved(data: Any) -> Any:
     """``data`` (a Hydra file's plain data) with its interpolations between its own keys resolved
-    (``${model.lr}``); one that calls a resolver stays as its text (see :func:`_inert`), and ``data``
+    (``${model.lr}``); one that calls a resolver stays as its text (see `_inert`), and ``data``
     stays as written where they cannot be resolved."""
     try:
         return _plain(OmegaConf.create(_inert(data)), resolve=True)
@@ -113,9 +117,9 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
 def completed_record(output_dir: str | Path, config: Mapping[str, Any] | DictConfig
                      ) -> tuple[RunRecord | None, str]:
     """The record to keep when resuming: ``output_dir/result.json`` (read as every record is,
-    :func:`~pipegnn.results.records.load_record`) if it is ``completed`` and was made with the same
-    config (see :func:`comparable_config`), else None; with the reason either way (logged by the
-    caller)."""
+    [`load_record`][pipegnn.results.records.load_record]) if it is ``completed`` and was made with the same
+    config (see [`comparable_config`][pipegnn.runconfig.comparable_config]), else None; with the reason either
+    way (logged by the caller)."""
     path = Path(output_dir) / RECORD_NAME
     if not path.is_file():
         return None, "no previous record"
@@ -223,8 +227,8 @@ def planned_jobs(sweep_dir: str | Path) -> list[tuple[list[str], Path]] | None:
 
 
 def _plan(sweep_dir: Path) -> tuple[dict[str, Any], list[tuple[list[str], Path]]] | None:
-    """The sweep's ``multirun.yaml`` (as plain data) and :func:`planned_jobs`; None without one, or for a
-    sweeper other than Hydra's basic one (its plan is not known here).
+    """The sweep's ``multirun.yaml`` (as plain data) and [`planned_jobs`][pipegnn.results.sweep.planned_jobs];
+    None without one, or for a sweeper other than Hydra's basic one (its plan is not known here).
 
     Raises:
         SweepPlanError: the file is damaged: not a regular file (a link to nothing, a folder, a FIFO), not
@@ -297,7 +301,7 @@ def _expand(overrides: list[Any]) -> list[list[str]]:
 
 def _subdir(cfg: dict[str, Any], num: int, overrides: list[str], parser: Any) -> str:
     """``hydra.sweep.subdir`` of job ``num`` (as Hydra's launchers set it up; interpolations between the
-    plan's keys only, see :func:`_inert`); the job number when it cannot be worked out."""
+    plan's keys only, see `_inert`); the job number when it cannot be worked out."""
     raw = _get(cfg, "hydra", "sweep", "subdir")
     if raw in (None, "${hydra.job.num}"):
         return str(num)
@@ -382,8 +386,8 @@ def _settings(overrides: list[str], sweep_cfg: dict[str, Any]) -> tuple[dict[str
 def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
     """The jobs under ``sweep_dir`` (directories holding a record or Hydra's ``.hydra/``) started at or
     after ``since`` (a file modification time; None: every job), in job order, with the jobs the sweep
-    planned (:func:`planned_jobs`) that none of them ran (status ``missing``; ``incomplete`` when the
-    folder exists). A started job without a record is ``incomplete``.
+    planned ([`planned_jobs`][pipegnn.results.sweep.planned_jobs]) that none of them ran (status ``missing``;
+    ``incomplete`` when the folder exists). A started job without a record is ``incomplete``.
 
     A job's start is the time Hydra wrote its ``.hydra/overrides.yaml``, which it does for every job it
     runs, even one that resume then skips; jobs left over from an earlier, larger sweep in the same
@@ -422,7 +426,8 @@ def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
 def unrecorded_jobs(root: str | Path) -> list[Job]:
     """Every job without a record below ``root`` (any number of sweeps and runs, at any depth), in
     job order: a folder Hydra started a job in (``.hydra/``) with no ``result.json`` (``incomplete``),
-    and each sweep's planned jobs that none of its folders ran (see :func:`sweep_jobs`)."""
+    and each sweep's planned jobs that none of its folders ran (see
+    [`sweep_jobs`][pipegnn.results.sweep.sweep_jobs])."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -436,7 +441,7 @@ def unrecorded_jobs(root: str | Path) -> list[Job]:
 def _sweep_dirs(root: Path) -> list[Path]:
     """The folders below ``root`` (itself included; links to folders not followed, as ``rglob`` does)
     holding an entry named ``multirun.yaml`` of any kind: a link to nothing, a folder or a FIFO there is
-    a damaged plan (:func:`_plan` says so), never no plan."""
+    a damaged plan (`_plan` says so), never no plan."""
     return [Path(folder) for folder, dirs, files in os.walk(root) if "multirun.yaml" in (*dirs, *files)]
 
 

@@ -1,19 +1,19 @@
 """The runs table: one row per result record (and per sweep job that left none), filtered and printed.
 
 Aggregate a sweep in a notebook with ``load("multirun/...")`` (one row per run, made by
-:func:`pipegnn.results.rows.flatten`: columns in :data:`~pipegnn.results.rows.COLUMNS` plus
+[`pipegnn.results.rows.flatten`][pipegnn.results.rows.flatten]: columns in `COLUMNS` plus
 ``cfg.<dotted key>`` for every config leaf), or from the shell with
 ``python -m pipegnn.results multirun/... [--where chunks=8] [--csv runs.csv]``.
 
-Besides one row per record, :func:`load` lists the jobs of a Hydra sweep that left none: a job Hydra
-started (its folder holds ``.hydra/``) without a ``result.json`` is ``incomplete`` (killed, died, or still
-running), a job the sweep's ``multirun.yaml`` planned that has no folder is ``missing`` (never started);
-the command line exits non-zero when there are any. A record that is not valid JSON or not shaped like a
-record (a section of the wrong type) is a row with status ``unreadable`` and the reason as its error.
+Besides one row per record, [`load`][pipegnn.results.table.load] lists the jobs of a Hydra sweep that left
+none: a job Hydra started (its folder holds ``.hydra/``) without a ``result.json`` is ``incomplete`` (killed,
+died, or still running), a job the sweep's ``multirun.yaml`` planned that has no folder is ``missing`` (never
+started); the command line exits non-zero when there are any. A record that is not valid JSON or not shaped
+like a record (a section of the wrong type) is a row with status ``unreadable`` and the reason as its error.
 
 The ``pipeline_*`` columns come from the record's ``pipeline`` section (what the stage timeline measured,
-medians over epochs; see :mod:`pipegnn.timeline.figures`). The command line's default table leaves them
-out (it would not fit a terminal); ask for them::
+medians over epochs; see [`pipegnn.timeline.figures`][pipegnn.timeline.figures]). The command line's default
+table leaves them out (it would not fit a terminal); ask for them::
 
     python -m pipegnn.results multirun/... --columns engine,chunks,pipeline_bubble,pipeline_ideal_speedup
 """
@@ -41,7 +41,7 @@ from pipegnn.results.rows import COLUMNS, flatten
 __all__ = ["NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "column", "format_table",
            "load", "select"]
 
-#: Statuses a run writes in its record (:class:`~pipegnn.record.Status`).
+#: Statuses a run writes in its record ([`Status`][pipegnn.record.Status]).
 STATUSES = tuple(s.value for s in Status)
 #: Status of a row whose record file cannot be used (not valid JSON, or not shaped like a record).
 UNREADABLE = "unreadable"
@@ -49,7 +49,8 @@ UNREADABLE = "unreadable"
 #: ``.hydra/``, but it wrote no ``result.json``: killed, died, or still running) and ``missing`` (the
 #: sweep's ``multirun.yaml`` planned the job, which has no folder: never started).
 NO_RECORD = ("incomplete", "missing")
-#: Every status a row of :func:`load` can have (a record with another status is unreadable).
+#: Every status a row of [`load`][pipegnn.results.table.load] can have (a record with another status is
+#: unreadable).
 ROW_STATUSES = (*STATUSES, UNREADABLE, *NO_RECORD)
 
 
@@ -58,7 +59,7 @@ ROW_STATUSES = (*STATUSES, UNREADABLE, *NO_RECORD)
 #: validation epoch; ``test_acc`` (the last epoch's) is one ``--columns`` away.
 TABLE_COLUMNS = ("dataset", "model", "framework", "engine", "chunks", "halo", "partition", "status",
                  "test_acc_at_best_val", "epoch_time_median_s", "peak_rss_mb", "inflation")
-#: :func:`_record_row`'s default: read the record from its file.
+#: `_record_row`'s default: read the record from its file.
 _FROM_FILE = object()
 
 
@@ -91,19 +92,22 @@ def select(df: pd.DataFrame, where: Mapping[str, Any] | None = None) -> pd.DataF
 def load(path: str | Path | Iterable[str | Path],
          where: Mapping[str, Any] | None = None, jobs: bool = True) -> pd.DataFrame:
     """One row per ``result.json`` under ``path`` (a directory, a record, a records archive, or a list of
-    them), flattened by :func:`flatten` and filtered by ``where`` (see :func:`select`), in path order.
+    them), flattened by [`flatten`][pipegnn.results.rows.flatten] and filtered by ``where`` (see
+    [`select`][pipegnn.results.table.select]), in path order.
 
-    A directory's records archives (``records.jsonl.gz``, :mod:`pipegnn.results.archive`) give the rows
-    their files would: each record's ``path`` is its place were the archive unpacked (a file that is
-    there too gives one row). A damaged archive is one ``unreadable`` row, its ``path`` the archive.
+    A directory's records archives (``records.jsonl.gz``,
+    [`pipegnn.results.archive`][pipegnn.results.archive]) give the rows their files would: each record's
+    ``path`` is its place were the archive unpacked (a file that is there too gives one row). A damaged
+    archive is one ``unreadable`` row, its ``path`` the archive.
 
-    A file that is not valid JSON or not shaped like a record (see :func:`check_record`) becomes a row
-    with status ``unreadable`` and the reason as its error. With ``jobs`` (the default), each directory
-    also gets one row per job of a Hydra sweep below it without a record (statuses :data:`NO_RECORD`):
-    ``incomplete``, a job folder with ``.hydra/`` but no ``result.json`` (its config columns come from
-    ``.hydra/config.yaml``), and ``missing``, a job the sweep's ``multirun.yaml`` planned that has no
-    folder (only the columns its overrides set). Keep ``where={"status": "completed"}`` for finished
-    runs only. Nothing found: an empty frame with the :data:`COLUMNS`."""
+    A file that is not valid JSON or not shaped like a record (see
+    [`check_record`][pipegnn.results.records.check_record]) becomes a row with status ``unreadable`` and the
+    reason as its error. With ``jobs`` (the default), each directory also gets one row per job of a Hydra
+    sweep below it without a record (statuses `NO_RECORD`): ``incomplete``, a job folder with ``.hydra/`` but
+    no ``result.json`` (its config columns come from ``.hydra/config.yaml``), and ``missing``, a job the
+    sweep's ``multirun.yaml`` planned that has no folder (only the columns its overrides set). Keep
+    ``where={"status": "completed"}`` for finished runs only. Nothing found: an empty frame with the
+    `COLUMNS`."""
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     rows, seen = [], set()
     for root in paths:
@@ -174,7 +178,7 @@ def _archive_rows(archive: Path, seen: set[Path]) -> list[dict[str, Any]]:
 
 def _job_rows(root: Path, seen: set[Path]) -> list[dict[str, Any]]:
     """Rows of the sweep jobs below ``root`` without a record (see
-    :func:`pipegnn.results.sweep.unrecorded_jobs`)."""
+    [`pipegnn.results.sweep.unrecorded_jobs`][pipegnn.results.sweep.unrecorded_jobs])."""
     from pipegnn.results.sweep import unrecorded_jobs  # imports OmegaConf: only when a folder is loaded
 
     rows = []

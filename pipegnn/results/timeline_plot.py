@@ -1,6 +1,7 @@
 """The figure of one traced training step: a Gantt chart of the stage timeline in a run's ``trace.json``
-(see :mod:`pipegnn.timeline.trace`), drawn like :mod:`pipegnn.results.figures`' figures (Agg canvas,
-a PNG when given a path, :class:`~pipegnn.results.figures.NoData` when there is nothing to draw).
+(see [`pipegnn.timeline.trace`][pipegnn.timeline.trace]), drawn like
+[`pipegnn.results.figures`][pipegnn.results.figures]' figures (Agg canvas, a PNG when given a path,
+[`NoData`][pipegnn.results.figures.NoData] when there is nothing to draw).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ _MAX_UNITS = 6
 
 def _stage_label(name: str) -> str:
     """``stage s (units) on device`` as ``stage s (units)`` over ``on device``, a long unit list wrapped,
-    one of more than :data:`_MAX_UNITS` units cut to ``first ... last, N units`` (a deep model's stage
+    one of more than `_MAX_UNITS` units cut to ``first ... last, N units`` (a deep model's stage
     holds hundreds)."""
     head, on, device = name.rpartition(" on ") if " on " in name else (name, "", "")
     stage, paren, units = head.partition(" (")

@@ -1,10 +1,10 @@
 """Stage timelines: when every pipeline stage ran each micro-batch, what that adds up to, and a trace.
 
-- :mod:`~pipegnn.timeline.record`: the recorder (``perf_counter`` on CPU, CUDA events on GPUs) and the
+- [`record`][pipegnn.timeline.record]: the recorder (``perf_counter`` on CPU, CUDA events on GPUs) and the
   hooks that time single-process stages (``single``, ``gpipe``);
-- :mod:`~pipegnn.timeline.figures`: per-step figures (busy time per stage, makespan, bubble, imbalance,
+- [`figures`][pipegnn.timeline.figures]: per-step figures (busy time per stage, makespan, bubble, imbalance,
   communication) and the schedules' theoretical bubbles;
-- :mod:`~pipegnn.timeline.trace`: one step as a Chrome / Perfetto trace (``trace.json``).
+- [`trace`][pipegnn.timeline.trace]: one step as a Chrome / Perfetto trace (``trace.json``).
 """
 from pipegnn.timeline.figures import PipelineInfo, medians, step_figures, theoretical_bubble
 from pipegnn.timeline.record import Box, HookProbe, Timeline

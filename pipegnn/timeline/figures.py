@@ -134,7 +134,8 @@ def step_figures(boxes: list[Box], info: PipelineInfo) -> dict[str, Any]:
 
 
 def medians(steps: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Median of every figure of :func:`step_figures` over ``steps`` (per-stage figures per stage)."""
+    """Median of every figure of [`step_figures`][pipegnn.timeline.figures.step_figures] over ``steps``
+    (per-stage figures per stage)."""
     steps = list(steps)
     if not steps:
         return {}

@@ -29,7 +29,7 @@ from pipegnn.microbatch.current import current
 
 __all__ = ["BUSY", "Box", "COMMUNICATION", "HookProbe", "KINDS", "Timeline"]
 
-#: Kinds of boxes; those in :data:`BUSY` are a stage's busy time, those in :data:`COMMUNICATION` waits.
+#: Kinds of boxes; those in `BUSY` are a stage's busy time, those in `COMMUNICATION` waits.
 KINDS = ("forward", "backward", "recompute", "shared_forward", "shared_backward", "recv_forward",
          "recv_backward")
 BUSY = ("forward", "backward", "recompute", "shared_forward", "shared_backward")
@@ -44,7 +44,7 @@ class Box:
         stage: pipeline stage index.
         lane: what runs the stage (its rank for ``pipelining``, else the stage itself).
         micro_batch: position of the micro-batch in the step (0..k-1; -1: the whole step's).
-        kind: one of :data:`KINDS`.
+        kind: one of `KINDS`.
         start, end: seconds since the timeline's origin.
     """
 
@@ -105,7 +105,7 @@ class Timeline:
         return event
 
     def add(self, stage: int, micro_batch: int, kind: str, start: Any, end: Any) -> None:
-        """Record one box between two stamps of :meth:`now`."""
+        """Record one box between two stamps of [`now`][pipegnn.timeline.record.Timeline.now]."""
         if self.recording:
             self._pending.append((stage, micro_batch, kind, start, end))
             if isinstance(end, float):
@@ -166,9 +166,9 @@ class HookProbe:
     run (a node post-hook).
 
     A box's micro-batch is the one the stage's units compute, as they learn it: from the host
-    (:func:`pipegnn.microbatch.current.current`: the single engine's loop, GPipe's per-micro-batch
-    resolver), never by reading the id tensor's value, which on a GPU would wait for the device once
-    per stage and micro-batch.
+    ([`pipegnn.microbatch.current.current`][pipegnn.microbatch.current.current]: the single engine's loop,
+    GPipe's per-micro-batch resolver), never by reading the id tensor's value, which on a GPU would wait for
+    the device once per stage and micro-batch.
 
     Args:
         timeline: where boxes go.

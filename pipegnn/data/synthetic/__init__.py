@@ -1,12 +1,13 @@
 """Embedded synthetic graphs: communities, class-correlated bag-of-words features, no download.
 
-:func:`make_synthetic` draws, from one generator seeded by the spec, each node's community (its class is
-the community's modulo the classes), the edges (:mod:`~pipegnn.data.synthetic.topology`), the features
-(:mod:`~pipegnn.data.synthetic.documents`) and the Planetoid-style split, in that order; the parameters
-are a :class:`SyntheticSpec` (:mod:`~pipegnn.data.synthetic.spec`). With ``features="disk"`` the
-features are written block by block into a feature file (:mod:`pipegnn.data.features`) and never exist
-whole; with ``features="none"`` their draws are made and discarded without counting (only the split
-depends on them): topology, labels and split alone.
+[`make_synthetic`][pipegnn.data.synthetic.make_synthetic] draws, from one generator seeded by the spec, each
+node's community (its class is the community's modulo the classes), the edges
+([`topology`][pipegnn.data.synthetic.topology]), the features
+([`documents`][pipegnn.data.synthetic.documents]) and the Planetoid-style split, in that order; the parameters
+are a [`SyntheticSpec`][pipegnn.data.synthetic.spec.SyntheticSpec] ([`spec`][pipegnn.data.synthetic.spec]).
+With ``features="disk"`` the features are written block by block into a feature file
+([`pipegnn.data.features`][pipegnn.data.features]) and never exist whole; with ``features="none"`` their draws
+are made and discarded without counting (only the split depends on them): topology, labels and split alone.
 """
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ def make_synthetic(spec: SyntheticSpec, name: str = "synthetic", *, features: st
         spec: the graph's parameters.
         name: the graph's name.
         features: ``memory`` (``x`` holds them), ``disk`` (written block by block into ``store``,
-            keyed by :func:`feature_key`; ``x`` is None and ``features`` describes the file) or ``none``
-            (not generated: ``x`` is None and ``features`` holds only their shape and dtype). The
-            topology, labels, split and feature values are the same in every mode.
+            keyed by [`feature_key`][pipegnn.data.synthetic.documents.feature_key]; ``x`` is None and
+            ``features`` describes the file) or ``none`` (not generated: ``x`` is None and ``features`` holds
+            only their shape and dtype). The topology, labels, split and feature values are the same in every
+            mode.
         store: where ``disk`` writes them.
     """
     if features not in ("memory", "disk", "none") or (features == "disk") != (store is not None):

@@ -7,11 +7,14 @@ counted in node blocks (vectorised, bounded temporaries); in memory the output d
 
 Features beyond memory (``features="disk"``) are written block by block and never exist whole. A row's
 TF-IDF weight needs every row's word counts (the document frequencies), so the blocks' draws run twice
-from the same generator state: a first pass counts the document frequencies (:func:`idf_weights`, which
-leaves the generator where :func:`feature_matrix` leaves it), a second pass, replayed from the saved
-state, counts, weighs and row-normalises each block (:func:`feature_rows`). Both paths run the same
-per-block code, so the values are identical; the price is drawing the features twice.
-:func:`skip_features` makes the draws and discards them without counting (a graph without features).
+from the same generator state: a first pass counts the document frequencies
+([`idf_weights`][pipegnn.data.synthetic.documents.idf_weights], which leaves the generator where
+[`feature_matrix`][pipegnn.data.synthetic.documents.feature_matrix] leaves it), a second pass, replayed from
+the saved state, counts, weighs and row-normalises each block
+([`feature_rows`][pipegnn.data.synthetic.documents.feature_rows]). Both paths run the same per-block code, so
+the values are identical; the price is drawing the features twice.
+[`skip_features`][pipegnn.data.synthetic.documents.skip_features] makes the draws and discards them without
+counting (a graph without features).
 """
 from __future__ import annotations
 
@@ -140,7 +143,8 @@ def feature_rows(spec: SyntheticSpec, y: Tensor, topics: tuple[Tensor, Tensor], 
 def feature_matrix(spec: SyntheticSpec, y: Tensor, topics: tuple[Tensor, Tensor],
                    g: torch.Generator) -> Tensor:
     """Row-normalised TF-IDF of documents drawn from a class topic mixed with a background, in memory:
-    the same blocks as :func:`idf_weights` and :func:`feature_rows`, counted once."""
+    the same blocks as [`idf_weights`][pipegnn.data.synthetic.documents.idf_weights] and
+    [`feature_rows`][pipegnn.data.synthetic.documents.feature_rows], counted once."""
     n, f = spec.num_nodes, spec.num_features
     counts = torch.zeros(n, f, dtype=torch.float32)
     df = torch.zeros(f, dtype=torch.int64)

@@ -1,4 +1,5 @@
-"""Parameters of a synthetic graph: :class:`SyntheticSpec`, checked on construction."""
+"""Parameters of a synthetic graph: [`SyntheticSpec`][pipegnn.data.synthetic.spec.SyntheticSpec], checked on
+construction."""
 from __future__ import annotations
 
 from dataclasses import dataclass
