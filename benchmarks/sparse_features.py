@@ -25,9 +25,10 @@ def measure(args: argparse.Namespace) -> pd.DataFrame:
         for model in args.models:
             row: dict = {"dataset": dataset, "model": model}
             for storage in ("memory", "sparse"):
-                record = run(compose_config([f"dataset={dataset}", f"model={model}", "engine=single", "chunks=1",
-                                             "microbatch.halo=none", f"train.epochs={args.epochs}", "logger=[]",
-                                             f"data.features={storage}", "engine.timeline=false"]))
+                record = run(compose_config([
+                    f"dataset={dataset}", f"model={model}", "engine=single", "chunks=1",
+                    "microbatch.halo=none", f"train.epochs={args.epochs}", "logger=[]",
+                    f"data.features={storage}", "engine.timeline=false"]))
                 assert record["status"] == "completed", record["error"]
                 row[f"{storage}_epoch_s"] = record["timing"]["epoch_time_median_s"]
                 row[f"{storage}_peak_rss_mib"] = record["memory"]["peak_rss_bytes"] / 2**20
@@ -53,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.csv, index=False)
-        args.csv.with_suffix(".txt").write_text(table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
-                                                + "\n")
+        text = table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+        args.csv.with_suffix(".txt").write_text(text + "\n")
     return 0
 
 
