@@ -19,7 +19,8 @@ __all__ = ["TTA_FRACTION", "check_config", "memory_limit_bytes"]
 TTA_FRACTION = 0.98
 
 #: Largest seed: seeds go to torch.manual_seed, torch.Generator.manual_seed and METIS, which take
-#: 64-bit signed integers; like dataset.seed, a seed must be >= 0.
+#: 64-bit signed integers; a seed must be >= 0 (train.seed, microbatch.seed, dataset.seed and
+#: dataset.split_seed alike).
 _MAX_SEED = 2**63 - 1
 
 
@@ -52,6 +53,10 @@ def check_config(cfg: Config) -> None:
                           "are multiplied in float32 only; use train.precision=fp32, or data.features=memory")
     _check_train(cfg.train)
     _seed(mb.seed, "microbatch.seed")
+    for key in ("seed", "split_seed"):  # a synthetic graph's or random features' seed, a split's seed
+        value = getattr(cfg.dataset, key, None)
+        if value is not None:
+            _seed(value, f"dataset.{key}")
 
 
 def _check_train(train: TrainConfig) -> None:

@@ -239,8 +239,9 @@ def read_planetoid(folder: str | Path, name: str) -> Data:
         if parts[a].size(0) != parts[b].size(0):
             raise ValueError(f"{folder}: ind.{name}.{a} has {parts[a].size(0)} rows, .{b} {parts[b].size(0)}")
     if not x.size(1) == tx.size(1) == allx.size(1) or not y.size(1) == ty.size(1) == ally.size(1):
-        raise ValueError(f"{folder}: ind.{name}'s feature widths {x.size(1)}, {tx.size(1)}, {allx.size(1)} or "
-                         f"class counts {y.size(1)}, {ty.size(1)}, {ally.size(1)} (x, tx, allx; y, ty, ally) differ")
+        raise ValueError(f"{folder}: ind.{name}'s feature widths {x.size(1)}, {tx.size(1)}, {allx.size(1)} "
+                         f"or class counts {y.size(1)}, {ty.size(1)}, {ally.size(1)} (x, tx, allx; y, ty, "
+                         "ally) differ")
     _check_split(folder, name, y.size(0), ally.size(0), ty.size(0), test_index, len(graph))
     sorted_test_index = test_index.sort()[0]
     if name.lower() == "citeseer":

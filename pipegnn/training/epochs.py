@@ -26,7 +26,7 @@ from pipegnn.models import StagedGNN
 from pipegnn.record import RunRecord
 from pipegnn.schema import Config, TrainConfig
 from pipegnn.timeline import chrome_trace, medians, step_figures
-from pipegnn.training.preemption import resume_from, save, training_state
+from pipegnn.training.preemption import resume_from, save, signals_deferred, training_state
 
 __all__ = ["EPOCH_LINE", "Pass", "Trainee", "best_epoch", "fit", "time_to_accuracy"]
 
@@ -75,10 +75,11 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
     every = train_cfg.checkpoint_every
     epochs = record.epochs
     if cfg.resume and state_path is not None:
-        restored, source = resume_from(cfg, state_path, model, optimizer)
-        epochs.extend(restored)
+        restored = resume_from(cfg, state_path, model, optimizer)
+        epochs.extend(restored.epochs)
         if epochs:
-            record.resumed = {"checkpoint": str(source), "epochs_restored": len(epochs)}
+            record.resumed = {"checkpoint": str(restored.file), "epochs_restored": len(epochs)}
+            record.trace = restored.trace
         if on_epoch is not None:  # a spawned pipeline's launcher keeps them
             for entry in epochs:
                 on_epoch(entry)
@@ -98,6 +99,9 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
                 if captured else None)
     # A resumed run that had stopped early trains no further (its checkpoint holds the stopping epoch).
     start = train_cfg.epochs if epochs and _stops(epochs, patience, monitor) else len(epochs)
+    if trace_epoch is not None and trace_epoch < start < train_cfg.epochs and record.trace is None:
+        log.info("resume: the checkpoint holds no trace of epoch %d; tracing epoch %d", trace_epoch, start)
+        trace_epoch = start  # (a checkpoint of an older version, or one saved before the traced epoch)
     if start > len(epochs):
         log.info("resume: the checkpoint's run stopped early after epoch %d (train.patience=%s); nothing to "
                  "train", epochs[-1]["epoch"], patience)
@@ -146,7 +150,9 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
                  epoch, loss, acc["train_acc"], acc["val_acc"], val_loss, acc["test_acc"], step.seconds,
                  evaluation.seconds, extra=EPOCH_LINE)
         if every is not None and state_path is not None and (epoch + 1) % every == 0:
-            save(state_path, training_state(cfg, model, optimizer, epochs), keep_previous=True)
+            with signals_deferred():  # a signal now waits for the save: record and checkpoint agree
+                save(state_path, training_state(cfg, model, optimizer, epochs, record.trace),
+                     keep_previous=True)
         if _stops(epochs, patience, monitor):
             best = best_epoch(epochs, monitor)
             log.info("early stop after epoch %d: %s not better than %.4f (epoch %d) for %d epochs",

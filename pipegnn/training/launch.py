@@ -3,6 +3,8 @@ pipeline rank, signals, and the record written."""
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import time
 import traceback
 from pathlib import Path
@@ -35,7 +37,7 @@ from pipegnn.schema import Config, PipeliningEngineConfig
 from pipegnn.timeline import TRACE_NAME
 from pipegnn.training.epochs import RUN_LOG
 from pipegnn.training.loggers import Loggers
-from pipegnn.training.preemption import Interrupted, interruptible
+from pipegnn.training.preemption import Interrupted, checkpoint_path, interruptible, previous_path
 from pipegnn.training.processes.group import check_launch, gather_memory, is_secondary_rank, process_group
 from pipegnn.training.processes.spawn import spawn
 from pipegnn.training.rank import train_rank
@@ -206,6 +208,8 @@ def _train(cfg: Config, record: RunRecord, on_epoch: Callable[[dict[str, Any]], 
                           "checkpoints in; give run() an output_dir (or state_dir), or set it to null")
     engine = cfg.engine
     pipelining = isinstance(engine, PipeliningEngineConfig)
+    if cfg.train.checkpoint_every is not None and state_dir is not None:
+        _check_checkpoint_paths(state_dir, len(engine.devices) if pipelining else 1)
     if pipelining and engine.launcher is Launcher.spawn and not one_rank:
         # this process starts one worker per rank, each running run_rank, and waits for them
         return spawn(cfg, record, target=run_rank, on_epoch=on_epoch, state_dir=state_dir)
@@ -219,6 +223,26 @@ def _train(cfg: Config, record: RunRecord, on_epoch: Callable[[dict[str, Any]], 
             record.memory = {**record.memory, **gather_memory(devices)}
             _gather_feature_files(record, files_opened() - opened)
             return devices
+
+
+def _check_checkpoint_paths(state_dir: str | Path, ranks: int) -> None:
+    """Every rank's checkpoint paths are regular files or nothing, before anything trains (a folder
+    or a FIFO there was found only by the first save, after epoch 0).
+
+    Raises:
+        ConfigError: naming the path and what is there.
+    """
+    for rank in range(ranks):
+        path = checkpoint_path(state_dir, rank)
+        for p in (path, previous_path(path)):
+            try:
+                mode = os.stat(p).st_mode
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(mode):
+                kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+                raise ConfigError(f"train.checkpoint_every: the checkpoint path {p} is {kind}; remove it, or "
+                                  "point hydra.run.dir (hydra.sweep.dir) elsewhere")
 
 
 def _gather_feature_files(record: RunRecord, opened: int) -> None:

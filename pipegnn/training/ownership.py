@@ -5,8 +5,11 @@
   holds an exclusive lock (``flock``) on ``.pipegnn-sweep.lock`` there for as long as the sweep runs (the
   kernel lets it go when the process ends, however it ends) and writes the owner, ``.pipegnn-sweep.json``
   (pid, host, start, the sweep's overrides). A second sweep started into the folder while the first runs
-  is refused naming it (the command exits with 1 before the sweeper writes anything); once it has ended, only the same sweep (the same overrides and sweeper
-  parameters, ``resume`` aside: a rerun or a resume) may take the folder again.
+  is refused naming it (the command exits with 1 before the sweeper writes anything); once it has
+  ended, only the same sweep (the same overrides and sweeper parameters, ``resume`` aside: a rerun or a
+  resume) may take the folder again.
+- A single run's ``hydra.run.dir`` (and a sweep's folder) that is a file, or lies under one, stops the
+  command before Hydra makes it, with one line naming it (exit 1).
 - :func:`claim_job`: a job claims its output folder (``.pipegnn-job.json``: the job's number and
   overrides, created only if absent) before it runs; a folder that another job of the sweep claimed
   (``hydra.sweep.subdir`` resolving to one folder for several jobs) is refused naming that job, and the
@@ -30,7 +33,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipegnn.atomic import atomic_file
 
-__all__ = ["JOB_FILE", "LOCK_FILE", "OWNER_FILE", "FolderTaken", "SweepOwner", "claim_job", "take_sweep"]
+__all__ = ["JOB_FILE", "LOCK_FILE", "OWNER_FILE", "FolderTaken", "SweepOwner", "check_folder", "claim_job",
+           "take_sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +82,7 @@ def take_sweep(sweep_dir: str | Path, plan: dict[str, Any]) -> IO[Any]:
         FolderTaken: another sweep runs there, or another sweep's plan is there; naming it.
     """
     folder = Path(sweep_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    check_folder(folder, "hydra.sweep.dir")
     lock = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 - held for the sweep
     try:
         try:
@@ -86,13 +90,13 @@ def take_sweep(sweep_dir: str | Path, plan: dict[str, Any]) -> IO[Any]:
         except OSError as e:
             if e.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-            owner = _read_json(folder / OWNER_FILE) or {}
-            raise FolderTaken(f"hydra.sweep.dir={folder} is in use by {_describe(owner)}; wait for it to "
+            running = _read_json(folder / OWNER_FILE) or {}
+            raise FolderTaken(f"hydra.sweep.dir={folder} is in use by {_describe(running)}; wait for it to "
                               "end, or give this sweep another hydra.sweep.dir") from None
         owner = _read_json(folder / OWNER_FILE)
         if owner is not None and {k: owner.get(k) for k in plan} != plan:
-            raise FolderTaken(f"hydra.sweep.dir={folder} holds {_describe(owner)}, another sweep; its records "
-                              "and plan would be mixed with this one's: give this sweep another "
+            raise FolderTaken(f"hydra.sweep.dir={folder} holds {_describe(owner)}, another sweep; its "
+                              "records and plan would be mixed with this one's: give this sweep another "
                               "hydra.sweep.dir (or remove that folder)")
         with atomic_file(folder / OWNER_FILE) as f:
             json.dump({**plan, "pid": os.getpid(), "host": socket.gethostname(),
@@ -101,6 +105,25 @@ def take_sweep(sweep_dir: str | Path, plan: dict[str, Any]) -> IO[Any]:
         lock.close()
         raise
     return lock
+
+
+def check_folder(folder: Path, key: str) -> None:
+    """Make ``folder`` (the value of ``key``) unless it is there.
+
+    Raises:
+        FolderTaken: ``folder``, or a folder above it, is a file (or it cannot be made); naming it.
+    """
+    for above in (folder, *folder.parents):
+        if above.exists() or above.is_symlink():
+            if not above.is_dir():
+                what = "is" if above == folder else f"lies under {above}, which is"
+                raise FolderTaken(f"{key}={folder} {what} a file, not a folder: the run's record has no "
+                                  f"place to go; give {key} a folder's path")
+            break
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FolderTaken(f"{key}={folder} cannot be made: {e}") from None
 
 
 class SweepOwner(Callback):
@@ -116,6 +139,15 @@ class SweepOwner(Callback):
         except FolderTaken as e:  # Hydra turns a callback's Exception into a warning and goes on
             log.error("sweep refused: %s", e)
             raise SystemExit(f"sweep refused: {e}") from None
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """A single run's folder (``hydra.run.dir``) can take its record, or the command stops here
+        with one line (Hydra's own mkdir ended in its traceback)."""
+        try:
+            check_folder(Path(config.hydra.run.dir), "hydra.run.dir")
+        except FolderTaken as e:
+            log.error("run refused: %s", e)
+            raise SystemExit(f"run refused: {e}") from None
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.lock is not None:

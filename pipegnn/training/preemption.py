@@ -35,7 +35,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -50,7 +50,8 @@ if TYPE_CHECKING:
     from pipegnn.models import StagedGNN
 
 __all__ = ["NON_COMPUTING_KEYS", "PATH_KEYS", "SIGNALS", "Guard", "Interrupted", "checkpoint_path",
-           "config_difference", "config_key", "interruptible", "load", "previous_path", "restore", "resume", "resume_from", "save", "training_state"]
+           "Resumed", "config_difference", "config_key", "interruptible", "load", "previous_path", "restore",
+           "resume", "resume_from", "save", "signals_deferred", "training_state"]
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +83,30 @@ class Guard:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.held = False
+        self.deferring = False
 
     def handler(self, signum: int, frame: Any) -> None:
         if self.signum is not None:
             return  # the run is already unwinding: let it write its record
         self.signum = signum
-        if not self.held:
+        if not self.held and not self.deferring:
             raise Interrupted(signum)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """A signal inside the block is raised (:class:`Interrupted`) once the block has finished, not
+        in the middle of it (a checkpoint being saved: the record and the checkpoint then hold the same
+        epochs)."""
+        if self.held or self.deferring:
+            yield
+            return
+        self.deferring = True
+        try:
+            yield
+        finally:
+            self.deferring = False
+        if self.signum is not None:
+            raise Interrupted(self.signum)
 
     def hold(self) -> None:
         """From now on a signal is only noted in ``signum`` (the caller is writing the record, and raises
@@ -101,16 +119,35 @@ def interruptible() -> Iterator[Guard]:
     """Inside the block the first SIGTERM or SIGINT raises :class:`Interrupted` (later ones are ignored,
     so that the record gets written); after :meth:`Guard.hold` it is only noted in the guard. Off the
     main thread, where Python cannot install signal handlers, nothing changes."""
+    global _active
     guard = Guard()
     if threading.current_thread() is not threading.main_thread():
         yield guard
         return
     previous = {s: signal.signal(s, guard.handler) for s in SIGNALS}
+    outer, _active = _active, guard
     try:
         yield guard
     finally:
+        _active = outer
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+#: The guard of the innermost :func:`interruptible` block of the main thread (None: none).
+_active: Guard | None = None
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Inside an :func:`interruptible` block of the main thread, :meth:`Guard.deferred`; elsewhere
+    nothing changes."""
+    guard = _active if threading.current_thread() is threading.main_thread() else None
+    if guard is None:
+        yield
+        return
+    with guard.deferred():
+        yield
 
 
 def checkpoint_path(directory: str | Path, rank: int = 0) -> Path:
@@ -241,11 +278,14 @@ def config_difference(stored: str, config: Config) -> str | None:
 
 
 def training_state(config: Config, model: StagedGNN, optimizer: torch.optim.Optimizer | None,
-                   epochs: list[dict[str, Any]]) -> dict[str, Any]:
+                   epochs: list[dict[str, Any]], trace: Any = None) -> dict[str, Any]:
     """One process's training state after ``epochs`` (the record's entries, from which the best
-    validation epoch and early stopping are computed): parameters, optimizer, RNG states, and each
-    history cache's rows, write steps and step counter (by unit name)."""
-    return {"config": config_key(config), "epochs": epochs, "model": model.state_dict(),
+    validation epoch and early stopping are computed): parameters, optimizer, RNG states, each history
+    cache's rows, write steps and step counter (by unit name), and the stage timeline's trace once
+    recorded (``engine.trace_epoch``: a resumed run writes it too)."""
+    return {"config": config_key(config), "epochs": epochs,
+            "trace": None if trace is None else json.dumps(trace, default=str),  # (plain: weights_only)
+            "model": model.state_dict(),
             "optimizer": None if optimizer is None else optimizer.state_dict(),
             "rng": {"cpu": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
@@ -322,11 +362,20 @@ def _all_ranks(ok: bool) -> bool:
 def resume(config: Config, path: str | Path, model: StagedGNN,
            optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
     """:func:`resume_from`'s finished epochs."""
-    return resume_from(config, path, model, optimizer)[0]
+    return resume_from(config, path, model, optimizer).epochs
+
+
+class Resumed(NamedTuple):
+    """What :func:`resume_from` put back: the finished epochs' entries, the checkpoint they came from
+    (None: none) and the stage timeline's trace it held (None: none)."""
+
+    epochs: list[dict[str, Any]]
+    file: Path | None
+    trace: Any = None
 
 
 def resume_from(config: Config, path: str | Path, model: StagedGNN,
-                optimizer: torch.optim.Optimizer | None) -> tuple[list[dict[str, Any]], Path | None]:
+                optimizer: torch.optim.Optimizer | None) -> Resumed:
     """The finished epochs of the resume point every rank agrees on (see the module doc), its state put
     back (:func:`restore`) from the checkpoint at ``path`` or the one before it (:func:`previous_path`);
     none when there is no checkpoint or no point every rank can resume from, and the model and optimizer
@@ -349,7 +398,7 @@ def resume_from(config: Config, path: str | Path, model: StagedGNN,
         if found or any(ranks):
             log.warning("resume: no epoch every rank can resume from (finished epochs per rank: %s); "
                         "training from epoch 0", ranks)
-        return [], None
+        return Resumed([], None)
     file, state = found[point]
     before = copy.deepcopy(training_state(config, model, optimizer, []))
     why: str | None = None
@@ -362,9 +411,10 @@ def resume_from(config: Config, path: str | Path, model: StagedGNN,
         if why is not None:
             _set_aside(file, why)
         log.warning("resume: a rank's checkpoint does not fit its model; every rank trains from epoch 0")
-        return [], None
+        return Resumed([], None)
     log.info("resume: continuing after epoch %d from %s", len(epochs) - 1, file)
-    return epochs, file
+    trace = state.get("trace")
+    return Resumed(epochs, file, json.loads(trace) if isinstance(trace, str) else None)
 
 
 def restore(state: dict[str, Any], model: StagedGNN,

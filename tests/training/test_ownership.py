@@ -20,7 +20,8 @@ _PLAN = {"overrides": ["train.seed=0,1"], "sweeper_params": None}
 def test_a_running_sweep_keeps_its_folder(tmp_path: Path) -> None:
     held = take_sweep(tmp_path, _PLAN)
     try:
-        with pytest.raises(FolderTaken, match=rf"is in use by the sweep of pid {os.getpid()} on host .*train.seed=0,1"):
+        with pytest.raises(FolderTaken,
+                           match=rf"is in use by the sweep of pid {os.getpid()} on host .*train.seed=0,1"):
             take_sweep(tmp_path, _PLAN)
     finally:
         held.close()
@@ -36,7 +37,8 @@ def test_a_finished_sweeps_folder_refuses_another_sweep(tmp_path: Path) -> None:
 
 def test_a_job_never_takes_another_jobs_folder(tmp_path: Path) -> None:
     claim_job(tmp_path, 0, ["train.seed=0"])
-    with pytest.raises(FolderTaken, match=r"job 1 \(train.seed=1\) would write into .*which job 0 \(train.seed=0\)"):
+    with pytest.raises(FolderTaken,
+                       match=r"job 1 \(train.seed=1\) would write into .*which job 0 \(train.seed=0\)"):
         claim_job(tmp_path, 1, ["train.seed=1"])
     claim_job(tmp_path, 0, ["train.seed=0"])  # the same job again (resume)
     assert json.loads((tmp_path / JOB_FILE).read_text())["num"] == 0

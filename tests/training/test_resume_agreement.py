@@ -13,7 +13,8 @@ from pipegnn.training.preemption import checkpoint_path, load, previous_path, sa
 from tests.helpers import make_cfg
 
 #: A short deadline: today's code hung until it when ranks resumed from different epochs.
-_PIPE = ["engine=pipelining", "chunks=2", "model.dropout=0", "train.checkpoint_every=1", "engine.timeout_s=60"]
+_PIPE = ["engine=pipelining", "chunks=2", "model.dropout=0", "train.checkpoint_every=1",
+         "engine.timeout_s=60"]
 
 
 def _losses(record: dict) -> list[float]:
@@ -81,4 +82,5 @@ def test_save_keeps_the_one_before(tmp_path: Path) -> None:
     assert not previous_path(path).exists()
     save(path, {"epochs": [1, 2]}, keep_previous=True)
     assert load(path)["epochs"] == [1, 2] and load(previous_path(path))["epochs"] == [1]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-rank0.previous.pt", "checkpoint-rank0.pt"]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["checkpoint-rank0.previous.pt", "checkpoint-rank0.pt"]

@@ -43,7 +43,8 @@ def test_settings_that_do_not_change_training_keep_the_checkpoint(
 
 @pytest.mark.parametrize("first, then, named", [
     (["train.lr=0.01"], ["train.lr=0.02"], "train.lr=0.01 in it, 0.02 now"),
-    (["model.hidden=8"], ["model.hidden=4", "chunks=2"], "chunks=4 in it, 2 now, model.hidden=8 in it, 4 now"),
+    (["model.hidden=8"], ["model.hidden=4", "chunks=2"],
+     "chunks=4 in it, 2 now, model.hidden=8 in it, 4 now"),
 ])
 def test_another_computation_is_named(tmp_path: Path, caplog: pytest.LogCaptureFixture, first: list[str],
                                       then: list[str], named: str) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from pipegnn.data.features.files import ATTR, FORMAT, GROUP, read_sidecar
+from pipegnn.data.features.files import ATTR, FORMAT, GROUP, clean_stale_temporaries, read_sidecar
 from pipegnn.data.features.store import DiskFeatureStore
 from pipegnn.errors import ConfigError
 
@@ -46,6 +46,8 @@ def cached_store(folder: str | Path, key: str, write: Callable[[DiskFeatureStore
     Raises:
         ConfigError: the folder cannot be written (``data.features=disk`` needs a writable cache).
     """
+    for stale in clean_stale_temporaries(Path(folder)):
+        log.info("removed %s, a temporary file of a killed write", stale)
     store = DiskFeatureStore(folder)
     why = store.check(key=key)
     if why is None:

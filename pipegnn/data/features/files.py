@@ -12,12 +12,20 @@ Nothing read from these files can execute code: JSON, raw bytes, and ``.npy`` re
 :class:`FeatureFileError`, and so does content that does not match its checksum
 (:func:`verify_files`, a whole read of the files: 6.5-8.8 s per 6 GiB,
 ``results/benchmarks/integrity.txt``). Files are written atomically (temporary file, then
-``os.replace``; the sidecar last), so parallel jobs never read half a file.
+``os.replace``; the sidecar last), so parallel jobs never read half a file. A temporary file names its
+writer's host and pid; one whose writer is gone (killed mid-write) is removed by the next write in its
+folder and whenever the dataset's features are looked up (:func:`clean_stale_temporaries`). A sidecar,
+matrix or order path that is not a regular file (a FIFO, a folder) is an error naming it, found by
+``stat`` before anything opens it.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
+import socket
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -30,8 +38,11 @@ from torch import Tensor
 from pipegnn.integrity import file_checksum, stream_checksum
 from pipegnn.jsonfile import read_json
 
-__all__ = ["ATTR", "DTYPES", "FORMAT", "GROUP", "FeatureFileError", "paths", "read_position", "read_sidecar",
-           "remove_files", "reseal", "stored_tensors", "verify_files", "write_files"]
+log = logging.getLogger(__name__)
+
+__all__ = ["ATTR", "DTYPES", "FORMAT", "GROUP", "FeatureFileError", "clean_stale_temporaries", "paths",
+           "read_position", "read_sidecar", "remove_files", "reseal", "stored_tensors", "verify_files",
+           "write_files"]
 
 #: Group and attribute name of the node features in a store.
 GROUP, ATTR = "node", "x"
@@ -62,6 +73,8 @@ def read_sidecar(folder: Path, group: str, attr: str) -> dict[str, Any]:
         FeatureFileError: missing or unreadable sidecar, or a file that does not match it.
     """
     data, side, order_path = paths(folder, group, attr)
+    for path in (side, data, order_path):  # a FIFO (or a device) would block the read that follows
+        _regular_or_absent(path)
     try:
         meta = read_json(side)
     except FileNotFoundError:
@@ -88,6 +101,53 @@ def read_sidecar(folder: Path, group: str, attr: str) -> dict[str, Any]:
         raise FeatureFileError(f"feature file {data} has {size} bytes, its sidecar says {rows} x {cols} "
                                f"{dtype} = {expected} bytes (truncated or rewritten?)")
     return meta
+
+
+def _regular_or_absent(path: Path) -> None:
+    """``path`` is a regular file or nothing (``os.stat``: never opened, so a FIFO cannot block).
+
+    Raises:
+        FeatureFileError: naming the path and what it is.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise FeatureFileError(f"feature file {path} cannot be read: {e}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise FeatureFileError(f"feature file {path} is {kind}; delete it to have the file rebuilt")
+
+
+#: Temporary files of this process's writes: ``.<file name>.<host>-<pid>.<random>``.
+_TMP_TAG = f"{socket.gethostname()}-{os.getpid()}"
+
+
+def clean_stale_temporaries(folder: Path) -> list[Path]:
+    """Remove the temporary files in ``folder`` (and its ``part-*`` folders) that writers on this host
+    left when they were killed (their process is gone); returns them. Those of live writers, of other
+    hosts, and anything else are left alone."""
+    removed = []
+    folders = [folder, *(p for p in folder.glob("part-*") if p.is_dir())] if folder.is_dir() else []
+    for where in folders:
+        for path in where.glob(".*.*-*.*"):
+            m = re.fullmatch(r"\..+\.(?P<host>[^.]+)-(?P<pid>\d+)\.[^.]+", path.name)
+            if m is None or m["host"] != socket.gethostname().replace(".", "_") or _alive(int(m["pid"])):
+                continue
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def read_position(path: Path, rows: int) -> np.ndarray:
@@ -160,6 +220,8 @@ def write_files(folder: Path, blocks: Iterable[Tensor], *, rows: int, cols: int,
         raise ValueError(f"unsupported feature dtype {dtype}; valid: {', '.join(DTYPES)}")
     data, side, order_path = paths(folder, group, attr)
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in clean_stale_temporaries(folder):
+        log.info("removed %s, a temporary file of a killed write", stale)
     written = 0
 
     def written_rows(out: Any) -> Iterable[memoryview]:
@@ -225,7 +287,8 @@ class _atomic:
         self.path = path
 
     def __enter__(self) -> str:
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        tag = _TMP_TAG.replace(".", "_")  # host names with dots: one field of the name
+        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.{tag}.", dir=self.path.parent)
         os.close(fd)
         return self.tmp
 
