@@ -10,8 +10,8 @@ SIGINT ends the running job with its record (status interrupted), then the comma
 signal's number (143, 130); with ``resume=true`` a job that left a checkpoint (``train.checkpoint_every``)
 continues from it.
 
-A sweep's folder belongs to one sweep (``pipegnn.training.ownership``: this script adds its
-``SweepOwner`` callback to ``hydra.callbacks``): a second sweep started into a folder where one runs, or
+A sweep's folder belongs to one sweep (``pipegnn.training.ownership``: the ``SweepOwner`` callback of
+conf/config.yaml): a second sweep started into a folder where one runs, or
 whose plan is another sweep's, is refused before it writes anything (exit 1); a job whose folder another
 job of the sweep claimed (``hydra.sweep.subdir`` the same for several jobs) writes nothing there and is
 named at the end (exit 1).
@@ -44,8 +44,6 @@ schema.register()
 log = logging.getLogger("pipegnn.job")
 _single_failed: list[str] = []  # the message of a single run (no -m) that did not complete
 _refused: list[str] = []  # jobs of a sweep whose folder another job claimed
-#: The callback that takes a sweep's folder for it (pipegnn.training.ownership), added to hydra.callbacks.
-_OWNER_OVERRIDE = "+hydra.callbacks.pipegnn_sweep_owner._target_=pipegnn.training.ownership.SweepOwner"
 _OVERLAP = "pipeline stages cannot overlap"
 
 
@@ -125,8 +123,6 @@ def _refuse(out: str, hc: Any, cfg: DictConfig, error: str) -> dict:
 
 
 if __name__ == "__main__":
-    if not any(a.lstrip("+").startswith("hydra.callbacks.pipegnn_sweep_owner") for a in sys.argv[1:]):
-        sys.argv.append(_OWNER_OVERRIDE)
     try:
         main()
     except Interrupted as e:  # the run recorded it (status interrupted); a sweep stops here, as Hydra's does
