@@ -4,14 +4,23 @@ Walks ``pipegnn/``: every ``.py`` file whose dotted path has no part starting wi
 ``__init__.py`` is the package's page; ``__main__.py`` is the command line's page) becomes
 ``api/<dotted path>.md`` with one ``:::`` directive for mkdocstrings, and ``api/SUMMARY.md`` lists them
 as a nested navigation for mkdocs-literate-nav. mkdocstrings reads the sources statically (griffe):
-nothing is imported or executed.
+nothing is imported or executed. Before that, a Sphinx role left in a docstring or comment fails the
+build (``docs/roles.py``).
 """
+import sys
 from pathlib import Path
 
 import mkdocs_gen_files
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from roles import MESSAGE, leftover_roles  # noqa: E402 - docs/roles.py, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "pipegnn"
+
+leftovers = leftover_roles(PACKAGE, ROOT)
+if leftovers:
+    raise RuntimeError(MESSAGE + "\n".join(leftovers))
 
 nav = mkdocs_gen_files.Nav()
 for path in sorted(PACKAGE.rglob("*.py")):

@@ -1,8 +1,9 @@
 """Checks of a run config's general keys (``chunks``, ``microbatch``, ``train``), made before any
 training, each failing with one clear message. Types and choices are the schemas' work
-(:func:`pipegnn.runconfig.run_config`); what a model, an engine or a pipeline's processes need is checked
-beside them (:func:`pipegnn.models.check_model`, :func:`pipegnn.engines.check_engine`,
-:func:`pipegnn.training.processes.group.check_launch`)."""
+([`pipegnn.runconfig.run_config`][pipegnn.runconfig.run_config]); what a model, an engine or a pipeline's
+processes need is checked beside them ([`pipegnn.models.check_model`][pipegnn.models.check_model],
+[`pipegnn.engines.check_engine`][pipegnn.engines.check_engine],
+[`pipegnn.training.processes.group.check_launch`][pipegnn.training.processes.group.check_launch])."""
 from __future__ import annotations
 
 import math

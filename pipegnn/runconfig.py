@@ -1,11 +1,12 @@
 """A run's config as one typed object, and as records keep and compare it.
 
-:func:`run_config` turns a composed config (or its plain form) into a :class:`~pipegnn.schema.Config`
-whose group nodes are their schema's objects, chosen by each node's ``name``; :func:`group_config` types
-one group's node from a few keys over its option's YAML. :func:`config_container` gives a config back as
-records and checkpoints keep it, :func:`comparable_config` as two runs of the same computation hold it
-(what ``resume=true`` compares). OmegaConf's complaints become one :class:`~pipegnn.errors.ConfigError`
-naming the key and what is valid.
+[`run_config`][pipegnn.runconfig.run_config] turns a composed config (or its plain form) into a
+[`Config`][pipegnn.schema.Config] whose group nodes are their schema's objects, chosen by each node's
+``name``; [`group_config`][pipegnn.runconfig.group_config] types one group's node from a few keys over its
+option's YAML. [`config_container`][pipegnn.runconfig.config_container] gives a config back as records and
+checkpoints keep it, [`comparable_config`][pipegnn.runconfig.comparable_config] as two runs of the same
+computation hold it (what ``resume=true`` compares). OmegaConf's complaints become one
+[`ConfigError`][pipegnn.errors.ConfigError] naming the key and what is valid.
 """
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ __all__ = ["ADDED_KEYS", "VOLATILE_KEYS", "comparable_config", "config_container
 
 
 def run_config(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
-    """The typed run config of ``cfg`` (a composed config or its plain form): a :class:`Config` whose
-    group nodes are their schema's objects (``cfg.model`` a :class:`GATConfig` for a GAT), every choice
-    its enum member, every interpolation resolved.
+    """The typed run config of ``cfg`` (a composed config or its plain form): a
+    [`Config`][pipegnn.schema.Config] whose group nodes are their schema's objects (``cfg.model`` a
+    `GATConfig` for a GAT), every choice its enum member, every interpolation resolved.
 
     Raises:
         ConfigError: a group's ``name`` without a schema, a key no schema has, a value of the wrong type
@@ -69,7 +70,7 @@ def group_config(group: str, node: Any) -> Any:
     A typed node is returned as it is.
 
     Raises:
-        ConfigError: as :func:`run_config`.
+        ConfigError: as [`run_config`][pipegnn.runconfig.run_config].
     """
     if not isinstance(node, (Mapping, DictConfig)):
         return node
@@ -91,7 +92,7 @@ def _schema(group: str, node: Any) -> type:
 
 
 def _typed(merged: Any, prefix: str = "") -> Any:
-    """``merged()``'s object (:func:`OmegaConf.to_object`), OmegaConf's complaints as a ConfigError."""
+    """``merged()``'s object (`OmegaConf.to_object`), OmegaConf's complaints as a ConfigError."""
     try:
         return OmegaConf.to_object(merged())
     except OmegaConfBaseException as e:
@@ -128,7 +129,7 @@ def plain_config(value: Any) -> Any:
 def comparable_config(config: Mapping[str, Any] | DictConfig,
                       output_dir: str | Path | None = None) -> dict[str, Any]:
     """The resolved config as two runs of the same computation hold it, to compare a sweep's job with
-    its record: without :data:`VOLATILE_KEYS` (nor :data:`ADDED_KEYS` at their old behaviour's value);
+    its record: without `VOLATILE_KEYS` (nor `ADDED_KEYS` at their old behaviour's value);
     string values that contain the job's output directory (a path embedding Hydra's timestamp) have it
     replaced by ``<output_dir>``."""
     if isinstance(config, DictConfig):

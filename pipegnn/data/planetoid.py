@@ -12,11 +12,11 @@ Keep them in a trusted ``data.root``: pipegnn reads them from there in place, ne
 files downloaded into the cache are read from there, so all of them are read with a restricted
 unpickler that admits only what the published files hold (numpy arrays and dtypes, scipy CSR matrices,
 a dict of int lists) and checks the result (a crafted file is refused with
-:class:`DatasetUnavailable`); that is a safeguard, not a licence to read raw files from untrusted
-folders.
+[`DatasetUnavailable`][pipegnn.errors.DatasetUnavailable]); that is a safeguard, not a licence to read raw
+files from untrusted folders.
 
 Before anything is densified or allocated, every file's declared shape is checked against the published
-files' (:data:`PUBLISHED_SHAPES`: a file of another part, or cut short, is refused naming both shapes),
+files' (`PUBLISHED_SHAPES`: a file of another part, or cut short, is refused naming both shapes),
 and the files against each other: features and labels of one node set have one row count, ``test.index``
 holds as many distinct ids as ``tx`` has rows, all in the test range (no id a crafted file could turn
 into a huge allocation).
@@ -65,7 +65,7 @@ PUBLISHED_SHAPES: dict[str, dict[str, Any]] = {
     for name, train, rest, width, classes, nodes in (("cora", 140, 1708, 1433, 7, 2708),
                                                       ("citeseer", 120, 2312, 3703, 6, 3327),
                                                       ("pubmed", 60, 18717, 500, 3, 19717))}
-#: Largest dense matrix a raw file of a graph not in :data:`PUBLISHED_SHAPES` may declare (bytes).
+#: Largest dense matrix a raw file of a graph not in `PUBLISHED_SHAPES` may declare (bytes).
 _MAX_DENSE_BYTES = 2**31
 
 try:
@@ -91,7 +91,7 @@ _RAW_GLOBALS: dict[tuple[str, str], Any] = {
 
 
 class _RawUnpickler(pickle.Unpickler):
-    """An unpickler that resolves only :data:`_RAW_GLOBALS` (anything else: UnpicklingError)."""
+    """An unpickler that resolves only `_RAW_GLOBALS` (anything else: UnpicklingError)."""
 
     def find_class(self, module: str, name: str) -> Any:
         try:
@@ -156,7 +156,7 @@ def read_raw(folder: str | Path, name: str, part: str) -> Tensor | dict[int, lis
 
 def _check_shape(path: Path, part: str, published: dict[str, Any], shape: Any) -> None:
     """``shape`` (a raw matrix's declared shape) is the published file's (a graph not in
-    :data:`PUBLISHED_SHAPES`: two dimensions of at most :data:`_MAX_DENSE_BYTES` as float32).
+    `PUBLISHED_SHAPES`: two dimensions of at most `_MAX_DENSE_BYTES` as float32).
 
     Raises:
         ValueError: naming the file, its shape and the published one.
@@ -202,14 +202,14 @@ def _check_split(folder: str | Path, name: str, train: int, rest: int, test: int
 
 
 def _read_tensor(folder: str | Path, name: str, part: str) -> Tensor:
-    """:func:`read_raw` of a part that is a tensor (any part but ``graph``)."""
+    """[`read_raw`][pipegnn.data.planetoid.read_raw] of a part that is a tensor (any part but ``graph``)."""
     out = read_raw(folder, name, part)
     assert isinstance(out, Tensor), part
     return out
 
 
 def _read_graph(folder: str | Path, name: str) -> dict[int, list[int]]:
-    """:func:`read_raw` of the ``graph`` part: the adjacency dict."""
+    """[`read_raw`][pipegnn.data.planetoid.read_raw] of the ``graph`` part: the adjacency dict."""
     out = read_raw(folder, name, "graph")
     assert isinstance(out, dict)
     return out
@@ -228,7 +228,7 @@ def read_planetoid(folder: str | Path, name: str) -> Data:
     features (not yet row-normalised).
 
     Raises:
-        One of :data:`_MALFORMED` (ValueError, pickle.UnpicklingError, ...): a malformed file.
+        One of `_MALFORMED` (ValueError, pickle.UnpicklingError, ...): a malformed file.
     """
     parts = {part: _read_tensor(folder, name, part) for part in ("x", "tx", "allx", "y", "ty", "ally")}
     x, tx, allx, y, ty, ally = parts.values()
@@ -338,7 +338,8 @@ def load_pubmed_topology(root: str | Path | None, cache: str | Path, seed: int =
     (row-normalised uniform noise) because the shared raw files lack ``ind.pubmed.allx``. Nodes are
     ordered as PyG's ``read_planetoid_data`` orders them (the ``allx`` nodes, then the test nodes in
     ``test.index`` order); edges are PyG's (``edge_index_from_dict``: coalesced, self-loops removed,
-    88,648 directed edges). The raw files are read with :func:`read_raw` (see the module docstring).
+    88,648 directed edges). The raw files are read with [`read_raw`][pipegnn.data.planetoid.read_raw] (see the
+    module docstring).
 
     Args:
         root: folder holding ``PubMed-partial/raw`` or ``PubMed/raw`` (read, never written to), or None.

@@ -40,7 +40,7 @@ EPOCH_LINE = {"pipegnn_epoch": True}
 @dataclass(frozen=True)
 class Pass:
     """The micro-batches of one kind of pass over the graph (a training step, an evaluation): their
-    plan and the ids the engine takes for them (:meth:`~pipegnn.models.StagedGNN.attach`)."""
+    plan and the ids the engine takes for them ([`attach`][pipegnn.models.StagedGNN.attach])."""
 
     plan: MicroBatchPlan
     ids: Tensor
@@ -231,7 +231,7 @@ def _feature_reads(before: dict[str, int], trained: dict[str, int],
 
 def time_to_accuracy(epochs: list[dict[str, Any]], target: float | None = None) -> dict[str, Any]:
     """Training time (steps only, evaluation excluded) until validation accuracy first reaches
-    ``target``, or :data:`TTA_FRACTION` of the run's best when ``target`` is None.
+    ``target``, or `TTA_FRACTION` of the run's best when ``target`` is None.
 
     Returns ``{"target_val_acc", "source" ("config" | "fraction_of_best"), "epoch", "train_s"}``;
     ``epoch`` and ``train_s`` are None when the run never reached the target.

@@ -1,5 +1,5 @@
-"""One run: its checks, then this process's part (:mod:`pipegnn.training.rank`) or one worker per
-pipeline rank, signals, and the record written."""
+"""One run: its checks, then this process's part ([`pipegnn.training.rank`][pipegnn.training.rank]) or one
+worker per pipeline rank, signals, and the record written."""
 from __future__ import annotations
 
 import logging
@@ -51,13 +51,15 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
         choices: Mapping[str, Any] | None = None,
         on_epoch: Callable[[dict[str, Any]], Any] | None = None,
         state_dir: str | Path | None = None) -> RunRecord:
-    """Train and evaluate one configuration and return its result record (:class:`~pipegnn.record.RunRecord`).
+    """Train and evaluate one configuration and return its result record
+    ([`RunRecord`][pipegnn.record.RunRecord]).
 
     Never raises for a failing run: an invalid configuration, an out-of-memory error or any other
     exception becomes the record's ``status`` (``invalid``, ``oom``, ``failed``) and ``error``. A
     SIGTERM or SIGINT ends the run with status ``interrupted`` (the epochs finished so far, the signal
-    under ``interrupted``); the record is written, then :class:`~pipegnn.training.preemption.Interrupted` is
-    raised with it attached, so that the process (or sweep) stops as the signal asked.
+    under ``interrupted``); the record is written, then
+    [`Interrupted`][pipegnn.training.preemption.Interrupted] is raised with it attached, so that the process
+    (or sweep) stops as the signal asked.
 
     Args:
         cfg: the resolved run configuration (see ``conf/config.yaml``).
@@ -74,9 +76,10 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
 
 def run_rank(cfg: Config, on_epoch: Callable[[dict[str, Any]], Any] | None = None,
              state_dir: str | Path | None = None) -> RunRecord:
-    """One rank of a pipeline whose launcher (a :func:`run` with ``engine.launcher=spawn``) started this
-    process with torchrun's environment: this rank's part of the run; its record is returned, not
-    written (the launcher combines rank 0's into the run's). Fails as :func:`run` does."""
+    """One rank of a pipeline whose launcher (a [`run`][pipegnn.training.launch.run] with
+    ``engine.launcher=spawn``) started this process with torchrun's environment: this rank's part of the run;
+    its record is returned, not written (the launcher combines rank 0's into the run's). Fails as
+    [`run`][pipegnn.training.launch.run] does."""
     return _run(cfg, None, None, on_epoch, state_dir, one_rank=True)
 
 
@@ -141,8 +144,9 @@ def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | 
 
 
 def _probe(output_dir: str | Path) -> None:
-    """The record's folder takes a record (:func:`~pipegnn.results.records.probe_record_folder`), or
-    the run is invalid before it trains."""
+    """The record's folder takes a record
+    ([`probe_record_folder`][pipegnn.results.records.probe_record_folder]), or the run is invalid before it
+    trains."""
     try:
         probe_record_folder(output_dir)
     except OSError as e:
@@ -182,10 +186,11 @@ def _then(first: Callable[[dict[str, Any]], Any],
 
 def check_run(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
     """Everything about ``cfg`` that can be checked before the graph is loaded: types and choices
-    (:func:`pipegnn.runconfig.run_config`), the general keys (:func:`pipegnn.config.check_config`), the
-    model (:func:`pipegnn.models.check_model`) and the framework's aggregation for it, the engine
-    (:func:`pipegnn.engines.check_engine`) and a pipelining run's processes
-    (:func:`~pipegnn.training.processes.group.check_launch`). Returns the typed config.
+    ([`pipegnn.runconfig.run_config`][pipegnn.runconfig.run_config]), the general keys
+    ([`pipegnn.config.check_config`][pipegnn.config.check_config]), the model
+    ([`pipegnn.models.check_model`][pipegnn.models.check_model]) and the framework's aggregation for it, the
+    engine ([`pipegnn.engines.check_engine`][pipegnn.engines.check_engine]) and a pipelining run's processes
+    ([`check_launch`][pipegnn.training.processes.group.check_launch]). Returns the typed config.
 
     Raises:
         ConfigError: the first problem found, naming the bad key, its value and what would be valid.

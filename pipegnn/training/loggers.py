@@ -1,10 +1,11 @@
 """Experiment trackers beside the record: a run's epochs and results in CSV, TensorBoard or MLflow.
 
 ``logger`` (a config group, several at once: ``logger=[csv,tensorboard]``; none by default) names the
-trackers of a run. Each gets, per epoch, the epoch's figures as metrics (:func:`epoch_metrics`: losses,
-accuracies, epoch and evaluation time, historical staleness, the pipeline's makespan and bubble and
-every stage's busy time), and at the end the resolved config as parameters, the final figures and the
-run's files (``result.json``, ``trace.json``, ``train.log``) as artifacts where the tracker keeps files.
+trackers of a run. Each gets, per epoch, the epoch's figures as metrics
+([`epoch_metrics`][pipegnn.training.loggers.epoch_metrics]: losses, accuracies, epoch and evaluation time,
+historical staleness, the pipeline's makespan and bubble and every stage's busy time), and at the end the
+resolved config as parameters, the final figures and the run's files (``result.json``, ``trace.json``,
+``train.log``) as artifacts where the tracker keeps files.
 
 Only the process that writes the record logs: a spawned pipeline's launcher (it receives rank 0's
 epochs), rank 0 under torchrun. A tracker that fails while the run trains is switched off with a

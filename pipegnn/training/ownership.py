@@ -1,19 +1,19 @@
 """Who a sweep's folder and a job's folder belong to, so that no sweep or job writes over another's.
 
-- :class:`SweepOwner`: a Hydra callback (``experiments/train.py`` adds it to ``hydra.callbacks``) that,
-  before the sweeper writes its plan (``multirun.yaml``), takes ``hydra.sweep.dir`` for this sweep: it
-  holds an exclusive lock (``flock``) on ``.pipegnn-sweep.lock`` there for as long as the sweep runs (the
-  kernel lets it go when the process ends, however it ends) and writes the owner, ``.pipegnn-sweep.json``
-  (pid, host, start, the sweep's overrides). A second sweep started into the folder while the first runs
-  is refused naming it (the command exits with 1 before the sweeper writes anything); once it has
-  ended, only the same sweep (the same overrides and sweeper parameters, ``resume`` aside: a rerun or a
-  resume) may take the folder again.
+- [`SweepOwner`][pipegnn.training.ownership.SweepOwner]: a Hydra callback (``experiments/train.py`` adds it to
+  ``hydra.callbacks``) that, before the sweeper writes its plan (``multirun.yaml``), takes ``hydra.sweep.dir``
+  for this sweep: it holds an exclusive lock (``flock``) on ``.pipegnn-sweep.lock`` there for as long as the
+  sweep runs (the kernel lets it go when the process ends, however it ends) and writes the owner,
+  ``.pipegnn-sweep.json`` (pid, host, start, the sweep's overrides). A second sweep started into the folder
+  while the first runs is refused naming it (the command exits with 1 before the sweeper writes anything);
+  once it has ended, only the same sweep (the same overrides and sweeper parameters, ``resume`` aside: a rerun
+  or a resume) may take the folder again.
 - A single run's ``hydra.run.dir`` (and a sweep's folder) that is a file, or lies under one, stops the
   command before Hydra makes it, with one line naming it (exit 1).
-- :func:`claim_job`: a job claims its output folder (``.pipegnn-job.json``: the job's number and
-  overrides, created only if absent) before it runs; a folder that another job of the sweep claimed
-  (``hydra.sweep.subdir`` resolving to one folder for several jobs) is refused naming that job, and the
-  refused job writes nothing there.
+- [`claim_job`][pipegnn.training.ownership.claim_job]: a job claims its output folder (``.pipegnn-job.json``:
+  the job's number and overrides, created only if absent) before it runs; a folder that another job of the
+  sweep claimed (``hydra.sweep.subdir`` resolving to one folder for several jobs) is refused naming that job,
+  and the refused job writes nothing there.
 """
 from __future__ import annotations
 
@@ -127,8 +127,8 @@ def check_folder(folder: Path, key: str) -> None:
 
 
 class SweepOwner(Callback):
-    """Takes the sweep's folder before the sweeper writes its plan (:func:`take_sweep`), lets it go
-    after the last job."""
+    """Takes the sweep's folder before the sweeper writes its plan
+    ([`take_sweep`][pipegnn.training.ownership.take_sweep]), lets it go after the last job."""
 
     def __init__(self) -> None:
         self.lock: IO[Any] | None = None

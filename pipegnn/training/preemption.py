@@ -1,21 +1,21 @@
 """Runs that survive preemption: a signal ends a run with a record, and a checkpoint lets it continue.
 
-- :func:`interruptible`: while a run trains, SIGTERM (a scheduler's preemption or time limit) and SIGINT
-  (Ctrl-C) raise :class:`Interrupted` in the main thread, so the run unwinds, records ``status:
-  interrupted`` with the epochs finished so far and the signal, and then ends (exit code 128 + signal,
-  as a process killed by it reports). Later signals while the run unwinds, and any while it writes its
-  record, wait for the record.
-- :func:`save` / :func:`load`: the training state of one process (``train.checkpoint_every``):
-  parameters, optimizer, the finished epochs' entries (best-validation bookkeeping is computed from
-  them), RNG states and history caches, written atomically beside the record as
-  ``checkpoint-rank<r>.pt`` (one per pipeline rank: each holds its own stages' state) with their content
-  checksum (:mod:`pipegnn.integrity`). They are read with ``torch.load(weights_only=True)``, which
-  builds tensors and plain containers only, never code.
-- :func:`resume`: a checkpoint that cannot be resumed from (unreadable, damaged, incomplete, made with
-  another configuration, or holding more epochs than ``train.epochs``) is set aside as
-  ``<file>.unusable`` with a warning naming the keys that differ. A checkpoint's configuration covers
-  what changes the computation only (:data:`NON_COMPUTING_KEYS` are left out: the epoch budget, early
-  stopping, checkpoints, caps, deadlines, trackers, caches; :data:`PATH_KEYS` compared resolved): a
+- [`interruptible`][pipegnn.training.preemption.interruptible]: while a run trains, SIGTERM (a scheduler's
+  preemption or time limit) and SIGINT (Ctrl-C) raise [`Interrupted`][pipegnn.training.preemption.Interrupted]
+  in the main thread, so the run unwinds, records ``status: interrupted`` with the epochs finished so far and
+  the signal, and then ends (exit code 128 + signal, as a process killed by it reports). Later signals while
+  the run unwinds, and any while it writes its record, wait for the record.
+- [`save`][pipegnn.training.preemption.save] / [`load`][pipegnn.training.preemption.load]: the training state
+  of one process (``train.checkpoint_every``): parameters, optimizer, the finished epochs' entries
+  (best-validation bookkeeping is computed from them), RNG states and history caches, written atomically
+  beside the record as ``checkpoint-rank<r>.pt`` (one per pipeline rank: each holds its own stages' state)
+  with their content checksum ([`pipegnn.integrity`][pipegnn.integrity]). They are read with
+  ``torch.load(weights_only=True)``, which builds tensors and plain containers only, never code.
+- [`resume`][pipegnn.training.preemption.resume]: a checkpoint that cannot be resumed from (unreadable,
+  damaged, incomplete, made with another configuration, or holding more epochs than ``train.epochs``) is set
+  aside as ``<file>.unusable`` with a warning naming the keys that differ. A checkpoint's configuration covers
+  what changes the computation only (`NON_COMPUTING_KEYS` are left out: the epoch budget, early
+  stopping, checkpoints, caps, deadlines, trackers, caches; `PATH_KEYS` compared resolved): a
   run resumed with a larger ``train.epochs`` trains on.
 - One resume point for every rank: each rank keeps its newest checkpoint and the one before it
   (``checkpoint-rank<r>.previous.pt``: a save moves the newest there just before its own file takes
@@ -61,8 +61,8 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 class Interrupted(BaseException):
     """The run was stopped by a signal (``signum``). A BaseException, as KeyboardInterrupt is, so that
-    no ``except Exception`` on the way records it as a failure; :func:`pipegnn.run` records it and
-    raises it again with the record attached (``record``)."""
+    no ``except Exception`` on the way records it as a failure; [`pipegnn.run`][pipegnn.training.launch.run]
+    records it and raises it again with the record attached (``record``)."""
 
     def __init__(self, signum: int, record: RunRecord | None = None):
         self.signum = int(signum)
@@ -77,8 +77,9 @@ class Interrupted(BaseException):
 
 
 class Guard:
-    """The signal handling of one :func:`interruptible` block: ``signum`` of the first signal (None if
-    none came) and whether it raises now or is held (:meth:`hold`)."""
+    """The signal handling of one [`interruptible`][pipegnn.training.preemption.interruptible] block:
+    ``signum`` of the first signal (None if none came) and whether it raises now or is held
+    ([`hold`][pipegnn.training.preemption.Guard.hold])."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -94,9 +95,9 @@ class Guard:
 
     @contextmanager
     def deferred(self) -> Iterator[None]:
-        """A signal inside the block is raised (:class:`Interrupted`) once the block has finished, not
-        in the middle of it (a checkpoint being saved: the record and the checkpoint then hold the same
-        epochs)."""
+        """A signal inside the block is raised ([`Interrupted`][pipegnn.training.preemption.Interrupted]) once
+        the block has finished, not in the middle of it (a checkpoint being saved: the record and the
+        checkpoint then hold the same epochs)."""
         if self.held or self.deferring:
             yield
             return
@@ -110,15 +111,16 @@ class Guard:
 
     def hold(self) -> None:
         """From now on a signal is only noted in ``signum`` (the caller is writing the record, and raises
-        :class:`Interrupted` for it afterwards)."""
+        [`Interrupted`][pipegnn.training.preemption.Interrupted] for it afterwards)."""
         self.held = True
 
 
 @contextmanager
 def interruptible() -> Iterator[Guard]:
-    """Inside the block the first SIGTERM or SIGINT raises :class:`Interrupted` (later ones are ignored,
-    so that the record gets written); after :meth:`Guard.hold` it is only noted in the guard. Off the
-    main thread, where Python cannot install signal handlers, nothing changes."""
+    """Inside the block the first SIGTERM or SIGINT raises
+    [`Interrupted`][pipegnn.training.preemption.Interrupted] (later ones are ignored, so that the record gets
+    written); after [`Guard.hold`][pipegnn.training.preemption.Guard.hold] it is only noted in the guard. Off
+    the main thread, where Python cannot install signal handlers, nothing changes."""
     global _active
     guard = Guard()
     if threading.current_thread() is not threading.main_thread():
@@ -134,14 +136,15 @@ def interruptible() -> Iterator[Guard]:
             signal.signal(s, h)
 
 
-#: The guard of the innermost :func:`interruptible` block of the main thread (None: none).
+#: The guard of the innermost [`interruptible`][pipegnn.training.preemption.interruptible] block of the main
+#: thread (None: none).
 _active: Guard | None = None
 
 
 @contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Inside an :func:`interruptible` block of the main thread, :meth:`Guard.deferred`; elsewhere
-    nothing changes."""
+    """Inside an [`interruptible`][pipegnn.training.preemption.interruptible] block of the main thread,
+    [`Guard.deferred`][pipegnn.training.preemption.Guard.deferred]; elsewhere nothing changes."""
     guard = _active if threading.current_thread() is threading.main_thread() else None
     if guard is None:
         yield
@@ -183,8 +186,8 @@ class _Writes:
 def save(path: str | Path, state: dict[str, Any], keep_previous: bool = False) -> None:
     """Write ``state`` (tensors, numbers, strings, lists and dicts of them) to ``path`` atomically: a
     reader, or a run killed while writing, never sees half a file. With ``keep_previous`` the file that
-    was at ``path`` becomes :func:`previous_path` once the new one is written in full (a kill at any
-    moment leaves the newest complete state, or the one before it, or both).
+    was at ``path`` becomes [`previous_path`][pipegnn.training.preemption.previous_path] once the new one is
+    written in full (a kill at any moment leaves the newest complete state, or the one before it, or both).
 
     Raises:
         OSError: naming ``path`` and the cause (``No space left on device``).
@@ -205,8 +208,8 @@ def save(path: str | Path, state: dict[str, Any], keep_previous: bool = False) -
 
 
 def load(path: str | Path) -> dict[str, Any] | None:
-    """The state :func:`save` wrote at ``path`` (None when there is none), read with
-    ``weights_only=True``: tensors and plain containers, nothing that runs code."""
+    """The state [`save`][pipegnn.training.preemption.save] wrote at ``path`` (None when there is none), read
+    with ``weights_only=True``: tensors and plain containers, nothing that runs code."""
     path = Path(path)
     if not path.is_file():
         return None
@@ -229,7 +232,7 @@ PATH_KEYS = (("data", "root"),)
 
 
 def _computation(plain: dict[str, Any]) -> dict[str, Any]:
-    """``plain`` (a config's plain form) without :data:`NON_COMPUTING_KEYS`, :data:`PATH_KEYS` resolved."""
+    """``plain`` (a config's plain form) without `NON_COMPUTING_KEYS`, `PATH_KEYS` resolved."""
     plain = json.loads(json.dumps(plain))
     for *parents, key in NON_COMPUTING_KEYS:
         section: Any = plain
@@ -248,8 +251,9 @@ def _computation(plain: dict[str, Any]) -> dict[str, Any]:
 
 def config_key(config: Config) -> str:
     """What a checkpoint must have been made with to be resumed: the resolved config as JSON, without
-    the keys that do not change what a run computes (:data:`NON_COMPUTING_KEYS` and those of
-    :func:`pipegnn.runconfig.comparable_config`), paths resolved (:data:`PATH_KEYS`)."""
+    the keys that do not change what a run computes (`NON_COMPUTING_KEYS` and those of
+    [`pipegnn.runconfig.comparable_config`][pipegnn.runconfig.comparable_config]), paths resolved
+    (`PATH_KEYS`)."""
     return json.dumps(_computation(comparable_config(config_container(config))), sort_keys=True)
 
 
@@ -261,8 +265,9 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def config_difference(stored: str, config: Config) -> str | None:
     """The keys (with both values) in which a checkpoint's ``stored`` key differs from ``config``'s, as
-    one line; None when they agree. A key stored by an older version is compared as :func:`config_key`
-    makes it now (the keys that do not change the computation are left out of both)."""
+    one line; None when they agree. A key stored by an older version is compared as
+    [`config_key`][pipegnn.training.preemption.config_key] makes it now (the keys that do not change the
+    computation are left out of both)."""
     try:
         then = _computation(json.loads(stored))
     except (TypeError, ValueError):
@@ -292,7 +297,7 @@ def training_state(config: Config, model: StagedGNN, optimizer: torch.optim.Opti
             "history": {u.name: u.history.state() for u in model.transforms() if u.history is not None}}
 
 
-#: What a checkpoint holds (:func:`training_state`).
+#: What a checkpoint holds ([`training_state`][pipegnn.training.preemption.training_state]).
 _STATE_KEYS = ("config", "epochs", "model", "optimizer", "rng", "history")
 
 
@@ -361,13 +366,13 @@ def _all_ranks(ok: bool) -> bool:
 
 def resume(config: Config, path: str | Path, model: StagedGNN,
            optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
-    """:func:`resume_from`'s finished epochs."""
+    """[`resume_from`][pipegnn.training.preemption.resume_from]'s finished epochs."""
     return resume_from(config, path, model, optimizer).epochs
 
 
 class Resumed(NamedTuple):
-    """What :func:`resume_from` put back: the finished epochs' entries, the checkpoint they came from
-    (None: none) and the stage timeline's trace it held (None: none)."""
+    """What [`resume_from`][pipegnn.training.preemption.resume_from] put back: the finished epochs' entries,
+    the checkpoint they came from (None: none) and the stage timeline's trace it held (None: none)."""
 
     epochs: list[dict[str, Any]]
     file: Path | None
@@ -377,11 +382,12 @@ class Resumed(NamedTuple):
 def resume_from(config: Config, path: str | Path, model: StagedGNN,
                 optimizer: torch.optim.Optimizer | None) -> Resumed:
     """The finished epochs of the resume point every rank agrees on (see the module doc), its state put
-    back (:func:`restore`) from the checkpoint at ``path`` or the one before it (:func:`previous_path`);
-    none when there is no checkpoint or no point every rank can resume from, and the model and optimizer
-    are then as they were. A checkpoint that cannot be resumed from is set aside (``<file>.unusable``)
-    with a warning. In a pipeline every rank calls it (it exchanges the ranks' resume points). Returns
-    the epochs and the file they came from (None: none)."""
+    back ([`restore`][pipegnn.training.preemption.restore]) from the checkpoint at ``path`` or the one before
+    it ([`previous_path`][pipegnn.training.preemption.previous_path]); none when there is no checkpoint or no
+    point every rank can resume from, and the model and optimizer are then as they were. A checkpoint that
+    cannot be resumed from is set aside (``<file>.unusable``) with a warning. In a pipeline every rank calls
+    it (it exchanges the ranks' resume points). Returns the epochs and the file they came from (None:
+    none)."""
     path = Path(path)
     found: dict[int, tuple[Path, dict[str, Any]]] = {}
     for file in (path, previous_path(path)):
@@ -419,8 +425,8 @@ def resume_from(config: Config, path: str | Path, model: StagedGNN,
 
 def restore(state: dict[str, Any], model: StagedGNN,
             optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
-    """Put :func:`training_state`'s ``state`` back into ``model`` and ``optimizer`` (and the RNGs);
-    returns the finished epochs' entries."""
+    """Put [`training_state`][pipegnn.training.preemption.training_state]'s ``state`` back into ``model`` and
+    ``optimizer`` (and the RNGs); returns the finished epochs' entries."""
     model.load_state_dict(state["model"])
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])

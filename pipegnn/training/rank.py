@@ -1,6 +1,6 @@
 """One process's part of a run: load the graph, build the plans and the staged model, build the engine
-(this process's rank of a pipeline), train through the epoch loop (:mod:`pipegnn.training.epochs`),
-filling the run's record."""
+(this process's rank of a pipeline), train through the epoch loop
+([`pipegnn.training.epochs`][pipegnn.training.epochs]), filling the run's record."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,5 +1,6 @@
-"""Feature files built once and reused: a dataset's features in node order (:func:`cached_store`), and a
-copy of them ordered by a partition (:func:`partition_ordered`).
+"""Feature files built once and reused: a dataset's features in node order
+([`cached_store`][pipegnn.data.features.cache.cached_store]), and a copy of them ordered by a partition
+([`partition_ordered`][pipegnn.data.features.cache.partition_ordered]).
 
 **Renumbering by partition.** The graph's loader writes the features once in node order (a synthetic
 graph straight from its generator, block by block; a real graph, which is loaded whole once, from its
@@ -11,9 +12,9 @@ outputs): the copy's sidecar carries its row order, and the store maps node ids 
 read.
 
 A cached file that does not match its sidecar or was built for another key is rebuilt with a warning,
-as :mod:`pipegnn.data.graph` does with cached graphs. Content is checked against its checksums where it
-is about to be read: the partition-ordered copy that training reads, once per run (rebuilt when
-damaged), and the node-order file when a copy is built from it (a damaged one is then an error naming
+as [`pipegnn.data.graph`][pipegnn.data.graph] does with cached graphs. Content is checked against its
+checksums where it is about to be read: the partition-ordered copy that training reads, once per run (rebuilt
+when damaged), and the node-order file when a copy is built from it (a damaged one is then an error naming
 it); a run that finds its copy reads the node-order file not at all. The check reads the whole file:
 ``results/benchmarks/integrity.txt`` for what it costs.
 """

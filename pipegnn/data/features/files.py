@@ -4,19 +4,20 @@ store's folder:
 - ``node.x.bin``: the matrix, row-major, raw bytes in this machine's byte order;
 - ``node.x.json``: its sidecar: format version, group, attr, dtype (``float32``, ``bfloat16``, ...),
   rows, cols, byte order, the row order, the key it was built for (what the cache checks) and the
-  content checksums of the matrix and the row order (:mod:`pipegnn.integrity`);
+  content checksums of the matrix and the row order ([`pipegnn.integrity`][pipegnn.integrity]);
 - ``node.x.order.npy``, when the rows are not in node order: the node id of every row (int64).
 
 Nothing read from these files can execute code: JSON, raw bytes, and ``.npy`` read with
 ``allow_pickle=False``. A file that does not match its sidecar (size, dtype, order) raises
-:class:`FeatureFileError`, and so does content that does not match its checksum
-(:func:`verify_files`, a whole read of the files: 6.5-8.8 s per 6 GiB,
-``results/benchmarks/integrity.txt``). Files are written atomically (temporary file, then
+[`FeatureFileError`][pipegnn.data.features.files.FeatureFileError], and so does content that does not match
+its checksum ([`verify_files`][pipegnn.data.features.files.verify_files], a whole read of the files: 6.5-8.8 s
+per 6 GiB, ``results/benchmarks/integrity.txt``). Files are written atomically (temporary file, then
 ``os.replace``; the sidecar last), so parallel jobs never read half a file. A temporary file names its
 writer's host and pid; one whose writer is gone (killed mid-write) is removed by the next write in its
-folder and whenever the dataset's features are looked up (:func:`clean_stale_temporaries`). A sidecar,
-matrix or order path that is not a regular file (a FIFO, a folder) is an error naming it, found by
-``stat`` before anything opens it.
+folder and whenever the dataset's features are looked up
+([`clean_stale_temporaries`][pipegnn.data.features.files.clean_stale_temporaries]). A sidecar, matrix or order
+path that is not a regular file (a FIFO, a folder) is an error naming it, found by ``stat`` before anything
+opens it.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""A feature matrix that is not in memory, as a model sees it: :class:`FeatureMeta` describes it (shape,
-dtype and, on disk, its store's folder), :class:`FeatureRows` reads its rows on demand from any PyG
+"""A feature matrix that is not in memory, as a model sees it:
+[`FeatureMeta`][pipegnn.data.features.matrix.FeatureMeta] describes it (shape, dtype and, on disk, its store's
+folder), [`FeatureRows`][pipegnn.data.features.matrix.FeatureRows] reads its rows on demand from any PyG
 ``FeatureStore``. Both are shaped like a Tensor (``shape``, ``dtype``, ``to(dtype)``)."""
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ class FeatureMeta:
     Attributes:
         rows, cols: nodes and features per node.
         dtype: element type.
-        folder: the :class:`~pipegnn.data.features.store.DiskFeatureStore` folder holding it (group
-            ``node``, attr ``x``), or None when this process knows only the shape (a pipeline rank that
+        folder: the [`DiskFeatureStore`][pipegnn.data.features.store.DiskFeatureStore] folder holding it
+            (group ``node``, attr ``x``), or None when this process knows only the shape (a pipeline rank that
             never reads features).
     """
 

@@ -1,18 +1,20 @@
-"""A PyG ``FeatureStore`` over raw row-major feature files (:mod:`pipegnn.data.features.files`), read
-row by row without memory-mapping.
+"""A PyG ``FeatureStore`` over raw row-major feature files
+([`pipegnn.data.features.files`][pipegnn.data.features.files]), read row by row without memory-mapping.
 
 **Reads.** The file is never memory-mapped (``train.memory_limit_gb`` caps the address space, which
 counts every mapping): the requested rows are mapped to file rows, sorted and deduplicated, coalesced
 into runs of consecutive rows, and each run is read with one ``os.preadv`` straight into a preallocated
 tensor; rows come back in the order asked, duplicates included (a row asked twice is read once and
-returned twice). The store counts the bytes read and the read calls (:meth:`DiskFeatureStore.read_stats`).
-It is dtype-agnostic: bytes are read as uint8 and viewed as the sidecar's dtype (bfloat16 too, which
-NumPy lacks). A file whose rows are not in node order (a partition-ordered copy) is read through its
-row order: node ids never change, the store maps them to file rows (``position[node]``) on every read.
+returned twice). The store counts the bytes read and the read calls
+([`DiskFeatureStore.read_stats`][pipegnn.data.features.store.DiskFeatureStore.read_stats]). It is
+dtype-agnostic: bytes are read as uint8 and viewed as the sidecar's dtype (bfloat16 too, which NumPy lacks). A
+file whose rows are not in node order (a partition-ordered copy) is read through its row order: node ids never
+change, the store maps them to file rows (``position[node]``) on every read.
 
 **Integrity.** Before its first read, a store checks a tensor's files against their content checksums
-(one whole read; :func:`~pipegnn.data.features.files.verify_files`), or :meth:`check` with
-``verify=True`` did: damaged files raise :class:`FeatureFileError`, never serve rows.
+(one whole read; [`verify_files`][pipegnn.data.features.files.verify_files]), or `check` with
+``verify=True`` did: damaged files raise [`FeatureFileError`][pipegnn.data.features.files.FeatureFileError],
+never serve rows.
 
 Hand-written here because no library provides it: PyG's ``FeatureStore`` is only the interface
 (implemented: ``_put_tensor``, ``_get_tensor``, ``_remove_tensor``, ``_get_tensor_size``,

@@ -1,8 +1,8 @@
 """The process-group backend of a ``pipelining`` run (``engine.backend``), chosen from its devices.
 
-Kept apart from :mod:`pipegnn.training.processes.group` so that the launcher can name it without importing the
-engines (and through them PyG), which the forkserver it starts from must never import
-(:data:`pipegnn.training.processes.spawn.FORKSERVER_PRELOAD`).
+Kept apart from [`pipegnn.training.processes.group`][pipegnn.training.processes.group] so that the launcher
+can name it without importing the engines (and through them PyG), which the forkserver it starts from must
+never import (`pipegnn.training.processes.spawn.FORKSERVER_PRELOAD`).
 """
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def shared_devices(engine: PipeliningEngineConfig) -> list[str]:
 def dist_backend(engine: PipeliningEngineConfig) -> str:
     """The process-group backend: ``engine.backend``, or for ``auto`` gloo on CPU, nccl where every
     rank has a GPU of its own, and gloo where ranks share a GPU (NCCL refuses a device shared by two
-    ranks; the pipeline's traffic then goes through host memory, see :mod:`pipegnn.engines.stages`)."""
+    ranks; the pipeline's traffic then goes through host memory, see
+    [`pipegnn.engines.stages`][pipegnn.engines.stages])."""
     if engine.backend is DistBackend.auto:
         cuda = engine.devices[0].startswith("cuda")
         return "nccl" if cuda and not shared_devices(engine) else "gloo"

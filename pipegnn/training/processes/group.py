@@ -22,8 +22,9 @@ __all__ = ["check_launch", "gather_memory", "is_secondary_rank", "process_group"
 
 
 def check_launch(engine: PipeliningEngineConfig) -> None:
-    """``engine=pipelining``'s processes, checked before any starts (:mod:`pipegnn.engines.checks` checks
-    the rest of the pipeline): a backend that can join them on their devices.
+    """``engine=pipelining``'s processes, checked before any starts
+    ([`pipegnn.engines.checks`][pipegnn.engines.checks] checks the rest of the pipeline): a backend that can
+    join them on their devices.
 
     Raises:
         ConfigError: naming the bad value and what would be valid.

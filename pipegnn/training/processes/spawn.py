@@ -26,7 +26,7 @@ launcher that cannot act (stopped, hung) does not leave them running.
 
 Failure: when a worker exits non-zero, the others get a grace period to exit by themselves (they usually
 fail at once with a lost connection to the dead peer), then are terminated; which rank's failure the
-run's record names: :mod:`pipegnn.training.processes.outcome`.
+run's record names: [`pipegnn.training.processes.outcome`][pipegnn.training.processes.outcome].
 
 Hand-written rather than ``torch.distributed.launcher.api.elastic_launch``: elastic's agent hands the
 workers' return values back only when all of them have finished (a failed run would lose the epochs rank
@@ -83,7 +83,7 @@ FORKSERVER_PRELOAD = ("torch", "torch.distributed.pipelining", __name__)
 
 
 def forkserver_preload(target_module: str) -> list[str]:
-    """What the forkserver imports: :data:`FORKSERVER_PRELOAD` and, where this machine has no CUDA
+    """What the forkserver imports: `FORKSERVER_PRELOAD` and, where this machine has no CUDA
     device (nothing to make unusable), the trainer's module too, so that a worker starts without
     importing PyG (``results/benchmarks/start_method.txt``). The forkserver is a fresh interpreter, not
     a fork of this process: what this process did with CUDA does not reach it."""
@@ -321,7 +321,8 @@ def spawn(cfg: Config, record: RunRecord, target: Target,
         record: the parent's record; on failure it still gets the epochs rank 0 finished.
         target: what each worker runs, ``target(cfg, on_epoch=...)`` returning its record (a picklable
             module-level function: ``pipegnn.training.launch.run_rank``); its module is preloaded by the
-            forkserver where no CUDA device is visible (:func:`forkserver_preload`), else imported by
+            forkserver where no CUDA device is visible
+            ([`forkserver_preload`][pipegnn.training.processes.spawn.forkserver_preload]), else imported by
             each worker.
         on_epoch: called in this process with each epoch rank 0 finished (from a reader thread).
         state_dir: where each rank keeps its checkpoints (``train.checkpoint_every``), if anywhere.
