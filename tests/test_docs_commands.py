@@ -31,7 +31,7 @@ VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 #: Commands the pages show for other machines or programs (a cluster, a tracker's own venv): not run here.
 EXTERNAL = ("torchrun", "srun", "mlflow", "python3 -m venv", "experiments/gpu.sh", "nvidia-smi")
 #: Pages another part of the project maintains, whose commands are being moved to the venv's Python.
-PENDING = {"sweeps.md", "records.md"}
+PENDING: set[str] = set()
 PLANETOID = {"cora", "citeseer", "pubmed"}
 COMMAND = re.compile(r"^(?:[A-Z_]+=\S+\s+)*"
                      r"(make|export|\.venv/bin/\S+|python3?|pip|torchrun|srun|mlflow)(\s|$)")
