@@ -26,7 +26,8 @@ never makes it wait) and inflates it as a stream, twice (the checks, then the en
 at a time: at most `MAX_LINE_BYTES` a line, `MAX_INFLATED_BYTES` in all, and no line past the
 header's count of files (at most `MAX_FILES`), so that a small file that inflates to gigabytes is
 refused early, never read into memory. A key must name one of a run's files
-(`FILE_NAMES`) by a relative path of plain names below the archive's folder: no ``..``, no leading
+(`FILE_NAMES`) by a relative path of plain names below the archive's folder, at most `MAX_KEY_CHARS`
+characters and `MAX_KEY_PARTS` names: no ``..``, no leading
 ``/``, no backslash, no control character (NUL included) or lone surrogate, and never a folder of another
 key's path (``a/result.json`` and ``a/result.json/trace.json``). Any damage (a cut or corrupt gzip stream,
 a bound passed, a line that is not JSON or not an entry, such a key, a wrong count or checksum) is one
@@ -40,6 +41,7 @@ import argparse
 import gzip
 import itertools
 import json
+import os
 import sys
 import zlib
 from dataclasses import dataclass
@@ -58,7 +60,8 @@ from pipegnn.results.records import (
     write_record,
 )
 
-__all__ = ["ARCHIVE_NAME", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES", "MAX_LINE_BYTES", "ArchiveError",
+__all__ = ["ARCHIVE_NAME", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES", "MAX_KEY_CHARS", "MAX_KEY_PARTS",
+           "MAX_LINE_BYTES", "ArchiveError",
            "Entry", "Packed", "entries", "find_archives", "is_archive", "pack", "read", "run_files", "unpack"]
 
 #: A sweep's archive, in its results folder (``results/reference/<preset>/records.jsonl.gz``).
@@ -76,6 +79,10 @@ MAX_INFLATED_BYTES = 1 << 30
 MAX_LINE_BYTES = 64 << 20
 #: The most files an archive's header may count (a sweep of half a million runs, each with its trace).
 MAX_FILES = 1 << 20
+#: Bounds of a key (``records/<job path>/result.json``), checked before anything is built from its folders:
+#: its characters, and its names (folders and file).
+MAX_KEY_CHARS = 1024
+MAX_KEY_PARTS = 32
 
 
 class ArchiveError(JSONFileError):
@@ -139,6 +146,9 @@ def _check_key(key: Any) -> str | None:
     name the file."""
     if not isinstance(key, str) or not key:
         return f"path {key!r} is not a file name"
+    if len(key) > MAX_KEY_CHARS or key.count("/") >= MAX_KEY_PARTS:  # before any work on its folders
+        return (f"path {key[:60]!r}... of {len(key):,} characters and {key.count('/') + 1:,} names is longer "
+                f"than a run's file (at most {MAX_KEY_CHARS:,} characters, {MAX_KEY_PARTS} names)")
     if any(ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in key):
         return f"path {key!r} holds a character no file name may (NUL, a control character, a lone surrogate)"
     if key.startswith("/") or "\\" in key or any(p in ("", ".", "..") for p in key.split("/")):
@@ -331,24 +341,41 @@ def unpack(archive: str | Path, dest: str | Path,
 
     Nothing is written until the whole archive has been read and checked (see
     [`entries`][pipegnn.results.archive.entries]), and each file it would write is below ``dest`` once links
-    there are followed.
+    there are followed, and its names and path within what the file system there takes.
 
     Raises:
         ArchiveError: see [`read`][pipegnn.results.archive.read]; also a file that a link in ``dest`` would
-            take outside it.
+            take outside it, one whose name or path is longer than the file system there takes, or a
+            ``dest`` whose links loop (nothing written).
         OSError: a file cannot be written (naming it).
     """
     wanted = keep if keep is None or callable(keep) else set(keep).__contains__
     listed = read(archive, keep=())  # every line checked, no value kept
-    root = Path(dest).resolve()
+    try:
+        root = Path(dest).resolve()
+    except (OSError, RuntimeError) as e:  # a link loop (RuntimeError before Python 3.13)
+        raise ArchiveError(archive, f"cannot write below {dest}: {type(e).__name__}: {e}: nothing written"
+                           ) from None
+    name_max, path_max = _name_limits(root)
     places = {}
     for key in listed.paths:
         if key in listed.unreadable or (wanted is not None and not wanted(key)):
             continue
         file = Path(dest, *PurePosixPath(key).parts)
-        if not file.resolve().is_relative_to(root):
+        try:
+            place = file.resolve()
+        except (OSError, RuntimeError) as e:
+            raise ArchiveError(archive, f"path {key!r} cannot be written below {dest} ({type(e).__name__}: "
+                                        f"{e}): nothing written") from None
+        if not place.is_relative_to(root):
             raise ArchiveError(archive, f"path {key!r} leads outside {dest} (through a link there, to "
-                                        f"{file.resolve()}): nothing written")
+                                        f"{place}): nothing written")
+        long_name = next((n for n in PurePosixPath(key).parts if len(os.fsencode(n)) > name_max), None)
+        if long_name is not None or len(os.fsencode(str(place))) >= path_max:
+            what = (f"a name of {len(os.fsencode(long_name)):,} bytes, more than {name_max:,}" if long_name
+                    else f"a path of {len(os.fsencode(str(place))):,} bytes there, {path_max:,} or more")
+            raise ArchiveError(archive, f"path {key[:60]!r} cannot be written below {dest} ({what}, the most "
+                                        "its file system takes): nothing written")
         places[key] = file
     written = []
     for entry in entries(archive):
@@ -356,6 +383,22 @@ def unpack(archive: str | Path, dest: str | Path,
             file = places[entry.path]
             written.append(write_record(file.parent, entry.value, file.name))
     return written, listed.unreadable
+
+
+def _name_limits(folder: Path) -> tuple[int, int]:
+    """The longest name and path (bytes) the file system of ``folder`` (or of its nearest existing parent)
+    takes: NAME_MAX and PATH_MAX, 255 and 4096 where they cannot be asked."""
+    limits = []
+    for name, default in (("PC_NAME_MAX", 255), ("PC_PATH_MAX", 4096)):
+        value = None
+        for place in (folder, *folder.parents):
+            try:
+                value = os.pathconf(place, name)
+                break
+            except (OSError, ValueError):  # not there (yet), or not asked on this system
+                continue
+        limits.append(value if isinstance(value, int) and value > 0 else default)
+    return limits[0], limits[1]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -162,6 +162,9 @@ def _rewrite(packed: Path, edit, checksum: bool = True) -> None:
     ("twice", "line 3: path 'records/0/result.json' out of order or again"),
     ("not an entry", "line 2: not an entry (path and json, or path and unreadable)"),
     ("no header", "line 1 is not the header of a pipegnn.records archive"),
+    ("deep", f"line 2: path '{'a/' * 30}'... of 80,011 characters and 40,001 names is longer than a run's file"),
+    ("33 names", f"line 2: path '{'a/' * 30}'... of 75 characters and 33 names is longer than a run's file (at "
+                 "most 1,024 characters, 32 names)"),
 ])
 def test_a_damaged_archive_is_one_error_naming_it(sweep: Path, tmp_path: Path, damage: str,
                                                   reason: str) -> None:
@@ -190,6 +193,10 @@ def test_a_damaged_archive_is_one_error_naming_it(sweep: Path, tmp_path: Path, d
         _rewrite(packed, lambda lines: [b'{"path":"records/0/result.json","json":{},"exec":"print(1)"}'])
     elif damage == "no header":
         packed.write_bytes(gzip.compress(b"{}\n"))
+    elif damage == "deep":  # every folder of the key built: quadratic, a MemoryError (222 bytes gzipped)
+        _rewrite(packed, lambda lines: [b'{"path":"' + b"a/" * 40_000 + b'result.json","json":{}}'])
+    elif damage == "33 names":
+        _rewrite(packed, lambda lines: [b'{"path":"' + b"a/" * 32 + b'result.json","json":{}}'])
     with pytest.raises(ArchiveError) as raised:
         archive.read(packed)
     assert str(raised.value).startswith(f"{packed}: {reason}") and raised.value.path == packed
@@ -215,6 +222,35 @@ def test_a_file_that_was_no_json_when_packed_is_named_not_written(sweep: Path, t
     assert (load(packed)["status"] != "unreadable").all()  # a trace is no row
     with pytest.raises(ValueError, match="is not a relative path below"):
         archive.pack(tmp_path / ARCHIVE_NAME, {"/etc/passwd": sweep / "records" / "0" / "result.json"})
+
+
+def test_unpack_checks_names_and_the_destination_before_writing(sweep: Path, tmp_path: Path) -> None:
+    """A name longer than the file system takes, or a destination whose links loop: one error naming the
+    archive, exit 2, nothing written (not the first file, then ENAMETOOLONG naming only the file)."""
+    record = sweep / "records" / "0" / "result.json"
+    packed = archive.pack(tmp_path / ARCHIVE_NAME, {"records/a/result.json": record,
+                                                    f"records/{'b' * 300}/result.json": record})
+
+    def unpack(dest: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pipegnn.results.archive", "--unpack", str(packed),
+                               str(dest)], capture_output=True, text=True, cwd=ROOT,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    with pytest.raises(ArchiveError, match="a name of 300 bytes, more than 255"):
+        archive.unpack(packed, tmp_path / "out")
+    done = unpack(tmp_path / "out")
+    assert done.returncode == 2 and done.stderr.startswith(f"error: {packed}: path 'records/bbbb")
+    assert "a name of 300 bytes" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+    loop = tmp_path / "loop"
+    loop.mkdir()
+    (loop / "records").symlink_to(loop / "records")
+    done = unpack(loop)
+    assert done.returncode == 2 and done.stderr.startswith(f"error: {packed}: ") and "Traceback" not in done.stderr
+    assert "nothing written" in done.stderr and len(done.stderr.splitlines()) == 1
+    (tmp_path / "self").symlink_to(tmp_path / "self")
+    done = unpack(tmp_path / "self")
+    assert done.returncode == 2 and done.stderr.startswith(f"error: {packed}: cannot write below ")
 
 
 COMMITTED = sorted(REFERENCE.glob(f"*/{ARCHIVE_NAME}"))
