@@ -76,6 +76,8 @@ STUDY_FILES = {
 }
 _ARRAYS = ("adj_data", "adj_indices", "adj_indptr", "adj_shape", "attr_data", "attr_indices", "attr_indptr",
            "attr_shape", "labels")
+#: The arrays of O(nodes) entries, read and checked before the others.
+_SMALL = ("adj_shape", "attr_shape", "labels", "adj_indptr", "attr_indptr")
 
 
 def load_study_graph(dataset: StudyGraphConfig, root: str | Path | None, cache: str | Path) -> Graph:
@@ -140,15 +142,49 @@ def _download(url: str, file: str, dest: Path, stack: contextlib.ExitStack, name
 
 
 def read_study_npz(path: str | Path, name: str) -> dict[str, np.ndarray]:
-    """The numeric arrays of one of the study's ``.npz`` files, checked before any is read whole.
+    """The numeric arrays of one of the study's ``.npz`` files, checked before any large one is read.
+
+    In order: every array's npy header (its declared shape against the bytes the archive says it holds);
+    then the small arrays (the two shapes, the labels, the row pointers: O(nodes)) against each other;
+    then the entries the large arrays declare against the row pointers' counts and, with the dense
+    features, against the memory available; only then are the large arrays read, and their column
+    indices checked against the shapes.
 
     Raises:
         DatasetUnavailable: a missing array, a declared shape its stored bytes cannot hold, arrays that
-            disagree (node counts, row pointers, index ranges), dense features larger than the memory
-            available, or the file of another of the study's graphs.
+            disagree (node counts, row pointers, entry counts, index ranges, labels beyond the nodes),
+            more memory than is available, or the file of another of the study's graphs.
     """
     path = Path(path)
-    with zipfile.ZipFile(path) as archive:  # the npy headers first: what each array claims to be
+    shapes = _declared_shapes(path, name)
+    with np.load(path, allow_pickle=False) as npz:
+        small = {key: npz[key] for key in _SMALL}
+        n, f = _check_small(name, path, small, shapes)
+        declared = 4 * n * f  # the dense features the graph becomes
+        for matrix in ("adj", "attr"):
+            entries = int(small[f"{matrix}_indptr"][-1])
+            for key in (f"{matrix}_indices", f"{matrix}_data"):
+                if shapes[key][0] != (entries,):
+                    raise _bad(name, path, f"{key} declares shape {shapes[key][0]}; the row pointers count "
+                                           f"{entries} entries")
+                declared += entries * shapes[key][1].itemsize
+        available = psutil.virtual_memory().available
+        if declared > available:
+            raise _bad(name, path, f"its arrays and dense float32 features ({n} x {f}) need "
+                                   f"{declared / 2**30:.1f} GiB, more than the {available / 2**30:.1f} GiB "
+                                   "available")
+        arrays = {**small, **{key: npz[key] for key in _ARRAYS if key not in small}}
+    for matrix, cols in (("adj", n), ("attr", f)):
+        indices = arrays[f"{matrix}_indices"]
+        if indices.size and (indices.min() < 0 or indices.max() >= cols):
+            raise _bad(name, path, f"{matrix}'s column indices leave [0, {cols})")
+    return arrays
+
+
+def _declared_shapes(path: Path, name: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Each array's shape and dtype as its npy header declares them, checked against its stored size."""
+    shapes = {}
+    with zipfile.ZipFile(path) as archive:
         members = {info.filename.removesuffix(".npy"): info for info in archive.infolist()}
         missing = [a for a in _ARRAYS if a not in members]
         if missing:
@@ -163,13 +199,13 @@ def read_study_npz(path: str | Path, name: str) -> dict[str, np.ndarray]:
             if dtype.hasobject or declared > members[key].file_size:
                 raise _bad(name, path, f"array {key} declares shape {shape} of {dtype}, more than its "
                                        f"{members[key].file_size} stored bytes")
-    with np.load(path, allow_pickle=False) as npz:
-        arrays = {key: npz[key] for key in _ARRAYS}
-    _check_arrays(name, path, arrays)
-    return arrays
+            shapes[key] = (tuple(shape), dtype)
+    return shapes
 
 
-def _check_arrays(name: str, path: Path, a: dict[str, np.ndarray]) -> None:
+def _check_small(name: str, path: Path, a: dict[str, np.ndarray],
+                 shapes: dict[str, tuple[tuple[int, ...], np.dtype]]) -> tuple[int, int]:
+    """The node and feature counts, once the shapes, labels and row pointers agree."""
     adj_shape, attr_shape, labels = a["adj_shape"], a["attr_shape"], a["labels"]
     if adj_shape.shape != (2,) or attr_shape.shape != (2,) or labels.ndim != 1:
         raise _bad(name, path, "adj_shape and attr_shape must be pairs, labels a vector")
@@ -177,15 +213,14 @@ def _check_arrays(name: str, path: Path, a: dict[str, np.ndarray]) -> None:
     if (int(adj_shape[0]), int(adj_shape[1])) != (n, n) or labels.size != n or n < 1 or f < 1:
         raise _bad(name, path, f"adjacency {tuple(adj_shape)}, features {tuple(attr_shape)} and "
                                f"{labels.size} labels do not describe one graph")
-    for matrix, cols in (("adj", n), ("attr", f)):
-        indptr, indices, data = a[f"{matrix}_indptr"], a[f"{matrix}_indices"], a[f"{matrix}_data"]
-        if (indptr.shape != (n + 1,) or indptr[0] != 0 or np.any(np.diff(indptr) < 0)
-                or indptr[-1] != indices.size or indices.size != data.size):
-            raise _bad(name, path, f"{matrix}'s row pointers do not match its {indices.size} entries")
-        if indices.size and (indices.min() < 0 or indices.max() >= cols):
-            raise _bad(name, path, f"{matrix}'s column indices leave [0, {cols})")
-    if labels.size and (not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0):
-        raise _bad(name, path, "labels must be non-negative integers")
+    for matrix in ("adj", "attr"):
+        indptr = a[f"{matrix}_indptr"]
+        if indptr.shape != (n + 1,) or indptr[0] != 0 or np.any(np.diff(indptr) < 0):
+            raise _bad(name, path, f"{matrix}'s row pointers are not {n + 1} ascending offsets from 0")
+    if any(len(shapes[k][0]) != 1 for k in ("adj_indices", "adj_data", "attr_indices", "attr_data")):
+        raise _bad(name, path, "the matrices' indices and values must be vectors")
+    if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0 or labels.max() >= n:
+        raise _bad(name, path, f"labels must be integers in [0, {n}) (a class per node at most)")
     classes = int(labels.max()) + 1
     other = next((o for o, s in STUDY_FILES.items()
                   if o != name and (s.nodes, s.features, s.classes) == (n, f, classes)), None)
@@ -196,11 +231,7 @@ def _check_arrays(name: str, path: Path, a: dict[str, np.ndarray]) -> None:
     if (spec.nodes, spec.features, spec.classes) != (n, f, classes):
         log.warning("dataset %s: %s holds %d nodes, %d features, %d classes; the published file holds "
                     "%d, %d, %d", name, path, n, f, classes, spec.nodes, spec.features, spec.classes)
-    dense = n * f * 4
-    available = psutil.virtual_memory().available
-    if dense > available:
-        raise _bad(name, path, f"its dense float32 features ({n} x {f}) need {dense / 2**30:.1f} GiB, "
-                               f"more than the {available / 2**30:.1f} GiB available")
+    return n, f
 
 
 def _bad(name: str, path: Path, why: str) -> DatasetUnavailable:

@@ -196,3 +196,23 @@ def test_every_record_names_its_split() -> None:
         "split": "public", "split_seed": None, **sizes}
     synthetic = group_config("dataset", {"name": "synthetic", "seed": 3})
     assert split_summary(synthetic, graph) == {"split": "generated", "split_seed": 3, **sizes}
+
+
+def test_a_label_beyond_the_nodes_is_refused_before_anything_is_sized_by_it(tmp_path: Path) -> None:
+    """A label of 10**9 would size a billion classes (GiBs of one-hot rows and counts)."""
+    labels = LABELS.copy()
+    labels[5] = 10**9
+    place(tmp_path, "amazon_computers", labels=labels)
+    with pytest.raises(DatasetUnavailable, match=r"labels must be integers in \[0, 9\)"):
+        load("amazon_computers", tmp_path, tmp_path / "cache")
+
+
+def test_large_arrays_the_row_pointers_do_not_count_are_refused_before_they_are_read(tmp_path: Path) -> None:
+    """Indices and values of 2**22 entries (compressed zeros: a small file) where the row pointers count
+    ten: refused from the headers and the row pointers, before the large arrays are read."""
+    zeros = np.zeros(2**22, dtype=np.int32)
+    place(tmp_path, "coauthor_cs", override=dict(adj_indices=zeros, adj_data=zeros.astype(np.float32)))
+    assert (tmp_path / STUDY_FILES["coauthor_cs"].raw).stat().st_size < 2**20
+    with pytest.raises(DatasetUnavailable, match=r"adj_indices declares shape \(4194304,\); the row pointers "
+                                                 r"count 10 entries"):
+        load("coauthor_cs", tmp_path, tmp_path / "cache")
