@@ -49,7 +49,8 @@ from pipegnn.schema import Config
 if TYPE_CHECKING:
     from pipegnn.models import StagedGNN
 
-__all__ = ["NON_COMPUTING_KEYS", "PATH_KEYS", "SIGNALS", "Guard", "Interrupted", "checkpoint_path",
+__all__ = ["DENSE_FEATURES", "GENERATED_DATASETS", "NON_COMPUTING_KEYS", "PATH_KEYS", "SIGNALS", "Guard",
+           "Interrupted", "checkpoint_path",
            "Resumed", "config_difference", "config_key", "interruptible", "load", "previous_path", "restore",
            "resume", "resume_from", "save", "signals_deferred", "training_state"]
 
@@ -231,9 +232,38 @@ NON_COMPUTING_KEYS = (
 PATH_KEYS = (("data", "root"),)
 
 
+#: Datasets that never read ``data.root`` (generated graphs): where it points does not matter to them.
+GENERATED_DATASETS = ("synthetic",)
+#: ``data.features`` values that hold the same numbers (the exactness tests: a feature file gives
+#: bit-identical results to memory); ``sparse`` (a CSR matrix) rounds otherwise and stays a difference.
+DENSE_FEATURES = ("memory", "disk")
+
+
+def _resolve_backend(engine: dict[str, Any]) -> str | None:
+    """``engine.backend=auto`` as the run resolves it (gloo on CPU, nccl where every rank has its own
+    GPU), or None when it cannot be resolved here."""
+    try:
+        from pipegnn.runconfig import group_config
+        from pipegnn.training.processes.backend import dist_backend
+
+        return dist_backend(group_config("engine", engine))
+    except Exception:  # an old or odd engine section: compared as written
+        return None
+
+
 def _computation(plain: dict[str, Any]) -> dict[str, Any]:
-    """``plain`` (a config's plain form) without `NON_COMPUTING_KEYS`, `PATH_KEYS` resolved."""
+    """``plain`` (a config's plain form) without `NON_COMPUTING_KEYS`, `PATH_KEYS` resolved; ``data.root``
+    left out for `GENERATED_DATASETS`, ``engine.backend=auto`` resolved, and ``data.features`` one of
+    `DENSE_FEATURES` read as ``dense`` (the same numbers either way)."""
     plain = json.loads(json.dumps(plain))
+    dataset, data, engine = (plain.get(k) for k in ("dataset", "data", "engine"))
+    if isinstance(data, dict):
+        if isinstance(dataset, dict) and dataset.get("name") in GENERATED_DATASETS:
+            data.pop("root", None)
+        if data.get("features", "memory") in DENSE_FEATURES:
+            data["features"] = "dense"
+    if isinstance(engine, dict) and engine.get("backend") == "auto":
+        engine["backend"] = _resolve_backend(engine) or "auto"
     for *parents, key in NON_COMPUTING_KEYS:
         section: Any = plain
         for name in parents:
@@ -338,7 +368,13 @@ def _candidate(config: Config, path: Path) -> tuple[int, dict[str, Any]] | None:
 
 
 def _set_aside(path: Path, why: str) -> None:
+    """Move ``path`` to ``<path>.unusable`` (replacing an older set-aside file), or, where something
+    that is not a regular file holds that name, to the first free ``<path>.unusable.<n>``."""
     aside = Path(f"{path}.unusable")
+    n = 0
+    while aside.is_symlink() or (aside.exists() and not aside.is_file()):
+        n += 1
+        aside = Path(f"{path}.unusable.{n}")
     os.replace(path, aside)
     log.warning("resume: the checkpoint %s cannot be resumed from (%s); set aside as %s", path, why,
                 aside.name)
@@ -394,30 +430,34 @@ def resume_from(config: Config, path: str | Path, model: StagedGNN,
         got = _candidate(config, file)
         if got is not None and got[0] not in found:
             found[got[0]] = (file, got[1])
-    point, ranks = _agree(set(found))
-    for count, (file, _) in sorted(found.items()):
-        if point is None or count > point:  # past the agreed point: not this run's future any more
-            file.unlink(missing_ok=True)
-            log.warning("resume: %s (%d finished epochs) is removed: the ranks' checkpoints have %s in "
-                        "common", file, count, "no epoch" if point is None else f"{point} epochs at most")
-    if point is None:
-        if found or any(ranks):
-            log.warning("resume: no epoch every rank can resume from (finished epochs per rank: %s); "
-                        "training from epoch 0", ranks)
-        return Resumed([], None)
-    file, state = found[point]
     before = copy.deepcopy(training_state(config, model, optimizer, []))
-    why: str | None = None
-    try:
-        epochs = restore(state, model, optimizer)
-    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:  # content of another shape
-        why = f"its state does not fit this model: {type(e).__name__}: {str(e).splitlines()[0]}"
-    if not _all_ranks(why is None):
-        restore(before, model, optimizer)  # as it was: training starts from epoch 0
+    while True:  # a point one rank cannot restore after all: set it aside, agree on the next one
+        point, ranks = _agree(set(found))
+        for count, (file, _) in sorted(found.items()):
+            if point is None or count > point:  # past the agreed point: not this run's future any more
+                file.unlink(missing_ok=True)
+                log.warning("resume: %s (%d finished epochs) is removed: the ranks' checkpoints have %s in "
+                            "common", file, count, "no epoch" if point is None else f"{point} epochs at most")
+        found = {c: v for c, v in found.items() if point is not None and c <= point}
+        if point is None:
+            if any(ranks):
+                log.warning("resume: no epoch every rank can resume from (finished epochs per rank: %s); "
+                            "training from epoch 0", ranks)
+            return Resumed([], None)
+        file, state = found[point]
+        why: str | None = None
+        try:
+            epochs = restore(state, model, optimizer)
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:  # content of another shape
+            why = f"its state does not fit this model: {type(e).__name__}: {str(e).splitlines()[0]}"
+        if _all_ranks(why is None):
+            break
+        restore(before, model, optimizer)  # as it was, for the next point (or epoch 0)
         if why is not None:
             _set_aside(file, why)
-        log.warning("resume: a rank's checkpoint does not fit its model; every rank trains from epoch 0")
-        return Resumed([], None)
+            del found[point]
+        log.warning("resume: a rank's checkpoint of %d finished epochs does not fit its model; the ranks "
+                    "agree on another point", point)
     log.info("resume: continuing after epoch %d from %s", len(epochs) - 1, file)
     trace = state.get("trace")
     return Resumed(epochs, file, json.loads(trace) if isinstance(trace, str) else None)

@@ -84,3 +84,29 @@ def test_save_keeps_the_one_before(tmp_path: Path) -> None:
     assert load(path)["epochs"] == [1, 2] and load(previous_path(path))["epochs"] == [1]
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["checkpoint-rank0.previous.pt", "checkpoint-rank0.pt"]
+
+
+def test_a_newest_file_that_does_not_fit_costs_one_save(tmp_path: Path, whole: list[float]) -> None:
+    """Rank 1's newest file is rank 0's (it loads, it is sealed, its epochs agree, but its state does not
+    fit rank 1's stages): the ranks agree again on the next common point, the files before, and resume
+    after epoch 1, not from epoch 0; the file that does not fit is set aside."""
+    run(make_cfg(*_PIPE, "train.epochs=3"), output_dir=tmp_path)
+    rank1 = checkpoint_path(tmp_path, 1)
+    shutil.copyfile(checkpoint_path(tmp_path, 0), rank1)
+    resumed = run(make_cfg(*_PIPE, "train.epochs=5", "resume=true"), output_dir=tmp_path)
+    assert resumed["resumed"]["epochs_restored"] == 2, resumed.get("resumed")
+    assert _losses(resumed) == pytest.approx(whole, rel=1e-5)
+    assert Path(f"{rank1}.unusable").is_file()
+
+
+def test_a_folder_at_the_set_aside_name_is_passed_by(tmp_path: Path, whole: list[float]) -> None:
+    """A folder where a damaged checkpoint would be set aside (``<file>.unusable``): it goes to the
+    first free name (``<file>.unusable.1``) and the run resumes; the folder is left as it was."""
+    run(make_cfg(*_PIPE, "train.epochs=3"), output_dir=tmp_path)
+    rank1 = checkpoint_path(tmp_path, 1)
+    rank1.write_bytes(rank1.read_bytes()[:100])
+    Path(f"{rank1}.unusable").mkdir()
+    resumed = run(make_cfg(*_PIPE, "train.epochs=5", "resume=true"), output_dir=tmp_path)
+    assert resumed["resumed"]["epochs_restored"] == 2, (resumed["error"], resumed.get("resumed"))
+    assert _losses(resumed) == pytest.approx(whole, rel=1e-5)
+    assert Path(f"{rank1}.unusable").is_dir() and Path(f"{rank1}.unusable.1").is_file()
