@@ -128,13 +128,16 @@ _TMP_TAG = f"{socket.gethostname()}-{os.getpid()}"
 def clean_stale_temporaries(folder: Path) -> list[Path]:
     """Remove the temporary files in ``folder`` (and its ``part-*`` folders) that writers on this host
     left when they were killed (their process is gone); returns them. Those of live writers, of other
-    hosts, and anything else are left alone."""
+    hosts, anything that is not a regular file (a folder of that name), and anything else are left
+    alone."""
     removed = []
     folders = [folder, *(p for p in folder.glob("part-*") if p.is_dir())] if folder.is_dir() else []
     for where in folders:
         for path in where.glob(".*.*-*.*"):
             m = re.fullmatch(r"\..+\.(?P<host>[^.]+)-(?P<pid>\d+)\.[^.]+", path.name)
             if m is None or m["host"] != socket.gethostname().replace(".", "_") or _alive(int(m["pid"])):
+                continue
+            if path.is_symlink() or not path.is_file():  # a writer's temporary is a regular file
                 continue
             path.unlink(missing_ok=True)
             removed.append(path)

@@ -99,3 +99,17 @@ def test_a_killed_partition_copys_temporary_is_removed_on_lookup(tmp_path: Path)
     live.write_bytes(b"mine")
     cached_store(tmp_path, "k", _write)
     assert not tmp.exists() and live.exists()
+
+
+def test_a_folder_named_like_a_dead_writers_temporary_is_left_alone(tmp_path: Path) -> None:
+    """A folder (not a file) named as a killed writer's temporary in the feature cache: removing
+    temporaries skips it, and a ``data.features=disk`` run completes (it failed on the unlink)."""
+    cfg = make_cfg("data.features=disk", f"data.cache={tmp_path}")
+    assert run(cfg)["status"] == "completed"
+    (folder,) = {p.parent for p in tmp_path.rglob("node.x.bin") if not p.parent.name.startswith("part-")}
+    tag = f"{socket.gethostname().replace('.', '_')}-999998"
+    for where in (folder, *folder.glob("part-*")):
+        (where / f".node.x.bin.{tag}.xyz").mkdir()
+    record = run(cfg)
+    assert record["status"] == "completed", record["error"]
+    assert all((where / f".node.x.bin.{tag}.xyz").is_dir() for where in (folder, *folder.glob("part-*")))
