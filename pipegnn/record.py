@@ -27,9 +27,9 @@ it); so is a record of a newer version than this code knows.
 A record read from a file is ``completed`` only when its fields say so
 ([`completion_problem`][pipegnn.record.completion_problem], which
 [`pipegnn.results.records.record_of`][pipegnn.results.records.record_of] applies to every record file and
-archive line): at least one epoch, and each accuracy of ``final`` (`COMPLETED_ACCURACIES`), and each accuracy
-an epoch holds, a number from 0 to 1. A ``completed`` record without them is malformed (the runs table lists
-it as ``unreadable``, and ``resume=true`` runs its job again).
+archive line): at least one epoch, each accuracy of ``final`` (`COMPLETED_ACCURACIES`), and every epoch's
+``train_acc``, ``val_acc`` and ``test_acc``, each a number from 0 to 1. A ``completed`` record without them
+is malformed (the runs table lists it as ``unreadable``, and ``resume=true`` runs its job again).
 """
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ _OPTIONAL = frozenset(f.name for f in _FIELDS if f.metadata[OPTIONAL])
 
 #: The accuracies every completed run's ``final`` holds (what the runs table and the reports read).
 COMPLETED_ACCURACIES = ("train_acc", "val_acc", "test_acc", "best_val_acc", "test_acc_at_best_val")
-#: The accuracies an epoch holds (those it has are checked).
+#: The accuracies every epoch of a completed run holds.
 _EPOCH_ACCURACIES = ("train_acc", "val_acc", "test_acc")
 
 
@@ -231,7 +231,8 @@ def _accuracy_problem(value: Any) -> str | None:
 def completion_problem(record: RunRecord) -> str | None:
     """Why ``record``, whose status is ``completed``, does not hold what a completed run writes (None
     when it does, or when its status is another): no epoch, or an accuracy of ``final``
-    (`COMPLETED_ACCURACIES`) or of an epoch that is absent or no number from 0 to 1. Phrased as
+    (`COMPLETED_ACCURACIES`) or of any epoch (``train_acc``, ``val_acc``, ``test_acc``) that is absent or no
+    number from 0 to 1. Phrased as
     [`RecordFormatError`][pipegnn.record.RecordFormatError]'s reasons are (``malformed record: ...``)."""
     if record.status is not Status.COMPLETED:
         return None
@@ -245,7 +246,9 @@ def completion_problem(record: RunRecord) -> str | None:
             return f"malformed record: status 'completed' but 'final.{key}' {problem}"
     for i, epoch in enumerate(record.epochs):
         for key in _EPOCH_ACCURACIES:
-            problem = _accuracy_problem(epoch[key]) if key in epoch else None
+            if key not in epoch:
+                return f"malformed record: status 'completed' but no 'epochs[{i}].{key}'"
+            problem = _accuracy_problem(epoch[key])
             if problem is not None:
                 return f"malformed record: status 'completed' but 'epochs[{i}].{key}' {problem}"
     return None

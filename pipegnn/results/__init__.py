@@ -32,8 +32,8 @@ from typing import Any
 #: The public names of each module (but [`archive`][pipegnn.results.archive]), all re-exported here.
 _EXPORTS = {
     "records": ("RECORD_NAME", "RECORD_ROOM", "NotRegularFileError", "RecordError", "atomic_file",
-                "check_record", "find_records", "load_record", "natural_key", "open_regular",
-                "probe_record_folder", "read_regular", "record_of", "write_record"),
+                "check_record", "find_records", "is_entry", "load_record", "natural_key", "open_regular",
+                "place_of", "probe_record_folder", "read_regular", "record_of", "write_record"),
     "rows": ("COLUMNS", "INTEGER_COLUMNS", "flatten", "integers"),
     "table": ("NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "column",
               "format_table", "load", "select"),

@@ -21,8 +21,8 @@ from pipegnn.jsonfile import JSONFileError
 from pipegnn.record import RecordFormatError, RunRecord, completion_problem
 
 __all__ = ["RECORD_NAME", "RECORD_ROOM", "NotRegularFileError", "RecordError", "atomic_file",
-           "check_record", "find_records", "load_record", "natural_key", "open_regular",
-           "probe_record_folder", "read_regular", "record_of", "write_record"]
+           "check_record", "find_records", "is_entry", "load_record", "natural_key", "open_regular",
+           "place_of", "probe_record_folder", "read_regular", "record_of", "write_record"]
 
 RECORD_NAME = "result.json"
 
@@ -201,7 +201,9 @@ def record_of(value: Any, path: str | Path) -> RunRecord:
 
 def find_records(path: str | Path) -> list[Path]:
     """Every ``result.json`` below ``path`` (recursively, in natural order: job 2 before job 10);
-    ``path`` itself when it is a file. Temporary ``.result.json.*.tmp`` files are never matched.
+    ``path`` itself when it is a file. Below a folder, every entry so named but a folder
+    ([`is_entry`][pipegnn.results.records.is_entry]: a FIFO or a link loop too, which a reader names as
+    unreadable). Temporary ``.result.json.*.tmp`` files are never matched.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -210,8 +212,9 @@ def find_records(path: str | Path) -> list[Path]:
 
 
 def find_named(path: str | Path, name: str, accept: Callable[[Path], bool] = Path.is_file) -> list[Path]:
-    """Every file called ``name`` below the folder ``path`` (recursively, in natural order); ``path``
-    itself when it is a file that ``accept`` takes.
+    """Every entry called ``name`` below the folder ``path`` that is no folder (recursively, in natural
+    order; see [`is_entry`][pipegnn.results.records.is_entry]); ``path`` itself when it is a file that
+    ``accept`` takes.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -221,7 +224,26 @@ def find_named(path: str | Path, name: str, accept: Callable[[Path], bool] = Pat
         raise FileNotFoundError(f"no such file or directory: {path}")
     if path.is_file():
         return [path] if accept(path) else []
-    return sorted((p for p in path.rglob(name) if p.is_file()), key=natural_key)
+    # os.walk, not rglob: rglob passes over a link to nothing or a link loop of that name (it asks exists());
+    # links to folders are not followed, as rglob does not
+    found = (Path(folder, name) for folder, _, files in os.walk(path) if name in files)
+    return sorted(found, key=natural_key)
+
+
+def is_entry(path: str | Path) -> bool:
+    """Whether ``path`` is there as anything but a folder: a regular file, and also a FIFO, a device, a
+    link to nothing or a link loop, which a reader then names as unreadable (a file in a record's place
+    that cannot be read is never no record)."""
+    return os.path.lexists(path) and not Path(path).is_dir()
+
+
+def place_of(path: str | Path) -> Path:
+    """``path`` with its links followed (``Path.resolve``), or made absolute as it is
+    when they cannot be (a link loop: RuntimeError or OSError), so that a reader can name it."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
 
 
 def natural_key(text: Any) -> list[Any]:

@@ -11,7 +11,8 @@
 
 Reading a sweep runs nothing its files name: the ``.hydra/*.yaml`` files and ``multirun.yaml`` are
 parsed as YAML data (PyYAML's safe loader, through OmegaConf), only when they are regular files (a FIFO
-never makes the reader wait) of at most `MAX_YAML_BYTES`; the sweeper's ``_target_`` is compared as
+never makes the reader wait) of at most `MAX_YAML_BYTES` without a YAML alias (Hydra writes none; aliases
+of aliases, a few hundred bytes, would expand to billions of nodes); the sweeper's ``_target_`` is compared as
 text, never imported; and interpolations are resolved only between the file's own keys (``${chunks}``):
 one that calls a resolver (``${oc.env:HOME}``, ``${now:...}``, any registered one) stays as its text.
 
@@ -37,8 +38,10 @@ from pipegnn.results.records import (
     NotRegularFileError,
     RecordError,
     find_records,
+    is_entry,
     load_record,
     natural_key,
+    place_of,
     read_regular,
 )
 from pipegnn.runconfig import VOLATILE_KEYS, comparable_config, plain_config
@@ -70,9 +73,25 @@ def _load_yaml(path: Path) -> Any:
     Raises:
         OSError: it cannot be read (FileNotFoundError: there is none or a link to nothing;
             NotRegularFileError: a FIFO, a folder, a device).
-        Exception: it is too large, or not YAML that OmegaConf takes.
+        Exception: it is too large, holds a YAML alias (``*name``, see `_refuse_aliases`), or is not
+            YAML that OmegaConf takes.
     """
-    return _plain(OmegaConf.load(io.BytesIO(read_regular(path, MAX_YAML_BYTES))))
+    data = read_regular(path, MAX_YAML_BYTES)
+    _refuse_aliases(path, data)
+    return _plain(OmegaConf.load(io.BytesIO(data)))
+
+
+def _refuse_aliases(path: Path, data: bytes) -> None:
+    """Raise ValueError naming ``path`` when its YAML holds an alias (``*name``): Hydra writes none, and a
+    few hundred bytes of aliases of aliases expand to billions of nodes (a "billion laughs"). Read as
+    events, before anything is built: one pass over the text."""
+    import yaml
+    from omegaconf._utils import get_yaml_loader
+
+    for event in yaml.parse(io.BytesIO(data), Loader=get_yaml_loader()):
+        if isinstance(event, yaml.AliasEvent):
+            raise ValueError(f"{path}: holds a YAML alias (*{event.anchor}), which no Hydra file does: not "
+                             "read (aliases of aliases expand past any memory)")
 
 
 def _inert(value: Any) -> Any:
@@ -121,7 +140,7 @@ def completed_record(output_dir: str | Path, config: Mapping[str, Any] | DictCon
     config (see [`comparable_config`][pipegnn.runconfig.comparable_config]), else None; with the reason either
     way (logged by the caller)."""
     path = Path(output_dir) / RECORD_NAME
-    if not path.is_file():
+    if not is_entry(path):
         return None, "no previous record"
     try:
         record = load_record(path)
@@ -331,14 +350,14 @@ def _missing(sweep_dir: Path, started: Iterable[Path]) -> list[Job]:
     if plan is None:
         return []
     cfg, planned = plan
-    started = {d.resolve() for d in started}
+    started = {place_of(d) for d in started}
     ran = {tuple(o) for o in (_overrides(d) for d in started) if o is not None}
     jobs = []
     for num, (overrides, directory) in enumerate(planned):
-        if tuple(overrides) in ran or directory.resolve() in started:
+        if tuple(overrides) in ran or place_of(directory) in started:
             continue
         if (directory.is_dir() and not (directory / ".hydra").exists()
-                and not (directory / RECORD_NAME).exists()):
+                and not is_entry(directory / RECORD_NAME)):
             job = _incomplete(directory)
             job.num, job.overrides = num, " ".join(overrides)
         else:
@@ -400,16 +419,17 @@ def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
     for directory in dirs:
         record_path = directory / RECORD_NAME
         stamp_file = directory / ".hydra" / "overrides.yaml"
-        if not stamp_file.is_file() and not record_path.is_file():
+        recorded = is_entry(record_path)  # a FIFO or a link loop there: an unreadable record
+        if not stamp_file.is_file() and not recorded:
             stamp_file = directory / ".hydra" / "config.yaml"
-        stamp = (stamp_file if stamp_file.is_file() else record_path).stat().st_mtime
+        stamp = _mtime(stamp_file if stamp_file.is_file() else record_path)
         if since is not None and stamp < since:
             continue
-        if not record_path.is_file():
+        if not recorded:
             jobs.append(_incomplete(directory))
             continue
         num, overrides = _job_info(directory)
-        fresh = since is None or record_path.stat().st_mtime >= since
+        fresh = since is None or _mtime(record_path) >= since
         try:
             record = load_record(record_path)
             status, error = record.status.value, record.error
@@ -432,10 +452,18 @@ def unrecorded_jobs(root: str | Path) -> list[Job]:
     if not root.is_dir():
         return []
     dirs = {p.parent for p in find_records(root)} | _hydra_job_dirs(root)
-    jobs = [_incomplete(d) for d in dirs if not (d / RECORD_NAME).is_file()]
+    jobs = [_incomplete(d) for d in dirs if not is_entry(d / RECORD_NAME)]
     for sweep in _sweep_dirs(root):
         jobs += _missing(sweep, [d for d in dirs if sweep in d.parents])
     return _in_order(jobs)
+
+
+def _mtime(path: Path) -> float:
+    """When ``path`` was last written: its target's time, or the link's own when it leads nowhere."""
+    try:
+        return path.stat().st_mtime
+    except (OSError, RuntimeError):
+        return path.lstat().st_mtime
 
 
 def _sweep_dirs(root: Path) -> list[Path]:

@@ -34,6 +34,7 @@ from pipegnn.results.records import (
     find_records,
     load_record,
     natural_key,
+    place_of,
     record_of,
 )
 from pipegnn.results.rows import COLUMNS, flatten
@@ -113,9 +114,9 @@ def load(path: str | Path | Iterable[str | Path],
     for root in paths:
         found = []
         for file in [] if is_archive(root) else find_records(root):
-            if file.resolve() in seen:
+            if place_of(file) in seen:
                 continue
-            seen.add(file.resolve())
+            seen.add(place_of(file))
             found.append(_record_row(file))
         for archive in find_archives(root):
             found += _archive_rows(archive, seen)
@@ -156,16 +157,16 @@ def _unreadable_row(file: Path, reason: str | None, status: str = UNREADABLE,
 def _archive_rows(archive: Path, seen: set[Path]) -> list[dict[str, Any]]:
     """The rows of the records in ``archive`` (at their unpacked places) not in ``seen``, flattened one
     at a time (an archive holds a sweep); one ``unreadable`` row for the archive when it is damaged."""
-    if archive.resolve() in seen:
+    if place_of(archive) in seen:
         return []
-    seen.add(archive.resolve())
+    seen.add(place_of(archive))
     rows, places = [], set()
     try:
         for entry in entries(archive):
             file = archive.parent / entry.path
-            if file.name != RECORD_NAME or file.resolve() in seen:
+            if file.name != RECORD_NAME or place_of(file) in seen:
                 continue
-            places.add(file.resolve())
+            places.add(place_of(file))
             rows.append(_record_row(file, entry.value) if entry.unreadable is None
                         else _unreadable_row(file, entry.unreadable))
     except ArchiveError as e:
@@ -184,9 +185,9 @@ def _job_rows(root: Path, seen: set[Path]) -> list[dict[str, Any]]:
     rows = []
     for job in unrecorded_jobs(root):
         file = job.file or job.directory / RECORD_NAME
-        if file.resolve() in seen:
+        if place_of(file) in seen:
             continue
-        seen.add(file.resolve())
+        seen.add(place_of(file))
         rows.append(_unreadable_row(file, job.error, job.status, job.config, job.choices))
     return rows
 

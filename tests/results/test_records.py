@@ -14,8 +14,9 @@ from pipegnn.training.preemption import save
 
 from tests.helpers import make_cfg
 
-#: The smallest completed record the checks accept: an epoch and the final accuracies.
-COMPLETED = {"status": "completed", "error": None, "config": {"chunks": 2}, "epochs": [{"epoch": 0}],
+#: The smallest completed record the checks accept: an epoch with its accuracies and the final ones.
+COMPLETED = {"status": "completed", "error": None, "config": {"chunks": 2},
+             "epochs": [{"epoch": 0, "train_acc": 1, "val_acc": 0.5, "test_acc": 0.25}],
              "final": {"train_acc": 1, "val_acc": 0.5, "test_acc": 0.25, "best_val_acc": 0.5,
                        "test_acc_at_best_val": 0.25}}
 
@@ -54,7 +55,7 @@ def test_load_record_errors_name_the_file(tmp_path: Path) -> None:
     record = load_record(bad)
     assert record.to_dict() == {"record_version": 2, **COMPLETED, "choices": {}, "env": {}, "timing": {},
                                 "memory": {}, "microbatch": {}}
-    assert record["status"] == "completed" and record.epochs == [{"epoch": 0}]
+    assert record["status"] == "completed" and record.epochs == COMPLETED["epochs"]
     with pytest.raises(FileNotFoundError):
         load_record(tmp_path / "nope")
 

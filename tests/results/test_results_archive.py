@@ -31,7 +31,8 @@ def _record(job: int, status: str = "completed") -> dict:
             "final": {"train_acc": 0.9, "val_acc": 0.5, "test_acc": 0.8 + job / 1000, "best_val_acc": 0.5,
                       "test_acc_at_best_val": 0.81, "best_val_loss": float("nan")},
             "timing": {"epoch_time_median_s": 1.5e-05 * (job + 1), "total_s": 12.0},
-            "epochs": [{"epoch": 0, "loss": 1.0986122886681098, "val_acc": 0.5}]}
+            "epochs": [{"epoch": 0, "loss": 1.0986122886681098, "train_acc": 0.9, "val_acc": 0.5,
+                        "test_acc": 0.8}]}
 
 
 def _trace(job: int) -> dict:
@@ -162,9 +163,10 @@ def _rewrite(packed: Path, edit, checksum: bool = True) -> None:
     ("twice", "line 3: path 'records/0/result.json' out of order or again"),
     ("not an entry", "line 2: not an entry (path and json, or path and unreadable)"),
     ("no header", "line 1 is not the header of a pipegnn.records archive"),
-    ("deep", f"line 2: path '{'a/' * 30}'... of 80,011 characters and 40,001 names is longer than a run's file"),
-    ("33 names", f"line 2: path '{'a/' * 30}'... of 75 characters and 33 names is longer than a run's file (at "
-                 "most 1,024 characters, 32 names)"),
+    ("deep", f"line 2: path '{'a/' * 30}'... of 80,011 characters and 40,001 names is longer than a run's "
+             "file"),
+    ("33 names", f"line 2: path '{'a/' * 30}'... of 75 characters and 33 names is longer than a run's file "
+                 "(at most 1,024 characters, 32 names)"),
 ])
 def test_a_damaged_archive_is_one_error_naming_it(sweep: Path, tmp_path: Path, damage: str,
                                                   reason: str) -> None:
@@ -246,7 +248,8 @@ def test_unpack_checks_names_and_the_destination_before_writing(sweep: Path, tmp
     loop.mkdir()
     (loop / "records").symlink_to(loop / "records")
     done = unpack(loop)
-    assert done.returncode == 2 and done.stderr.startswith(f"error: {packed}: ") and "Traceback" not in done.stderr
+    assert done.returncode == 2 and done.stderr.startswith(f"error: {packed}: ")
+    assert "Traceback" not in done.stderr
     assert "nothing written" in done.stderr and len(done.stderr.splitlines()) == 1
     (tmp_path / "self").symlink_to(tmp_path / "self")
     done = unpack(tmp_path / "self")

@@ -123,10 +123,27 @@ NOT_COMPLETED = {
                      "number from 0 to 1"),
     "accuracy absent": ({"final": {k: v for k, v in FINISHED["final"].items() if k != "test_acc"}},
                         "malformed record: status 'completed' but no 'final.test_acc'"),
-    "epoch accuracy a flag": ({"epochs": [{"epoch": 0, "val_acc": True}]},
+    "epoch accuracy a flag": ({"epochs": [{"epoch": 0, "train_acc": 0.5, "val_acc": True, "test_acc": 0.5}]},
                               "malformed record: status 'completed' but 'epochs[0].val_acc' is a boolean, "
                               "expected a number from 0 to 1"),
+    "empty epoch": ({"epochs": [{}]}, "malformed record: status 'completed' but no 'epochs[0].train_acc'"),
+    "epoch without accuracies": ({"epochs": [{"epoch": 0, "train_acc": 0.5, "val_acc": 0.5, "test_acc": 0.5},
+                                             {"epoch": 1, "loss": 0.3}]},
+                                 "malformed record: status 'completed' but no 'epochs[1].train_acc'"),
 }
+
+
+@pytest.mark.parametrize("name", list(NOT_COMPLETED))
+def test_resume_reruns_every_completed_record_the_table_calls_unreadable(tmp_path: Path, name: str) -> None:
+    """One rule for resume and the table: ``epochs: [{}]`` (or an epoch without its accuracies) was
+    skipped by resume=true as completed while the docs said otherwise; every epoch must hold its
+    train/val/test accuracies now, and each such record is unreadable to both, with the same reason."""
+    cfg = OmegaConf.to_container(make_cfg("chunks=2"), resolve=True)
+    write_record(tmp_path / "job", completed(cfg, **NOT_COMPLETED[name][0]))
+    reason = f"previous record unreadable ({NOT_COMPLETED[name][1]})"
+    assert completed_record(tmp_path / "job", cfg) == (None, reason)
+    df = load(tmp_path)
+    assert df[["status", "error"]].values.tolist() == [["unreadable", NOT_COMPLETED[name][1]]]
 
 
 def test_a_completed_record_without_epochs_or_accuracies_is_unreadable_and_rerun(
@@ -393,3 +410,73 @@ def test_a_fifo_named_as_a_record_or_an_archive_is_refused_at_once(tmp_path: Pat
                 (load_record if name == "result.json" else archive.read)(fifo)
             took = time.monotonic() - start
         assert took < _PATIENCE, f"waited on {fifo}"
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "link loop", "link to nothing"])
+def test_a_jobs_record_that_cannot_be_read_is_one_unreadable_row_naming_why(
+        tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A job's result.json that is a link loop crashed the table (RuntimeError: Symlink loop, from
+    resolve()); a FIFO (or a link to nothing) there was listed "incomplete: no result.json". Each is one
+    unreadable row now, naming the file and why; resume runs the job again."""
+    sweep = killed_model_sweep(tmp_path / "sweep")
+    record = sweep / "1" / "result.json"
+    if kind == "FIFO":
+        os.mkfifo(record)
+    elif kind == "link loop":
+        record.symlink_to(record)
+    else:
+        record.symlink_to(tmp_path / "gone.json")
+    why = {"FIFO": f"NotRegularFileError: [Errno 22] {record} is a FIFO, not a regular file",
+           "link loop": "OSError: [Errno 40] Too many levels of symbolic links",
+           "link to nothing": "FileNotFoundError: [Errno 2] No such file or directory"}[kind]
+    with _released_after(record, _PATIENCE) if kind == "FIFO" else contextlib.nullcontext():
+        df = load(sweep)
+        jobs = sweep_jobs(sweep)
+        assert main([str(sweep), "--columns", "status"]) == 1
+        cfg = OmegaConf.to_container(make_cfg("chunks=2"), resolve=True)
+        assert completed_record(sweep / "1", cfg)[1].startswith(f"previous record unreadable ({why}")
+    assert list(df["status"]) == ["completed", "unreadable", "completed", "missing"]
+    assert df["path"][1] == str(record) and df["error"][1].startswith(why)
+    assert [j.status for j in jobs] == ["completed", "unreadable", "completed", "missing"]
+    assert jobs[1].error.startswith(why)
+    err = capsys.readouterr().err
+    assert f"unreadable: {record}: {why}" in err and "Traceback" not in err
+
+
+def _alias_bomb(levels: int = 6, width: int = 10) -> str:
+    """A few hundred bytes of YAML whose aliases of aliases expand to ``width ** levels`` nodes."""
+    lines = [f"a0: &a0 [{', '.join(['x'] * width)}]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "hydra.yaml", "overrides.yaml"])
+def test_a_yaml_alias_bomb_in_a_jobs_hydra_folder_is_refused_at_once(tmp_path: Path, name: str) -> None:
+    """A 350-byte alias bomb in an incomplete job's .hydra/config.yaml made the table read for minutes
+    and gigabytes (OmegaConf expands every alias). Hydra writes no alias: a file with one is refused
+    before anything is built, and the job is listed at once, with what its other files tell."""
+    sweep = killed_model_sweep(tmp_path / "sweep")
+    bomb = _alias_bomb()
+    assert len(bomb) < 400
+    (sweep / "1" / ".hydra" / name).write_text(bomb)
+    start = time.monotonic()
+    df = load(sweep)
+    jobs = sweep_jobs(sweep)
+    assert time.monotonic() - start < _PATIENCE
+    assert list(df["status"]) == ["completed", "incomplete", "completed", "missing"]
+    assert [j.status for j in jobs] == ["completed", "incomplete", "completed", "missing"]
+    assert not any(str(c).startswith("cfg.a") for c in df.columns)
+    from pipegnn.results.sweep import _load_yaml
+
+    with pytest.raises(ValueError, match=r"holds a YAML alias \(\*a0\), which no Hydra file does"):
+        _load_yaml(sweep / "1" / ".hydra" / name)
+
+
+def test_a_yaml_alias_bomb_as_a_sweeps_plan_is_an_unreadable_plan(tmp_path: Path) -> None:
+    sweep = _finished_but_one(tmp_path)
+    (sweep / "multirun.yaml").write_text(_alias_bomb())
+    start = time.monotonic()
+    df = load(sweep)
+    assert time.monotonic() - start < _PATIENCE
+    assert list(df["status"]) == ["completed"] * 3 + ["unreadable"]
+    assert "holds a YAML alias" in df["error"].iloc[-1]
