@@ -23,9 +23,9 @@ reference`), or is one sweep itself (a folder with Hydra's ``multirun.yaml`` or 
   completed runs with a ``trace.json``, the one with the most chunks (the first by path among equals);
   none when no run has a trace.
 
-Exit status 1, after everything that could be written was, when a job left no record, a record or the
-traced run's ``trace.json`` cannot be read, or a sweep's ``multirun.yaml`` is damaged: stderr names each
-file and why.
+Exit status 1, after everything that could be written was, when a job left no record, a record or a
+``trace.json`` cannot be read (not JSON, or not a regular file: a FIFO, a link to a device), or a sweep's
+``multirun.yaml`` is damaged: stderr names each file and why.
 """
 from __future__ import annotations
 
@@ -166,16 +166,21 @@ def report(sweep: Path, out: Path) -> int:
     for name in figures_of(sweep.name):
         plot, kwargs = FIGURES[name]
         results.draw(plot, df, out / name, **kwargs)
-    traces = {packed.parent / key for key in archive.read(packed, keep=()).paths
+    listed = archive.read(packed, keep=())
+    traces = {packed.parent / key for key in listed.paths if Path(key).name == TRACE_NAME}
+    # every trace that could not be packed (not JSON; a FIFO, a link to a device: not a regular file)
+    broken = {packed.parent / key: why for key, why in listed.unreadable.items()
               if Path(key).name == TRACE_NAME}
-    run, broken = timeline_run(df, traces), 0
+    for trace, why in broken.items():
+        print(f"{sweep.name}: unreadable trace: {trace}: {why}", file=sys.stderr)
+    run = timeline_run(df, traces)
     if run is not None:
         print(f"timeline.png: the traced step of {run.relative_to(out)}")
         problem = draw_timeline(packed, run, out / "timeline.png")
-        if problem is not None:
+        if problem is not None and run / TRACE_NAME not in broken:  # else named above
             print(f"{sweep.name}: unreadable trace: {problem}", file=sys.stderr)
-            broken = 1
-    return len(unrecorded) + len(unreadable) + broken
+            broken[run / TRACE_NAME] = problem
+    return len(unrecorded) + len(unreadable) + len(broken)
 
 
 def is_sweep(folder: Path) -> bool:

@@ -3,6 +3,7 @@ figures per sweep folder."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 from pathlib import Path
 
@@ -126,6 +127,33 @@ def test_report_names_unreadable_records_and_traces_and_fails(tmp_path: Path, da
     assert f"unreadable trace: {out / 'pipeline' / 'records' / '0' / 'trace.json'}: " in err
     assert "2 job(s) or file(s) left no usable record or trace" in err
     assert (out / "pipeline" / "runs.csv").is_file() and (out / "pipeline" / "summary.csv").is_file()
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "link to /dev/urandom"])
+def test_report_names_a_trace_that_is_no_regular_file_and_fails(tmp_path: Path, kind: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A trace.json that is a FIFO or a link to /dev/urandom was dropped silently (exit 0, no trace); it is
+    packed as unreadable now, named on stderr, and the exit status is 1 (the tables still written). A run
+    whose trace can be read is the one drawn."""
+    sweep = tmp_path / "multirun" / "pipeline"
+    record = load_record(TIMELINE)
+    for job in ("0", "1"):
+        write_record(sweep / job, record)
+    shutil.copyfile(TIMELINE / "trace.json", sweep / "1" / "trace.json")
+    trace = sweep / "0" / "trace.json"
+    if kind == "FIFO":
+        os.mkfifo(trace)
+    else:
+        trace.symlink_to("/dev/urandom")
+    out = tmp_path / "reference"
+    assert _report().main([str(sweep.parent), str(out)]) == 1
+    err = capsys.readouterr().err
+    named = out / "pipeline" / "records" / "0" / "trace.json"
+    assert f"pipeline: unreadable trace: {named}: NotRegularFileError: [Errno 22] {trace} is a " in err
+    assert "1 job(s) or file(s) left no usable record or trace" in err
+    assert (out / "pipeline" / "runs.csv").is_file() and (out / "pipeline" / "summary.csv").is_file()
+    packed = archive.read(out / "pipeline" / archive.ARCHIVE_NAME, keep=())
+    assert list(packed.unreadable) == ["records/0/trace.json"]
 
 
 def test_report_names_a_missing_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

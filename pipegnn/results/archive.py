@@ -50,13 +50,15 @@ from typing import Any, BinaryIO, Callable, Collection, Iterator, Mapping, Seque
 
 from pipegnn.atomic import atomic_file
 from pipegnn.integrity import stream_checksum
-from pipegnn.jsonfile import JSONFileError, read_json
+from pipegnn.jsonfile import JSONFileError
 from pipegnn.results.records import (
     RECORD_NAME,
     find_named,
     find_records,
+    is_entry,
     natural_key,
     open_regular,
+    read_regular,
     write_record,
 )
 
@@ -130,12 +132,14 @@ def find_archives(path: str | Path) -> list[Path]:
 
 def run_files(folder: str | Path, beside: Sequence[str] = (), under: str = "") -> dict[str, Path]:
     """Every ``result.json`` below ``folder`` and each file named in ``beside`` (``trace.json``) next to it,
-    keyed by its path relative to ``folder`` below ``under`` (``records`` gives ``records/3/result.json``)."""
+    keyed by its path relative to ``folder`` below ``under`` (``records`` gives ``records/3/result.json``).
+    Every entry of those names but a folder is one ([`is_entry`][pipegnn.results.records.is_entry]: a FIFO,
+    a link to a device or to nothing), which [`pack`][pipegnn.results.archive.pack] packs as unreadable."""
     folder = Path(folder)
     files = {}
     for record in find_records(folder):
         for file in (record, *(record.parent / name for name in beside)):
-            if file.is_file():
+            if is_entry(file):  # a FIFO or a link to a device too: packed as unreadable, so named
                 files[(PurePosixPath(under) / file.relative_to(folder).as_posix()).as_posix()] = file
     return files
 
@@ -171,12 +175,13 @@ def _order(key: str) -> tuple[list[Any], str]:
 
 def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
     """Write ``files`` (key -> the JSON file) as the archive ``archive``, atomically; a file that is not
-    valid JSON is packed as unreadable, with why. Returns ``archive``.
+    valid JSON, or cannot be read (not a regular file: a FIFO, a device; gone; larger than
+    `MAX_LINE_BYTES`), is packed as unreadable, with why. Returns ``archive``.
 
     Raises:
         ValueError: a key is not one of a run's files by a relative path of plain names (see the module
             doc), or names a folder of another key.
-        OSError: a file cannot be read, or the archive cannot be written (naming it).
+        OSError: the archive cannot be written (naming it).
     """
     lines = []
     files_seen: set[str] = set()
@@ -185,15 +190,35 @@ def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
         if (problem := _check_key(key) or _clash(key, files_seen, folders_seen)) is not None:
             raise ValueError(f"{archive}: {problem}")
         try:
-            entry = {"path": key, "json": read_json(files[key])}
+            entry = {"path": key, "json": _read_file(files[key])}
         except JSONFileError as e:
             entry = {"path": key, "unreadable": e.reason}
+        except (OSError, ValueError) as e:  # not a regular file (a FIFO, a device), gone, too large
+            entry = {"path": key, "unreadable": f"{type(e).__name__}: {e}"}
         lines.append(json.dumps(entry, separators=(",", ":")).encode() + b"\n")
     header = {"format": _FORMAT, "version": _VERSION, "files": len(lines), "checksum": stream_checksum(lines)}
     data = json.dumps(header, separators=(",", ":")).encode() + b"\n" + b"".join(lines)
     with atomic_file(archive, "wb") as f:
         f.write(gzip.compress(data, compresslevel=_LEVEL, mtime=0))
     return Path(archive)
+
+
+def _read_file(path: str | Path) -> Any:
+    """The JSON value of the regular file ``path`` of at most `MAX_LINE_BYTES` (a FIFO is never waited on,
+    a device never read).
+
+    Raises:
+        JSONFileError: not valid UTF-8 JSON, or nested too deeply to parse.
+        OSError: it cannot be read (NotRegularFileError: not a regular file).
+        ValueError: it holds more than `MAX_LINE_BYTES`.
+    """
+    data = read_regular(path, MAX_LINE_BYTES)
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise JSONFileError(path, "RecursionError: nested too deeply to parse") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise JSONFileError(path, f"{type(e).__name__}: {e}") from None
 
 
 def _parse(archive: Path, number: int, line: bytes) -> Any:
