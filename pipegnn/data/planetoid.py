@@ -215,6 +215,20 @@ def _read_graph(folder: str | Path, name: str) -> dict[int, list[int]]:
     return out
 
 
+def _check_adjacency(path: Path, graph: dict[int, list[int]], nodes: int) -> None:
+    """Every node of the adjacency dict ``graph`` (read from ``path``) and each of its neighbours is an id
+    from 0 to ``nodes`` - 1: one that is not (a negative id, which building the edges would drop without a
+    word, or one past the labelled nodes) is a ValueError naming the file, the node and the id."""
+    for node, neighbours in graph.items():
+        if not 0 <= node < nodes:
+            raise ValueError(f"{path}: node id {node} is outside the {nodes} labelled nodes "
+                             f"(0 to {nodes - 1})")
+        bad = next((i for i in neighbours if not 0 <= i < nodes), None)
+        if bad is not None:
+            raise ValueError(f"{path}: node {node} has the neighbour id {bad}, outside the {nodes} labelled "
+                             f"nodes (0 to {nodes - 1})")
+
+
 def _numeric(a: Any, path: Path) -> np.ndarray:
     if not isinstance(a, np.ndarray) or a.dtype.kind not in "biuf":
         raise ValueError(f"{path}: expected a numeric array, got {type(a).__name__}"
@@ -257,6 +271,7 @@ def read_planetoid(folder: str | Path, name: str) -> Data:
     labels = torch.cat([ally, ty], dim=0).max(dim=1)[1]
     labels[test_index] = labels[sorted_test_index]
     n = labels.size(0)
+    _check_adjacency(Path(folder) / f"ind.{name}.graph", graph, n)
     edge_index = edge_index_from_dict(graph, num_nodes=n)
     if edge_index.numel() and not 0 <= int(edge_index.min()) <= int(edge_index.max()) < n:
         raise ValueError(f"{folder}: ind.{name}.graph names nodes outside the {n} labelled ones")
@@ -371,6 +386,7 @@ def load_pubmed_topology(root: str | Path | None, cache: str | Path, seed: int =
         labels = torch.cat([ally, ty]).max(dim=1)[1]
         labels[test_index] = labels[test_index.sort()[0]]
         n = labels.numel()
+        _check_adjacency(folder / "ind.pubmed.graph", graph, n)
         edge_index = edge_index_from_dict(graph, num_nodes=n)
         if edge_index.numel() and not 0 <= int(edge_index.min()) <= int(edge_index.max()) < n:
             raise ValueError(f"ind.pubmed.graph names nodes outside the {n} labelled ones")

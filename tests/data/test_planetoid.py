@@ -93,6 +93,27 @@ def test_planetoid_raw_reader_refuses_foreign_objects(data_root: Path, tmp_path:
         planetoid.read_raw(raw, "cora", "graph")
 
 
+@pytest.mark.parametrize("node, bad, why", [
+    (0, -3, "node 0 has the neighbour id -3, outside the 2708 labelled nodes (0 to 2707)"),
+    (5, 2708, "node 5 has the neighbour id 2708, outside the 2708 labelled nodes (0 to 2707)"),
+    (-1, 0, "node id -1 is outside the 2708 labelled nodes (0 to 2707)"),
+])
+def test_planetoid_refuses_neighbour_ids_outside_the_graph(node: int, bad: int, why: str, data_root: Path,
+                                                           tmp_path: Path) -> None:
+    """ind.cora.graph with a neighbour id -3 trained: building the edges dropped it without a word. Every
+    node and neighbour id is checked now, before the edges are built: one error naming the file, the
+    node and the id."""
+    raw = tmp_path / "cache" / "Cora" / "raw"
+    shutil.copytree(data_root / "Cora" / "raw", raw)
+    graph = dict(planetoid.read_raw(raw, "cora", "graph"))
+    graph[node] = [*(graph[node] if node in graph else graph.pop(0)), bad]  # as many nodes as published
+    with open(raw / "ind.cora.graph", "wb") as f:
+        pickle.dump(graph, f, protocol=2)
+    with pytest.raises(DatasetUnavailable) as raised:
+        load_planetoid("cora", None, tmp_path / "cache")
+    assert f"{raw / 'ind.cora.graph'}: {why}" in str(raised.value)
+
+
 def fake_download(source: Path):
     """PyG's download_url served from the shared raw files (no network)."""
     def download_url(url: str, folder: str, log: bool = True) -> str:
