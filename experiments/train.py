@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 try:
@@ -32,8 +33,6 @@ try:
     from pipegnn.training.ownership import FolderTaken, claim_job
     from pipegnn.training.preemption import Interrupted
 except ImportError as missing:  # e.g. a bare `python` outside the venv: say which interpreter has them
-    from pathlib import Path
-
     venv = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
     sys.exit(f"{Path(__file__).name}: {missing} (interpreter {sys.executable}): run it with the venv's "
              f"Python, {venv}, which `make setup` creates (or `make run ARGS=...`)")
@@ -74,7 +73,7 @@ def main(cfg: DictConfig) -> dict:
     job = f"job {hc.job.num} " if multirun else ""
     if multirun:
         try:
-            claim_job(out, hc.job.num, list(hc.overrides.task))
+            claim_job(out, hc.job.num, list(hc.overrides.task), sweep=hc.sweep.dir)
         except FolderTaken as e:  # an invalid record beside it says so (and fails the sweep)
             return _refuse(out, hc, cfg, str(e))
     train_log = logging.getLogger("pipegnn.train")
@@ -109,7 +108,8 @@ def main(cfg: DictConfig) -> dict:
 
 def _refuse(out: str, hc: Any, cfg: DictConfig, error: str) -> dict:
     """The record of a job whose folder another job claimed: ``invalid``, written beside that folder
-    (``<folder>.job<num>.refused``), where the sweep's summary finds it."""
+    (``<folder>.job<num>.refused``), or where that folder lies outside this sweep's folder (another
+    sweep's, say), in this sweep's (``<hydra.sweep.dir>/job<num>.refused``): never into another sweep's."""
     from pipegnn.record import RunRecord, Status
     from pipegnn.results.records import write_record
 
@@ -117,7 +117,11 @@ def _refuse(out: str, hc: Any, cfg: DictConfig, error: str) -> dict:
     _refused.append(error)
     record = RunRecord(status=Status.INVALID, error=error, config=OmegaConf.to_container(cfg, resolve=True),
                        choices=dict(hc.runtime.choices), env={})
-    path = write_record(f"{out.rstrip('/')}.job{hc.job.num}.refused", record)
+    # beside the folder when it lies in this sweep's folder; else (another sweep's, or anywhere) in this one's
+    sweep = Path(hc.sweep.dir).resolve()
+    inside = sweep == Path(out).resolve() or sweep in Path(out).resolve().parents
+    where = f"{out.rstrip('/')}.job{hc.job.num}.refused" if inside else sweep / f"job{hc.job.num}.refused"
+    path = write_record(where, record)
     log.error("job %s: record in %s", hc.job.num, path)
     return record.to_dict()
 

@@ -1,19 +1,24 @@
 """Who a sweep's folder and a job's folder belong to, so that no sweep or job writes over another's.
 
-- [`SweepOwner`][pipegnn.training.ownership.SweepOwner]: a Hydra callback (``experiments/train.py`` adds it to
+- [`SweepOwner`][pipegnn.training.ownership.SweepOwner]: a Hydra callback (``conf/config.yaml``'s
   ``hydra.callbacks``) that, before the sweeper writes its plan (``multirun.yaml``), takes ``hydra.sweep.dir``
   for this sweep: it holds an exclusive lock (``flock``) on ``.pipegnn-sweep.lock`` there for as long as the
   sweep runs (the kernel lets it go when the process ends, however it ends) and writes the owner,
   ``.pipegnn-sweep.json`` (pid, host, start, the sweep's overrides). A second sweep started into the folder
   while the first runs is refused naming it (the command exits with 1 before the sweeper writes anything);
   once it has ended, only the same sweep (the same overrides and sweeper parameters, ``resume`` aside: a rerun
-  or a resume) may take the folder again.
+  or a resume) may take the folder again; a folder without an owner file but with a plan (an older version's
+  sweep, or a copied one) is compared with that plan's overrides. A sweep's folder that is a job's folder
+  or lies inside one, or inside another sweep's folder, a ``hydra.sweep.subdir`` that is absolute or climbs
+  out of the sweep's folder, and a lock that cannot be taken (whatever the error) stop the sweep too.
 - A single run's ``hydra.run.dir`` (and a sweep's folder) that is a file, or lies under one, stops the
-  command before Hydra makes it, with one line naming it (exit 1).
+  command before Hydra makes it, with one line naming it (exit 1); so does a ``hydra.run.dir`` that is, or
+  lies inside, a sweep's folder or a job's.
 - [`claim_job`][pipegnn.training.ownership.claim_job]: a job claims its output folder (``.pipegnn-job.json``:
-  the job's number and overrides, created only if absent) before it runs; a folder that another job of the
-  sweep claimed (``hydra.sweep.subdir`` resolving to one folder for several jobs) is refused naming that job,
-  and the refused job writes nothing there.
+  the job's number and overrides and its sweep's folder, created only if absent) before it runs; a folder
+  that another job claimed, of this sweep (``hydra.sweep.subdir`` resolving to one folder for several jobs)
+  or of another sweep, or that lies inside another sweep's folder or a job's, is refused naming that job or
+  sweep, and the refused job writes nothing there.
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ log = logging.getLogger(__name__)
 LOCK_FILE = ".pipegnn-sweep.lock"
 OWNER_FILE = ".pipegnn-sweep.json"
 JOB_FILE = ".pipegnn-job.json"
+PLAN_FILE = "multirun.yaml"
 
 
 class FolderTaken(RuntimeError):
@@ -70,8 +76,62 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def _describe(owner: dict[str, Any]) -> str:
     overrides = " ".join(owner.get("overrides") or []) or "no overrides"
+    if "plan" in owner:
+        return f"the plan of a sweep in {owner['plan']} ({overrides})"
     return (f"the sweep of pid {owner.get('pid', '?')} on host {owner.get('host', '?')}, started "
             f"{owner.get('started', '?')} ({overrides})")
+
+
+def _plan_file(path: Path) -> dict[str, Any] | None:
+    """The plan of the sweep whose ``multirun.yaml`` is at ``path`` as
+    [`take_sweep`][pipegnn.training.ownership.take_sweep] compares it (with ``plan``: the file); None when
+    there is none; one that cannot be read is nobody's plan (it compares unequal to every sweep)."""
+    if not (path.exists() or path.is_symlink()):
+        return None
+    try:
+        if not path.is_file():
+            raise ValueError("not a file")
+        config = OmegaConf.load(path)
+        if not isinstance(config, DictConfig):
+            raise ValueError("not a mapping")
+        return {**_plan(config), "plan": str(path)}
+    except Exception as e:  # noqa: BLE001 - whatever it holds, it is not this sweep's plan
+        return {"overrides": [f"<unreadable: {type(e).__name__}>"], "sweeper_params": None, "plan": str(path)}
+
+
+def _not_inside_another(folder: Path, key: str, own_sweep: Path | None = None,
+                        claiming: bool = False) -> None:
+    """Refuse ``folder`` (``key``'s value) when it is a job's folder or lies inside one, or is or lies
+    inside a sweep's folder other than ``own_sweep`` (any sweep's, when it is None: a single run; the
+    folder itself is a sweep's when it holds an owner, or for a single run a plan, ``multirun.yaml``).
+    ``claiming``: a job's own folder may hold its own claim (which claim_job compares).
+
+    Raises:
+        FolderTaken: naming the job or sweep whose folder it is.
+    """
+    here = folder.resolve()
+    own = own_sweep.resolve() if own_sweep is not None else None
+    what = "run" if own is None and not claiming else "sweep" if not claiming else "job"
+    for above in (here, *here.parents):
+        where = "is" if above == here else f"lies inside {above}, which is"
+        job = above / JOB_FILE
+        if (job.exists() or job.is_symlink()) and not (claiming and above == here):
+            raise FolderTaken(f"{key}={folder} {where} the folder of {_describe_job(_read_json(job) or {})}; "
+                              f"give this {what} a folder of its own")
+        if above == own:
+            continue
+        owner = _read_json(above / OWNER_FILE)
+        if owner is None and above == here and own is None:
+            owner = _plan_file(above / PLAN_FILE)
+        if owner is not None:
+            raise FolderTaken(f"{key}={folder} {where} the folder of {_describe(owner)}; give this {what} a "
+                              "folder of its own")
+
+
+def _describe_job(job: dict[str, Any]) -> str:
+    overrides = " ".join(job.get("overrides") or []) or "no overrides"
+    sweep = f" of the sweep in {job['sweep']}" if job.get("sweep") else ""
+    return f"job {job.get('num', '?')} ({overrides}){sweep}"
 
 
 def take_sweep(sweep_dir: str | Path, plan: dict[str, Any]) -> IO[Any]:
@@ -83,17 +143,26 @@ def take_sweep(sweep_dir: str | Path, plan: dict[str, Any]) -> IO[Any]:
     """
     folder = Path(sweep_dir)
     check_folder(folder, "hydra.sweep.dir")
-    lock = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 - held for the sweep
+    _not_inside_another(folder, "hydra.sweep.dir", own_sweep=folder)
+    try:
+        lock = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 - held for the sweep
+    except OSError as e:
+        raise FolderTaken(f"hydra.sweep.dir={folder}: its lock {folder / LOCK_FILE} cannot be opened "
+                          f"({type(e).__name__}: {e.strerror or e}); remove what is there, or give this "
+                          "sweep another hydra.sweep.dir") from None
     try:
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             if e.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
+                raise FolderTaken(f"hydra.sweep.dir={folder}: its lock {folder / LOCK_FILE} cannot be "
+                                  f"taken ({type(e).__name__}: {e.strerror or e})") from None
             running = _read_json(folder / OWNER_FILE) or {}
             raise FolderTaken(f"hydra.sweep.dir={folder} is in use by {_describe(running)}; wait for it to "
                               "end, or give this sweep another hydra.sweep.dir") from None
         owner = _read_json(folder / OWNER_FILE)
+        if owner is None:  # a sweep of an older version, or copied without its owner: its plan says
+            owner = _plan_file(folder / PLAN_FILE)
         if owner is not None and {k: owner.get(k) for k in plan} != plan:
             raise FolderTaken(f"hydra.sweep.dir={folder} holds {_describe(owner)}, another sweep; its "
                               "records and plan would be mixed with this one's: give this sweep another "
@@ -126,6 +195,24 @@ def check_folder(folder: Path, key: str) -> None:
         raise FolderTaken(f"{key}={folder} cannot be made: {e}") from None
 
 
+def _subdir_inside(config: DictConfig) -> None:
+    """A job's folder lies inside its sweep's: ``hydra.sweep.subdir`` as written may be neither absolute
+    nor climb out (``..``). Hydra writes a job's ``.hydra`` files and log before the job can refuse a
+    folder, so a subdir into another sweep's folders is refused here, before any job.
+
+    Raises:
+        FolderTaken: naming the subdir.
+    """
+    sweep = OmegaConf.to_container(config.hydra.sweep, resolve=False)
+    if not isinstance(sweep, dict):
+        return
+    subdir = sweep.get("subdir")
+    if isinstance(subdir, str) and (os.path.isabs(subdir) or ".." in Path(subdir).parts):
+        raise FolderTaken(f"hydra.sweep.subdir={subdir} lies outside hydra.sweep.dir={sweep.get('dir')} (in "
+                          "another sweep's folders, perhaps): give each job a folder inside its sweep's, "
+                          "e.g. hydra.sweep.subdir=${hydra.job.num}")
+
+
 class SweepOwner(Callback):
     """Takes the sweep's folder before the sweeper writes its plan
     ([`take_sweep`][pipegnn.training.ownership.take_sweep]), lets it go after the last job."""
@@ -135,19 +222,26 @@ class SweepOwner(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
+            _subdir_inside(config)
             self.lock = take_sweep(config.hydra.sweep.dir, _plan(config))
-        except FolderTaken as e:  # Hydra turns a callback's Exception into a warning and goes on
-            log.error("sweep refused: %s", e)
-            raise SystemExit(f"sweep refused: {e}") from None
+        except Exception as e:  # Hydra turns a callback's Exception into a warning and goes on: stop here
+            why = str(e) if isinstance(e, FolderTaken) else f"hydra.sweep.dir={config.hydra.sweep.dir} " \
+                f"cannot be taken: {type(e).__name__}: {e}"
+            log.error("sweep refused: %s", why)
+            raise SystemExit(f"sweep refused: {why}") from None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """A single run's folder (``hydra.run.dir``) can take its record, or the command stops here
         with one line (Hydra's own mkdir ended in its traceback)."""
         try:
-            check_folder(Path(config.hydra.run.dir), "hydra.run.dir")
-        except FolderTaken as e:
-            log.error("run refused: %s", e)
-            raise SystemExit(f"run refused: {e}") from None
+            folder = Path(config.hydra.run.dir)
+            check_folder(folder, "hydra.run.dir")
+            _not_inside_another(folder, "hydra.run.dir")
+        except Exception as e:  # as on_multirun_start: a warning would let the run go on
+            why = str(e) if isinstance(e, FolderTaken) else f"hydra.run.dir={config.hydra.run.dir}: " \
+                f"{type(e).__name__}: {e}"
+            log.error("run refused: %s", why)
+            raise SystemExit(f"run refused: {why}") from None
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.lock is not None:
@@ -155,17 +249,31 @@ class SweepOwner(Callback):
             self.lock = None
 
 
-def claim_job(output_dir: str | Path, num: int, overrides: list[str]) -> None:
-    """Claim ``output_dir`` for job ``num`` of a sweep (see the module doc); a folder already claimed
-    by job ``num`` (a resumed or rerun sweep) is this job's.
+def _job_overrides(overrides: list[str]) -> list[str]:
+    """A job's overrides as two runs of one job hold them (``resume`` aside)."""
+    return [o for o in overrides if not o.lstrip("+~").startswith("resume=")]
+
+
+def claim_job(output_dir: str | Path, num: int, overrides: list[str],
+              sweep: str | Path | None = None) -> None:
+    """Claim ``output_dir`` for job ``num`` (with ``overrides``) of the sweep in ``sweep`` (its
+    ``hydra.sweep.dir``; see the module doc); a folder already claimed by this job of this sweep (a resumed
+    or rerun sweep) is this job's. A claim of an older version (no sweep in it) is this job's when its
+    number and overrides are this job's.
 
     Raises:
-        FolderTaken: another job of the sweep claimed the folder; naming it.
+        FolderTaken: another job of this or another sweep claimed the folder, or the folder lies inside
+            another job's folder or another sweep's; naming it.
     """
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
+    own = Path(sweep).resolve() if sweep is not None else None
+    mine: dict[str, Any] = {"num": int(num), "overrides": list(overrides),
+                            "sweep": None if own is None else str(own)}
+    name = f"job {num} ({' '.join(overrides) or 'no overrides'})"
+    if own is not None:
+        _not_inside_another(folder, f"{name}: hydra.sweep.subdir", own_sweep=own, claiming=True)
     path = folder / JOB_FILE
-    mine = {"num": int(num), "overrides": list(overrides)}
     tmp = folder / f".{JOB_FILE}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(mine))
     try:
@@ -176,8 +284,14 @@ def claim_job(output_dir: str | Path, num: int, overrides: list[str]) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     other = _read_json(path) or {}
-    if other.get("num") != mine["num"]:
-        raise FolderTaken(f"job {num} ({' '.join(overrides) or 'no overrides'}) would write into {folder}, "
-                          f"which job {other.get('num', '?')} ({' '.join(other.get('overrides') or [])}) of "
-                          "the sweep writes into; give every job its own folder (hydra.sweep.subdir "
-                          "must differ per job, e.g. ${hydra.job.num})")
+    if "sweep" in other:
+        same = other.get("num") == mine["num"] and other["sweep"] == mine["sweep"]
+    else:  # a claim of an older version: the same job when its number and overrides are
+        same = (other.get("num") == mine["num"]
+                and _job_overrides(list(other.get("overrides") or [])) == _job_overrides(mine["overrides"]))
+    if not same:
+        who = _describe_job(other) if other.get("sweep") not in (None, mine["sweep"]) else \
+            f"job {other.get('num', '?')} ({' '.join(other.get('overrides') or [])}) of the sweep"
+        raise FolderTaken(f"{name} would write into {folder}, which {who} writes into; give every job its "
+                          "own folder (hydra.sweep.subdir must differ per job, e.g. ${hydra.job.num}, inside "
+                          "the sweep's own hydra.sweep.dir)")

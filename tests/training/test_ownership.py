@@ -99,3 +99,107 @@ def test_two_sweeps_at_once_one_is_refused(tmp_path: Path) -> None:
     assert first.returncode == 0, err[-3000:]
     assert second.returncode == 1 and f"in use by the sweep of pid {first.pid}" in second.stderr
     assert "train.seed=0,1" in (sweep / "multirun.yaml").read_text() and not (sweep / "2").exists()
+
+
+def test_a_job_claim_names_its_sweep(tmp_path: Path) -> None:
+    """Job 0 of another sweep (another hydra.sweep.dir) is another job, though its number is the same."""
+    claim_job(tmp_path / "A" / "0", 0, ["train.seed=0"], sweep=tmp_path / "A")
+    with pytest.raises(FolderTaken, match=r"which job 0 \(train.seed=0\) of the sweep in .*A writes into"):
+        claim_job(tmp_path / "A" / "0", 0, ["train.seed=0"], sweep=tmp_path / "B")
+    claim_job(tmp_path / "A" / "0", 0, ["train.seed=0", "resume=true"], sweep=tmp_path / "A")  # resume
+    (tmp_path / "old").mkdir()  # an older version's claim (no sweep in it): its number and overrides
+    (tmp_path / "old" / JOB_FILE).write_text(json.dumps({"num": 0, "overrides": ["train.seed=0"]}))
+    claim_job(tmp_path / "old", 0, ["train.seed=0"], sweep=tmp_path / "C")
+    with pytest.raises(FolderTaken, match="which job 0"):
+        claim_job(tmp_path / "old", 0, ["train.lr=0.1"], sweep=tmp_path / "D")
+
+
+@pytest.fixture(scope="module")
+def sweep_a(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished sweep of two jobs (train.seed=0,1)."""
+    where = tmp_path_factory.mktemp("sweep_a")
+    done = _sweep(where, "train.seed=0,1", f"hydra.sweep.dir={where / 'A'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return where / "A"
+
+
+def _records(sweep: Path) -> dict[str, str]:
+    return {str(p.relative_to(sweep)): p.read_text() for p in sorted(sweep.rglob("*")) if p.is_file()}
+
+
+def _single(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "experiments" / "train.py"), *TINY_SYNTHETIC,
+                           "train.epochs=2", "engine=single", *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("how", ["subdir into its jobs", "relative subdir into its jobs",
+                                 "single run into a job", "sweep inside a job", "single run into the sweep"])
+def test_nothing_writes_into_another_sweeps_folders(tmp_path: Path, sweep_a: Path, how: str) -> None:
+    """Another sweep whose jobs' folders are A's (hydra.sweep.subdir=<A>/${hydra.job.num}), a single run
+    in a job's folder of A or in A's folder, a sweep whose folder lies inside a job's of A: each is
+    refused naming A's job or sweep (exit 1), and A's files stay as they were."""
+    before = _records(sweep_a)
+    if how in ("subdir into its jobs", "relative subdir into its jobs"):
+        subdir = (f"{sweep_a}/${{hydra.job.num}}" if how == "subdir into its jobs"
+                  else f"../../{sweep_a.parent.name}/A/${{hydra.job.num}}")
+        done = _sweep(tmp_path, "train.seed=5,6", f"hydra.sweep.dir={tmp_path / 'B'}",
+                      f"hydra.sweep.subdir={subdir}")
+        assert "sweep refused" in done.stderr and "lies outside hydra.sweep.dir" in done.stderr, done.stderr
+    elif how == "single run into a job":
+        done = _single(tmp_path, "train.seed=7", f"hydra.run.dir={sweep_a / '1'}")
+        assert "run refused" in done.stderr and "the folder of job 1" in done.stderr, done.stderr[-3000:]
+    elif how == "sweep inside a job":
+        done = _sweep(tmp_path, "train.seed=5,6", f"hydra.sweep.dir={sweep_a / '0'}")
+        assert "sweep refused" in done.stderr and "the folder of job 0" in done.stderr, done.stderr[-3000:]
+    else:
+        done = _single(tmp_path, "train.seed=7", f"hydra.run.dir={sweep_a}")
+        assert "run refused" in done.stderr and "the sweep of pid" in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]
+    after = _records(sweep_a)
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert after == before
+
+
+def test_a_sweep_without_its_owner_file_keeps_its_plan(tmp_path: Path) -> None:
+    """A sweep's folder with its plan (multirun.yaml) but no owner file (an older version's sweep, or a
+    copied one): another sweep is refused, naming the plan; the same sweep may resume."""
+    sweep = tmp_path / "sweep"
+    assert _sweep(tmp_path, "train.seed=0,1", f"hydra.sweep.dir={sweep}").returncode == 0
+    (sweep / OWNER_FILE).unlink()
+    for job in ("0", "1"):
+        (sweep / job / JOB_FILE).unlink()
+    before = _records(sweep)
+    other = _sweep(tmp_path, "train.lr=0.01,0.02", f"hydra.sweep.dir={sweep}")
+    assert other.returncode == 1 and "the plan of a sweep in" in other.stderr, other.stderr[-3000:]
+    assert _records(sweep) == before
+    again = _sweep(tmp_path, "train.seed=0,1", f"hydra.sweep.dir={sweep}", "resume=true")
+    assert again.returncode == 0, again.stderr[-3000:]
+
+
+@pytest.mark.parametrize("lock", ["folder", "unreadable name"])
+def test_a_lock_that_cannot_be_taken_stops_the_sweep(tmp_path: Path, lock: str) -> None:
+    """The lock's path is a folder (or lies under a file): the sweep stops before its plan or any job,
+    with one line (exit 1), not Hydra's warning and a sweep that runs."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    if lock == "folder":
+        (sweep / ".pipegnn-sweep.lock").mkdir()
+    else:
+        (sweep / ".pipegnn-sweep.lock").symlink_to(tmp_path / "a-file" / "below")
+        (tmp_path / "a-file").write_text("")
+    done = _sweep(tmp_path, "train.seed=0,1", f"hydra.sweep.dir={sweep}")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "sweep refused" in done.stderr and "cannot be opened" in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert not (sweep / "multirun.yaml").exists() and not (sweep / "0").exists()
+
+
+def test_a_job_folder_inside_another_sweeps_is_refused(tmp_path: Path) -> None:
+    """The job's own check, behind the sweep's (a subdir that resolves into another sweep's folder): the
+    job writes nothing there and names that sweep."""
+    take_sweep(tmp_path / "A", _PLAN).close()
+    with pytest.raises(FolderTaken, match=r"lies inside .*A, which is the folder of the sweep of pid"):
+        claim_job(tmp_path / "A" / "0", 0, ["train.seed=5"], sweep=tmp_path / "B")
+    assert not (tmp_path / "A" / "0" / JOB_FILE).exists()
