@@ -130,3 +130,15 @@ def test_lr_1e30_really_diverges() -> None:
     record = run(make_cfg("train.lr=1e30", "train.epochs=3", "chunks=2"))
     assert record["status"] == "failed" and record["error"] == NAN_MESSAGE
     assert record["epochs"][0]["train_loss"] == pytest.approx(1.1, abs=0.2)
+
+
+def test_joblib_launcher_runs_pipelining_jobs(tmp_path: Path) -> None:
+    """engine=pipelining in joblib's workers: a loky worker's default start method ('loky') is one a new
+    interpreter cannot set, so the workers it starts failed ('cannot find context for loky')."""
+    sweep = tmp_path / "sweep"
+    proc = cli(tmp_path, "-m", *TINY_SYNTHETIC, "train.epochs=1", "engine=pipelining", "train.seed=0,1",
+               "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in sweep.glob("*/result.json")]
+    assert sorted(r["status"] for r in records) == ["completed", "completed"]
+    assert all(r["workers"]["world_size"] == 2 for r in records)

@@ -341,6 +341,11 @@ def spawn(cfg: Config, record: RunRecord, target: Target,
     # base context, which has no Process
     context: ForkServerContext | SpawnContext = (
         mp.get_context("forkserver") if method == "forkserver" else mp.get_context("spawn"))
+    if mp.get_start_method(allow_none=True) not in (None, *mp.get_all_start_methods()):
+        # A worker of joblib's loky backend (hydra/launcher=joblib) has 'loky' as the default start
+        # method, which a new interpreter is told to set and cannot ('cannot find context for loky'):
+        # the workers are this process's, so the default becomes their method.
+        mp.set_start_method(method, force=True)
     if method == "forkserver":  # workers fork from a server that imported torch once (PyG without CUDA)
         context.set_forkserver_preload(forkserver_preload(target.__module__))
     start = time.perf_counter()
