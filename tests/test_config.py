@@ -94,7 +94,7 @@ BAD_CHOICES = [
     ("train.precision", "fp16", "fp32, bf16"),
     ("train.monitor", "val_f1", "val_acc, val_loss"),
     ("engine.checkpoint", "sometimes", "always, except_last, never"),
-    ("data.features", "ssd", "memory, disk"),
+    ("data.features", "ssd", "memory, disk, sparse"),
     ("microbatch.halo_dropout", "each", "read, node"),
 ]
 
