@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JSONFileError", "read_json"]
+__all__ = ["JSONFileError", "parse_json", "read_json"]
 
 
 class JSONFileError(ValueError):
@@ -27,7 +27,15 @@ def read_json(path: str | Path) -> Any:
         JSONFileError: the content is not valid UTF-8 JSON, or is nested too deeply to parse.
         OSError: the file cannot be read (FileNotFoundError: there is none; IsADirectoryError).
     """
-    data = Path(path).read_bytes()
+    return parse_json(Path(path).read_bytes(), path)
+
+
+def parse_json(data: bytes, path: str | Path) -> Any:
+    """The JSON value of ``data``, read from ``path``.
+
+    Raises:
+        JSONFileError: ``data`` is not valid UTF-8 JSON, or is nested too deeply to parse.
+    """
     try:
         return json.loads(data)
     except RecursionError:

@@ -50,7 +50,7 @@ from typing import Any, BinaryIO, Callable, Collection, Iterator, Mapping, Seque
 
 from pipegnn.atomic import atomic_file
 from pipegnn.integrity import stream_checksum
-from pipegnn.jsonfile import JSONFileError
+from pipegnn.jsonfile import JSONFileError, parse_json
 from pipegnn.results.records import (
     RECORD_NAME,
     find_named,
@@ -212,13 +212,7 @@ def _read_file(path: str | Path) -> Any:
         OSError: it cannot be read (NotRegularFileError: not a regular file).
         ValueError: it holds more than `MAX_LINE_BYTES`.
     """
-    data = read_regular(path, MAX_LINE_BYTES)
-    try:
-        return json.loads(data)
-    except RecursionError:
-        raise JSONFileError(path, "RecursionError: nested too deeply to parse") from None
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-        raise JSONFileError(path, f"{type(e).__name__}: {e}") from None
+    return parse_json(read_regular(path, MAX_LINE_BYTES), path)
 
 
 def _parse(archive: Path, number: int, line: bytes) -> Any:
