@@ -15,11 +15,11 @@ a dict of int lists) and checks the result (a crafted file is refused with
 [`DatasetUnavailable`][pipegnn.errors.DatasetUnavailable]); that is a safeguard, not a licence to read raw
 files from untrusted folders.
 
-Before anything is densified or allocated, every file's declared shape is checked against the published
-files' (`PUBLISHED_SHAPES`: a file of another part, or cut short, is refused naming both shapes),
-and the files against each other: features and labels of one node set have one row count, ``test.index``
-holds as many distinct ids as ``tx`` has rows, all in the test range (no id a crafted file could turn
-into a huge allocation).
+Before anything is densified or allocated (`pipegnn/data/planetoid_checks.py`), every file's declared
+shape is checked against the published files' (a file of another part, or cut short, is refused naming
+both shapes), and the files against each other: features and labels of one node set have one row count,
+``test.index`` holds as many distinct ids as ``tx`` has rows, all in the test range (no id a crafted file
+could turn into a huge allocation).
 """
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ from torch_geometric.io.planetoid import edge_index_from_dict
 from torch_geometric.utils import index_to_mask
 
 from pipegnn.data.graph import Graph, staging_folder
+from pipegnn.data.planetoid_checks import PUBLISHED_SHAPES, check_adjacency, check_shape, check_split
 from pipegnn.errors import DatasetUnavailable
 
 __all__ = ["PLANETOID_NAMES", "PUBMED_TOPOLOGY_FILES", "load_planetoid", "load_pubmed_topology",
@@ -57,17 +58,6 @@ _PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 #: The raw PubMed files pubmed_topology reads: graph, labels and split, not the features.
 PUBMED_TOPOLOGY_FILES = tuple(f"ind.pubmed.{part}" for part in ("y", "ty", "ally", "graph", "test.index"))
 PUBMED_FEATURES = 500  # width of PubMed's TF-IDF features
-#: The shapes of the published raw files (rows, columns; ``test.index``: its number of ids) and each
-#: graph's number of nodes: a raw file of another shape is refused before it is densified.
-PUBLISHED_SHAPES: dict[str, dict[str, Any]] = {
-    name: {"x": (train, width), "tx": (1000, width), "allx": (rest, width), "y": (train, classes),
-           "ty": (1000, classes), "ally": (rest, classes), "test.index": 1000, "nodes": nodes}
-    for name, train, rest, width, classes, nodes in (("cora", 140, 1708, 1433, 7, 2708),
-                                                      ("citeseer", 120, 2312, 3703, 6, 3327),
-                                                      ("pubmed", 60, 18717, 500, 3, 19717))}
-#: Largest dense matrix a raw file of a graph not in `PUBLISHED_SHAPES` may declare (bytes).
-_MAX_DENSE_BYTES = 2**31
-
 try:
     _multiarray = importlib.import_module("numpy._core.multiarray")
 except ImportError:  # numpy < 2
@@ -141,7 +131,7 @@ def read_raw(folder: str | Path, name: str, part: str) -> Tensor | dict[int, lis
             raise ValueError(f"{path}: not an adjacency dict of int lists ({type(out).__name__})")
         return out
     if isinstance(out, sp.csr_matrix):
-        _check_shape(path, part, published, getattr(out, "_shape", None))  # as declared, before anything
+        check_shape(path, part, published, getattr(out, "_shape", None))  # as declared, before anything
         # Rebuilt from its arrays and fully checked before scipy's compiled code indexes with them.
         out = sp.csr_matrix((_numeric(out.data, path), _numeric(out.indices, path),
                              _numeric(out.indptr, path)), shape=out.shape)
@@ -150,55 +140,8 @@ def read_raw(folder: str | Path, name: str, part: str) -> Tensor | dict[int, lis
     out = _numeric(out, path)
     if out.ndim != 2:
         raise ValueError(f"{path}: expected a matrix, got {out.ndim} dimensions")
-    _check_shape(path, part, published, out.shape)
+    check_shape(path, part, published, out.shape)
     return torch.from_numpy(np.asarray(out)).to(torch.float)
-
-
-def _check_shape(path: Path, part: str, published: dict[str, Any], shape: Any) -> None:
-    """``shape`` (a raw matrix's declared shape) is the published file's (a graph not in
-    `PUBLISHED_SHAPES`: two dimensions of at most `_MAX_DENSE_BYTES` as float32).
-
-    Raises:
-        ValueError: naming the file, its shape and the published one.
-    """
-    if not (isinstance(shape, tuple) and len(shape) == 2
-            and all(isinstance(d, (int, np.integer)) and 0 <= d for d in shape)):
-        raise ValueError(f"{path}: not a matrix's shape: {shape!r}")
-    shape = (int(shape[0]), int(shape[1]))
-    if part in published:
-        if shape != published[part]:
-            raise ValueError(f"{path}: a {shape[0]} x {shape[1]} matrix, the published ind.*.{part} is "
-                             f"{published[part][0]} x {published[part][1]} (a file of another part, or "
-                             "cut short?)")
-    elif shape[0] * shape[1] * 4 > _MAX_DENSE_BYTES:
-        raise ValueError(f"{path}: declares a {shape[0]} x {shape[1]} matrix, more than "
-                         f"{_MAX_DENSE_BYTES / 2**30:g} GiB dense")
-
-
-def _check_split(folder: str | Path, name: str, train: int, rest: int, test: int, index: Tensor,
-                 nodes: int) -> None:
-    """The raw files agree with each other: ``train`` labelled rows (``x``, ``y``) and 500 validation
-    rows among the ``rest`` (``allx``, ``ally``), and ``index`` (``test.index``) as many distinct ids as
-    the ``test`` rows (``tx``, ``ty``), each from ``rest`` on and below the graph's ``nodes`` (CiteSeer,
-    whose isolated test nodes leave gaps) or ``rest + test`` (the others).
-
-    Raises:
-        ValueError: naming the files and the counts that disagree.
-    """
-    where = f"{folder}: ind.{name}"
-    published = PUBLISHED_SHAPES.get(name, {}).get("nodes")
-    if published is not None and nodes != published:
-        raise ValueError(f"{where}.graph has {nodes} nodes, the published graph {published}")
-    if train + 500 > rest:
-        raise ValueError(f"{where}.y's {train} training rows and 500 validation rows exceed ally's {rest}")
-    if index.numel() != test:
-        raise ValueError(f"{where}.test.index holds {index.numel()} ids for {test} test rows (ty)")
-    end = nodes if name == "citeseer" else rest + test
-    if index.numel() and not (rest <= int(index.min()) and int(index.max()) < end):
-        raise ValueError(f"{where}.test.index holds ids from {int(index.min())} to {int(index.max())}, "
-                         f"outside the test nodes' {rest}..{end - 1}")
-    if int(torch.unique(index).numel()) != index.numel():
-        raise ValueError(f"{where}.test.index repeats ids")
 
 
 def _read_tensor(folder: str | Path, name: str, part: str) -> Tensor:
@@ -213,20 +156,6 @@ def _read_graph(folder: str | Path, name: str) -> dict[int, list[int]]:
     out = read_raw(folder, name, "graph")
     assert isinstance(out, dict)
     return out
-
-
-def _check_adjacency(path: Path, graph: dict[int, list[int]], nodes: int) -> None:
-    """Every node of the adjacency dict ``graph`` (read from ``path``) and each of its neighbours is an id
-    from 0 to ``nodes`` - 1: one that is not (a negative id, which building the edges would drop without a
-    word, or one past the labelled nodes) is a ValueError naming the file, the node and the id."""
-    for node, neighbours in graph.items():
-        if not 0 <= node < nodes:
-            raise ValueError(f"{path}: node id {node} is outside the {nodes} labelled nodes "
-                             f"(0 to {nodes - 1})")
-        bad = next((i for i in neighbours if not 0 <= i < nodes), None)
-        if bad is not None:
-            raise ValueError(f"{path}: node {node} has the neighbour id {bad}, outside the {nodes} labelled "
-                             f"nodes (0 to {nodes - 1})")
 
 
 def _numeric(a: Any, path: Path) -> np.ndarray:
@@ -256,7 +185,7 @@ def read_planetoid(folder: str | Path, name: str) -> Data:
         raise ValueError(f"{folder}: ind.{name}'s feature widths {x.size(1)}, {tx.size(1)}, {allx.size(1)} "
                          f"or class counts {y.size(1)}, {ty.size(1)}, {ally.size(1)} (x, tx, allx; y, ty, "
                          "ally) differ")
-    _check_split(folder, name, y.size(0), ally.size(0), ty.size(0), test_index, len(graph))
+    check_split(folder, name, y.size(0), ally.size(0), ty.size(0), test_index, len(graph))
     sorted_test_index = test_index.sort()[0]
     if name.lower() == "citeseer":
         # Isolated CiteSeer nodes leave gaps in the test ids: zero rows for them in tx and ty.
@@ -271,7 +200,7 @@ def read_planetoid(folder: str | Path, name: str) -> Data:
     labels = torch.cat([ally, ty], dim=0).max(dim=1)[1]
     labels[test_index] = labels[sorted_test_index]
     n = labels.size(0)
-    _check_adjacency(Path(folder) / f"ind.{name}.graph", graph, n)
+    check_adjacency(Path(folder) / f"ind.{name}.graph", graph, n)
     edge_index = edge_index_from_dict(graph, num_nodes=n)
     if edge_index.numel() and not 0 <= int(edge_index.min()) <= int(edge_index.max()) < n:
         raise ValueError(f"{folder}: ind.{name}.graph names nodes outside the {n} labelled ones")
@@ -381,12 +310,12 @@ def load_pubmed_topology(root: str | Path | None, cache: str | Path, seed: int =
         y, ty, ally = (_read_tensor(folder, "pubmed", part) for part in ("y", "ty", "ally"))
         graph = _read_graph(folder, "pubmed")
         test_index = _read_tensor(folder, "pubmed", "test.index")
-        _check_split(folder, "pubmed", y.size(0), ally.size(0), ty.size(0), test_index, len(graph))
+        check_split(folder, "pubmed", y.size(0), ally.size(0), ty.size(0), test_index, len(graph))
         # As read_planetoid_data: labels of allx nodes then test nodes, test rows moved to their ids.
         labels = torch.cat([ally, ty]).max(dim=1)[1]
         labels[test_index] = labels[test_index.sort()[0]]
         n = labels.numel()
-        _check_adjacency(folder / "ind.pubmed.graph", graph, n)
+        check_adjacency(folder / "ind.pubmed.graph", graph, n)
         edge_index = edge_index_from_dict(graph, num_nodes=n)
         if edge_index.numel() and not 0 <= int(edge_index.min()) <= int(edge_index.max()) < n:
             raise ValueError(f"ind.pubmed.graph names nodes outside the {n} labelled ones")
