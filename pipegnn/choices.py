@@ -164,11 +164,13 @@ class DistBackend(StrEnum):
 
 
 class Halo(StrEnum):
-    """``microbatch.halo``: the poster's induced subgraphs, exact L-hop halos, or historical ones."""
+    """``microbatch.halo``: the poster's induced subgraphs, exact L-hop halos, historical ones, or
+    neighbourhoods sampled anew every epoch (``microbatch.fanouts``)."""
 
     none = "none"
     exact = "exact"
     historical = "historical"
+    sampled = "sampled"
 
 
 class HaloDropout(StrEnum):

@@ -48,6 +48,7 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(f"microbatch.halo_dropout=node draws historical halo rows' dropout masks; with "
                           f"microbatch.halo={mb.halo} there are none: use microbatch.halo=historical, or "
                           "halo_dropout=read")
+    _check_fanouts(mb.halo, mb.fanouts, cfg.model.layers)
     check_positive_int(cfg.chunks, "chunks")
     if cfg.data.features is Storage.sparse and cfg.train.precision is not Precision.fp32:
         raise ConfigError(f"data.features=sparse with train.precision={cfg.train.precision}: sparse features "
@@ -58,6 +59,27 @@ def check_config(cfg: Config) -> None:
         value = getattr(cfg.dataset, key, None)
         if value is not None:
             _seed(value, f"dataset.{key}")
+
+
+def _check_fanouts(halo: Halo, fanouts: list[int] | None, layers: int) -> None:
+    """``microbatch.fanouts``: one per layer, each -1 (all) or >= 1, with sampled halos only."""
+    if halo is not Halo.sampled:
+        if fanouts is not None:
+            raise ConfigError(f"microbatch.fanouts={list(fanouts)} samples neighbourhoods, which only "
+                              f"microbatch.halo=sampled does (halo={halo}): set microbatch.halo=sampled, "
+                              "or microbatch.fanouts=null")
+        return
+    if fanouts is None:
+        raise ConfigError(f"microbatch.halo=sampled needs microbatch.fanouts, one per layer ({layers}): e.g. "
+                          f"microbatch.fanouts=[{','.join(['10'] * layers)}] (-1 keeps every neighbour)")
+    if len(fanouts) != layers:
+        raise ConfigError(f"microbatch.fanouts={list(fanouts)} has {len(fanouts)} entries for a model of "
+                          f"{layers} layers (model.layers): give one per layer, in hop order from the "
+                          "targets")
+    bad = [f for f in fanouts if f != -1 and f < 1]
+    if bad:
+        raise ConfigError(f"microbatch.fanouts={list(fanouts)}: {bad[0]} is not a fan-out; each must be -1 "
+                          "(every neighbour) or an integer >= 1")
 
 
 def _check_train(train: TrainConfig) -> None:

@@ -213,6 +213,7 @@ class MicrobatchConfig:
     targets: Targets = MISSING  # ${targets_for_halo:${microbatch.halo}} unless set
     seed: int = MISSING
     cache: Optional[str] = MISSING
+    fanouts: Optional[List[int]] = MISSING
 
 
 @dataclass

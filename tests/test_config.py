@@ -88,7 +88,7 @@ BAD_CHOICES = [
     ("dataset.name", "imagenet",
      "cora, citeseer, pubmed, pubmed_topology, ogbn-arxiv, ogbn-products, reddit, amazon_computers, "
      "amazon_photo, coauthor_cs, coauthor_physics, synthetic"),
-    ("microbatch.halo", "fancy", "none, exact, historical"),
+    ("microbatch.halo", "fancy", "none, exact, historical, sampled"),
     ("microbatch.targets", "some", "train, all"),
     ("microbatch.partition", "kmeans", "sequential, random, bfs, metis"),
     ("train.precision", "fp16", "fp32, bf16"),
@@ -143,6 +143,14 @@ def test_a_bad_choice_in_a_plain_config_is_invalid_before_training(tmp_path: Pat
     (["train.patience=0"],
      "train.patience must be a number of epochs >= 1 (or null: no early stopping), got 0"),
     (["train.target_val_acc=1.5"], "train.target_val_acc must be a validation accuracy in (0, 1]"),
+    (["microbatch.halo=sampled"], "microbatch.halo=sampled needs microbatch.fanouts, one per layer (2): e.g. "
+                                  "microbatch.fanouts=[10,10]"),
+    (["microbatch.halo=sampled", "microbatch.fanouts=[10]"], "microbatch.fanouts=[10] has 1 entries for a "
+                                                             "model of 2 layers"),
+    (["microbatch.halo=sampled", "microbatch.fanouts=[10,0]"], "microbatch.fanouts=[10, 0]: 0 is not a "
+                                                               "fan-out; each must be -1"),
+    (["microbatch.fanouts=[10,10]"], "microbatch.fanouts=[10, 10] samples neighbourhoods, which only "
+                                     "microbatch.halo=sampled does (halo=exact)"),
 ])
 def test_bad_numbers_are_invalid_before_training(tmp_path: Path, overrides: list[str], message: str) -> None:
     """A bad number is an ``invalid`` run naming the key, the value and what is valid, not torch's words

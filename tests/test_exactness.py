@@ -32,7 +32,8 @@ from pipegnn.data import Graph  # noqa: E402
 from pipegnn.data.features import DiskFeatureStore, FeatureRows, partition_ordered  # noqa: E402
 from pipegnn.data.planetoid import load_planetoid  # noqa: E402
 from pipegnn.engines import GPipeEngine, SingleEngine  # noqa: E402
-from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan  # noqa: E402
+from pipegnn.microbatch import ComputationGraph, NeighbourSampler, PlanSpec, build_plan  # noqa: E402
+from pipegnn.microbatch.halo import InCSR  # noqa: E402
 from pipegnn.models import FIRST_TRANSFORMS, Propagate, StagedGNN, Transform, build_model  # noqa: E402
 from pipegnn.sparse import to_csr  # noqa: E402
 
@@ -131,7 +132,8 @@ def reference(framework: str, model: StagedGNN, graph: Graph, targets: Tensor) -
 
 def micro_batched(framework: str, model: StagedGNN, graph: Graph, targets: Tensor, chunks: int,
                   partitioner: str, engine: str, halo: str = "exact",
-                  disk: Path | None = None, sparse: bool = False) -> tuple[Tensor, list]:
+                  disk: Path | None = None, sparse: bool = False,
+                  fanouts: tuple[int, ...] | None = None) -> tuple[Tensor, list]:
     """Outputs (in ``targets`` order) and gradients of the staged model run by ``engine`` (with
     ``disk``, reading the features from a file there ordered by the plan's partition, as
     ``data.features=disk`` does; with ``sparse``, from a CSR matrix, as ``data.features=sparse``)."""
@@ -140,7 +142,7 @@ def micro_batched(framework: str, model: StagedGNN, graph: Graph, targets: Tenso
     edge_index, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes,
                                                    graph.x.dtype)
     plan = build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), targets,
-                      PlanSpec(chunks, model.num_layers, halo=halo, partitioner=partitioner))
+                      PlanSpec(chunks, model.num_layers, halo=halo, partitioner=partitioner, fanouts=fanouts))
     if disk is not None:
         source = DiskFeatureStore(disk)
         source.put_tensor(graph.x, "node", "x", index=None)
@@ -227,6 +229,64 @@ def test_naive_mode_loses_cut_edges(graph: Graph, framework: str, kind: str) -> 
     lossy, _ = micro_batched(framework, model, graph, targets, 4, "sequential", "single", halo="none")
     wrong = (lossy - expected).abs().amax(1) > 1e-4
     assert wrong.float().mean() > 0.3  # most nodes have an in-neighbour in another chunk
+
+
+@pytest.mark.parametrize("engine", ["single", "gpipe"])
+@pytest.mark.parametrize("kind", list(MODELS))
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_sampled_with_every_neighbour_equals_full_graph(graph: Graph, framework: str, kind: str,
+                                                         engine: str) -> None:
+    """Sampled halos with fan-outs of -1 keep every in-edge: outputs and gradients equal full-graph
+    training (float64), as exact halos' do."""
+    model = build_model(MODELS[kind], get_backend(framework), graph.x, graph.num_classes)
+    targets = graph.split("train")
+    expected, expected_grads = reference(framework, copy.deepcopy(model), graph, targets)
+    out, grads = micro_batched(framework, model, graph, targets, 3, "metis", engine, halo="sampled",
+                               fanouts=(-1,) * model.num_layers)
+    assert_close(out, expected)
+    assert_grads_close(grads, expected_grads)
+
+
+@pytest.mark.parametrize("engine", ["single", "gpipe"])
+@pytest.mark.parametrize("kind", ["gat", "gcn"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_redrawn_epoch_trains_as_a_model_built_on_it(graph: Graph, framework: str, kind: str,
+                                                       engine: str) -> None:
+    """An epoch's new draw given to a model that already trained on another (``StagedGNN.replace``:
+    blocks, rows, the framework's structures and the first transform's gathers renewed) trains exactly
+    as a model given that draw from the start."""
+    backend = get_backend(framework)
+    model = build_model(MODELS[kind], backend, graph.x, graph.num_classes)
+    fresh = copy.deepcopy(model)
+    edge_index, weight = backend.computation_graph(kind, graph.edge_index, graph.num_nodes, graph.x.dtype)
+    computation = ComputationGraph(edge_index, graph.num_nodes, weight)
+    targets = graph.split("all")
+    plan = build_plan(computation, targets, PlanSpec(3, model.num_layers, halo="sampled", partitioner="metis",
+                                                     fanouts=(2,) * model.num_layers))
+    sampler = NeighbourSampler(InCSR(edge_index, graph.num_nodes, weight),
+                               [mb.targets for mb in plan.micro_batches], [2] * model.num_layers, 0)
+    later = sampler.draw(1)
+    assert any(a.nodes.numel() != b.nodes.numel() or not torch.equal(a.nodes, b.nodes)
+               for a, b in zip(plan.micro_batches, later))
+    labels = graph.y[plan.targets]
+
+    def engine_for(staged: StagedGNN) -> tuple[SingleEngine | GPipeEngine, Tensor]:
+        ids = staged.attach(plan)
+        return (SingleEngine(staged, CPU, 3) if engine == "single"
+                else GPipeEngine(staged, [CPU, CPU], [1, len(staged) - 1], 3, "except_last")), ids
+
+    run, ids = engine_for(model)
+    run.train_step(ids, labels, labels.numel())  # builds structures and gathers for epoch 0's draw
+    model.zero_grad()
+    model.replace(ids, later)
+    run.redraw(model, ids)
+    loss = run.train_step(ids, labels, labels.numel())
+    out = run.predict(ids)
+    other, other_ids = engine_for(fresh)
+    fresh.replace(other_ids, later)
+    assert loss == other.train_step(other_ids, labels, labels.numel())
+    assert torch.equal(out, other.predict(other_ids))
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), fresh.parameters()))
 
 
 @pytest.mark.parametrize("engine", ["single", "gpipe"])

@@ -152,6 +152,11 @@ class Engine:
         if timeline is not None:
             timeline.add(0, -1, kind, start, timeline.now(0))
 
+    def redraw(self, model: StagedGNN, ids: Tensor) -> None:
+        """The micro-batches ``ids`` of ``model`` were replaced (sampled halos' new draw,
+        [`StagedGNN.replace`][pipegnn.models.base.StagedGNN.replace]): forget what was built for their
+        shapes. A collective in a multi-process pipeline: call on every rank."""
+
     def step_boxes(self) -> list[Box] | None:
         """The stage timeline of the last training step (every stage's boxes), or None without a
         timeline. Call once per step, after the step's closing synchronisation."""

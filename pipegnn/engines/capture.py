@@ -43,6 +43,8 @@ def capture_problems(cfg: Config) -> list[str]:
     if cfg.microbatch.halo is Halo.historical:
         problems.append("microbatch.halo=historical: the history caches count ages and draw masks on the "
                         "host every step")
+    if cfg.microbatch.halo is Halo.sampled:
+        problems.append("microbatch.halo=sampled: every epoch draws new blocks, of new shapes, on the host")
     if cfg.data.features is Storage.disk:
         problems.append(f"data.features={cfg.data.features}: rows read from a file on the host each step")
     if cfg.data.features is Storage.sparse:

@@ -132,6 +132,21 @@ class PipeliningEngine(Engine):
     def has_last(self) -> bool:
         return self.num_stages - 1 in self.local
 
+    def redraw(self, model: StagedGNN, ids: Tensor) -> None:
+        """New micro-batches ``ids`` (sampled halos): every rank's units' rows are gathered (a rank holds
+        only its own units, while a stage's input and the logits take another rank's), and the schedules
+        over them are rebuilt on next use, padded to the new largest micro-batch."""
+        own = [i for s in self.local for i in self.units[s]]
+        mine = {i: [list(rows) for rows, _ in unit.outputs()] for i, unit in zip(own, model, strict=True)}
+        every: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(every, mine)
+        for rows_by_unit in every:
+            for i, outputs in rows_by_unit.items():
+                for known, rows in zip(self.shapes.rows[i], outputs):
+                    known[:] = rows  # in place: the stages hold these lists
+        changed = set(ids.tolist())
+        self._schedules = {key: value for key, value in self._schedules.items() if changed.isdisjoint(key[0])}
+
     def _loss(self, logits: Tensor, labels: Tensor) -> Tensor:
         return exact_loss(logits, labels, self._num_targets)
 

@@ -4,6 +4,8 @@ from pipegnn.microbatch.halo import HALOS, MicroBatch
 from pipegnn.microbatch.history import HALO_DROPOUTS, History
 from pipegnn.microbatch.partition import PARTITIONERS, partition
 from pipegnn.microbatch.plan import ComputationGraph, MicroBatchPlan, PlanSpec, PlanStats, build_plan
+from pipegnn.microbatch.sample import NeighbourSampler
 
 __all__ = ["HALO_DROPOUTS", "HALOS", "PARTITIONERS", "ComputationGraph", "History", "MicroBatch",
-           "MicroBatchPlan", "PlanSpec", "PlanStats", "build_plan", "cached_plan", "partition", "plan_key"]
+           "MicroBatchPlan", "NeighbourSampler", "PlanSpec", "PlanStats", "build_plan", "cached_plan",
+           "partition", "plan_key"]

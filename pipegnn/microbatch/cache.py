@@ -105,9 +105,10 @@ def cached_plan(cache_dir: str | Path | None, graph: ComputationGraph, targets: 
         graph, targets, spec, part: as for [`build_plan`][pipegnn.microbatch.plan.build_plan].
 
     Returns:
-        The plan and whether it came from the cache.
+        The plan and whether it came from the cache (never with sampled halos: their blocks are drawn
+        anew every epoch).
     """
-    if cache_dir is None:
+    if cache_dir is None or spec.halo == "sampled":
         return build_plan(graph, targets, spec, part), False
     key = plan_key(graph, targets, spec, part)
     path = Path(cache_dir) / f"plan-{key}.pt"

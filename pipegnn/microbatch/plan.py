@@ -9,6 +9,7 @@ from torch import Tensor
 from pipegnn.choices import Halo, Partitioner
 from pipegnn.microbatch.halo import HALOS, InCSR, MicroBatch, exact_block, historical_block, naive_block
 from pipegnn.microbatch.partition import partition, reuse_partition
+from pipegnn.microbatch.sample import NeighbourSampler
 
 __all__ = ["ComputationGraph", "MicroBatchPlan", "PlanSpec", "PlanStats", "build_plan"]
 
@@ -37,10 +38,12 @@ class PlanSpec:
         chunks: number of micro-batches k.
         num_layers: number of message-passing layers L.
         halo: ``exact`` (L-hop halo: outputs equal the full graph's), ``historical`` (1-hop halo, deeper
-            layers read cached embeddings) or ``none`` (induced subgraph of each part: edges between
-            parts are lost, as in the poster).
+            layers read cached embeddings), ``none`` (induced subgraph of each part: edges between
+            parts are lost, as in the poster) or ``sampled`` (a sampled L-hop halo per ``fanouts``; the
+            plan holds epoch 0's draw, [`NeighbourSampler`][pipegnn.microbatch.sample.NeighbourSampler]).
         partitioner: see `pipegnn.microbatch.PARTITIONERS`.
-        seed: partitioner seed.
+        seed: partitioner seed (and the sampled halos' draws').
+        fanouts: sampled halos' in-neighbours per node, per hop from the targets (``-1``: all).
     """
 
     chunks: int
@@ -48,6 +51,7 @@ class PlanSpec:
     halo: Halo | str = Halo.exact
     partitioner: Partitioner | str = Partitioner.metis
     seed: int = 0
+    fanouts: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -145,29 +149,36 @@ def build_plan(graph: ComputationGraph, targets: Tensor, spec: PlanSpec, part: T
             can share it).
 
     Raises:
-        ValueError: unknown halo or partitioner, or chunks outside ``[1, len(targets)]``.
+        ValueError: unknown halo or partitioner, chunks outside ``[1, len(targets)]``, or sampled halos
+            without one fan-out per layer.
     """
     halo, chunks, num_layers = spec.halo, spec.chunks, spec.num_layers
     if halo not in HALOS:
         raise ValueError(f"unknown halo mode {halo!r}; valid: {', '.join(HALOS)}")
+    if halo == "sampled" and (spec.fanouts is None or len(spec.fanouts) != num_layers):
+        raise ValueError(f"sampled halos need one fan-out per layer ({num_layers}), got {spec.fanouts!r}")
     targets = torch.unique(targets)
     if part is None:
         part = partition(graph.edge_index, graph.num_nodes, targets, chunks, spec.partitioner, spec.seed)
     else:
         part = reuse_partition(part, targets, chunks)
     csr = csr or InCSR(graph.edge_index, graph.num_nodes, graph.edge_weight)
-    batches = _blocks(csr, part, targets, chunks, halo, num_layers)
+    batches = _blocks(csr, part, targets, spec)
     stats = _stats(batches, _single_chunk_work(csr, targets, halo, num_layers), part, graph.edge_index)
     # plain strings (a choice's enum member would make the cached plan unreadable with weights_only)
     return MicroBatchPlan(batches, torch.cat([mb.targets for mb in batches]), part, str(halo),
                           str(spec.partitioner), stats)
 
 
-def _blocks(csr: InCSR, part: Tensor, targets: Tensor, chunks: int, halo: str,
-            num_layers: int) -> list[MicroBatch]:
+def _blocks(csr: InCSR, part: Tensor, targets: Tensor, spec: PlanSpec) -> list[MicroBatch]:
+    halo, chunks, num_layers = spec.halo, spec.chunks, spec.num_layers
     target_part = part[targets]
     if halo == "exact":
         return [exact_block(csr, targets[target_part == p], num_layers) for p in range(chunks)]
+    if halo == "sampled":
+        assert spec.fanouts is not None  # build_plan checked
+        parts = [targets[target_part == p] for p in range(chunks)]
+        return NeighbourSampler(csr, parts, list(spec.fanouts), spec.seed).draw(0)
     if halo == "historical":
         return [historical_block(csr, targets[target_part == p], num_layers) for p in range(chunks)]
     is_target = torch.zeros(part.numel(), dtype=torch.bool)
@@ -184,8 +195,9 @@ def _blocks(csr: InCSR, part: Tensor, targets: Tensor, chunks: int, halo: str,
 
 def _single_chunk_work(csr: InCSR, targets: Tensor, halo: str, num_layers: int) -> int:
     """The work (rows transformed + edges propagated, over layers) of the same halo mode with one
-    micro-batch, counted with node masks instead of building its blocks (which would hold the whole
-    graph's edges once more per layer)."""
+    micro-batch (sampled halos: exact ones, so that their inflation shows what sampling saves), counted
+    with node masks instead of building its blocks (which would hold the whole graph's edges once more
+    per layer)."""
     in_degree = csr.rowptr[1:] - csr.rowptr[:-1]
     computed = torch.zeros(csr.num_nodes, dtype=torch.bool)
     computed[targets] = True
@@ -193,7 +205,7 @@ def _single_chunk_work(csr: InCSR, targets: Tensor, halo: str, num_layers: int) 
         return (num_layers * csr.num_nodes + (num_layers - 1) * csr.src.numel()
                 + int(in_degree[targets].sum()))
     work = 0
-    for _ in range(num_layers if halo == "exact" else 1):  # from the last layer down
+    for _ in range(1 if halo == "historical" else num_layers):  # from the last layer down
         edges = int(in_degree[computed].sum())
         computed[csr.src[computed[csr.dst]]] = True  # the rows this layer reads
         work += int(computed.sum()) + edges

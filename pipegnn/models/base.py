@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from pipegnn.choices import FirstTransform, names
 from pipegnn.hostcalls import read_on_host
 from pipegnn.microbatch.current import computing
+from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.microbatch.history import History
 from pipegnn.microbatch.plan import MicroBatchPlan
 from pipegnn.models.precision import autocast_dtype
@@ -185,6 +186,13 @@ class StagedGNN(nn.Sequential):
         first = self.num_micro_batches
         self.num_micro_batches += plan.chunks
         return torch.arange(first, self.num_micro_batches)
+
+    def replace(self, ids: Tensor, micro_batches: list[MicroBatch]) -> None:
+        """Make ``micro_batches`` the micro-batches ``ids`` (sampled halos: an epoch's draw, over the same
+        targets), on the units' devices."""
+        for m, mb in zip(ids.tolist(), micro_batches, strict=True):
+            for unit in self:
+                unit.set_micro_batch(m, mb)
 
 
 @torch.no_grad()

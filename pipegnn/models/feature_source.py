@@ -47,7 +47,11 @@ class FeatureSource(nn.Module):
         self.stored = None if isinstance(x, (Tensor, FeatureMeta)) else x
 
     def add_micro_batch(self, mb: MicroBatch) -> None:
-        self.nodes.append(mb.nodes)
+        self.set_micro_batch(len(self.nodes), mb)
+
+    def set_micro_batch(self, m: int, mb: MicroBatch) -> None:
+        """Micro-batch ``m`` reads the rows of ``mb.nodes`` (replaced, or appended at ``len(nodes)``)."""
+        self.nodes[m] = mb.nodes
 
     def rows(self, index: Tensor, distinct: bool = False) -> Tensor:
         """The feature rows of node ids ``index``, on ``index``'s device (the unit's: the ids are its

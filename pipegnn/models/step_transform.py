@@ -44,6 +44,10 @@ class StepTransform(nn.Module):
         self._gathers.clear()  # index tensors live on the old device
         return super()._apply(fn, *args, **kwargs)
 
+    def forget(self) -> None:
+        """Forget the rows gathered per set of micro-batches (their nodes changed)."""
+        self._gathers.clear()
+
     def _gather(self, nodes: TensorList[Tensor], ids: list[int],
                 by_first_use: bool) -> tuple[Tensor, dict[int, Tensor], list[int]]:
         """The distinct rows micro-batches ``ids`` read (``nodes``: each micro-batch's), per micro-batch

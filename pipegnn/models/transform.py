@@ -18,7 +18,7 @@ from pipegnn.models.halo_history import HaloHistory
 from pipegnn.models.precision import autocast
 from pipegnn.models.spec import LayerSpec
 from pipegnn.models.step_transform import StepTransform
-from pipegnn.models.units import Unit
+from pipegnn.models.units import Unit, put
 from pipegnn.sparse import is_csr, sparse_dropout
 
 __all__ = ["Transform"]
@@ -111,14 +111,19 @@ class Transform(Unit):
         self.halo = HaloHistory(self.layer, num_nodes, self.spec.in_dim, dtype,
                                 self.spec.dropout if node_dropout else 0.0)
 
-    def add_micro_batch(self, mb: MicroBatch) -> None:
+    def set_micro_batch(self, m: int, mb: MicroBatch) -> None:
         layer = self.layer
-        self.rows.append(mb.sources[layer])
-        self.initial_rows.append(mb.sizes[layer])
-        if self.source is not None:
-            self.source.add_micro_batch(mb)
         if self.halo is not None:
+            if m != len(self.rows):
+                raise ValueError(f"{self.name}: a history cache's micro-batches are fixed (historical "
+                                 f"halos): micro-batch {m} cannot be replaced")
             self.halo.add_micro_batch(mb)
+        put(self.rows, m, mb.sources[layer])
+        put(self.initial_rows, m, mb.sizes[layer])
+        if self.source is not None:
+            self.source.set_micro_batch(m, mb)
+        if self.step is not None:
+            self.step.forget()
 
     def begin_step(self, ids: list[int], lazily: bool = False) -> int:
         """Start a step of micro-batches ``ids`` whose first-layer transform runs once (no-op unless

@@ -48,7 +48,7 @@ from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.models.precision import autocast
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["Propagate", "Readout", "TensorList", "Unit"]
+__all__ = ["Propagate", "Readout", "TensorList", "Unit", "put"]
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"elu": F.elu, "relu": F.relu}
 
@@ -70,6 +70,16 @@ class TensorList(nn.Module, Generic[_T]):
 
     def __getitem__(self, i: int) -> _T:
         return getattr(self, f"t{i}")
+
+    def __setitem__(self, i: int, tensor: _T) -> None:
+        """Replace tensor ``i`` (moved to the device of the one it replaces), or append at ``len``."""
+        if i == self._count:
+            self.append(tensor)
+            return
+        old = self[i]
+        if tensor is not None and old is not None:
+            tensor = tensor.to(old.device)  # type: ignore[assignment]
+        self._buffers[f"t{i}"] = tensor
 
     def __len__(self) -> int:
         return self._count
@@ -124,6 +134,12 @@ class Unit(nn.Module):
         return torch.device("cpu") if tensor is None else tensor.device
 
     def add_micro_batch(self, mb: MicroBatch) -> None:
+        """Append micro-batch ``mb`` (its id: the number of micro-batches before it)."""
+        self.set_micro_batch(len(self.rows), mb)
+
+    def set_micro_batch(self, m: int, mb: MicroBatch) -> None:
+        """Make ``mb`` micro-batch ``m``: replace it, or append it when ``m`` is the next id (sampled
+        halos draw new micro-batches for the same ids every epoch)."""
         raise NotImplementedError
 
     def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
@@ -163,13 +179,14 @@ class Propagate(Unit):
         self.sources: list[int] = []  # source rows each micro-batch reads
         self._structures: dict[int, Any] = {}  # framework structure per micro-batch, on this device
 
-    def add_micro_batch(self, mb: MicroBatch) -> None:
+    def set_micro_batch(self, m: int, mb: MicroBatch) -> None:
         layer = self.layer
-        self.edges.append(mb.edges[layer])
-        self.weights.append(mb.weights[layer])
-        self.sources.append(mb.sources[layer])
-        self.rows.append(mb.sizes[layer + 1])
-        self.initial_rows.append(mb.sizes[layer + 1])
+        self.edges[m] = mb.edges[layer]
+        self.weights[m] = mb.weights[layer]
+        put(self.sources, m, mb.sources[layer])
+        put(self.rows, m, mb.sizes[layer + 1])
+        put(self.initial_rows, m, mb.sizes[layer + 1])
+        self._structures.pop(m, None)
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Propagate":
         self._structures.clear()  # buffers are moving: rebuild structures on the new device
@@ -201,6 +218,14 @@ class Propagate(Unit):
         return (out, _first(x0, rows), ids) if self.carries_initial else (out, ids)
 
 
+def put(values: list[Any], i: int, value: Any) -> None:
+    """``values[i] = value``, or append it when ``i`` is ``len(values)``."""
+    if i == len(values):
+        values.append(value)
+    else:
+        values[i] = value
+
+
 def _first(h: Tensor, rows: int) -> Tensor:
     """The first ``rows`` rows of ``h``: ``h`` itself when it has no more (a slice and its backward are
     aten calls of their own, per layer and micro-batch)."""
@@ -227,8 +252,8 @@ class Readout(Unit):
     def name(self) -> str:
         return self.kind
 
-    def add_micro_batch(self, mb: MicroBatch) -> None:
-        self.rows.append(mb.sizes[-1])
+    def set_micro_batch(self, m: int, mb: MicroBatch) -> None:
+        put(self.rows, m, mb.sizes[-1])
 
     def compute(self, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         return self.linear(dropout(inputs[0], self.spec.dropout, self.training)), inputs[-1]

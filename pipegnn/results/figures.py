@@ -50,7 +50,8 @@ _NAMES = {"setup": "devices", "cfg.model.layers": "layers", "cfg.model.hidden": 
           "cfg.microbatch.halo_dropout": "halo dropout"}
 #: Axis labels of the x values plot_scaling accepts by name.
 _SCALING_X = {"num_nodes": "graph nodes", "num_edges": "graph edges", "cfg.model.hidden": "hidden size"}
-_HALO = {"none": "naive (no halo)", "exact": "exact halo", "historical": "historical halo"}
+_HALO = {"none": "naive (no halo)", "exact": "exact halo", "historical": "historical halo",
+         "sampled": "sampled halo"}
 _CHUNKS_LABEL = "micro-batches per step (chunks)"
 _METRIC_LABELS = {
     "epoch_time_median_s": "median epoch time (s)",

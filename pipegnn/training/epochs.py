@@ -20,7 +20,7 @@ from pipegnn.data import Graph
 from pipegnn.data.features import DiskFeatureStore
 from pipegnn.engines import IGNORE, Engine, Replayed
 from pipegnn.measure import timed
-from pipegnn.microbatch import MicroBatchPlan
+from pipegnn.microbatch import MicroBatchPlan, NeighbourSampler
 from pipegnn.microbatch.traffic import epoch_figures, stage_medians
 from pipegnn.models import StagedGNN
 from pipegnn.record import RunRecord
@@ -50,7 +50,8 @@ class Pass:
 class Trainee:
     """What one process trains: the graph (its labels and masks), the staged model and the engine that
     runs it, the training and the evaluation pass, and the feature file the first unit reads (None:
-    the features are in memory)."""
+    the features are in memory), and with sampled halos the sampler that draws each epoch's training
+    micro-batches (the plan holds epoch 0's)."""
 
     graph: Graph
     model: StagedGNN
@@ -58,6 +59,7 @@ class Trainee:
     training: Pass
     evaluation: Pass
     store: DiskFeatureStore | None = None
+    sampler: NeighbourSampler | None = None
 
 
 def fit(cfg: Config, trainee: Trainee, record: RunRecord,
@@ -111,6 +113,7 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
             optimizer.zero_grad(set_to_none=True)
         before = store.read_stats() if store is not None else None  # feature file reads so far
         with timed(engine.devices) as step:
+            drawn = _draw(trainee, epoch)  # sampled halos: this epoch's neighbourhoods, part of its step
             model.tick()  # a new step for the caches (ages count steps; per-node masks drawn anew)
             if replayed is not None:  # the optimizer's step is part of the recorded step
                 loss = replayed.train_step()
@@ -136,7 +139,7 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
         val_loss = float(F.cross_entropy(logits[masks["val"]].float(), eval_labels[masks["val"]]))
         epochs.append({"epoch": epoch, "train_loss": loss, **acc, "val_loss": val_loss,
                        "epoch_time_s": step.seconds, "eval_time_s": evaluation.seconds,
-                       **(epoch_figures(history) if history is not None else {})})
+                       **(epoch_figures(history) if history is not None else {}), **drawn})
         if store is not None:
             assert before is not None and trained is not None  # read from the store
             epochs[-1]["feature_reads"] = _feature_reads(before, trained, store.read_stats())
@@ -187,6 +190,23 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
              record.timing["epoch_time_median_s"])
     if "makespan_s" in record.pipeline:
         _log_figures(record.pipeline)
+
+
+def _draw(trainee: Trainee, epoch: int) -> dict[str, Any]:
+    """With sampled halos, give the model epoch ``epoch``'s training micro-batches (epoch 0's are the
+    plan's) and return the epoch record's ``sample_s`` and ``sampled_edges`` (every layer's edges, summed
+    over micro-batches); without, nothing."""
+    sampler = trainee.sampler
+    if sampler is None:
+        return {}
+    ids = trainee.training.ids
+    with timed() as drawing:
+        micro_batches = sampler.draw(epoch) if epoch else trainee.training.plan.micro_batches
+        if epoch:
+            trainee.model.replace(ids, micro_batches)
+            trainee.engine.redraw(trainee.model, ids)
+    return {"sample_s": drawing.seconds,
+            "sampled_edges": sum(e.size(1) for mb in micro_batches for e in mb.edges)}
 
 
 def _stops(epochs: list[dict[str, Any]], patience: int | None, monitor: Monitor) -> bool:

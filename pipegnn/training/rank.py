@@ -24,7 +24,15 @@ from pipegnn.measure import (
     reset_peaks,
     timed,
 )
-from pipegnn.microbatch import ComputationGraph, MicroBatchPlan, PlanSpec, cached_plan
+from pipegnn.microbatch import (
+    ComputationGraph,
+    MicroBatchPlan,
+    NeighbourSampler,
+    PlanSpec,
+    build_plan,
+    cached_plan,
+)
+from pipegnn.microbatch.halo import InCSR
 from pipegnn.models import build_model, model_stack
 from pipegnn.models.precision import autocast_dtype, dtype_name
 from pipegnn.record import RunRecord
@@ -59,7 +67,7 @@ def train_rank(cfg: Config, record: RunRecord,
     # The plans before the model (they use no random numbers): a plan too large for the machine is refused
     # in seconds, before a deep model's minutes of building.
     with timed() as build:
-        (train_plan, train_cached), (eval_plan, eval_cached) = _build_plans(
+        (train_plan, train_cached), (eval_plan, eval_cached), sampler = _build_plans(
             cfg, graph, backend, len(model_stack(cfg.model, 1, 1).layers))
     with timed() as modelling:
         model = build_model(cfg.model, backend, graph.feature_source, graph.num_classes,
@@ -80,6 +88,8 @@ def train_rank(cfg: Config, record: RunRecord,
     record.features = features
     record.microbatch = {**_plan_summary(train_plan, eval_plan, mb.first_transform), "targets": mb.targets,
                             "cached": train_cached, "eval_cached": eval_cached}
+    if sampler is not None:  # the draws: epoch e's from (seed, e); the plan's statistics are epoch 0's
+        record.microbatch.update(fanouts=sampler.fanouts, sample_seed=sampler.seed, eval_halo=eval_plan.halo)
     log.info("micro-batches: %d x halo=%s partition=%s targets=%s, replication %.2f, inflation %.2f "
              "(first transform %s), cut edges %.1f%% (%s in %.2fs)", train_plan.chunks, halo,
              train_plan.partition, mb.targets, train_plan.stats.replication,
@@ -113,7 +123,8 @@ def train_rank(cfg: Config, record: RunRecord,
                 engine.refresh(model, eval_ids)
             record.timing["history_fill_s"] = fill.seconds
         rank = dist.get_rank() if dist.is_initialized() else 0
-        trainee = Trainee(graph, model, engine, Pass(train_plan, train_ids), Pass(eval_plan, eval_ids), store)
+        trainee = Trainee(graph, model, engine, Pass(train_plan, train_ids), Pass(eval_plan, eval_ids), store,
+                          sampler)
         fit(cfg, trainee, record, on_epoch, None if state_dir is None else checkpoint_path(state_dir, rank))
     return engine.devices
 
@@ -169,31 +180,47 @@ def _feature_rows(model: Any, graph: Graph, storage: Storage,
     return store, info
 
 
-def _build_plans(cfg: Config, graph: Graph, backend: Any,
-                 num_layers: int) -> tuple[tuple[MicroBatchPlan, bool], tuple[MicroBatchPlan, bool]]:
-    """The training and evaluation plans, each with whether it came from the cache.
+def _build_plans(cfg: Config, graph: Graph, backend: Any, num_layers: int) -> tuple[
+        tuple[MicroBatchPlan, bool], tuple[MicroBatchPlan, bool], NeighbourSampler | None]:
+    """The training and evaluation plans, each with whether it came from the cache, and with sampled
+    halos the sampler of the training plan's later epochs (else None).
 
     The evaluation plan is the training plan when both have the same nodes (historical halos with
     targets=all), and otherwise reuses the training partition when the training targets cover the
-    evaluation nodes (targets=all): one partitioner run instead of two.
+    evaluation nodes (targets=all): one partitioner run instead of two. Sampled halos evaluate with
+    exact ones (full neighbourhoods, as the sampled-training literature evaluates).
     """
     mb = cfg.microbatch
     dtype = torch.promote_types(graph.feature_dtype, torch.float32)
     edge_index, edge_weight = backend.computation_graph(cfg.model.name, graph.edge_index, graph.num_nodes,
                                                         dtype)
+    computation = ComputationGraph(edge_index, graph.num_nodes, edge_weight)
+    sampled = mb.halo is Halo.sampled
 
-    def plan(targets: Tensor, part: Tensor | None = None) -> tuple[MicroBatchPlan, bool]:
-        return cached_plan(mb.cache, ComputationGraph(edge_index, graph.num_nodes, edge_weight), targets,
-                           PlanSpec(cfg.chunks, num_layers, halo=mb.halo, partitioner=mb.partition,
+    def plan(targets: Tensor, part: Tensor | None = None,
+             halo: Halo = mb.halo) -> tuple[MicroBatchPlan, bool]:
+        return cached_plan(mb.cache, computation, targets,
+                           PlanSpec(cfg.chunks, num_layers, halo=halo, partitioner=mb.partition,
                                     seed=mb.seed), part)
 
     train_targets, evaluated = graph.split(mb.targets), eval_targets(graph, mb.halo)
-    train = plan(train_targets)
-    if torch.equal(evaluated, train_targets):
-        return train, train
+    sampler = None
+    if sampled:
+        assert mb.fanouts is not None  # check_config
+        csr = InCSR(edge_index, graph.num_nodes, edge_weight)  # kept by the sampler for every epoch's draw
+        spec = PlanSpec(cfg.chunks, num_layers, halo=Halo.sampled, partitioner=mb.partition, seed=mb.seed,
+                        fanouts=tuple(mb.fanouts))
+        train = build_plan(computation, train_targets, spec, csr=csr), False
+        parts = [m.targets for m in train[0].micro_batches]
+        sampler = NeighbourSampler(csr, parts, list(mb.fanouts), mb.seed)
+    else:
+        train = plan(train_targets)
+    if torch.equal(evaluated, train_targets) and not sampled:
+        return train, train, sampler
+    halo = Halo.exact if sampled else mb.halo
     if bool(torch.isin(evaluated, train_targets).all()):
-        return train, plan(evaluated, train[0].part)
-    return train, plan(evaluated)
+        return train, plan(evaluated, train[0].part, halo), sampler
+    return train, plan(evaluated, halo=halo), sampler
 
 
 def _log_pipeline(info: PipelineInfo) -> None:

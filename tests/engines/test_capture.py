@@ -33,6 +33,7 @@ def _typed(*overrides: str) -> Config:
     (["engine.device=cpu"], "engine.device=cpu: CUDA graphs need a CUDA device"),
     (["engine.timeline=true"], "engine.timeline=true"),
     (["microbatch.halo=historical"], "microbatch.halo=historical"),
+    (["microbatch.halo=sampled", "microbatch.fanouts=[5,5]"], "microbatch.halo=sampled"),
     (["framework=dgl"], "framework=dgl"),
     (["model=gcn", "model.aggregation=sparse"], "model.aggregation=sparse"),
     (["train.precision=bf16"], "train.precision=bf16"),
