@@ -25,7 +25,7 @@ else:  # Python 3.10: the same behaviour from the str mix-in
             return str(self.value)
 
 __all__ = ["STUDY_GRAPHS", "StrEnum", "Aggregation", "Capture", "Checkpoint", "DatasetName", "DistBackend",
-           "EngineName",
+           "EdgeStorage", "EngineName",
            "FirstTransform", "FrameworkName", "Halo", "HaloDropout", "Launcher", "ModelName", "Monitor",
            "Partitioner", "Precision", "Schedule", "Split", "StartMethod", "Storage", "Targets", "names"]
 
@@ -80,6 +80,13 @@ class Storage(StrEnum):
     memory = "memory"
     disk = "disk"
     sparse = "sparse"  # in memory as a CSR matrix (bag-of-words features; pipegnn.sparse)
+
+
+class EdgeStorage(StrEnum):
+    """``data.edges``: where the computation graph's edges are kept while plans are built and drawn."""
+
+    memory = "memory"
+    disk = "disk"  # a graph store's CSC files (pipegnn.data.graph_store), read by position
 
 
 class ModelName(StrEnum):

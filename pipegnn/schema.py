@@ -45,6 +45,7 @@ from pipegnn.choices import (
     Checkpoint,
     DatasetName,
     DistBackend,
+    EdgeStorage,
     EngineName,
     FirstTransform,
     FrameworkName,
@@ -236,6 +237,7 @@ class DataConfig:
     root: Optional[str] = MISSING
     cache: str = MISSING
     features: Storage = MISSING
+    edges: EdgeStorage = MISSING
 
 
 @dataclass

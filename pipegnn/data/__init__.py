@@ -39,11 +39,13 @@ from pipegnn.runconfig import group_config
 from pipegnn.schema import DatasetConfig, PubmedTopologyConfig, StudyGraphConfig, SyntheticConfig
 from pipegnn.sparse import to_csr
 
-__all__ = ["DATASETS", "FEATURES_DIR", "STORAGE", "Graph", "SyntheticSpec", "load_graph", "make_synthetic",
-           "split_summary"]
+__all__ = ["DATASETS", "EDGES_DIR", "FEATURES_DIR", "STORAGE", "Graph", "SyntheticSpec", "load_graph",
+           "make_synthetic", "split_summary"]
 
 #: Folder of the feature files under a dataset cache (``data.cache``).
 FEATURES_DIR = "features"
+#: Folder of the graph stores (``data.edges=disk``) under a dataset cache.
+EDGES_DIR = "edges"
 
 #: Large real graphs (pipegnn.data.large, imported on use: ogb pulls in scikit-learn).
 LARGE_NAMES = ("ogbn-arxiv", "ogbn-products", "reddit")

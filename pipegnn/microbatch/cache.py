@@ -40,6 +40,8 @@ def plan_key(graph: ComputationGraph, targets: Tensor, spec: PlanSpec, part: Ten
               "halo": spec.halo, "partitioner": spec.partitioner, "seed": spec.seed,
               "part": None if part is None else hashlib.sha1(part.numpy().tobytes()).hexdigest()}
     h = hashlib.sha1(json.dumps({"format": _FORMAT, **params}, sort_keys=True).encode())
+    if graph.csr is not None and graph.csr.key is not None:  # edges in a graph store: its content key
+        h.update(f"store-{graph.csr.key}".encode())
     for t in (graph.edge_index, graph.edge_weight, torch.unique(targets)):
         h.update(b"-" if t is None else t.contiguous().numpy().tobytes())
         if t is not None:

@@ -9,10 +9,16 @@ mode): the extra rows are the halo, read from that layer's cache of embeddings o
 Written by hand because the library samplers that build such blocks (PyG's NeighborLoader with
 ``num_neighbors=[-1]*L``) need pyg-lib or torch-sparse, which have no wheels here; this is a vectorised
 CSR gather (no Python loop over nodes or edges).
+
+An [`InCSR`][pipegnn.microbatch.halo.InCSR] holds its edge arrays in memory, or reads them from files on
+demand ([`InCSR.from_columns`][pipegnn.microbatch.halo.InCSR.from_columns], ``data.edges=disk``: a graph
+store's columns); the block builders read only the positions they gather, and build the same blocks either
+way.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import psutil
 import torch
@@ -20,7 +26,7 @@ from torch import Tensor
 
 from pipegnn.choices import Halo, names
 
-__all__ = ["HALOS", "InCSR", "MicroBatch", "exact_block", "historical_block", "naive_block"]
+__all__ = ["HALOS", "Column", "InCSR", "MicroBatch", "exact_block", "historical_block", "naive_block"]
 
 HALOS = names(Halo)
 
@@ -58,6 +64,28 @@ class MicroBatch:
         return len(self.edges)
 
 
+class Column(Protocol):
+    """An edge array read by CSR positions: a Tensor, or a file read on demand."""
+
+    def __getitem__(self, pos: Tensor) -> Tensor: ...
+
+    def numel(self) -> int: ...
+
+
+class _Targets:
+    """The target of every CSR position, found in the row pointers (the ``dst`` of a CSR whose edges are
+    not in memory: nothing stored)."""
+
+    def __init__(self, rowptr: Tensor):
+        self.rowptr = rowptr
+
+    def __getitem__(self, pos: Tensor) -> Tensor:
+        return torch.searchsorted(self.rowptr, pos, right=True) - 1
+
+    def numel(self) -> int:
+        return int(self.rowptr[-1])
+
+
 class InCSR:
     """In-edges grouped by target node (CSR over targets) of one graph.
 
@@ -65,19 +93,46 @@ class InCSR:
         edge_index: ``[2, E]`` (source, target).
         num_nodes: number of nodes.
         edge_weight: optional ``[E]`` weights carried along.
+
+    Attributes:
+        src, dst, weight: source, target and weight of every CSR position (weight None: unweighted).
+        rowptr: ``[N + 1]`` first position of every target's in-edges.
+        key: a content key of edges read from files (keys cached plans in place of the edges), else None.
     """
 
     def __init__(self, edge_index: Tensor, num_nodes: int, edge_weight: Tensor | None = None):
         perm = torch.argsort(edge_index[1], stable=True)
-        self.src = edge_index[0, perm]
-        self.dst = edge_index[1, perm]
-        self.weight = None if edge_weight is None else edge_weight[perm]
+        self.src: Column = edge_index[0, perm]
+        self.dst: Column = edge_index[1, perm]
+        self.weight: Column | None = None if edge_weight is None else edge_weight[perm]
         self.rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
-        torch.cumsum(torch.bincount(self.dst, minlength=num_nodes), 0, out=self.rowptr[1:])
+        torch.cumsum(torch.bincount(edge_index[1], minlength=num_nodes), 0, out=self.rowptr[1:])
+        self._scratch(num_nodes)
+        self.key: str | None = None
+
+    def _scratch(self, num_nodes: int) -> None:
         self.num_nodes = num_nodes
         #: Scratch map global id -> local id (-1 = absent) that the block builders fill for one
         #: micro-batch and reset after it; its dtype is that of the blocks' local edges.
         self.local = torch.full((num_nodes,), -1, dtype=torch.int32 if num_nodes < 2**31 else torch.long)
+
+    @classmethod
+    def from_columns(cls, rowptr: Tensor, src: Column, weight: Column | None, key: str) -> "InCSR":
+        """A CSR whose row pointers are in memory and whose sources and weights are ``Column``s (e.g. a
+        graph store's files); targets come from the row pointers."""
+        csr = cls.__new__(cls)
+        csr.rowptr, csr.src, csr.dst, csr.weight, csr.key = rowptr, src, _Targets(rowptr), weight, key
+        csr._scratch(rowptr.numel() - 1)
+        return csr
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.rowptr[-1])
+
+    def edges(self, start: int, stop: int) -> tuple[Tensor, Tensor]:
+        """Sources and targets of the positions ``[start, stop)``."""
+        pos = torch.arange(start, stop)
+        return self.src[pos], self.dst[pos]
 
     def in_edges(self, nodes: Tensor) -> Tensor:
         """Positions (in CSR order) of all edges whose target is in ``nodes``."""

@@ -19,15 +19,19 @@ class ComputationGraph:
     """The graph a plan partitions: the edges the model's layers read.
 
     Attributes:
-        edge_index: ``[2, E]`` (source, target), self-loops included if the model uses them.
+        edge_index: ``[2, E]`` (source, target), self-loops included if the model uses them; ``[2, 0]``
+            when ``csr`` holds the edges.
         num_nodes: number of nodes.
         edge_weight: ``[E]`` weights that travel with their edges (e.g. GCN's full-graph
             normalisation), or None.
+        csr: the edges grouped by target when they are not in ``edge_index`` (``data.edges=disk``: read
+            from a graph store, keyed by its ``key``), else None.
     """
 
     edge_index: Tensor
     num_nodes: int
     edge_weight: Tensor | None = None
+    csr: InCSR | None = None
 
 
 @dataclass(frozen=True)
@@ -158,16 +162,26 @@ def build_plan(graph: ComputationGraph, targets: Tensor, spec: PlanSpec, part: T
     if halo == "sampled" and (spec.fanouts is None or len(spec.fanouts) != num_layers):
         raise ValueError(f"sampled halos need one fan-out per layer ({num_layers}), got {spec.fanouts!r}")
     targets = torch.unique(targets)
+    csr = csr or graph.csr or InCSR(graph.edge_index, graph.num_nodes, graph.edge_weight)
     if part is None:
-        part = partition(graph.edge_index, graph.num_nodes, targets, chunks, spec.partitioner, spec.seed)
+        part = partition(_partition_edges(graph, spec), graph.num_nodes, targets, chunks, spec.partitioner,
+                         spec.seed)
     else:
         part = reuse_partition(part, targets, chunks)
-    csr = csr or InCSR(graph.edge_index, graph.num_nodes, graph.edge_weight)
     batches = _blocks(csr, part, targets, spec)
-    stats = _stats(batches, _single_chunk_work(csr, targets, halo, num_layers), part, graph.edge_index)
+    stats = _stats(batches, _single_chunk_work(csr, targets, halo, num_layers), part, csr)
     # plain strings (a choice's enum member would make the cached plan unreadable with weights_only)
     return MicroBatchPlan(batches, torch.cat([mb.targets for mb in batches]), part, str(halo),
                           str(spec.partitioner), stats)
+
+
+def _partition_edges(graph: ComputationGraph, spec: PlanSpec) -> Tensor:
+    """The edges the partitioner reads: none for ``sequential`` and ``random`` (and one part); METIS and
+    BFS read every edge, from the graph store too when ``edge_index`` is not in memory (once, for the
+    partition: the only time a plan holds them all)."""
+    if graph.csr is None or spec.chunks == 1 or spec.partitioner in ("sequential", "random"):
+        return graph.edge_index
+    return torch.stack(graph.csr.edges(0, graph.csr.num_edges))
 
 
 def _blocks(csr: InCSR, part: Tensor, targets: Tensor, spec: PlanSpec) -> list[MicroBatch]:
@@ -202,27 +216,38 @@ def _single_chunk_work(csr: InCSR, targets: Tensor, halo: str, num_layers: int) 
     computed = torch.zeros(csr.num_nodes, dtype=torch.bool)
     computed[targets] = True
     if halo == "none":  # the induced subgraph of all nodes: every edge, the last layer's into targets
-        return (num_layers * csr.num_nodes + (num_layers - 1) * csr.src.numel()
+        return (num_layers * csr.num_nodes + (num_layers - 1) * csr.num_edges
                 + int(in_degree[targets].sum()))
     work = 0
     for _ in range(1 if halo == "historical" else num_layers):  # from the last layer down
         edges = int(in_degree[computed].sum())
-        computed[csr.src[computed[csr.dst]]] = True  # the rows this layer reads
+        computed[csr.src[csr.in_edges(computed.nonzero().view(-1))]] = True  # the rows this layer reads
         work += int(computed.sum()) + edges
     return work * (num_layers if halo == "historical" else 1)
 
 
-def _stats(batches: list[MicroBatch], reference_work: int, part: Tensor,
-           edge_index: Tensor) -> PlanStats:
+#: CSR positions read at a time when counting cut edges (bounds what a plan's statistics hold).
+_CHUNK = 1 << 22
+
+
+def _cut_edge_fraction(csr: InCSR, part: Tensor) -> float:
+    """Fraction of the edges (self-loops excluded) whose ends lie in different parts."""
+    cut = proper = 0
+    for start in range(0, csr.num_edges, _CHUNK):
+        src, dst = csr.edges(start, min(start + _CHUNK, csr.num_edges))
+        keep = src != dst
+        proper += int(keep.sum())
+        cut += int((part[src[keep]] != part[dst[keep]]).sum())
+    return cut / proper if proper else 0.0
+
+
+def _stats(batches: list[MicroBatch], reference_work: int, part: Tensor, csr: InCSR) -> PlanStats:
     k, num_layers = len(batches), batches[0].num_layers
     rows = [sum(mb.sources[layer] for mb in batches) for layer in range(num_layers)]
     distinct = [torch.unique(torch.cat([mb.nodes[:mb.sources[layer]] for mb in batches])).numel()
                 for layer in range(num_layers)]
     edges = [sum(mb.edges[layer].size(1) for mb in batches) for layer in range(num_layers)]
     work = sum(rows) + sum(edges)
-    src, dst = edge_index
-    proper = src != dst
-    cut = (part[src[proper]] != part[dst[proper]]).float().mean().item() if proper.any() else 0.0
     nodes = [mb.sizes[0] for mb in batches]
     targets = [mb.sizes[-1] for mb in batches]
     return PlanStats(
@@ -232,7 +257,7 @@ def _stats(batches: list[MicroBatch], reference_work: int, part: Tensor,
         replication=rows[0] / max(distinct[0], 1),
         replication_per_layer=[r / max(d, 1) for r, d in zip(rows, distinct)],
         inflation=(work - rows[0] + distinct[0]) / max(reference_work, 1),
-        cut_edge_fraction=float(cut),
+        cut_edge_fraction=_cut_edge_fraction(csr, part),
         target_balance=max(targets) * k / max(sum(targets), 1),
         node_balance=max(nodes) * k / max(sum(nodes), 1),
         padding_fraction=1.0 - sum(nodes) / (k * max(nodes)),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any, Callable
@@ -13,10 +14,12 @@ import torch.distributed as dist
 from torch import Tensor
 
 from pipegnn.backends import get_backend
-from pipegnn.choices import EngineName, FirstTransform, Halo, Storage, Targets
-from pipegnn.data import Graph, load_graph, split_summary
+from pipegnn.choices import EdgeStorage, EngineName, FirstTransform, Halo, Storage, Targets
+from pipegnn.data import EDGES_DIR, Graph, load_graph, split_summary
 from pipegnn.data.features import DiskFeatureStore, FeatureRows, partition_ordered
+from pipegnn.data.graph_store import cached_graph_store, csc
 from pipegnn.engines import AUTO, build_engine
+from pipegnn.errors import ConfigError
 from pipegnn.measure import (
     address_space_bytes,
     memory_limit,
@@ -64,20 +67,24 @@ def train_rank(cfg: Config, record: RunRecord,
         graph = dataclasses.replace(graph, x=graph.x.to(low))  # shared with the model; on disk: below)
     backend = get_backend(cfg.framework.name)
     halo = mb.halo
+    num_edges = graph.num_edges
     # The plans before the model (they use no random numbers): a plan too large for the machine is refused
     # in seconds, before a deep model's minutes of building.
     with timed() as build:
+        computation, edges = _computation_graph(cfg, graph, backend)
+        if computation.csr is not None:  # the plans read the graph store: let the edge list go first
+            graph = dataclasses.replace(graph, edge_index=torch.empty(2, 0, dtype=torch.long))
         (train_plan, train_cached), (eval_plan, eval_cached), sampler = _build_plans(
-            cfg, graph, backend, len(model_stack(cfg.model, 1, 1).layers))
+            cfg, graph, computation, len(model_stack(cfg.model, 1, 1).layers))
     with timed() as modelling:
         model = build_model(cfg.model, backend, graph.feature_source, graph.num_classes,
                             history=halo is Halo.historical, first_transform=mb.first_transform,
                             precision=precision, halo_dropout=mb.halo_dropout)
-    record.dataset = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+    record.dataset = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": num_edges,
                          "num_features": graph.num_features, "num_classes": graph.num_classes,
                          "feature_dtype": dtype_name(model.feature_dtype),
                          "feature_bytes": _feature_bytes(graph, model.feature_dtype),
-                         **split_summary(cfg.dataset, graph)}
+                         **split_summary(cfg.dataset, graph), "edges": edges}
     record.model = {"parameters": sum(p.numel() for p in model.parameters())}
     log.info("%s; %s with %d parameters", graph, cfg.model.name, record.model["parameters"])
     # Training reads the plans, the features (held by the model), the labels and the masks: let the
@@ -180,7 +187,52 @@ def _feature_rows(model: Any, graph: Graph, storage: Storage,
     return store, info
 
 
-def _build_plans(cfg: Config, graph: Graph, backend: Any, num_layers: int) -> tuple[
+def _computation_graph(cfg: Config, graph: Graph, backend: Any) -> tuple[ComputationGraph, dict[str, Any]]:
+    """The edges the model's layers read (self-loops, GCN weights), and the record's ``dataset.edges``.
+
+    With ``data.edges=disk`` they are a graph store's
+    ([`pipegnn.data.graph_store`][pipegnn.data.graph_store]): its CSC files under ``<data.cache>/edges/``,
+    keyed by the graph's edges, the framework, the model and the dtype, written once and reused while they
+    match their checksums; the plans read them by position.
+
+    Raises:
+        ConfigError: the graph store cannot be written.
+    """
+    dtype = torch.promote_types(graph.feature_dtype, torch.float32)
+
+    def computed() -> tuple[Tensor, Tensor | None]:
+        return backend.computation_graph(cfg.model.name, graph.edge_index, graph.num_nodes, dtype)
+
+    if cfg.data.edges is EdgeStorage.memory:
+        edge_index, edge_weight = computed()
+        return ComputationGraph(edge_index, graph.num_nodes, edge_weight), {"storage": "memory"}
+
+    def grouped() -> tuple[Tensor, Tensor, Tensor | None]:
+        edge_index, edge_weight = computed()
+        return csc(edge_index, graph.num_nodes, edge_weight)
+
+    h = hashlib.sha1(graph.edge_index.contiguous().numpy().data)
+    h.update(f"{graph.num_nodes}-{cfg.framework.name}-{cfg.model.name}-{dtype}".encode())
+    key = h.hexdigest()[:24]
+    edge_type = ("node", f"{cfg.framework.name}-{cfg.model.name}-{str(dtype).removeprefix('torch.')}", "node")
+    folder = Path(cfg.data.cache) / EDGES_DIR / f"{graph.name}-{key[:16]}"
+    try:
+        store, cached = cached_graph_store(folder, edge_type, key, grouped)
+    except OSError as e:
+        raise ConfigError(f"data.edges=disk: the edge files cannot be written under {folder} ({e}); make "
+                          "data.cache writable or use data.edges=memory") from e
+    colptr, row, weight = store.columns(edge_type)
+    paths = store.paths(edge_type)
+    info: dict[str, Any] = {"storage": "disk", "path": str(folder), "cached": cached,
+                            "computation_edges": row.numel(),
+                            "file_bytes": sum(p.stat().st_size for p in paths.values() if p.is_file())}
+    log.info("edges on disk: %s (%d edges, %.1f MiB, %s)", folder, row.numel(), info["file_bytes"] / 2**20,
+             "cached" if cached else "written")
+    csr = InCSR.from_columns(colptr, row, weight, key)
+    return ComputationGraph(torch.empty(2, 0, dtype=torch.long), graph.num_nodes, csr=csr), info
+
+
+def _build_plans(cfg: Config, graph: Graph, computation: ComputationGraph, num_layers: int) -> tuple[
         tuple[MicroBatchPlan, bool], tuple[MicroBatchPlan, bool], NeighbourSampler | None]:
     """The training and evaluation plans, each with whether it came from the cache, and with sampled
     halos the sampler of the training plan's later epochs (else None).
@@ -191,10 +243,6 @@ def _build_plans(cfg: Config, graph: Graph, backend: Any, num_layers: int) -> tu
     exact ones (full neighbourhoods, as the sampled-training literature evaluates).
     """
     mb = cfg.microbatch
-    dtype = torch.promote_types(graph.feature_dtype, torch.float32)
-    edge_index, edge_weight = backend.computation_graph(cfg.model.name, graph.edge_index, graph.num_nodes,
-                                                        dtype)
-    computation = ComputationGraph(edge_index, graph.num_nodes, edge_weight)
     sampled = mb.halo is Halo.sampled
 
     def plan(targets: Tensor, part: Tensor | None = None,
@@ -207,7 +255,8 @@ def _build_plans(cfg: Config, graph: Graph, backend: Any, num_layers: int) -> tu
     sampler = None
     if sampled:
         assert mb.fanouts is not None  # check_config
-        csr = InCSR(edge_index, graph.num_nodes, edge_weight)  # kept by the sampler for every epoch's draw
+        # kept by the sampler for every epoch's draw
+        csr = computation.csr or InCSR(computation.edge_index, graph.num_nodes, computation.edge_weight)
         spec = PlanSpec(cfg.chunks, num_layers, halo=Halo.sampled, partitioner=mb.partition, seed=mb.seed,
                         fanouts=tuple(mb.fanouts))
         train = build_plan(computation, train_targets, spec, csr=csr), False

@@ -41,9 +41,9 @@ from pipegnn.jsonfile import read_json
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ATTR", "DTYPES", "FORMAT", "GROUP", "FeatureFileError", "clean_stale_temporaries", "paths",
-           "read_position", "read_sidecar", "remove_files", "reseal", "stored_tensors", "verify_files",
-           "write_files"]
+__all__ = ["ATTR", "DTYPES", "FORMAT", "GROUP", "FeatureFileError", "atomic_path", "clean_stale_temporaries",
+           "paths", "pread_full", "read_position", "read_sidecar", "regular_or_absent", "remove_files",
+           "reseal", "runs", "stored_tensors", "verify_files", "write_files"]
 
 #: Group and attribute name of the node features in a store.
 GROUP, ATTR = "node", "x"
@@ -75,7 +75,7 @@ def read_sidecar(folder: Path, group: str, attr: str) -> dict[str, Any]:
     """
     data, side, order_path = paths(folder, group, attr)
     for path in (side, data, order_path):  # a FIFO (or a device) would block the read that follows
-        _regular_or_absent(path)
+        regular_or_absent(path)
     try:
         meta = read_json(side)
     except FileNotFoundError:
@@ -104,21 +104,49 @@ def read_sidecar(folder: Path, group: str, attr: str) -> dict[str, Any]:
     return meta
 
 
-def _regular_or_absent(path: Path) -> None:
+def regular_or_absent(path: Path, error: type[ValueError] = FeatureFileError, what: str = "feature file"
+                      ) -> None:
     """``path`` is a regular file or nothing (``os.stat``: never opened, so a FIFO cannot block).
 
     Raises:
-        FeatureFileError: naming the path and what it is.
+        error: naming the path (a ``what``) and what it is.
     """
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         return
     except OSError as e:
-        raise FeatureFileError(f"feature file {path} cannot be read: {e}") from None
+        raise error(f"{what} {path} cannot be read: {e}") from None
     if not stat.S_ISREG(mode):
         kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
-        raise FeatureFileError(f"feature file {path} is {kind}; delete it to have the file rebuilt")
+        raise error(f"{what} {path} is {kind}; delete it to have the file rebuilt")
+
+
+def runs(sorted_positions: np.ndarray, gap: int = 1) -> tuple[list[int], list[int]]:
+    """First item and length of each run of strictly increasing positions in which consecutive ones are
+    at most ``gap`` apart (1: consecutive items only; more: a read also covers the gaps, fewer calls)."""
+    breaks = np.flatnonzero(np.diff(sorted_positions) > gap) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks - 1, [sorted_positions.size - 1]))
+    return sorted_positions[starts].tolist(), (sorted_positions[ends] - sorted_positions[starts] + 1).tolist()
+
+
+def pread_full(fd: int, view: memoryview, offset: int, path: Path,
+               error: type[ValueError] = FeatureFileError) -> int:
+    """Fill ``view`` from byte ``offset`` of the open file ``fd`` (``os.preadv``, short reads continued);
+    returns the read calls made.
+
+    Raises:
+        error: the file ended first (truncated while in use).
+    """
+    calls = 0
+    while view.nbytes:
+        n = os.preadv(fd, [view], offset)
+        calls += 1
+        if n <= 0:
+            raise error(f"file {path} ended at byte {offset}: truncated while in use")
+        view, offset = view[n:], offset + n
+    return calls
 
 
 #: Temporary files of this process's writes: ``.<file name>.<host>-<pid>.<random>``.
@@ -206,7 +234,7 @@ def reseal(folder: Path, group: str, attr: str) -> None:
     data, side, _ = paths(folder, group, attr)
     meta = read_sidecar(folder, group, attr)
     meta["checksum"] = {**meta.get("checksum", {}), "data": file_checksum(data)}
-    with _atomic(side) as tmp:
+    with atomic_path(side) as tmp:
         Path(tmp).write_text(json.dumps(meta, indent=1))
 
 
@@ -240,13 +268,13 @@ def write_files(folder: Path, blocks: Iterable[Tensor], *, rows: int, cols: int,
             written += block.size(0)
             yield chunk
 
-    with _atomic(data) as tmp, open(tmp, "wb") as out:
+    with atomic_path(data) as tmp, open(tmp, "wb") as out:
         checksum = stream_checksum(written_rows(out))
         if written != rows:
             raise ValueError(f"feature blocks hold {written} rows, expected {rows}")
     checksums = {"data": checksum}
     if order is not None:
-        with _atomic(order_path) as tmp:
+        with atomic_path(order_path) as tmp:
             with open(tmp, "wb") as out:
                 np.save(out, order.detach().cpu().to(torch.int64).numpy(), allow_pickle=False)
             checksums["order"] = file_checksum(tmp)
@@ -255,7 +283,7 @@ def write_files(folder: Path, blocks: Iterable[Tensor], *, rows: int, cols: int,
     meta = {"format": FORMAT, "group": group, "attr": attr, "dtype": str(dtype).removeprefix("torch."),
             "rows": rows, "cols": cols, "byteorder": sys.byteorder,
             "order": None if order is None else order_path.name, "key": key, "checksum": checksums}
-    with _atomic(side) as tmp:
+    with atomic_path(side) as tmp:
         Path(tmp).write_text(json.dumps(meta, indent=1))
 
 
@@ -283,7 +311,7 @@ def stored_tensors(folder: Path) -> list[tuple[str, str]]:
     return found
 
 
-class _atomic:
+class atomic_path:
     """A temporary file beside ``path`` (yielded as a str) that replaces ``path`` when the block ends
     without an error, and is removed otherwise."""
 

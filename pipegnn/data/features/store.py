@@ -39,10 +39,12 @@ from pipegnn.data.features.files import (
     GROUP,
     FeatureFileError,
     paths,
+    pread_full,
     read_position,
     read_sidecar,
     remove_files,
     reseal,
+    runs,
     stored_tensors,
     verify_files,
     write_files,
@@ -80,14 +82,6 @@ def _index(index: Any, rows: int) -> np.ndarray | None:
     if ids.size and (ids.min() < 0 or ids.max() >= rows):
         raise IndexError(f"node ids out of range [0, {rows}): min {ids.min()}, max {ids.max()}")
     return ids
-
-
-def _runs(sorted_positions: np.ndarray) -> tuple[list[int], list[int]]:
-    """First row and length of each run of consecutive rows in strictly increasing positions."""
-    breaks = np.flatnonzero(np.diff(sorted_positions) != 1) + 1
-    starts = np.concatenate(([0], breaks))
-    lengths = np.diff(np.concatenate((starts, [sorted_positions.size])))
-    return sorted_positions[starts].tolist(), lengths.tolist()
 
 
 class DiskFeatureStore(FeatureStore):
@@ -185,16 +179,6 @@ class DiskFeatureStore(FeatureStore):
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def _pread(self, fd: int, view: memoryview, offset: int, path: Path) -> None:
-        """Fill ``view`` from ``offset`` (short reads continued; end of file is an error)."""
-        while view.nbytes:
-            n = os.preadv(fd, [view], offset)
-            self.read_calls += 1
-            if n <= 0:
-                raise FeatureFileError(f"feature file {path} ended at byte {offset}: truncated while in use")
-            self.bytes_read += n
-            view, offset = view[n:], offset + n
-
     def _read(self, group: str, attr: str, ids: np.ndarray | None) -> Tensor:
         f = self._open(group, attr)
         rows, cols, dtype = f.meta["rows"], f.meta["cols"], DTYPES[f.meta["dtype"]]
@@ -209,9 +193,10 @@ class DiskFeatureStore(FeatureStore):
         if positions.size and row_bytes:
             view, at = buffer.numpy().data, 0
             path = self.file(group, attr)
-            for start, length in zip(*_runs(positions)):  # one read per run of consecutive rows
+            for start, length in zip(*runs(positions)):  # one read per run of consecutive rows
                 size = length * row_bytes
-                self._pread(f.fd, view[at:at + size], start * row_bytes, path)
+                self.read_calls += pread_full(f.fd, view[at:at + size], start * row_bytes, path)
+                self.bytes_read += size
                 at += size
         out = buffer.view(dtype).view(positions.size, cols)
         return out if inverse is None else out[torch.from_numpy(inverse.reshape(-1))]
@@ -265,7 +250,7 @@ class DiskFeatureStore(FeatureStore):
         fd = os.open(data_path, os.O_WRONLY)
         try:
             at = 0
-            for start, length in zip(*_runs(positions[by_position])):
+            for start, length in zip(*runs(positions[by_position])):
                 chunk = data.data[at:at + length * row_bytes]
                 while chunk.nbytes:
                     n = os.pwrite(fd, chunk, start * row_bytes)
