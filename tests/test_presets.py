@@ -33,6 +33,9 @@ def _axes(cfg) -> dict[str, list[str]]:
     return {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
 
 
+#: The time-to-accuracy map's settings (conf/map_setting/).
+MAP_SETTINGS = ["full", "exact_k8", "exact_k32", "historical_k8", "historical_k32", "sampled10_k8",
+                "sampled10_k32", "sampled25_k8", "sampled25_k32"]
 #: Every preset but smoke sweeps 5 seeds.
 SEEDS = {"train.seed": ["0", "1", "2", "3", "4"]}
 PRESETS = {
@@ -60,6 +63,10 @@ PRESETS = {
                      "chunks": ["1", "2", "4", "8", "16", "32"],
                      "microbatch.halo": ["none", "exact", "historical"],
                      "microbatch.partition": ["sequential", "metis"], "train.seed": ["0", "1", "2"]},
+    **{name: {"dataset": datasets, "model": ["gcn", "gat"], "map_setting": MAP_SETTINGS,
+              "map_runner": ["process", "pipeline"], **SEEDS}
+       for name, datasets in (("sampled_map", ["amazon_computers_dense", "coauthor_physics_dense"]),
+                              ("sampled_map_synthetic", ["synthetic_pubmed_dense", "synthetic_1m_dense"]))},
     **{f"ablation_{axis}": {key: values, "framework": ["pyg", "dgl"], "model": ["gcn", "gat"],
                             "chunks": ["1", "8"], **SEEDS}
        for axis, key, values in (("nodes", "dataset.num_nodes", ["8000", "16000", "32000"]),
@@ -69,7 +76,7 @@ PRESETS = {
 #: Settings x 5 seeds (deep and historical_gap: 10, as their headline tables); smoke, which reproduces no
 #: result, has no seed axis.
 NUM_JOBS = {"deep": 80, "historical_gap": 80, "study_accuracy": 60, "study_pipelines": 120,
-            "study_poster": 216,
+            "study_poster": 216, "sampled_map": 360, "sampled_map_synthetic": 360,
             "poster_pubmed": 360, "poster_offline": 240, "halo_modes": 180, "scaling": 100, "smoke": 4,
             "ablation_nodes": 120, "ablation_density": 120, "ablation_hidden": 120}
 
@@ -244,10 +251,38 @@ def test_preset_first_job_runs(tmp_path: Path, name: str) -> None:
     assert record["choices"]["experiment"] == name and len(record["epochs"]) == 1
     for override in job:
         key, value = override.split("=", 1)
-        if key in ("framework", "model", "devices", "deep") or key.startswith("+"):
+        if key in ("framework", "model", "devices", "deep", "engine", "map_setting", "map_runner") or \
+                key.startswith("+"):
             assert record["choices"][key.lstrip("+")] == value
         else:
             node = record["config"]
             for part in key.split("."):
                 node = node[part]
             assert str(node) == value
+
+
+@pytest.mark.parametrize("runner", ["process", "pipeline"])
+def test_sampled_map_settings(runner: str) -> None:
+    """Every setting of the map composes to a valid run: full batch is one chunk, the others METIS
+    micro-batches of their halo (sampled ones with their fan-outs); the baseline is one process with 2
+    threads, the pipeline 2 processes of 1; the real graphs' split is dense."""
+    expected = {"full": (1, "none", None), "exact_k8": (8, "exact", None),
+                "historical_k32": (32, "historical", None),
+                "sampled10_k32": (32, "sampled", [10, 10]), "sampled25_k8": (8, "sampled", [25, 10])}
+    for setting, (chunks, halo, fanouts) in expected.items():
+        job = _compose("experiment=sampled_map", f"map_setting={setting}", f"map_runner={runner}",
+                       "dataset=coauthor_physics_dense", "model=gat")
+        assert (job.chunks, job.microbatch.halo, job.microbatch.fanouts) == (chunks, halo, fanouts)
+        assert (job.dataset.name, job.dataset.split, job.microbatch.partition) == \
+            ("coauthor_physics", "random", "metis")
+        assert (job.engine.name, job.engine.threads) == (("single", 2) if runner == "process"
+                                                         else ("pipelining", 1))
+        # the study's GAT settings, features sparse
+        assert (job.model.dropout, job.train.patience, job.data.features) == (0.6, 50, "sparse")
+        check_run(OmegaConf.to_container(job, resolve=True))
+    synthetic = _compose("experiment=sampled_map_synthetic", "dataset=synthetic_1m_dense")
+    dataset = synthetic.dataset
+    assert (dataset.num_nodes, dataset.train_per_class * 3, dataset.num_val) == (1_000_000, 600_000, 200_000)
+    deep = _compose("experiment=sampled_map", "map_setting=sampled25_k8", "model=gcn2", "model.layers=16")
+    with pytest.raises(ConfigError, match="has 2 entries for a model of 16 layers"):
+        check_run(OmegaConf.to_container(deep, resolve=True))

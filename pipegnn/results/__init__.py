@@ -15,6 +15,8 @@
 - [`figures`][pipegnn.results.figures]: figures of the table;
   [`timeline_plot`][pipegnn.results.timeline_plot]: the stage timeline of one traced step
   ([`plot_timeline`][pipegnn.results.timeline_plot.plot_timeline]);
+  [`tta_plot`][pipegnn.results.tta_plot]: time to accuracy against peak memory, a point per setting
+  ([`plot_time_to_accuracy_vs_memory`][pipegnn.results.tta_plot.plot_time_to_accuracy_vs_memory]);
 - [`sweep`][pipegnn.results.sweep]: a sweep's jobs on disk and resume checks;
   [`callbacks`][pipegnn.results.callbacks]: the end-of-sweep failure summary and the progress bar;
 - ``python -m pipegnn.results``: the command line ([`pipegnn.results.__main__`][pipegnn.results.__main__]; not
@@ -44,6 +46,7 @@ _EXPORTS = {
                 "plot_speedup_vs_chunks", "plot_time_to_accuracy_vs_chunks", "repeats_note"),
     "timeline_plot": ("plot_timeline",),
     "leaderboard_plot": ("plot_leaderboard",),
+    "tta_plot": ("plot_time_to_accuracy_vs_memory", "setting_label"),
     "sweep": ("INCOMPLETE", "MAX_YAML_BYTES", "VOLATILE_KEYS", "Job", "SweepPlanError", "comparable_config",
               "completed_record", "planned_jobs", "sweep_jobs", "unrecorded_jobs"),
     "callbacks": ("EpochProgress", "FailureSummary", "exit_code"),

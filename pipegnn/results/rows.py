@@ -33,6 +33,7 @@ COLUMNS: dict[str, str] = {
                                                                       "engine")},
     "chunks": "config chunks (micro-batches per step)",
     "halo": "config microbatch.halo", "partition": "config microbatch.partition",
+    "fanouts": "config microbatch.fanouts joined by ',' (sampled halos; None otherwise)",
     "targets": "config microbatch.targets, else 'train' (older records; None without a config)",
     "seed": "config train.seed",
     "epochs": "epochs completed (len of the record's epochs, NaN without a record; requested: "
@@ -48,8 +49,13 @@ COLUMNS: dict[str, str] = {
     "stopped_epoch": "last epoch when train.patience stopped the run early (NaN: ran every epoch)",
     "tta_train_s": "time to accuracy: training seconds (steps only) until validation accuracy first "
                    "reached tta_target_val_acc (NaN: never)",
+    "tta_wall_s": "time to accuracy: wall seconds from the run's start (set-up, evaluations and a "
+                  "pipeline's process start included) to the end of the epoch that reached it (NaN: never, "
+                  "or before a resume)",
     "tta_epoch": "epoch at which validation accuracy first reached tta_target_val_acc",
     "tta_target_val_acc": "the target: train.target_val_acc, else 0.98 x the run's best",
+    "best_train_s": "time to the best epoch (by train.monitor): training seconds (steps only)",
+    "best_wall_s": "time to the best epoch: wall seconds from the run's start, as tta_wall_s",
     "epoch_time_median_s": "median training-step time after the warm-up epoch",
     "eval_time_median_s": "median evaluation time after the warm-up epoch",
     "setup_s": "graph loading and model building", "microbatch_build_s": "building the micro-batch plans",
@@ -82,7 +88,7 @@ COLUMNS: dict[str, str] = {
     "pipeline_ideal_speedup": "busy / ideal makespan: the best this pipeline could gain (1: no overlap)",
 }
 #: Columns that are None, not NaN, when missing (text, and the overlap flag).
-_TEXT = {"path", "status", "error", "dataset", "model", "framework", "engine", "halo", "partition",
+_TEXT = {"path", "status", "error", "dataset", "model", "framework", "engine", "halo", "partition", "fanouts",
          "targets", "devices", "git_sha", "hardware", "date", "pipeline_schedule", "pipeline_balance",
          "pipeline_balance_source", "pipeline_overlap"}
 _PIPELINE_FIGURES = ("bubble_theoretical", "bubble", "bubble_ideal", "makespan_s", "busy_s",
@@ -139,7 +145,8 @@ def flatten(record: RunRecord | Mapping[str, Any], path: str | Path | None = Non
     device_peaks = [b for b in (memory.get("peak_device_bytes") or {}).values() if not math.isnan(_number(b))]
     rss = _number(memory.get("peak_rss_bytes"))
     targets = _get(cfg, "microbatch", "targets") or mb.get("targets")
-    tta = _dict(final.get("time_to_accuracy"))
+    tta, best = _dict(final.get("time_to_accuracy")), _dict(final.get("time_to_best"))
+    fanouts = _get(cfg, "microbatch", "fanouts")
     row: dict[str, Any] = {
         "path": None if path is None else str(path),
         "status": Status(record.status).value,
@@ -148,13 +155,15 @@ def flatten(record: RunRecord | Mapping[str, Any], path: str | Path | None = Non
         "chunks": cfg.get("chunks", mb.get("chunks")),
         "halo": _get(cfg, "microbatch", "halo") or mb.get("halo"),
         "partition": _get(cfg, "microbatch", "partition") or mb.get("partition"),
+        "fanouts": _leaf(fanouts) if fanouts is not None else None,
         "targets": _leaf(targets) if targets is not None else ("train" if cfg else None),  # older records
         "seed": _get(cfg, "train", "seed"),
         "epochs": len(record.epochs),
         "monitor": _get(cfg, "train", "monitor") or ("val_acc" if cfg else None),
         **{k: _number(final.get(k)) for k in ("test_acc", "val_acc", "best_val_acc", "best_val_loss",
                                               "test_acc_at_best_val", "best_epoch", "stopped_epoch")},
-        **{f"tta_{k}": _number(tta.get(k)) for k in ("train_s", "epoch", "target_val_acc")},
+        **{f"tta_{k}": _number(tta.get(k)) for k in ("train_s", "wall_s", "epoch", "target_val_acc")},
+        **{f"best_{k}": _number(best.get(k)) for k in ("train_s", "wall_s")},
         **{k: _number(timing.get(k)) for k in ("epoch_time_median_s", "eval_time_median_s", "setup_s",
                                                 "microbatch_build_s", "total_s")},
         "peak_rss_mb": rss / _MIB,

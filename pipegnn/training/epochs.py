@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -28,7 +29,7 @@ from pipegnn.schema import Config, TrainConfig
 from pipegnn.timeline import chrome_trace, medians, step_figures
 from pipegnn.training.preemption import resume_from, save, signals_deferred, training_state
 
-__all__ = ["EPOCH_LINE", "Pass", "Trainee", "best_epoch", "fit", "time_to_accuracy"]
+__all__ = ["EPOCH_LINE", "Pass", "Trainee", "best_epoch", "fit", "time_to_accuracy", "wall_times"]
 
 #: The run's log: launch, rank and epochs log under one name, which train.log's lines keep.
 RUN_LOG = "pipegnn.train"
@@ -139,7 +140,8 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
         val_loss = float(F.cross_entropy(logits[masks["val"]].float(), eval_labels[masks["val"]]))
         epochs.append({"epoch": epoch, "train_loss": loss, **acc, "val_loss": val_loss,
                        "epoch_time_s": step.seconds, "eval_time_s": evaluation.seconds,
-                       **(epoch_figures(history) if history is not None else {}), **drawn})
+                       **(epoch_figures(history) if history is not None else {}), **drawn,
+                       "ended_at": time.time()})  # wall clock, for the run's wall_times
         if store is not None:
             assert before is not None and trained is not None  # read from the store
             epochs[-1]["feature_reads"] = _feature_reads(before, trained, store.read_stats())
@@ -265,6 +267,28 @@ def time_to_accuracy(epochs: list[dict[str, Any]], target: float | None = None) 
         if e["val_acc"] >= target:
             return {"target_val_acc": target, "source": source, "epoch": e["epoch"], "train_s": elapsed}
     return {"target_val_acc": target, "source": source, "epoch": None, "train_s": None}
+
+
+def wall_times(epochs: list[dict[str, Any]], final: dict[str, Any] | None, started_at: float) -> None:
+    """Wall-clock times of a run that started (its process, or a pipeline's launcher) at ``started_at``
+    (``time.time()``), set-up, evaluation and a pipeline's process start included, as a user waits for
+    them: each epoch's ``wall_s`` (from the start to the end of its evaluation), ``final``'s
+    ``time_to_accuracy.wall_s`` and ``time_to_best`` (``epoch``, ``train_s`` and ``wall_s`` of the best
+    epoch by ``final["monitor"]``). Epochs a resumed run restored (trained by an earlier process) get
+    None, and so do the figures that reach back to them."""
+    for e in epochs:
+        ended = e.get("ended_at")
+        e["wall_s"] = ended - started_at if ended is not None and ended >= started_at else None
+    if not final or not epochs:
+        return
+    by_epoch = {e["epoch"]: e for e in epochs}
+    tta = final.get("time_to_accuracy")
+    if isinstance(tta, dict):
+        reached = by_epoch.get(tta.get("epoch"))
+        tta["wall_s"] = None if reached is None else reached["wall_s"]
+    best = best_epoch(epochs, final.get("monitor", Monitor.val_acc))
+    final["time_to_best"] = {"epoch": best["epoch"], "wall_s": best["wall_s"],
+                             "train_s": sum(e["epoch_time_s"] for e in epochs if e["epoch"] <= best["epoch"])}
 
 
 def _log_figures(p: dict[str, Any]) -> None:

@@ -35,7 +35,7 @@ from pipegnn.results.records import probe_record_folder, write_record
 from pipegnn.runconfig import config_container, run_config
 from pipegnn.schema import Config, PipeliningEngineConfig
 from pipegnn.timeline import TRACE_NAME
-from pipegnn.training.epochs import RUN_LOG
+from pipegnn.training.epochs import RUN_LOG, wall_times
 from pipegnn.training.loggers import Loggers
 from pipegnn.training.preemption import Interrupted, checkpoint_path, interruptible, previous_path
 from pipegnn.training.processes.group import check_launch, gather_memory, is_secondary_rank, process_group
@@ -86,7 +86,7 @@ def run_rank(cfg: Config, on_epoch: Callable[[dict[str, Any]], Any] | None = Non
 def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | None,
          choices: Mapping[str, Any] | None, on_epoch: Callable[[dict[str, Any]], Any] | None,
          state_dir: str | Path | None, one_rank: bool = False) -> RunRecord:
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     reset_peaks()
     container = config_container(cfg)
     record = RunRecord(status=Status.FAILED, config=container, choices=dict(choices or {}), env=env_info())
@@ -127,6 +127,7 @@ def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | 
                 log.exception("run failed")
         guard.hold()  # a signal from here on waits for the record
         record.timing["total_s"] = time.perf_counter() - start
+        wall_times(record.epochs, record.final, started_at)
         # A pipeline's peaks of every rank (set during training) take precedence over this process's.
         record.memory = {"peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": peak_device_bytes(devices),
                          **record.memory}
