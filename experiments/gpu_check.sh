@@ -10,9 +10,11 @@
 #                  graph (engine.capture=cuda_graph), and engine=pipelining with two ranks sharing the GPU
 #                  (gloo) and with two CPU stages on this CUDA machine; every epoch's loss against the
 #                  single engine's;
-#   physics_full, physics_k8
+#   physics_full, physics_k8, physics_sampled
 #                  a real graph larger than PubMed (Coauthor Physics, 34,493 nodes, 8,415 features; its
-#                  .npz travels with the tree, `make gpu-wheels`): GCN full batch and exact k=8, dense split;
+#                  .npz travels with the tree, `make gpu-wheels`): GCN full batch, exact k=8 and sampled
+#                  k=8 (fan-outs [25,10], drawn anew every epoch: what large-graph users run instead), dense
+#                  split;
 #   host_overhead  aten and sync-forcing calls and step time of a plain PyG loop and pipegnn's full batch,
 #                  exact k=8 and 32, historical k=8 (GAT 2 layers), and full batch and historical k=8
 #                  (GCNII 64), eager and captured (benchmarks/host_overhead.py --device cuda:0 --captured);
@@ -87,6 +89,8 @@ physics=("$py" experiments/train.py dataset=$real dataset.split=random model=gcn
          engine=single engine.device=$device train.epochs=$epochs logger=[])
 part physics_full "${limit[2]}" "${physics[@]}" chunks=1 microbatch.halo=none hydra.run.dir="$work/records/physics_full"
 part physics_k8 "${limit[2]}" "${physics[@]}" chunks=8 microbatch.halo=exact hydra.run.dir="$work/records/physics_k8"
+part physics_sampled "${limit[2]}" "${physics[@]}" chunks=8 microbatch.halo=sampled "microbatch.fanouts=[25,10]" \
+  hydra.run.dir="$work/records/physics_sampled"
 
 "$py" - "$work/records" >>"$summary" 2>&1 <<'EOF'
 import json, sys

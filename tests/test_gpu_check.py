@@ -29,15 +29,16 @@ def test_gpu_check_dry_run_leaves_its_two_files_and_every_part_passes(tmp_path: 
     summary = (out / "summary.txt").read_text()
     parts = dict(re.findall(r"^part (\S+): exit (\d+)", summary, re.M))
     assert parts == {"gpu_tests": "0", "single": "0", "single_graph": "0", "shared_gpu": "0",
-                     "cpu_stages": "0", "physics_full": "0", "physics_k8": "0", "host_overhead": "0",
+                     "cpu_stages": "0", "physics_full": "0", "physics_k8": "0", "physics_sampled": "0",
+                     "host_overhead": "0",
                      "capacity": "0"}, summary
     with tarfile.open(out / "check.tar.gz") as tar:
         names = tar.getnames()
         records = {Path(n).parent.name: json.load(io.TextIOWrapper(tar.extractfile(n)))
                    for n in names if n.endswith("result.json")}
     assert {"./gpu_tests.xml", "./capacity.csv", "./host_overhead.csv"} <= set(names)
-    assert sorted(records) == ["physics_full", "physics_k8", "pipelining_cpu", "pipelining_shared", "single",
-                               "single_graph"]
+    assert sorted(records) == ["physics_full", "physics_k8", "physics_sampled", "pipelining_cpu",
+                               "pipelining_shared", "single", "single_graph"]
     assert all(r["status"] == "completed" for r in records.values())
     for name in ("pipelining_shared", "pipelining_cpu"):
         assert records[name]["workers"] == {"world_size": 2, "start_method": "forkserver", "backend": "gloo"}
@@ -46,4 +47,7 @@ def test_gpu_check_dry_run_leaves_its_two_files_and_every_part_passes(tmp_path: 
         single = [e["train_loss"] for e in records["single"]["epochs"]]
         assert losses == pytest.approx(single, rel=1e-5)
     assert records["physics_k8"]["dataset"]["split"] == "random"
+    sampled = records["physics_sampled"]
+    assert sampled["microbatch"]["fanouts"] == [25, 10]
+    assert len({e["sampled_edges"] for e in sampled["epochs"]}) == 2  # a new draw each epoch
     assert "GCNII 64 historical k=8" in summary and "exact k=32" in summary
