@@ -15,6 +15,11 @@ With ``features="disk"`` (``data.features=disk``) the node features are kept in 
 writes them there block by block straight from its generator (the file is cached by the spec, so a graph
 larger than memory never exists whole); a real graph is loaded whole once, as in memory mode, and its
 features are written to the file once (cached by their content) and dropped from memory.
+With ``edges="disk"`` (``data.edges=disk``) the graph carries an
+[`EdgeMeta`][pipegnn.data.graph_store.EdgeMeta]: the edges' number, key (a synthetic graph's spec, else a hash
+of the edges) and the folder ``<cache>/edges/<name>-<key>/`` where graph stores of them are kept; a synthetic
+graph whose edges were drawn before restores the generator state saved there and has an empty
+``edge_index``.
 ``features="sparse"`` keeps them in memory as a CSR matrix ([`pipegnn.sparse`][pipegnn.sparse]: bag-of-words
 features, whose first transform is then a sparse product). ``features="none"`` gives the topology, labels
 and split only (a pipeline rank that never reads features): a synthetic graph's features are not even
@@ -32,8 +37,16 @@ import torch
 from pipegnn.choices import DatasetName, Storage, names
 from pipegnn.data.features import STORAGE, FeatureMeta, cached_store
 from pipegnn.data.graph import Graph
+from pipegnn.data.graph_store import EdgeMeta
 from pipegnn.data.planetoid import PLANETOID_NAMES, load_planetoid, load_pubmed_topology
-from pipegnn.data.synthetic import SyntheticSpec, feature_key, make_synthetic
+from pipegnn.data.synthetic import (
+    SyntheticSpec,
+    feature_key,
+    load_drawn,
+    make_synthetic,
+    save_drawn,
+    topology_key,
+)
 from pipegnn.errors import ConfigError
 from pipegnn.runconfig import group_config
 from pipegnn.schema import DatasetConfig, PubmedTopologyConfig, StudyGraphConfig, SyntheticConfig
@@ -54,7 +67,7 @@ DATASETS = names(DatasetName)
 
 
 def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | None, cache: str | Path,
-               features: Storage | str = Storage.memory) -> Graph:
+               features: Storage | str = Storage.memory, edges: str = "memory") -> Graph:
     """Load the graph that a ``dataset`` config group describes.
 
     Args:
@@ -68,6 +81,8 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
         features: ``memory`` (``graph.x``), ``sparse`` (``graph.x`` a CSR matrix), ``disk`` (``graph.x``
             None, ``graph.features`` describes the feature file) or ``none`` (``graph.x`` None,
             ``graph.features`` only their shape).
+        edges: ``memory`` or ``disk`` (``graph.edges`` describes them; a synthetic graph's drawn before are
+            not drawn again).
 
     Raises:
         ConfigError: unknown dataset name or parameter, an invalid synthetic spec, or a feature file
@@ -76,10 +91,12 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
     """
     if features not in (*STORAGE, "none"):
         raise ConfigError(f"features={features!r} is not valid; valid: {', '.join((*STORAGE, 'none'))}")
+    if edges not in ("memory", "disk"):
+        raise ConfigError(f"edges={edges!r} is not valid; valid: memory, disk")
     config: DatasetConfig = group_config("dataset", dataset)
     name = str(config.name)
     if isinstance(config, SyntheticConfig):
-        graph = _synthetic(config, cache, "memory" if features == "sparse" else features)
+        graph = _synthetic(config, cache, "memory" if features == "sparse" else features, edges)
         return dataclasses.replace(graph, x=to_csr(graph.x)) if features == "sparse" and graph.x is not None \
             else graph
     if isinstance(config, PubmedTopologyConfig):
@@ -93,6 +110,12 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
         assert name in LARGE_NAMES, name  # every other DatasetName
         from pipegnn.data.large import load_large
         graph = load_large(name, root, cache)
+    if edges == "disk":
+        h = hashlib.sha1(graph.edge_index.contiguous().numpy().data)
+        h.update(str(graph.num_nodes).encode())
+        key = h.hexdigest()[:24]
+        graph = dataclasses.replace(graph, edges=EdgeMeta(graph.num_edges, key,
+                                                          Path(cache) / EDGES_DIR / f"{name}-{key[:16]}"))
     if features == "memory":
         return graph
     if features == "sparse":
@@ -124,17 +147,29 @@ def split_summary(dataset: DatasetConfig, graph: Graph) -> dict[str, Any]:
             "val_nodes": int(graph.val_mask.sum()), "test_nodes": int(graph.test_mask.sum())}
 
 
-def _synthetic(dataset: SyntheticConfig, cache: str | Path, features: str) -> Graph:
+def _synthetic(dataset: SyntheticConfig, cache: str | Path, features: str, edges: str) -> Graph:
     params = {k: v for k, v in dataclasses.asdict(dataset).items() if k not in ("name", "preset")}
     spec = SyntheticSpec(**params)  # the schema has SyntheticSpec's fields
     name = dataset.preset or "synthetic"
+    edge_key = topology_key(spec)
+    folder = Path(cache) / EDGES_DIR / f"{name}-{edge_key[:16]}"
+    saved = load_drawn(folder, edge_key) if edges == "disk" else None
+    drawn: dict[str, Any] = {}  # make_synthetic's keywords: skip the edges drawn before, or save the state
+    if saved is not None:
+        drawn = {"drawn": saved}
+    elif edges == "disk":
+        drawn = {"on_edges": lambda d: save_drawn(folder, edge_key, d)}
     if features != "disk":
-        return make_synthetic(spec, name=name, features=features)
-    generated: list[Graph] = []  # the graph, when its features had to be written
-    key = feature_key(spec)
-    store = cached_store(Path(cache) / FEATURES_DIR / f"synthetic-{key}", key,
-                         lambda s: generated.append(
-                             make_synthetic(spec, name=name, features="disk", store=s)))
-    if generated:
-        return generated[0]
-    return dataclasses.replace(make_synthetic(spec, name=name, features="none"), features=store.meta())
+        graph = make_synthetic(spec, name=name, features=features, **drawn)
+    else:
+        generated: list[Graph] = []  # the graph, when its features had to be written
+        key = feature_key(spec)
+        store = cached_store(Path(cache) / FEATURES_DIR / f"synthetic-{key}", key,
+                             lambda s: generated.append(
+                                 make_synthetic(spec, name=name, features="disk", store=s, **drawn)))
+        graph = generated[0] if generated else dataclasses.replace(
+            make_synthetic(spec, name=name, features="none", **drawn), features=store.meta())
+    if edges != "disk":
+        return graph
+    num_edges = saved.num_edges if saved is not None else int(graph.edge_index.size(1))
+    return dataclasses.replace(graph, edges=EdgeMeta(num_edges, edge_key, folder))

@@ -3,7 +3,10 @@ the staging folder through which loaders download into that cache.
 
 A graph's node features are either in memory (``x``) or described by ``features`` (a
 [`FeatureMeta`][pipegnn.data.features.FeatureMeta]: on disk, ``data.features=disk``, or not read by this
-process at all, e.g. a pipeline rank without the first layer); every other field is always in memory.
+process at all, e.g. a pipeline rank without the first layer). With ``data.edges=disk`` its edges are
+described by ``edges`` (an [`EdgeMeta`][pipegnn.data.graph_store.EdgeMeta]: their number, key and graph
+store folder), and ``edge_index`` may be empty (a synthetic graph whose edges were not drawn again);
+every other field is always in memory.
 
 A saved graph holds plain tensors, a name, an int, a format number and its content checksum
 ([`pipegnn.integrity`][pipegnn.integrity]), and is read back with ``torch.load(..., weights_only=True)``:
@@ -29,6 +32,7 @@ from pipegnn.integrity import seal, unsealed
 
 if TYPE_CHECKING:
     from pipegnn.data.features import FeatureMeta
+    from pipegnn.data.graph_store import EdgeMeta
 
 __all__ = ["GRAPH_FILE", "Graph", "load_saved_graph", "save_graph", "staging_folder"]
 
@@ -54,6 +58,8 @@ class Graph:
         num_classes: number of label classes.
         features: the features' shape and dtype, and their folder when they are on disk; None when
             ``x`` holds them.
+        edges: with ``data.edges=disk``, the edges' number, key and graph store folder (``edge_index`` is
+            then ``[2, 0]`` when they were not loaded); None otherwise.
     """
 
     name: str
@@ -65,6 +71,7 @@ class Graph:
     test_mask: Tensor
     num_classes: int
     features: FeatureMeta | None = None
+    edges: EdgeMeta | None = None
 
     def __post_init__(self) -> None:
         if (self.x is None) == (self.features is None):
@@ -76,7 +83,7 @@ class Graph:
 
     @property
     def num_edges(self) -> int:
-        return int(self.edge_index.size(1))
+        return self.edges.num_edges if self.edges is not None else int(self.edge_index.size(1))
 
     @property
     def num_features(self) -> int:

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -47,7 +48,7 @@ from pipegnn.data.features.files import (
 from pipegnn.integrity import file_checksum, stream_checksum
 from pipegnn.jsonfile import read_json
 
-__all__ = ["GAP", "DiskGraphStore", "EdgeColumn", "GraphFileError", "cached_graph_store", "csc"]
+__all__ = ["GAP", "DiskGraphStore", "EdgeColumn", "EdgeMeta", "GraphFileError", "cached_graph_store", "csc"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,17 @@ _PARTS = ("colptr", "row", "weight")
 
 class GraphFileError(ValueError):
     """An edge file does not match its sidecar (missing, truncated, damaged, built for another key)."""
+
+
+@dataclass(frozen=True)
+class EdgeMeta:
+    """A graph's edges as ``data.edges=disk`` keeps them: their number (directed edges of the loaded
+    graph), a key of their content (a hash of the edges, or of a synthetic graph's spec) and the folder of
+    the graph stores built from them."""
+
+    num_edges: int
+    key: str
+    folder: Path
 
 
 def _stem(edge_type: Any) -> str:
@@ -128,8 +140,9 @@ class DiskGraphStore(GraphStore):
     """A PyG ``GraphStore`` of CSC edge files in ``folder`` (see the module doc).
 
     ``put_edge_index((row, colptr), edge_type=..., layout="csc")`` (or ``coo``, grouped by target on
-    writing) writes an edge type; ``get_edge_index`` reads it whole; [`columns`][pipegnn.data.graph_store.
-    DiskGraphStore.columns] gives the row pointers and the on-demand columns that plans read from.
+    writing) writes an edge type; ``get_edge_index`` reads it whole;
+    [`columns`][pipegnn.data.graph_store.DiskGraphStore.columns] gives the row pointers and the on-demand
+    columns that plans read from.
 
     Attributes:
         folder: the folder of the files.

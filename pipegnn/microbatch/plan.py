@@ -227,7 +227,7 @@ def _single_chunk_work(csr: InCSR, targets: Tensor, halo: str, num_layers: int) 
 
 
 #: CSR positions read at a time when counting cut edges (bounds what a plan's statistics hold).
-_CHUNK = 1 << 22
+_CHUNK = 1 << 20
 
 
 def _cut_edge_fraction(csr: InCSR, part: Tensor) -> float:

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from pipegnn.backends import get_backend
 from pipegnn.choices import EdgeStorage, EngineName, FirstTransform, Halo, Storage, Targets
-from pipegnn.data import EDGES_DIR, Graph, load_graph, split_summary
+from pipegnn.data import Graph, load_graph, split_summary
 from pipegnn.data.features import DiskFeatureStore, FeatureRows, partition_ordered
 from pipegnn.data.graph_store import cached_graph_store, csc
 from pipegnn.engines import AUTO, build_engine
@@ -60,14 +60,14 @@ def train_rank(cfg: Config, record: RunRecord,
     torch.manual_seed(cfg.train.seed)
     with timed() as loading:  # a synthetic graph is generated here (with disk: its feature file)
         reads = storage in (Storage.memory, Storage.sparse) or _reads_features(cfg)
-        graph = load_graph(cfg.dataset, cfg.data.root, cfg.data.cache, features=storage if reads else "none")
+        graph = load_graph(cfg.dataset, cfg.data.root, cfg.data.cache, features=storage if reads else "none",
+                           edges=cfg.data.edges)
     check_targets(cfg, graph)
     low = autocast_dtype(precision)
     if low is not None and graph.x is not None:  # bf16: the features are kept in bfloat16 (one copy,
         graph = dataclasses.replace(graph, x=graph.x.to(low))  # shared with the model; on disk: below)
     backend = get_backend(cfg.framework.name)
     halo = mb.halo
-    num_edges = graph.num_edges
     # The plans before the model (they use no random numbers): a plan too large for the machine is refused
     # in seconds, before a deep model's minutes of building.
     with timed() as build:
@@ -80,7 +80,7 @@ def train_rank(cfg: Config, record: RunRecord,
         model = build_model(cfg.model, backend, graph.feature_source, graph.num_classes,
                             history=halo is Halo.historical, first_transform=mb.first_transform,
                             precision=precision, halo_dropout=mb.halo_dropout)
-    record.dataset = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": num_edges,
+    record.dataset = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                          "num_features": graph.num_features, "num_classes": graph.num_classes,
                          "feature_dtype": dtype_name(model.feature_dtype),
                          "feature_bytes": _feature_bytes(graph, model.feature_dtype),
@@ -191,31 +191,33 @@ def _computation_graph(cfg: Config, graph: Graph, backend: Any) -> tuple[Computa
     """The edges the model's layers read (self-loops, GCN weights), and the record's ``dataset.edges``.
 
     With ``data.edges=disk`` they are a graph store's
-    ([`pipegnn.data.graph_store`][pipegnn.data.graph_store]): its CSC files under ``<data.cache>/edges/``,
-    keyed by the graph's edges, the framework, the model and the dtype, written once and reused while they
-    match their checksums; the plans read them by position.
+    ([`pipegnn.data.graph_store`][pipegnn.data.graph_store]): CSC files in the graph's edge folder
+    (``graph.edges``), keyed by its edges, the framework, the model and the dtype, written once and reused
+    while they match their checksums; the plans read them by position. A synthetic graph loaded without its
+    edge list (drawn before) is generated again to build a store it does not have yet.
 
     Raises:
         ConfigError: the graph store cannot be written.
     """
     dtype = torch.promote_types(graph.feature_dtype, torch.float32)
-
-    def computed() -> tuple[Tensor, Tensor | None]:
-        return backend.computation_graph(cfg.model.name, graph.edge_index, graph.num_nodes, dtype)
-
     if cfg.data.edges is EdgeStorage.memory:
-        edge_index, edge_weight = computed()
+        edge_index, edge_weight = backend.computation_graph(cfg.model.name, graph.edge_index, graph.num_nodes,
+                                                            dtype)
         return ComputationGraph(edge_index, graph.num_nodes, edge_weight), {"storage": "memory"}
 
+    meta = graph.edges
+    assert meta is not None  # load_graph describes the edges with data.edges=disk
+
     def grouped() -> tuple[Tensor, Tensor, Tensor | None]:
-        edge_index, edge_weight = computed()
+        edges = graph.edge_index
+        if edges.size(1) != meta.num_edges:  # not loaded: draw them again
+            edges = load_graph(cfg.dataset, cfg.data.root, cfg.data.cache, features="none").edge_index
+        edge_index, edge_weight = backend.computation_graph(cfg.model.name, edges, graph.num_nodes, dtype)
         return csc(edge_index, graph.num_nodes, edge_weight)
 
-    h = hashlib.sha1(graph.edge_index.contiguous().numpy().data)
-    h.update(f"{graph.num_nodes}-{cfg.framework.name}-{cfg.model.name}-{dtype}".encode())
-    key = h.hexdigest()[:24]
-    edge_type = ("node", f"{cfg.framework.name}-{cfg.model.name}-{str(dtype).removeprefix('torch.')}", "node")
-    folder = Path(cfg.data.cache) / EDGES_DIR / f"{graph.name}-{key[:16]}"
+    computation = f"{cfg.framework.name}-{cfg.model.name}-{str(dtype).removeprefix('torch.')}"
+    key = hashlib.sha1(f"{meta.key}-{graph.num_nodes}-{computation}".encode()).hexdigest()[:24]
+    edge_type, folder = ("node", computation, "node"), meta.folder
     try:
         store, cached = cached_graph_store(folder, edge_type, key, grouped)
     except OSError as e:
@@ -224,6 +226,7 @@ def _computation_graph(cfg: Config, graph: Graph, backend: Any) -> tuple[Computa
     colptr, row, weight = store.columns(edge_type)
     paths = store.paths(edge_type)
     info: dict[str, Any] = {"storage": "disk", "path": str(folder), "cached": cached,
+                            "edge_list_loaded": graph.edge_index.size(1) == meta.num_edges,
                             "computation_edges": row.numel(),
                             "file_bytes": sum(p.stat().st_size for p in paths.values() if p.is_file())}
     log.info("edges on disk: %s (%d edges, %.1f MiB, %s)", folder, row.numel(), info["file_bytes"] / 2**20,

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from pipegnn.data.graph_store import DiskGraphStore, GraphFileError, cached_graph_store, csc
+from pipegnn.data.synthetic import DrawnEdges, SyntheticSpec, load_drawn, make_synthetic, save_drawn
 from pipegnn.integrity import file_checksum
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan, cached_plan
 from pipegnn.microbatch.halo import InCSR
@@ -175,8 +176,10 @@ def test_run_with_edges_on_disk_trains_as_in_memory(overrides: tuple[str, ...]) 
     assert edges["storage"] == "disk" and edges["file_bytes"] > 0 and Path(edges["path"]).is_dir()
     assert memory["dataset"]["edges"] == {"storage": "memory"}
     assert disk["dataset"]["num_edges"] == memory["dataset"]["num_edges"] > 0
-    again = run_no_dropout(*common, "data.edges=disk")
+    again = run_no_dropout(*common, "data.edges=disk")  # its edges are not drawn again
     assert again["dataset"]["edges"]["cached"] is True
+    assert again["dataset"]["edges"]["edge_list_loaded"] is False
+    assert again["dataset"]["num_edges"] == memory["dataset"]["num_edges"]
     assert [e["train_loss"] for e in again["epochs"]] == [e["train_loss"] for e in memory["epochs"]]
 
 
@@ -190,3 +193,24 @@ def test_edge_storage_is_checked_before_training(tmp_path: Path) -> None:
     blocked.write_text("")
     record = run_no_dropout("data.edges=disk", f"data.cache={blocked}")
     assert record["status"] == "invalid" and "data.edges=disk" in record["error"], record["error"]
+
+
+def test_a_synthetic_graph_skips_the_edges_drawn_before(tmp_path: Path) -> None:
+    spec = SyntheticSpec(num_nodes=300, num_features=12, num_communities=4, train_per_class=5, num_val=20,
+                         num_test=30)
+    drawn: list[DrawnEdges] = []
+    full = make_synthetic(spec, on_edges=drawn.append)
+    save_drawn(tmp_path, "k", drawn[0])
+    saved = load_drawn(tmp_path, "k")
+    assert saved is not None and saved.num_edges == full.edge_index.size(1) > 0
+    again = make_synthetic(spec, drawn=saved)  # labels, features and split as if the edges were drawn
+    assert again.edge_index.shape == (2, 0)
+    for field in ("x", "y", "train_mask", "val_mask", "test_mask"):
+        assert torch.equal(getattr(again, field), getattr(full, field)), field
+    assert load_drawn(tmp_path, "another spec") is None
+    path = tmp_path / "drawn-edges.json"
+    state = json.loads(path.read_text())
+    digit = "0" if state["state"][40] != "0" else "1"
+    state["state"] = state["state"][:40] + digit + state["state"][41:]
+    path.write_text(json.dumps(state))
+    assert load_drawn(tmp_path, "k") is None  # damaged: the edges are drawn again

@@ -16,9 +16,13 @@ from pipegnn.data.synthetic.spec import SyntheticSpec
 from pipegnn.edges import sorted_unique
 from pipegnn.errors import ConfigError
 
-__all__ = ["community_edges"]
+__all__ = ["TOPOLOGY_VERSION", "community_edges"]
 
 log = logging.getLogger(__name__)
+
+#: Version of the edge draws: bump when a spec's edges (or the random numbers they take) change, which
+#: invalidates the generator states saved after them (``data.edges=disk``).
+TOPOLOGY_VERSION = 1
 
 _CHUNK = 1 << 22  # edge draws per chunk (does not change the random stream)
 _TOP_UP_ROUNDS = 32  # extra draw rounds when duplicates left fewer distinct edges than requested
