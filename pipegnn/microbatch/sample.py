@@ -18,8 +18,9 @@ Written by hand although DGL's ``dgl.sampling.sample_neighbors`` is installed: D
 generator per OpenMP thread (``dgl.seed``), so its draw changes with the thread count (measured: the
 same seed kept different edges with 1 and 2 threads), while a pipeline's ranks must draw the same
 blocks without exchanging them and a recorded seed must give the same draw on any machine. Here the
-draw is a ``torch.Generator``'s: a random key per candidate edge, each node keeping its ``fanout``
-smallest (vectorised: two sorts per layer, no Python loop over nodes or edges).
+draw is a ``torch.Generator``'s: a random key per edge of a node with more than ``fanout`` neighbours,
+each such node keeping its ``fanout`` smallest (vectorised: one sort per layer over those edges, no Python
+loop over nodes or edges).
 """
 from __future__ import annotations
 
@@ -47,18 +48,19 @@ def _keep(csr: InCSR, pos: Tensor, degree: Tensor, fanout: int,
     loop = src == dst
     segment = torch.repeat_interleave(torch.arange(degree.numel()), degree)
     others = torch.bincount(segment[~loop], minlength=degree.numel())  # in-neighbours besides itself
-    if fanout < 0 or others.numel() == 0 or int(others.max()) <= fanout:
+    over = others > fanout
+    if fanout < 0 or not bool(over.any()):
         return torch.ones(pos.numel(), dtype=torch.bool), torch.ones(pos.numel(), dtype=torch.float64)
-    # A random key per edge, self-loops first (-1): sorted by (segment, key), an edge's rank among its
-    # segment's non-self edges decides.
-    key = torch.rand(pos.numel(), generator=generator, dtype=torch.float64)
-    key[loop] = -1.0
-    order = torch.argsort(segment.double() * 2.0 + key, stable=True)
-    start = torch.cumsum(degree, 0) - degree
-    loops = torch.bincount(segment[loop], minlength=degree.numel())
-    rank = torch.arange(pos.numel()) - start[segment[order]] - loops[segment[order]]
-    keep = torch.empty(pos.numel(), dtype=torch.bool)
-    keep[order] = rank < fanout
+    # Only the edges of nodes with more than `fanout` neighbours compete: a random key each, sorted by
+    # (node, key); an edge's rank among its node's competitors decides.
+    competing = torch.nonzero(~loop & over[segment]).view(-1)
+    node = segment[competing]
+    key = torch.rand(competing.numel(), generator=generator, dtype=torch.float64)
+    order = torch.argsort(node.double() + key)
+    counts = torch.bincount(node, minlength=degree.numel())
+    rank = torch.arange(competing.numel()) - (torch.cumsum(counts, 0) - counts)[node[order]]
+    keep = torch.ones(pos.numel(), dtype=torch.bool)
+    keep[competing[order]] = rank < fanout
     kept = torch.clamp(others, max=fanout)
     scale = torch.where(loop, 1.0, (others.double() / kept.clamp(min=1).double())[segment])
     return keep, scale
