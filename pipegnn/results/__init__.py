@@ -3,7 +3,9 @@
 - [`records`][pipegnn.results.records]: one ``result.json`` per run, written atomically, found, read, checked;
 - [`archive`][pipegnn.results.archive]: a sweep's records (and traces) as one ``records.jsonl.gz``, which
   [`load`][pipegnn.results.table.load] reads as it reads the files; used through its module (``archive.pack``,
-  ``archive.read``, ``archive.unpack``: short names that would be ambiguous here), so not re-exported;
+  ``archive.read``, ``archive.unpack``: short names that would be ambiguous here), so not re-exported, nor
+  are its parts' ([`archive_format`][pipegnn.results.archive_format],
+  [`archive_read`][pipegnn.results.archive_read]), whose names it carries;
 - [`rows`][pipegnn.results.rows]: one record as one row ([`flatten`][pipegnn.results.rows.flatten]; what each
   column means: `COLUMNS`);
 - [`table`][pipegnn.results.table]: the runs table ([`load`][pipegnn.results.table.load]: one row per record,
@@ -17,7 +19,9 @@
   ([`plot_timeline`][pipegnn.results.timeline_plot.plot_timeline]);
   [`tta_plot`][pipegnn.results.tta_plot]: time to accuracy against peak memory, a point per setting
   ([`plot_time_to_accuracy_vs_memory`][pipegnn.results.tta_plot.plot_time_to_accuracy_vs_memory]);
-- [`sweep`][pipegnn.results.sweep]: a sweep's jobs on disk and resume checks;
+- [`sweep`][pipegnn.results.sweep]: a sweep's jobs on disk; [`sweep_plan`][pipegnn.results.sweep_plan]: the
+  jobs its ``multirun.yaml`` planned; [`hydra_files`][pipegnn.results.hydra_files]: Hydra's files read as
+  data; [`resume_check`][pipegnn.results.resume_check]: whether a resumed job keeps its record;
   [`callbacks`][pipegnn.results.callbacks]: the end-of-sweep failure summary and the progress bar;
 - ``python -m pipegnn.results``: the command line ([`pipegnn.results.__main__`][pipegnn.results.__main__]; not
   re-exported: no library module imports a command-line tool).
@@ -31,7 +35,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-#: The public names of each module (but [`archive`][pipegnn.results.archive]), all re-exported here.
+#: The public names of each module (but [`archive`][pipegnn.results.archive] and its parts), all re-exported
+#: here.
 _EXPORTS = {
     "records": ("RECORD_NAME", "RECORD_ROOM", "NotRegularFileError", "RecordError", "atomic_file",
                 "check_record", "find_records", "is_entry", "load_record", "natural_key", "open_regular",
@@ -47,8 +52,10 @@ _EXPORTS = {
     "timeline_plot": ("plot_timeline",),
     "leaderboard_plot": ("plot_leaderboard",),
     "tta_plot": ("plot_time_to_accuracy_vs_memory", "setting_label"),
-    "sweep": ("INCOMPLETE", "MAX_YAML_BYTES", "VOLATILE_KEYS", "Job", "SweepPlanError", "comparable_config",
-              "completed_record", "planned_jobs", "sweep_jobs", "unrecorded_jobs"),
+    "sweep": ("INCOMPLETE", "Job", "sweep_jobs", "unrecorded_jobs"),
+    "sweep_plan": ("SweepPlanError", "planned_jobs"),
+    "hydra_files": ("MAX_YAML_BYTES",),
+    "resume_check": ("VOLATILE_KEYS", "comparable_config", "completed_record"),
     "callbacks": ("EpochProgress", "FailureSummary", "exit_code"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -27,7 +27,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from pipegnn.record import RunRecord, Status
-from pipegnn.results.archive import ArchiveError, entries, find_archives, is_archive
+from pipegnn.results.archive_format import ArchiveError, find_archives, is_archive
+from pipegnn.results.archive_read import entries
 from pipegnn.results.records import (
     RECORD_NAME,
     RecordError,

@@ -27,7 +27,9 @@ from pipegnn.models import StagedGNN
 from pipegnn.record import RunRecord
 from pipegnn.schema import Config, TrainConfig
 from pipegnn.timeline import chrome_trace, medians, step_figures
-from pipegnn.training.preemption import resume_from, save, signals_deferred, training_state
+from pipegnn.training.checkpoints import save, training_state
+from pipegnn.training.preemption import signals_deferred
+from pipegnn.training.resume import resume_from
 
 __all__ = ["EPOCH_LINE", "Pass", "Trainee", "best_epoch", "fit", "time_to_accuracy", "wall_times"]
 

@@ -35,9 +35,10 @@ from pipegnn.results.records import probe_record_folder, write_record
 from pipegnn.runconfig import config_container, run_config
 from pipegnn.schema import Config, PipeliningEngineConfig
 from pipegnn.timeline import TRACE_NAME
+from pipegnn.training.checkpoints import checkpoint_path, previous_path
 from pipegnn.training.epochs import RUN_LOG, wall_times
 from pipegnn.training.loggers import Loggers
-from pipegnn.training.preemption import Interrupted, checkpoint_path, interruptible, previous_path
+from pipegnn.training.preemption import Interrupted, interruptible
 from pipegnn.training.processes.group import check_launch, gather_memory, is_secondary_rank, process_group
 from pipegnn.training.processes.spawn import spawn
 from pipegnn.training.rank import train_rank

@@ -42,8 +42,8 @@ from pipegnn.record import RunRecord
 from pipegnn.schema import Config, EngineConfig, PipeliningEngineConfig, StagedEngineConfig
 from pipegnn.sparse import is_csr
 from pipegnn.timeline import PipelineInfo
+from pipegnn.training.checkpoints import checkpoint_path
 from pipegnn.training.epochs import RUN_LOG, Pass, Trainee, fit
-from pipegnn.training.preemption import checkpoint_path
 from pipegnn.training.targets import check_targets, eval_targets
 
 __all__ = ["train_rank"]

@@ -17,7 +17,7 @@ GAT = dict(name="gat", hidden=4, heads=2, out_heads=1, layers=2, dropout=0.5)
 GCN2 = dict(name="gcn2", hidden=8, layers=3, alpha=0.1, theta=0.5, dropout=0.5)
 SAGE = dict(name="sage", hidden=8, layers=3, dropout=0.5, residual=True)
 
-#: The keys of model.state_dict() (what pipegnn.training.preemption's checkpoints save), in their order,
+#: The keys of model.state_dict() (what pipegnn.training.checkpoints saves), in their order,
 #: as they were before the unit's jobs were split into child modules.
 STATE_KEYS = {
     "gat": ["0.transform.weight", "1.conv.att_src", "1.conv.att_dst", "1.conv.bias", "2.transform.weight",

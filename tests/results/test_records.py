@@ -10,7 +10,7 @@ import torch
 
 from pipegnn import run
 from pipegnn.results.records import RecordError, find_records, load_record, write_record
-from pipegnn.training.preemption import save
+from pipegnn.training.checkpoints import save
 
 from tests.helpers import make_cfg
 

@@ -15,7 +15,8 @@ from omegaconf import OmegaConf
 
 from pipegnn import run
 from pipegnn.results import load as load_table
-from pipegnn.training.preemption import Interrupted, checkpoint_path, load, previous_path, save
+from pipegnn.training.checkpoints import checkpoint_path, load, previous_path, save
+from pipegnn.training.preemption import Interrupted
 
 from tests.helpers import ROOT, TINY_SYNTHETIC, CodeMarker, damage_a_tensor, make_cfg
 

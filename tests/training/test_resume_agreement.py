@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipegnn import run
-from pipegnn.training.preemption import checkpoint_path, load, previous_path, save
+from pipegnn.training.checkpoints import checkpoint_path, load, previous_path, save
 
 from tests.helpers import make_cfg
 

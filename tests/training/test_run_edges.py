@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from pipegnn import run
+from pipegnn.training import checkpoints
 from pipegnn.training import epochs as epochs_module
-from pipegnn.training import preemption
-from pipegnn.training.preemption import Interrupted, checkpoint_path, load
+from pipegnn.training.checkpoints import checkpoint_path, load
+from pipegnn.training.preemption import Interrupted
 
 from tests.helpers import ROOT, TINY_SYNTHETIC, make_cfg
 
@@ -94,7 +95,7 @@ def test_a_signal_during_a_save_leaves_record_and_checkpoint_agreeing(
     the state is gathered for it: the run stops after the save, and the record's finished epochs are
     the checkpoint's."""
     if where == "torch.save":
-        _signal_inside(monkeypatch, preemption.torch, "save", signal.SIGTERM, 3)
+        _signal_inside(monkeypatch, checkpoints.torch, "save", signal.SIGTERM, 3)
     else:
         _signal_inside(monkeypatch, epochs_module, "training_state", signal.SIGINT, 3)
     with pytest.raises(Interrupted):

@@ -1,0 +1,256 @@
+"""Reading a records archive within bounds, and unpacking it.
+
+Reading parses JSON only: nothing an archive holds can run code. It reads a regular file only (a FIFO
+never makes it wait) and inflates it as a stream, twice (the checks, then the entries), holding one line
+at a time: at most `MAX_LINE_BYTES` a line, `MAX_INFLATED_BYTES` in all, and no line past the
+header's count of files (at most `MAX_FILES`), so that a small file that inflates to gigabytes is
+refused early, never read into memory. Every key is checked as
+[`archive_format`][pipegnn.results.archive_format] says. Any damage (a cut or corrupt gzip stream, a bound
+passed, a line that is not JSON or not an entry, such a key, a wrong count or checksum) is one
+[`ArchiveError`][pipegnn.results.archive_format.ArchiveError] naming the archive;
+[`unpack`][pipegnn.results.archive_read.unpack] writes nothing from such an archive, nor any file that a link
+in the destination would take outside it.
+"""
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO, Callable, Collection, Iterator
+
+from pipegnn.integrity import stream_checksum
+from pipegnn.results.archive_format import (
+    _FORMAT,
+    _VERSION,
+    MAX_FILES,
+    MAX_INFLATED_BYTES,
+    MAX_LINE_BYTES,
+    ArchiveError,
+    _check_key,
+    _clash,
+    _order,
+)
+from pipegnn.results.records import open_regular, write_record
+
+__all__ = ["Entry", "Packed", "entries", "read", "unpack"]
+
+
+@dataclass(frozen=True)
+class Packed:
+    """What an archive holds.
+
+    Attributes:
+        paths: every file's key, in the archive's order.
+        files: the JSON value of each file asked for (all by default), by key.
+        unreadable: the files that were not valid JSON when packed: key -> why.
+    """
+    paths: tuple[str, ...]
+    files: dict[str, Any]
+    unreadable: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One file of an archive: its key, its JSON value (None when it is unreadable), and why it was not
+    valid JSON when packed (None when it was)."""
+    path: str
+    value: Any
+    unreadable: str | None
+
+
+def _parse(archive: Path, number: int, line: bytes) -> Any:
+    """The JSON value of line ``number``; [`ArchiveError`][pipegnn.results.archive_format.ArchiveError]
+    naming it when it is not JSON."""
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise ArchiveError(archive, f"line {number}: RecursionError: nested too deeply to parse") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ArchiveError(archive, f"line {number}: {type(e).__name__}: {e}") from None
+
+
+def _lines(archive: Path, raw: BinaryIO) -> Iterator[bytes]:
+    """The inflated lines of the open ``archive`` (``raw``) from its start, each with its newline (the
+    last one may lack it), inflated as they are read, within `MAX_LINE_BYTES` and
+    `MAX_INFLATED_BYTES`."""
+    raw.seek(0)
+    total = 0
+    try:
+        with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+            while line := stream.readline(MAX_LINE_BYTES + 1):
+                total += len(line)
+                if len(line) > MAX_LINE_BYTES:
+                    raise ArchiveError(archive, f"a line inflates to more than {MAX_LINE_BYTES:,} bytes, "
+                                                "more than any run's file: not read (a decompression bomb?)")
+                if total > MAX_INFLATED_BYTES:
+                    raise ArchiveError(archive, f"inflates to more than {MAX_INFLATED_BYTES:,} bytes, more "
+                                                "than a sweep's records: not read (a decompression bomb?)")
+                yield line
+    except (EOFError, OSError, zlib.error) as e:  # cut short; not gzip (BadGzipFile) or a bad CRC; corrupt
+        raise ArchiveError(archive, f"not a whole gzip stream ({type(e).__name__}: {e})") from None
+
+
+def _checked(archive: Path, raw: BinaryIO) -> int:
+    """The number of files in the open ``archive`` (``raw``), once the gzip stream, the bounds, the header,
+    the count of lines and their checksum hold (one pass over the inflated stream)."""
+    lines = _lines(archive, raw)
+    header = _parse(archive, 1, next(lines, b""))
+    if not isinstance(header, dict) or header.get("format") != _FORMAT:
+        raise ArchiveError(archive, f"line 1 is not the header of a {_FORMAT} archive")
+    if header.get("version") != _VERSION:
+        raise ArchiveError(archive, f"version {header.get('version')!r}, this reader knows {_VERSION}")
+    files = header.get("files")
+    if isinstance(files, bool) or not isinstance(files, int) or not 0 <= files <= MAX_FILES:
+        raise ArchiveError(archive, f"the header counts {files!r} files, expected a number from 0 to "
+                                    f"{MAX_FILES:,}")
+    count, whole = 0, True
+
+    def counted() -> Iterator[bytes]:
+        nonlocal count, whole
+        for line in lines:
+            whole = line.endswith(b"\n")
+            count += whole
+            if count > files:  # stop here: the lines after may be a bomb of short ones
+                raise ArchiveError(archive, f"{count} lines or more after the header, which says {files!r}")
+            yield line
+
+    checksum, stored = stream_checksum(counted()), header.get("checksum")  # that of the lines, one by one
+    if count != header.get("files") or not whole:
+        raise ArchiveError(archive, f"{count} whole lines after the header, which says "
+                                    f"{header.get('files')!r}")
+    if checksum != stored:
+        raise ArchiveError(archive, f"content checksum {checksum}, the header says {stored!r}: "
+                                    "the archive was damaged after it was packed")
+    return count
+
+
+def entries(archive: str | Path) -> Iterator[Entry]:
+    """Each file of ``archive``, in order, one at a time (a reader keeps what it needs). The whole archive
+    is checked first (gzip stream, bounds, header, count, checksum: one pass over the inflated stream),
+    each line as it comes (a second pass).
+
+    Raises:
+        ArchiveError: (a ValueError) naming the archive: the gzip stream is cut or corrupt, it inflates
+            past `MAX_INFLATED_BYTES` or a line past `MAX_LINE_BYTES`, the header is not an
+            archive's, the lines are not the header's count or checksum, or a line is not JSON, not an
+            entry, or its key is not a run's file below the archive's folder (see
+            [`archive_format`][pipegnn.results.archive_format]) (its number named; the entries before it
+            have come).
+        OSError: the file cannot be read (FileNotFoundError: there is none; NotRegularFileError: it is a
+            FIFO, a folder, a device).
+    """
+    archive = Path(archive)
+    with open_regular(archive) as raw:
+        _checked(archive, raw)
+        lines = _lines(archive, raw)
+        next(lines)  # the header
+        previous = None
+        files: set[str] = set()
+        folders: set[str] = set()
+        for number, line in zip(itertools.count(2), lines):
+            entry = _parse(archive, number, line)
+            problem = _check_key(entry.get("path")) if isinstance(entry, dict) else "not a JSON object"
+            if problem is None and not (set(entry) == {"path", "json"} or (
+                    set(entry) == {"path", "unreadable"} and isinstance(entry["unreadable"], str))):
+                problem = "not an entry (path and json, or path and unreadable)"
+            if problem is None and previous is not None and _order(entry["path"]) <= _order(previous):
+                problem = f"path {entry['path']!r} out of order or again"  # so that no file is listed twice
+            if problem is None:
+                problem = _clash(entry["path"], files, folders)
+            if problem is not None:
+                raise ArchiveError(archive, f"line {number}: {problem}")
+            previous = entry["path"]
+            yield Entry(entry["path"], entry.get("json"), entry.get("unreadable"))
+
+
+def read(archive: str | Path, keep: Callable[[str], bool] | Collection[str] | None = None) -> Packed:
+    """What ``archive`` holds, every line checked (see [`entries`][pipegnn.results.archive_read.entries]); the
+    values of the files ``keep`` accepts (a predicate on the key or a collection of keys; None: every file).
+
+    Raises:
+        ArchiveError: see [`entries`][pipegnn.results.archive_read.entries] (nothing is returned from a
+            damaged archive).
+        OSError: the file cannot be read (FileNotFoundError: there is none).
+    """
+    wanted = keep if keep is None or callable(keep) else set(keep).__contains__
+    paths, files, unreadable = [], {}, {}
+    for entry in entries(archive):
+        paths.append(entry.path)
+        if entry.unreadable is not None:
+            unreadable[entry.path] = entry.unreadable
+        elif wanted is None or wanted(entry.path):
+            files[entry.path] = entry.value
+    return Packed(tuple(paths), files, unreadable)
+
+
+def unpack(archive: str | Path, dest: str | Path,
+           keep: Callable[[str], bool] | Collection[str] | None = None) -> tuple[list[Path], dict[str, str]]:
+    """Write the files of ``archive`` (those ``keep`` accepts, see
+    [`read`][pipegnn.results.archive_read.read]) below ``dest``, each at its key, as
+    [`write_record`][pipegnn.results.records.write_record] writes it.
+    Returns the files written and the ones that could not be (unreadable when packed: key -> why).
+
+    Nothing is written until the whole archive has been read and checked (see
+    [`entries`][pipegnn.results.archive_read.entries]), and each file it would write is below ``dest`` once
+    links there are followed, and its names and path within what the file system there takes.
+
+    Raises:
+        ArchiveError: see [`read`][pipegnn.results.archive_read.read]; also a file that a link in ``dest``
+            would take outside it, one whose name or path is longer than the file system there takes, or
+            a ``dest`` whose links loop (nothing written).
+        OSError: a file cannot be written (naming it).
+    """
+    wanted = keep if keep is None or callable(keep) else set(keep).__contains__
+    listed = read(archive, keep=())  # every line checked, no value kept
+    try:
+        root = Path(dest).resolve()
+    except (OSError, RuntimeError) as e:  # a link loop (RuntimeError before Python 3.13)
+        raise ArchiveError(archive, f"cannot write below {dest}: {type(e).__name__}: {e}: nothing written"
+                           ) from None
+    name_max, path_max = _name_limits(root)
+    places = {}
+    for key in listed.paths:
+        if key in listed.unreadable or (wanted is not None and not wanted(key)):
+            continue
+        file = Path(dest, *PurePosixPath(key).parts)
+        try:
+            place = file.resolve()
+        except (OSError, RuntimeError) as e:
+            raise ArchiveError(archive, f"path {key!r} cannot be written below {dest} ({type(e).__name__}: "
+                                        f"{e}): nothing written") from None
+        if not place.is_relative_to(root):
+            raise ArchiveError(archive, f"path {key!r} leads outside {dest} (through a link there, to "
+                                        f"{place}): nothing written")
+        long_name = next((n for n in PurePosixPath(key).parts if len(os.fsencode(n)) > name_max), None)
+        if long_name is not None or len(os.fsencode(str(place))) >= path_max:
+            what = (f"a name of {len(os.fsencode(long_name)):,} bytes, more than {name_max:,}" if long_name
+                    else f"a path of {len(os.fsencode(str(place))):,} bytes there, {path_max:,} or more")
+            raise ArchiveError(archive, f"path {key[:60]!r} cannot be written below {dest} ({what}, the most "
+                                        "its file system takes): nothing written")
+        places[key] = file
+    written = []
+    for entry in entries(archive):
+        if entry.path in places:
+            file = places[entry.path]
+            written.append(write_record(file.parent, entry.value, file.name))
+    return written, listed.unreadable
+
+
+def _name_limits(folder: Path) -> tuple[int, int]:
+    """The longest name and path (bytes) the file system of ``folder`` (or of its nearest existing parent)
+    takes: NAME_MAX and PATH_MAX, 255 and 4096 where they cannot be asked."""
+    limits = []
+    for name, default in (("PC_NAME_MAX", 255), ("PC_PATH_MAX", 4096)):
+        value = None
+        for place in (folder, *folder.parents):
+            try:
+                value = os.pathconf(place, name)
+                break
+            except (OSError, ValueError):  # not there (yet), or not asked on this system
+                continue
+        limits.append(value if isinstance(value, int) and value > 0 else default)
+    return limits[0], limits[1]

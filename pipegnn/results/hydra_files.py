@@ -1,0 +1,95 @@
+"""Hydra's files of a sweep and its jobs (``multirun.yaml``, ``.hydra/*.yaml``), read as data.
+
+Reading them runs nothing they name: they are parsed as YAML data (PyYAML's safe loader, through OmegaConf),
+only when they are regular files (a FIFO never makes the reader wait) of at most `MAX_YAML_BYTES` without a
+YAML alias (Hydra writes none; aliases of aliases, a few hundred bytes, would expand to billions of nodes);
+and interpolations are resolved only between the file's own keys (``${chunks}``): one that calls a resolver
+(``${oc.env:HOME}``, ``${now:...}``, any registered one) stays as its text. Their readers are
+[`sweep`][pipegnn.results.sweep] (a sweep's jobs) and [`sweep_plan`][pipegnn.results.sweep_plan] (the jobs
+it planned).
+"""
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from pipegnn.results.records import read_regular
+
+__all__ = ["MAX_YAML_BYTES"]
+
+#: The largest Hydra file (``multirun.yaml``, ``.hydra/*.yaml``) a reader parses.
+MAX_YAML_BYTES = 64 << 20
+#: Where a string calls a resolver: an interpolation whose text before its first brace holds a colon
+#: (``${oc.env:X}``, ``${a.${now:%H}}``); a key of a node interpolation never holds one.
+_RESOLVER_CALL = re.compile(r"\$\{[^{}]*:")
+_ESCAPABLE = re.compile(r"(\\*)\$\{")
+
+
+def _plain(node: Any, resolve: bool = False) -> Any:
+    """``OmegaConf.to_container(node)``: a config as plain data, typed Any (its readers check what they
+    use, or catch)."""
+    return OmegaConf.to_container(node, resolve=resolve)
+
+
+def _load_yaml(path: Path) -> Any:
+    """What the Hydra file ``path`` holds, as plain data with its interpolations as written: read only
+    when it is a regular file of at most `MAX_YAML_BYTES`, parsed by OmegaConf's safe YAML loader.
+
+    Raises:
+        OSError: it cannot be read (FileNotFoundError: there is none or a link to nothing;
+            NotRegularFileError: a FIFO, a folder, a device).
+        Exception: it is too large, holds a YAML alias (``*name``, see `_refuse_aliases`), or is not
+            YAML that OmegaConf takes.
+    """
+    data = read_regular(path, MAX_YAML_BYTES)
+    _refuse_aliases(path, data)
+    return _plain(OmegaConf.load(io.BytesIO(data)))
+
+
+def _refuse_aliases(path: Path, data: bytes) -> None:
+    """Raise ValueError naming ``path`` when its YAML holds an alias (``*name``): Hydra writes none, and a
+    few hundred bytes of aliases of aliases expand to billions of nodes (a "billion laughs"). Read as
+    events, before anything is built: one pass over the text."""
+    import yaml
+    from omegaconf._utils import get_yaml_loader
+
+    for event in yaml.parse(io.BytesIO(data), Loader=get_yaml_loader()):
+        if isinstance(event, yaml.AliasEvent):
+            raise ValueError(f"{path}: holds a YAML alias (*{event.anchor}), which no Hydra file does: not "
+                             "read (aliases of aliases expand past any memory)")
+
+
+def _inert(value: Any) -> Any:
+    """``value`` (plain data) with every string that calls a resolver escaped, so that OmegaConf reads
+    it as the literal text it is: resolving it then calls nothing."""
+    if isinstance(value, dict):
+        return {k: _inert(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_inert(v) for v in value]
+    if isinstance(value, str) and _RESOLVER_CALL.search(value):
+        # n backslashes before "${" stand for n/2 of them and an interpolation: 2n + 1 for n and the text
+        return _ESCAPABLE.sub(lambda m: m.group(1) * 2 + "\\${", value)
+    return value
+
+
+def _resolved(data: Any) -> Any:
+    """``data`` (a Hydra file's plain data) with its interpolations between its own keys resolved
+    (``${model.lr}``); one that calls a resolver stays as its text (see `_inert`), and ``data``
+    stays as written where they cannot be resolved."""
+    try:
+        return _plain(OmegaConf.create(_inert(data)), resolve=True)
+    except Exception:  # noqa: BLE001 - a key that is not there, a cycle (RecursionError), ...
+        return data
+
+
+def _get(data: Any, *keys: str) -> Any:
+    """``data[k1][k2]...``, None where a level is not a mapping or lacks the key."""
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data

@@ -1,0 +1,172 @@
+"""What a sweep planned: the jobs of its ``multirun.yaml``, expanded as Hydra's basic sweeper does.
+
+[`planned_jobs`][pipegnn.results.sweep_plan.planned_jobs] gives each planned job's overrides and folder, so
+that [`sweep_jobs`][pipegnn.results.sweep.sweep_jobs] can name the jobs that never started (``missing``). The
+file is read as data ([`hydra_files`][pipegnn.results.hydra_files]); the sweeper's ``_target_`` is compared
+as text, never imported; a damaged plan raises [`SweepPlanError`][pipegnn.results.sweep_plan.SweepPlanError]
+(it must never read as "no plan": that would hide missing jobs).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from pipegnn.results.hydra_files import _RESOLVER_CALL, _get, _inert, _load_yaml
+from pipegnn.results.records import NotRegularFileError
+from pipegnn.runconfig import plain_config
+
+__all__ = ["SweepPlanError", "planned_jobs"]
+
+_BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+class SweepPlanError(ValueError):
+    """A sweep's ``multirun.yaml`` that cannot be read or expanded into its jobs (``str()`` names it)."""
+
+
+def planned_jobs(sweep_dir: str | Path) -> list[tuple[list[str], Path]] | None:
+    """The jobs the sweep in ``sweep_dir`` planned, in job order (the index is the job number): each
+    job's overrides (as its ``.hydra/overrides.yaml`` will hold them) and its folder.
+
+    Read from ``<sweep_dir>/multirun.yaml``, which Hydra's basic sweeper writes before the first job,
+    expanded as that sweeper does (``hydra.sweeper.params`` then the command line's overrides, their
+    product). None when that is not knowable: no ``multirun.yaml``, another sweeper, or overrides that
+    need the config (a ``glob``). Nothing the file names is imported or called (see the module doc).
+
+    Raises:
+        SweepPlanError: a damaged ``multirun.yaml``, or one that is not a regular file (a folder, a FIFO,
+            a link to nothing)."""
+    plan = _plan(Path(sweep_dir))
+    return None if plan is None else plan[1]
+
+
+def _plan(sweep_dir: Path) -> tuple[dict[str, Any], list[tuple[list[str], Path]]] | None:
+    """The sweep's ``multirun.yaml`` (as plain data) and
+    [`planned_jobs`][pipegnn.results.sweep_plan.planned_jobs]; None without one, or for a sweeper other
+    than Hydra's basic one (its plan is not known here).
+
+    Raises:
+        SweepPlanError: the file is damaged: not a regular file (a link to nothing, a folder, a FIFO), not
+            YAML, no ``hydra.sweeper``, a sweeper that is no class name, or jobs that cannot be expanded
+            (a damaged plan must never read as "no plan": it would hide missing jobs).
+    """
+    marker = sweep_dir / "multirun.yaml"
+    try:
+        cfg = _load_yaml(marker)
+    except FileNotFoundError:
+        if not os.path.islink(marker):
+            return None
+        raise SweepPlanError(f"{marker}: a link to nothing ({os.readlink(marker)!r}), not the sweep "
+                             "plan") from None
+    except NotRegularFileError as e:
+        raise SweepPlanError(f"{marker}: not the sweep plan ({e.strerror})") from None
+    except Exception as e:  # noqa: BLE001 - YAML errors, binary content, nesting too deep, a link loop
+        raise SweepPlanError(f"{marker}: unreadable sweep plan ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    target = _get(cfg, "hydra", "sweeper", "_target_")
+    if target is None or not isinstance(cfg, dict):  # (a list has no target either)
+        raise SweepPlanError(f"{marker}: not a whole sweep plan (no hydra.sweeper: cut short or rewritten?)")
+    if target != _BASIC_SWEEPER:
+        # Compared as text: importing the class it names would run code that came with the folder.
+        if not (isinstance(target, str) and all(p.isidentifier() for p in target.split("."))
+                and "." in target):
+            raise SweepPlanError(f"{marker}: its sweeper {target!r} is no class name (cut short?)")
+        if not isinstance(_get(cfg, "hydra", "overrides"), dict):  # written after the sweeper
+            raise SweepPlanError(f"{marker}: not a whole sweep plan (no hydra.overrides after its "
+                                 f"sweeper {target!r}: cut short?)")
+        return None  # another sweeper's plan: not known here
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    try:
+        params = _get(cfg, "hydra", "sweeper", "params") or {}
+        task = [str(o) for o in _get(cfg, "hydra", "overrides", "task") or []]
+        if not isinstance(_get(cfg, "hydra", "overrides"), dict):
+            raise ValueError("no hydra.overrides")
+        overrides = parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *task])
+    except Exception as e:  # noqa: BLE001 - a basic sweep's plan whose overrides do not parse is damaged
+        raise SweepPlanError(f"{marker}: its overrides cannot be read ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    try:
+        jobs = _expand(overrides)
+    except Exception:  # noqa: BLE001 - overrides that need the config to expand (a glob): unknown here
+        return None
+    return cfg, [(job, sweep_dir / _subdir(cfg, num, job, parser)) for num, job in enumerate(jobs)]
+
+
+def _expand(overrides: list[Any]) -> list[list[str]]:
+    """The jobs of parsed ``overrides`` as Hydra's basic sweeper expands them: each key's values (a
+    sweep's, or the one value), the last override of a key winning its place, their product in order.
+    Restated from Hydra's public override API: the sweeper's own expansion is in a private module.
+
+    Raises:
+        Exception: an override the basic sweeper cannot expand either (an interval; a glob needs the
+            config)."""
+    values: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            if not override.is_discrete_sweep():
+                raise ValueError(f"{key}: the basic sweeper expands discrete sweeps only")
+            values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            values[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*values.values())]
+
+
+def _subdir(cfg: dict[str, Any], num: int, overrides: list[str], parser: Any) -> str:
+    """``hydra.sweep.subdir`` of job ``num`` (as Hydra's launchers set it up; interpolations between the
+    plan's keys only, see `_inert`); the job number when it cannot be worked out."""
+    raw = _get(cfg, "hydra", "sweep", "subdir")
+    if raw in (None, "${hydra.job.num}"):
+        return str(num)
+    try:
+        hydra = OmegaConf.create(_inert({"hydra": cfg["hydra"]}))
+        settings = _get(cfg, "hydra", "job", "config", "override_dirname")
+        lines = sorted(o.input_line for o in parser.parse_overrides(overrides)
+                       if o.key_or_group not in (settings.get("exclude_keys") or []))
+        dirname = re.sub("=", settings.get("kv_sep", "="), settings.get("item_sep", ",").join(lines))
+        hydra.hydra.job.num, hydra.hydra.job.id, hydra.hydra.job.override_dirname = num, num, dirname
+        subdir = str(OmegaConf.select(hydra, "hydra.sweep.subdir", throw_on_missing=True))
+    except Exception:  # noqa: BLE001
+        return str(num)
+    # a resolver's call left as its text (see _inert) is not the folder Hydra made
+    return str(num) if _RESOLVER_CALL.search(subdir) else subdir
+
+
+def _settings(overrides: list[str], sweep_cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a job's overrides say of its config: (config keys they set, config-group choices). A key is
+    a group when the sweep's config chose it as one, names a path or package (``a/b``, ``g@pkg``), or
+    is a top-level key with a text value that is no leaf of the sweep's config (``+variant=x``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    config: dict[str, Any] = {}
+    choices: dict[str, Any] = {}
+    try:
+        groups = set(_get(sweep_cfg, "hydra", "runtime", "choices") or {})
+        base = sweep_cfg
+        for o in OverridesParser.create().parse_overrides(overrides):
+            key = o.key_or_group
+            if o.is_delete() or key == "hydra" or key.startswith(("hydra.", "hydra/")):
+                continue
+            value = plain_config(o.value())
+            leaf = base.get(key) if "." not in key else None
+            if key in groups or "/" in key or o.package is not None or (
+                    "." not in key and isinstance(value, str) and (leaf is None or isinstance(leaf, dict))):
+                choices[key] = value
+                continue
+            node = config
+            *parents, last = key.split(".")
+            for part in parents:
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
+                node = node[part]
+            node[last] = value
+    except Exception:  # noqa: BLE001 - the columns of a missing job are a courtesy, never an error
+        pass
+    return config, choices
