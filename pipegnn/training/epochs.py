@@ -273,23 +273,23 @@ def time_to_accuracy(epochs: list[dict[str, Any]], target: float | None = None) 
 
 def wall_times(epochs: list[dict[str, Any]], final: dict[str, Any] | None, started_at: float) -> None:
     """Wall-clock times of a run that started (its process, or a pipeline's launcher) at ``started_at``
-    (``time.time()``), set-up, evaluation and a pipeline's process start included, as a user waits for
-    them: each epoch's ``wall_s`` (from the start to the end of its evaluation), ``final``'s
-    ``time_to_accuracy.wall_s`` and ``time_to_best`` (``epoch``, ``train_s`` and ``wall_s`` of the best
-    epoch by ``final["monitor"]``). Epochs a resumed run restored (trained by an earlier process) get
-    None, and so do the figures that reach back to them."""
-    for e in epochs:
-        ended = e.get("ended_at")
-        e["wall_s"] = ended - started_at if ended is not None and ended >= started_at else None
+    (``time.time()``), set-up, evaluations and a pipeline's process start included, as a user waits for
+    them, into ``final``: ``time_to_accuracy.wall_s`` and ``time_to_best`` (``epoch``, ``train_s`` and
+    ``wall_s`` of the best epoch by ``final["monitor"]``), each from the start to the end of that epoch's
+    evaluation (its ``ended_at``; the epochs themselves are left as they were streamed). An epoch a
+    resumed run restored (trained by an earlier process) has no wall time: None."""
     if not final or not epochs:
         return
-    by_epoch = {e["epoch"]: e for e in epochs}
+
+    def wall(e: dict[str, Any] | None) -> float | None:
+        ended = None if e is None else e.get("ended_at")
+        return ended - started_at if ended is not None and ended >= started_at else None
+
     tta = final.get("time_to_accuracy")
     if isinstance(tta, dict):
-        reached = by_epoch.get(tta.get("epoch"))
-        tta["wall_s"] = None if reached is None else reached["wall_s"]
+        tta["wall_s"] = wall(next((e for e in epochs if e["epoch"] == tta.get("epoch")), None))
     best = best_epoch(epochs, final.get("monitor", Monitor.val_acc))
-    final["time_to_best"] = {"epoch": best["epoch"], "wall_s": best["wall_s"],
+    final["time_to_best"] = {"epoch": best["epoch"], "wall_s": wall(best),
                              "train_s": sum(e["epoch_time_s"] for e in epochs if e["epoch"] <= best["epoch"])}
 
 

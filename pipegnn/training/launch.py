@@ -128,6 +128,7 @@ def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | 
                 log.exception("run failed")
         guard.hold()  # a signal from here on waits for the record
         record.timing["total_s"] = time.perf_counter() - start
+        record.timing["started_at"] = started_at  # wall clock: an epoch's ended_at minus it is its wall time
         wall_times(record.epochs, record.final, started_at)
         # A pipeline's peaks of every rank (set during training) take precedence over this process's.
         record.memory = {"peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": peak_device_bytes(devices),

@@ -35,6 +35,7 @@ def _resumes(tmp_path: Path, first: list[str], then: list[str]) -> dict:
     (["data.root={d}/data"], ["data.root={d}/elsewhere"]),
     (["engine=pipelining", "chunks=2", "engine.backend=gloo"], ["engine=pipelining", "chunks=2"]),
     (["data.features=disk", "data.cache={d}/cache"], ["data.features=memory", "data.cache={d}/cache"]),
+    (["data.edges=memory"], ["data.edges=disk", "data.cache={d}/cache"]),  # the same blocks from disk
 ])
 def test_settings_that_do_not_change_training_keep_the_checkpoint(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: list[str], then: list[str]) -> None:
