@@ -39,6 +39,7 @@ from torch_geometric.data import EdgeAttr, GraphStore
 
 from pipegnn.data.features.files import (
     DTYPES,
+    OpenFiles,
     atomic_path,
     clean_stale_temporaries,
     pread_full,
@@ -136,7 +137,7 @@ class EdgeColumn:
         return f"EdgeColumn({str(self.path)!r}, {self.size} x {self.dtype})"
 
 
-class DiskGraphStore(GraphStore):
+class DiskGraphStore(OpenFiles, GraphStore):
     """A PyG ``GraphStore`` of CSC edge files in ``folder`` (see the module doc).
 
     ``put_edge_index((row, colptr), edge_type=..., layout="csc")`` (or ``coo``, grouped by target on
@@ -154,7 +155,7 @@ class DiskGraphStore(GraphStore):
         self.folder = Path(folder)
         self.bytes_read = 0
         self.read_calls = 0
-        self._fds: dict[Path, int] = {}
+        self._descriptors: dict[Path, int] = {}
         self._verified: set[str] = set()
 
     # --- files -----------------------------------------------------------------------------------
@@ -238,26 +239,9 @@ class DiskGraphStore(GraphStore):
 
     def descriptor(self, path: Path) -> int:
         """An open descriptor of ``path`` (opened on first use, closed by `close`)."""
-        if path not in self._fds:
-            self._fds[path] = os.open(path, os.O_RDONLY)
-        return self._fds[path]
-
-    def close(self) -> None:
-        """Close the open files (a later read reopens them)."""
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown
-            pass
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_fds"] = {}  # descriptors belong to this object: a copy reopens
-        return state
+        if path not in self._descriptors:
+            self._descriptors[path] = os.open(path, os.O_RDONLY)
+        return self._descriptors[path]
 
     # --- reading and writing ---------------------------------------------------------------------
 
@@ -318,7 +302,7 @@ class DiskGraphStore(GraphStore):
     def _forget(self, edge_type: Any) -> None:
         self._verified.discard(_stem(edge_type))
         for path in self.paths(edge_type).values():
-            fd = self._fds.pop(path, None)
+            fd = self._descriptors.pop(path, None)
             if fd is not None:
                 os.close(fd)
 

@@ -41,9 +41,9 @@ from pipegnn.jsonfile import read_json
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ATTR", "DTYPES", "FORMAT", "GROUP", "FeatureFileError", "atomic_path", "clean_stale_temporaries",
-           "paths", "pread_full", "read_position", "read_sidecar", "regular_or_absent", "remove_files",
-           "reseal", "runs", "stored_tensors", "verify_files", "write_files"]
+__all__ = ["ATTR", "DTYPES", "FORMAT", "GROUP", "FeatureFileError", "OpenFiles", "atomic_path",
+           "clean_stale_temporaries", "paths", "pread_full", "read_position", "read_sidecar",
+           "regular_or_absent", "remove_files", "reseal", "runs", "stored_tensors", "verify_files", "write_files"]
 
 #: Group and attribute name of the node features in a store.
 GROUP, ATTR = "node", "x"
@@ -330,3 +330,28 @@ class atomic_path:
                 os.replace(self.tmp, self.path)
         finally:
             Path(self.tmp).unlink(missing_ok=True)
+
+
+class OpenFiles:
+    """Read-only descriptors a store keeps open by key in ``_descriptors`` (a descriptor, or a record
+    with its ``fd``): closed by `close`, when the store is collected, and left out of a pickled copy
+    (which reopens them). Shared by the feature store and the graph store."""
+
+    _descriptors: dict[Any, Any]
+
+    def close(self) -> None:
+        """Close the open files (a later read reopens them)."""
+        for value in self._descriptors.values():
+            os.close(value if isinstance(value, int) else value.fd)
+        self._descriptors.clear()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_descriptors"] = {}  # descriptors belong to this object: a copy reopens
+        return state

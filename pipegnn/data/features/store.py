@@ -38,6 +38,7 @@ from pipegnn.data.features.files import (
     DTYPES,
     GROUP,
     FeatureFileError,
+    OpenFiles,
     paths,
     pread_full,
     read_position,
@@ -84,7 +85,7 @@ def _index(index: Any, rows: int) -> np.ndarray | None:
     return ids
 
 
-class DiskFeatureStore(FeatureStore):
+class DiskFeatureStore(OpenFiles, FeatureStore):
     """A PyG ``FeatureStore`` whose tensors are raw row-major files in ``folder`` (see the module doc).
 
     ``store["node", "x", ids]`` (or ``get_tensor``) returns the rows of node ids ``ids`` (a Tensor,
@@ -103,7 +104,7 @@ class DiskFeatureStore(FeatureStore):
         self.folder = Path(folder)
         self.bytes_read = 0
         self.read_calls = 0
-        self._files: dict[tuple[str, str], _Open] = {}
+        self._descriptors: dict[tuple[str, str], _Open] = {}
         self._verified: set[tuple[str, str]] = set()  # content checked against the checksums
 
     # --- files -----------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ class DiskFeatureStore(FeatureStore):
 
     def _open(self, group: str, attr: str) -> _Open:
         key = (group, attr)
-        if key not in self._files:
+        if key not in self._descriptors:
             global _opened
             meta = (read_sidecar(self.folder, group, attr) if key in self._verified
                     else self._verify(group, attr))
@@ -150,32 +151,15 @@ class DiskFeatureStore(FeatureStore):
             position = None
             if meta["order"] is not None:
                 position = read_position(order_path, meta["rows"])
-            self._files[key] = _Open(os.open(data, os.O_RDONLY), meta, position)
+            self._descriptors[key] = _Open(os.open(data, os.O_RDONLY), meta, position)
             _opened += 1
-        return self._files[key]
+        return self._descriptors[key]
 
     def _forget(self, group: str, attr: str) -> None:
         self._verified.discard((group, attr))
-        f = self._files.pop((group, attr), None)
+        f = self._descriptors.pop((group, attr), None)
         if f is not None:
             os.close(f.fd)
-
-    def close(self) -> None:
-        """Close the open files (a later read reopens them)."""
-        for f in self._files.values():
-            os.close(f.fd)
-        self._files.clear()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown
-            pass
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_files"] = {}  # descriptors belong to this object: a copy reopens
-        return state
 
     # --- reading ---------------------------------------------------------------------------------
 
