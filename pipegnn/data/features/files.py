@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ATTR", "DTYPES", "FORMAT", "GROUP", "FeatureFileError", "OpenFiles", "atomic_path",
            "clean_stale_temporaries", "paths", "pread_full", "read_position", "read_sidecar",
-           "regular_or_absent", "remove_files", "reseal", "runs", "stored_tensors", "verify_files", "write_files"]
+           "regular_or_absent", "remove_files", "reseal", "runs", "stored_tensors", "verify_files",
+           "write_files"]
 
 #: Group and attribute name of the node features in a store.
 GROUP, ATTR = "node", "x"
