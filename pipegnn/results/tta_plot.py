@@ -84,5 +84,5 @@ def plot_time_to_accuracy_vs_memory(df: pd.DataFrame, path: str | Path | None = 
                           linestyle="none", label=s) for s in order if s in stats.index]
         ax.legend(handles=handles, fontsize="x-small", loc="best")
     note = repeats_note(data, [*keys, "setting"])
-    return _finish(fig, f"{title} (filled: 98% of the best validation accuracy; hollow: the best; {note})",
-                   path)
+    what = "filled: 98% of the best val. accuracy; hollow: the best"
+    return _finish(fig, f"{title}\n{what}\n({note})", path)
