@@ -141,11 +141,15 @@ class InCSR:
         offset = torch.repeat_interleave(start - (torch.cumsum(count, 0) - count), count)
         return offset + torch.arange(offset.numel())
 
-    def block(self, pos: Tensor, num_dst: int) -> tuple[Tensor, Tensor | None]:
+    def block(self, pos: Tensor, num_dst: int, src: Tensor | None = None,
+              dst: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """Local edges (and weights) at CSR positions ``pos`` whose local target is below ``num_dst``,
-        local ids read from `local` (filled by the caller for the micro-batch)."""
+        local ids read from `local` (filled by the caller for the micro-batch); ``src`` and ``dst``: the
+        positions' global sources and targets when the caller read them already (a graph store reads each
+        position from disk)."""
         local = self.local
-        src, dst = local[self.src[pos]], local[self.dst[pos]]
+        src = local[self.src[pos] if src is None else src]
+        dst = local[self.dst[pos] if dst is None else dst]
         keep = dst < num_dst
         w = None if self.weight is None else self.weight[pos][keep]
         return torch.stack([src[keep], dst[keep]]), w

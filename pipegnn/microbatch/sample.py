@@ -40,17 +40,16 @@ def epoch_generator(seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0]) << 31 | int(state[1]) >> 1)
 
 
-def _keep(csr: InCSR, pos: Tensor, degree: Tensor, fanout: int,
+def _keep(src: Tensor, dst: Tensor, degree: Tensor, fanout: int,
           generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Which of the in-edges at CSR positions ``pos`` (grouped by target, ``degree`` each) to keep,
-    and each kept edge's weight scale (degree over kept, self-loops excluded from both)."""
-    src, dst = csr.src[pos], csr.dst[pos]
+    """Which of the in-edges ``(src, dst)`` (grouped by target, ``degree`` each) to keep, and each
+    kept edge's weight scale (degree over kept, self-loops excluded from both)."""
     loop = src == dst
     segment = torch.repeat_interleave(torch.arange(degree.numel()), degree)
     others = torch.bincount(segment[~loop], minlength=degree.numel())  # in-neighbours besides itself
     over = others > fanout
     if fanout < 0 or not bool(over.any()):
-        return torch.ones(pos.numel(), dtype=torch.bool), torch.ones(pos.numel(), dtype=torch.float64)
+        return torch.ones(src.numel(), dtype=torch.bool), torch.ones(src.numel(), dtype=torch.float64)
     # Only the edges of nodes with more than `fanout` neighbours compete: a random key each, sorted by
     # (node, key); an edge's rank among its node's competitors decides.
     competing = torch.nonzero(~loop & over[segment]).view(-1)
@@ -59,7 +58,7 @@ def _keep(csr: InCSR, pos: Tensor, degree: Tensor, fanout: int,
     order = torch.argsort(node.double() + key)
     counts = torch.bincount(node, minlength=degree.numel())
     rank = torch.arange(competing.numel()) - (torch.cumsum(counts, 0) - counts)[node[order]]
-    keep = torch.ones(pos.numel(), dtype=torch.bool)
+    keep = torch.ones(src.numel(), dtype=torch.bool)
     keep[competing[order]] = rank < fanout
     kept = torch.clamp(others, max=fanout)
     scale = torch.where(loop, 1.0, (others.double() / kept.clamp(min=1).double())[segment])
@@ -79,14 +78,14 @@ def sampled_block(csr: InCSR, targets: Tensor, fanouts: list[int], generator: to
             computed = torch.cat(nodes)
             pos = csr.in_edges(computed)
             degree = csr.rowptr[computed + 1] - csr.rowptr[computed]
-            keep, scale = _keep(csr, pos, degree, fanout, generator)
-            pos, scale = pos[keep], scale[keep]
-            src = csr.src[pos]
+            src, dst = csr.src[pos], csr.dst[pos]  # read once (from disk with a graph store)
+            keep, scale = _keep(src, dst, degree, fanout, generator)
+            pos, src, dst, scale = pos[keep], src[keep], dst[keep], scale[keep]
             new = torch.unique(src[local[src] < 0])
             local[new] = torch.arange(count, count + new.numel(), dtype=local.dtype)
             nodes.append(new)
             count += new.numel()
-            edges, weights = csr.block(pos, sizes[0])
+            edges, weights = csr.block(pos, sizes[0], src, dst)
             blocks.insert(0, (edges, None if weights is None else weights * scale.to(weights.dtype)))
             sizes.insert(0, count)
         all_nodes = torch.cat(nodes)
