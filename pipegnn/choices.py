@@ -25,7 +25,7 @@ else:  # Python 3.10: the same behaviour from the str mix-in
             return str(self.value)
 
 __all__ = ["STUDY_GRAPHS", "StrEnum", "Aggregation", "Capture", "Checkpoint", "DatasetName", "DistBackend",
-           "EdgeStorage", "EngineName",
+           "EdgeStorage", "EngineName", "Evaluation",
            "FirstTransform", "FrameworkName", "Halo", "HaloDropout", "Launcher", "ModelName", "Monitor",
            "Partitioner", "Precision", "Schedule", "Split", "StartMethod", "Storage", "Targets", "names"]
 
@@ -178,6 +178,15 @@ class Halo(StrEnum):
     exact = "exact"
     historical = "historical"
     sampled = "sampled"
+
+
+class Evaluation(StrEnum):
+    """``microbatch.evaluation``: evaluate with micro-batches of the training halo mode (``plan``: exact
+    ones for sampled halos), or layer by layer over every node's 1-hop block (``layerwise``: full-graph
+    outputs at about full batch's work; what historical halos always do)."""
+
+    plan = "plan"
+    layerwise = "layerwise"
 
 
 class HaloDropout(StrEnum):

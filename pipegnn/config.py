@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipegnn.choices import Halo, HaloDropout, Precision, Storage
+from pipegnn.choices import Evaluation, Halo, HaloDropout, Precision, Storage
 from pipegnn.errors import ConfigError, check_positive_finite, check_positive_int
 from pipegnn.schema import Config, TrainConfig
 
@@ -49,6 +49,10 @@ def check_config(cfg: Config) -> None:
                           f"microbatch.halo={mb.halo} there are none: use microbatch.halo=historical, or "
                           "halo_dropout=read")
     _check_fanouts(mb.halo, mb.fanouts, cfg.model.layers)
+    if mb.evaluation is Evaluation.layerwise and mb.halo is Halo.none:
+        raise ConfigError("microbatch.evaluation=layerwise evaluates on the full graph, and "
+                          "microbatch.halo=none evaluates its own induced subgraphs: use "
+                          "microbatch.evaluation=plan with halo=none, or halo=exact, historical or sampled")
     check_positive_int(cfg.chunks, "chunks")
     if cfg.data.features is Storage.sparse and cfg.train.precision is not Precision.fp32:
         raise ConfigError(f"data.features=sparse with train.precision={cfg.train.precision}: sparse features "

@@ -47,6 +47,7 @@ from pipegnn.choices import (
     DistBackend,
     EdgeStorage,
     EngineName,
+    Evaluation,
     FirstTransform,
     FrameworkName,
     Halo,
@@ -215,6 +216,7 @@ class MicrobatchConfig:
     seed: int = MISSING
     cache: Optional[str] = MISSING
     fanouts: Optional[List[int]] = MISSING
+    evaluation: Evaluation = MISSING
 
 
 @dataclass

@@ -151,6 +151,9 @@ def test_a_bad_choice_in_a_plain_config_is_invalid_before_training(tmp_path: Pat
                                                                "fan-out; each must be -1"),
     (["microbatch.fanouts=[10,10]"], "microbatch.fanouts=[10, 10] samples neighbourhoods, which only "
                                      "microbatch.halo=sampled does (halo=exact)"),
+    (["microbatch.halo=none", "microbatch.evaluation=layerwise"],
+     "microbatch.evaluation=layerwise evaluates on the full graph, and microbatch.halo=none evaluates its "
+     "own induced subgraphs"),
 ])
 def test_bad_numbers_are_invalid_before_training(tmp_path: Path, overrides: list[str], message: str) -> None:
     """A bad number is an ``invalid`` run naming the key, the value and what is valid, not torch's words

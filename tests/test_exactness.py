@@ -289,6 +289,48 @@ def test_a_redrawn_epoch_trains_as_a_model_built_on_it(graph: Graph, framework: 
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), fresh.parameters()))
 
 
+@pytest.mark.parametrize("halo", ["exact", "sampled"])
+@pytest.mark.parametrize("engine", ["single", "gpipe"])
+@pytest.mark.parametrize("kind", list(MODELS))
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_layerwise_evaluation_equals_full_graph(graph: Graph, framework: str, kind: str, engine: str,
+                                                halo: str) -> None:
+    """``microbatch.evaluation=layerwise``: a model trained with exact or sampled micro-batches keeps
+    caches for layer-wise evaluation alone. Its training step is that of the same model without them
+    (outputs, loss and gradients bit for bit: training neither reads nor writes them), and after the
+    weights change, layer-wise evaluation over historical 1-hop blocks of every node gives the full
+    graph's outputs (float64)."""
+    backend = get_backend(framework)
+    model = build_model(MODELS[kind], backend, graph.x, graph.num_classes, history=True, refresh_only=True)
+    plain = build_model(MODELS[kind], backend, graph.x, graph.num_classes)
+    plain.load_state_dict(model.state_dict())  # the caches are not in it: the same weights
+    assert not model.histories()  # none that training reads, counts or checkpoints
+    edge_index, weight = backend.computation_graph(kind, graph.edge_index, graph.num_nodes, graph.x.dtype)
+    computation = ComputationGraph(edge_index, graph.num_nodes, weight)
+    fanouts = (2,) * model.num_layers if halo == "sampled" else None
+    train = build_plan(computation, graph.split("train"),
+                       PlanSpec(3, model.num_layers, halo=halo, partitioner="metis", fanouts=fanouts))
+    every = build_plan(computation, graph.split("all"), PlanSpec(3, model.num_layers, halo="historical"))
+    labels = graph.y[train.targets]
+    runs = []
+    for staged in (model, plain):
+        ids = staged.attach(train)
+        run = (SingleEngine(staged, CPU, 3) if engine == "single"
+               else GPipeEngine(staged, [CPU, CPU], [1, len(staged) - 1], 3, "except_last"))
+        runs.append((run, run.predict(ids), run.train_step(ids, labels, labels.numel())))
+    (run, out, loss), (_, plain_out, plain_loss) = runs
+    assert torch.equal(out, plain_out) and loss == plain_loss
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), plain.parameters()))
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.5 * p.grad
+    eval_ids = model.attach(every)
+    model.eval()
+    logits = run.refresh(model, eval_ids)[torch.argsort(every.targets)]
+    expected, _ = reference(framework, copy.deepcopy(model), graph, graph.split("all"))
+    assert_close(logits, expected)
+
+
 @pytest.mark.parametrize("engine", ["single", "gpipe"])
 @pytest.mark.parametrize("kind", list(MODELS))
 @pytest.mark.parametrize("framework", FRAMEWORKS)

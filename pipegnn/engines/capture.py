@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pipegnn.choices import Aggregation, FrameworkName, Halo, Precision, Storage
+from pipegnn.choices import Aggregation, Evaluation, FrameworkName, Halo, Precision, Storage
 from pipegnn.engines.base import Engine
 from pipegnn.schema import Config, SingleEngineConfig
 
@@ -43,6 +43,9 @@ def capture_problems(cfg: Config) -> list[str]:
     if cfg.microbatch.halo is Halo.historical:
         problems.append("microbatch.halo=historical: the history caches count ages and draw masks on the "
                         "host every step")
+    elif cfg.microbatch.evaluation is Evaluation.layerwise:
+        problems.append("microbatch.evaluation=layerwise: the recorded evaluation is the plan's; set "
+                        "microbatch.evaluation=plan")
     if cfg.microbatch.halo is Halo.sampled:
         problems.append("microbatch.halo=sampled: every epoch draws new blocks, of new shapes, on the host")
     if cfg.data.features is Storage.disk:

@@ -70,10 +70,11 @@ def units_per_layer(model: ModelConfig | Mapping[str, Any]) -> list[int]:
 def build_model(model: ModelConfig | Mapping[str, Any], backend: Any, features: Any, num_classes: int,
                 history: bool = False, first_transform: FirstTransform = FirstTransform.once_per_step,
                 precision: Precision = Precision.fp32,
-                halo_dropout: HaloDropout = HaloDropout.read) -> StagedGNN:
+                halo_dropout: HaloDropout = HaloDropout.read, refresh_only: bool = False) -> StagedGNN:
     """A StagedGNN for the ``model`` config (typed, or its keys over the model's YAML:
     [`pipegnn.runconfig.group_config`][pipegnn.runconfig.group_config]), built with ``backend``'s layers (with
-    history caches for historical micro-batching when ``history``, their dropout by ``halo_dropout``) at
+    history caches for historical micro-batching when ``history``, their dropout by ``halo_dropout``; for
+    layer-wise evaluation alone with ``refresh_only``) at
     ``precision`` (``train.precision``).
     ``model.aggregation`` selects the adapter's aggregation (``backend.with_aggregation``).
 
@@ -84,4 +85,4 @@ def build_model(model: ModelConfig | Mapping[str, Any], backend: Any, features: 
     config: ModelConfig = group_config("model", model)
     specs = model_stack(config, features.shape[1], num_classes)
     return StagedGNN(specs, backend.with_aggregation(config.aggregation), config.name, features, history,
-                     first_transform, precision, halo_dropout)
+                     first_transform, precision, halo_dropout, refresh_only)

@@ -51,6 +51,8 @@ class StagedGNN(nn.Sequential):
             [`set_features`][pipegnn.models.base.StagedGNN.set_features]).
         history: give layers 2..L a history cache (for ``historical`` plans), in the features' dtype.
         halo_dropout: one of `HALO_DROPOUTS` (with ``history``).
+        refresh_only: with ``history``, the caches serve layer-wise evaluation alone
+            (``microbatch.evaluation=layerwise`` with exact or sampled halos: training reads none of them).
         first_transform: one of `FIRST_TRANSFORMS`.
         precision: one of `PRECISIONS`; ``bf16`` keeps the features
             in bfloat16 (converted here unless they already are) and runs every unit under autocast.
@@ -69,7 +71,7 @@ class StagedGNN(nn.Sequential):
 
     def __init__(self, specs: Stack | list[LayerSpec], backend: Any, kind: str, features: Any,
                  history: bool = False, first_transform: str = "once_per_step", precision: str = "fp32",
-                 halo_dropout: str = "read"):
+                 halo_dropout: str = "read", refresh_only: bool = False):
         if first_transform not in FIRST_TRANSFORMS:
             raise ValueError(f"first_transform={first_transform!r}; valid: {', '.join(FIRST_TRANSFORMS)}")
         stack = specs if isinstance(specs, Stack) else Stack(list(specs))
@@ -94,7 +96,8 @@ class StagedGNN(nn.Sequential):
         if history:
             for unit in self.transforms():
                 if unit.kind == "transform" and unit.layer > 0:
-                    unit.add_history(features.shape[0], features.dtype, node_dropout=halo_dropout == "node")
+                    unit.add_history(features.shape[0], features.dtype, node_dropout=halo_dropout == "node",
+                                     refresh_only=refresh_only)
         self.kind, self.stack = kind, stack
         self.num_micro_batches = 0
 

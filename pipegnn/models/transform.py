@@ -86,8 +86,9 @@ class Transform(Unit):
 
     @property
     def history(self) -> History | None:
-        """The cache of the layer's input rows (historical mode), else None."""
-        return None if self.halo is None else self.halo.history
+        """The cache of the layer's input rows that training reads (historical mode), else None (a
+        ``refresh_only`` cache is layer-wise evaluation's alone: no ages, masks, traffic or checkpoint)."""
+        return None if self.halo is None or self.halo.refresh_only else self.halo.history
 
     def add_features(self, x: Any, once_per_step: bool = False) -> None:
         """Make this the first unit, reading the node features ``x`` (a Tensor, a source of rows out of
@@ -104,20 +105,18 @@ class Transform(Unit):
         elif self.step is None:
             self.step = StepTransform()
 
-    def add_history(self, num_nodes: int, dtype: torch.dtype, node_dropout: bool = False) -> None:
-        """Keep a cache of this layer's input embeddings for halo rows (historical mode); with
-        ``node_dropout`` its input dropout draws one mask per node and step
-        ([`History.dropout`][pipegnn.microbatch.history.History.dropout])."""
+    def add_history(self, num_nodes: int, dtype: torch.dtype, node_dropout: bool = False,
+                    refresh_only: bool = False) -> None:
+        """Keep a cache of this layer's input embeddings for halo rows (historical mode, or with
+        ``refresh_only`` layer-wise evaluation's alone); with ``node_dropout`` its input dropout draws one
+        mask per node and step ([`History.dropout`][pipegnn.microbatch.history.History.dropout])."""
         self.halo = HaloHistory(self.layer, num_nodes, self.spec.in_dim, dtype,
-                                self.spec.dropout if node_dropout else 0.0)
+                                self.spec.dropout if node_dropout else 0.0, refresh_only)
 
     def set_micro_batch(self, m: int, mb: MicroBatch) -> None:
         layer = self.layer
         if self.halo is not None:
-            if m != len(self.rows):
-                raise ValueError(f"{self.name}: a history cache's micro-batches are fixed (historical "
-                                 f"halos): micro-batch {m} cannot be replaced")
-            self.halo.add_micro_batch(mb)
+            self.halo.set_micro_batch(m, mb)
         put(self.rows, m, mb.sources[layer])
         put(self.initial_rows, m, mb.sizes[layer])
         if self.source is not None:

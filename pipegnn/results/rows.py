@@ -34,6 +34,8 @@ COLUMNS: dict[str, str] = {
     "chunks": "config chunks (micro-batches per step)",
     "halo": "config microbatch.halo", "partition": "config microbatch.partition",
     "fanouts": "config microbatch.fanouts joined by ',' (sampled halos; None otherwise)",
+    "evaluation": "how every epoch evaluated, the record's microbatch.evaluation: plan (the halo mode's "
+                  "micro-batches) or layerwise; older records: layerwise with historical halos, else plan",
     "targets": "config microbatch.targets, else 'train' (older records; None without a config)",
     "seed": "config train.seed",
     "epochs": "epochs completed (len of the record's epochs, NaN without a record; requested: "
@@ -89,6 +91,7 @@ COLUMNS: dict[str, str] = {
 }
 #: Columns that are None, not NaN, when missing (text, and the overlap flag).
 _TEXT = {"path", "status", "error", "dataset", "model", "framework", "engine", "halo", "partition", "fanouts",
+         "evaluation",
          "targets", "devices", "git_sha", "hardware", "date", "pipeline_schedule", "pipeline_balance",
          "pipeline_balance_source", "pipeline_overlap"}
 _PIPELINE_FIGURES = ("bubble_theoretical", "bubble", "bubble_ideal", "makespan_s", "busy_s",
@@ -156,6 +159,8 @@ def flatten(record: RunRecord | Mapping[str, Any], path: str | Path | None = Non
         "halo": _get(cfg, "microbatch", "halo") or mb.get("halo"),
         "partition": _get(cfg, "microbatch", "partition") or mb.get("partition"),
         "fanouts": _leaf(fanouts) if fanouts is not None else None,
+        "evaluation": mb.get("evaluation") or (
+            None if not mb else "layerwise" if mb.get("halo") == "historical" else "plan"),
         "targets": _leaf(targets) if targets is not None else ("train" if cfg else None),  # older records
         "seed": _get(cfg, "train", "seed"),
         "epochs": len(record.epochs),

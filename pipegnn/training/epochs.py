@@ -131,8 +131,8 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
             raise FloatingPointError(f"training loss is {loss} at epoch {epoch}")
         model.eval()
         with timed(engine.devices) as evaluation:
-            # Historical mode evaluates layer-wise, which also refreshes every cached row.
-            if historical:
+            # Layer-wise evaluation (historical halos: which also refreshes every cached row).
+            if eval_plan.halo == Halo.historical:
                 logits = engine.refresh(model, eval_ids)
             else:
                 logits = engine.predict(eval_ids) if replayed is None else replayed.predict()

@@ -44,7 +44,7 @@ from pipegnn.sparse import is_csr
 from pipegnn.timeline import PipelineInfo
 from pipegnn.training.checkpoints import checkpoint_path
 from pipegnn.training.epochs import RUN_LOG, Pass, Trainee, fit
-from pipegnn.training.targets import check_targets, eval_targets
+from pipegnn.training.targets import check_targets, eval_targets, layerwise
 
 __all__ = ["train_rank"]
 
@@ -78,8 +78,9 @@ def train_rank(cfg: Config, record: RunRecord,
             cfg, graph, computation, len(model_stack(cfg.model, 1, 1).layers))
     with timed() as modelling:
         model = build_model(cfg.model, backend, graph.feature_source, graph.num_classes,
-                            history=halo is Halo.historical, first_transform=mb.first_transform,
-                            precision=precision, halo_dropout=mb.halo_dropout)
+                            history=layerwise(halo, mb.evaluation), first_transform=mb.first_transform,
+                            precision=precision, halo_dropout=mb.halo_dropout,
+                            refresh_only=halo is not Halo.historical)
     record.dataset = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                          "num_features": graph.num_features, "num_classes": graph.num_classes,
                          "feature_dtype": dtype_name(model.feature_dtype),
@@ -94,9 +95,11 @@ def train_rank(cfg: Config, record: RunRecord,
     order_s = features.pop("order_s", 0.0)
     record.features = features
     record.microbatch = {**_plan_summary(train_plan, eval_plan, mb.first_transform), "targets": mb.targets,
-                            "cached": train_cached, "eval_cached": eval_cached}
+                            "cached": train_cached, "eval_cached": eval_cached,
+                            "evaluation": "layerwise" if layerwise(halo, mb.evaluation) else "plan",
+                            "eval_halo": eval_plan.halo}
     if sampler is not None:  # the draws: epoch e's from (seed, e); the plan's statistics are epoch 0's
-        record.microbatch.update(fanouts=sampler.fanouts, sample_seed=sampler.seed, eval_halo=eval_plan.halo)
+        record.microbatch.update(fanouts=sampler.fanouts, sample_seed=sampler.seed)
     log.info("micro-batches: %d x halo=%s partition=%s targets=%s, replication %.2f, inflation %.2f "
              "(first transform %s), cut edges %.1f%% (%s in %.2fs)", train_plan.chunks, halo,
              train_plan.partition, mb.targets, train_plan.stats.replication,
@@ -240,10 +243,11 @@ def _build_plans(cfg: Config, graph: Graph, computation: ComputationGraph, num_l
     """The training and evaluation plans, each with whether it came from the cache, and with sampled
     halos the sampler of the training plan's later epochs (else None).
 
-    The evaluation plan is the training plan when both have the same nodes (historical halos with
-    targets=all), and otherwise reuses the training partition when the training targets cover the
+    The evaluation plan is the training plan when both have the same nodes and halos (historical halos
+    with targets=all), and otherwise reuses the training partition when the training targets cover the
     evaluation nodes (targets=all): one partitioner run instead of two. Sampled halos evaluate with
-    exact ones (full neighbourhoods, as the sampled-training literature evaluates).
+    exact ones (full neighbourhoods, as the sampled-training literature evaluates);
+    ``microbatch.evaluation=layerwise`` evaluates every node with historical ones, layer by layer.
     """
     mb = cfg.microbatch
     sampled = mb.halo is Halo.sampled
@@ -254,7 +258,7 @@ def _build_plans(cfg: Config, graph: Graph, computation: ComputationGraph, num_l
                            PlanSpec(cfg.chunks, num_layers, halo=halo, partitioner=mb.partition,
                                     seed=mb.seed), part)
 
-    train_targets, evaluated = graph.split(mb.targets), eval_targets(graph, mb.halo)
+    train_targets, evaluated = graph.split(mb.targets), eval_targets(graph, mb.halo, mb.evaluation)
     sampler = None
     if sampled:
         assert mb.fanouts is not None  # check_config
@@ -267,9 +271,9 @@ def _build_plans(cfg: Config, graph: Graph, computation: ComputationGraph, num_l
         sampler = NeighbourSampler(csr, parts, list(mb.fanouts), mb.seed)
     else:
         train = plan(train_targets)
-    if torch.equal(evaluated, train_targets) and not sampled:
+    halo = Halo.historical if layerwise(mb.halo, mb.evaluation) else Halo.exact if sampled else mb.halo
+    if torch.equal(evaluated, train_targets) and halo is mb.halo:
         return train, train, sampler
-    halo = Halo.exact if sampled else mb.halo
     if bool(torch.isin(evaluated, train_targets).all()):
         return train, plan(evaluated, train[0].part, halo), sampler
     return train, plan(evaluated, halo=halo), sampler

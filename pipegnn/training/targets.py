@@ -5,18 +5,25 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pipegnn.choices import Halo
+from pipegnn.choices import Evaluation, Halo
 from pipegnn.data import Graph
 from pipegnn.errors import ConfigError
 from pipegnn.schema import Config
 
-__all__ = ["check_targets", "eval_targets"]
+__all__ = ["check_targets", "eval_targets", "layerwise"]
 
 
-def eval_targets(graph: Graph, halo: Halo = Halo.exact) -> Tensor:
-    """Node ids evaluated each epoch: the union of the train, val and test splits, or every node in
-    historical mode (its layer-wise evaluation also refreshes every cached row)."""
-    if halo is Halo.historical:
+def layerwise(halo: Halo, evaluation: Evaluation) -> bool:
+    """Whether a run evaluates layer-wise: historical halos always do, the others with
+    ``microbatch.evaluation=layerwise``."""
+    return halo is Halo.historical or evaluation is Evaluation.layerwise
+
+
+def eval_targets(graph: Graph, halo: Halo = Halo.exact, evaluation: Evaluation = Evaluation.plan) -> Tensor:
+    """Node ids evaluated each epoch: the union of the train, val and test splits, or every node when
+    evaluating layer-wise (each layer computes every node: historical halos' also refreshes every cached
+    row)."""
+    if layerwise(halo, evaluation):
         return graph.split("all")
     mask = graph.train_mask | graph.val_mask | graph.test_mask
     return torch.nonzero(mask).view(-1)
@@ -30,7 +37,7 @@ def check_targets(cfg: Config, graph: Graph) -> None:
     """
     mb = cfg.microbatch
     for name, count in (("training", graph.split(mb.targets).numel()),
-                        ("evaluation", eval_targets(graph, mb.halo).numel())):
+                        ("evaluation", eval_targets(graph, mb.halo, mb.evaluation).numel())):
         if cfg.chunks > count:
             raise ConfigError(f"chunks={cfg.chunks} is larger than the number of {name} targets ({count}) "
                               f"of dataset {graph.name!r} with microbatch.targets={mb.targets}, "

@@ -34,6 +34,7 @@ def _typed(*overrides: str) -> Config:
     (["engine.timeline=true"], "engine.timeline=true"),
     (["microbatch.halo=historical"], "microbatch.halo=historical"),
     (["microbatch.halo=sampled", "microbatch.fanouts=[5,5]"], "microbatch.halo=sampled"),
+    (["microbatch.evaluation=layerwise"], "microbatch.evaluation=layerwise"),
     (["framework=dgl"], "framework=dgl"),
     (["model=gcn", "model.aggregation=sparse"], "model.aggregation=sparse"),
     (["train.precision=bf16"], "train.precision=bf16"),

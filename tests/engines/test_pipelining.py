@@ -57,11 +57,14 @@ def test_training_is_transparent(model: str, chunks: int) -> None:
 def test_sampled_halos_draw_the_same_on_every_engine() -> None:
     """Sampled halos (fan-outs [3,3], drawn anew every epoch): single, gpipe and a 2-process pipeline
     draw the same blocks each epoch (every rank its own, from the same seed) and train the same model:
-    the per-epoch losses and sampled edges agree, and the draws change from epoch to epoch."""
+    the per-epoch losses and sampled edges agree, and the draws change from epoch to epoch. The pipeline
+    evaluates layer-wise (microbatch.evaluation=layerwise: stage by stage over every node, its ranks'
+    caches beside micro-batches redrawn every epoch), the single engine with exact micro-batches: the
+    same validation losses and accuracies."""
     common = ("model=gcn", "chunks=4", "microbatch.halo=sampled", "microbatch.fanouts=[3,3]")
     single = run_no_dropout(*common, "engine=single")
     gpipe = run_no_dropout(*common, "engine=gpipe")
-    piped = run_no_dropout(*common, "engine=pipelining")
+    piped = run_no_dropout(*common, "engine=pipelining", "microbatch.evaluation=layerwise")
     assert piped["status"] == "completed", (piped["error"], piped.get("traceback"))
     edges = [e["sampled_edges"] for e in single["epochs"]]
     assert len(set(edges)) > 1  # a new draw every epoch
@@ -69,7 +72,13 @@ def test_sampled_halos_draw_the_same_on_every_engine() -> None:
     for other in (gpipe, piped):
         assert [e["sampled_edges"] for e in other["epochs"]] == edges
         assert [e["train_loss"] for e in other["epochs"]] == pytest.approx(losses, rel=1e-4)
-    assert piped["microbatch"]["fanouts"] == [3, 3] and piped["microbatch"]["eval_halo"] == "exact"
+    val_losses = [e["val_loss"] for e in single["epochs"]]
+    assert [e["val_loss"] for e in piped["epochs"]] == pytest.approx(val_losses, rel=1e-4)
+    for key in ("val_acc", "test_acc"):
+        assert [e[key] for e in piped["epochs"]] == [e[key] for e in single["epochs"]]
+    assert single["microbatch"]["fanouts"] == [3, 3] and single["microbatch"]["eval_halo"] == "exact"
+    evaluation = piped["microbatch"]["evaluation"], piped["microbatch"]["eval_halo"]
+    assert evaluation == ("layerwise", "historical")
 
 
 def test_other_schedules_are_transparent() -> None:

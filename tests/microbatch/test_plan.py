@@ -1,6 +1,8 @@
 """Plan statistics, checked against values computed by hand on a path graph, and block invariants."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -196,7 +198,7 @@ def test_reused_partition_gives_the_same_plan(graph: Graph) -> None:
 
 
 def test_an_exact_plan_that_cannot_fit_is_refused_before_the_model_is_built(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, data_root: Path) -> None:
     """model.layers=100000 with exact halos: once a micro-batch's halo stops growing, the plan's size is
     known (every layer left needs the same edges), and one larger than the free memory (8 GiB here,
     pretended, so that the test means the same on every machine) is an `oom` record before the model
@@ -209,7 +211,7 @@ def test_an_exact_plan_that_cannot_fit_is_refused_before_the_model_is_built(
     from tests.helpers import make_cfg
 
     monkeypatch.setattr(halo.psutil, "virtual_memory", lambda: SimpleNamespace(available=8 << 30))
-    record = run(make_cfg("dataset=cora", "model.layers=100000", "train.epochs=1"))
+    record = run(make_cfg("dataset=cora", f"data.root={data_root}", "model.layers=100000", "train.epochs=1"))
     assert record["status"] == "oom" and record["epochs"] == [] and "model" not in record
     assert "exact halos of 100000 layers" in record["error"]
     assert "GiB of edges, more than the 8.0 GiB free" in record["error"]
