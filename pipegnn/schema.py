@@ -68,7 +68,8 @@ __all__ = ["GROUP_SCHEMAS", "SCHEMAS", "Config", "DataConfig", "DatasetConfig", 
            "FrameworkConfig", "GATConfig", "GCN2Config", "GPipeEngineConfig", "LoggerConfig", "MLflowConfig",
            "MicrobatchConfig", "ModelConfig", "PipeliningEngineConfig", "PubmedTopologyConfig",
            "SingleEngineConfig", "StagedEngineConfig", "StudyGraphConfig", "SyntheticConfig", "TrackerConfig",
-           "TrainConfig", "compose_config", "config_dir", "register", "targets_for_halo"]
+           "TrainConfig", "compose_config", "config_dir", "layerwise_unless_none", "register",
+           "targets_for_halo"]
 
 # Postponed annotations (from __future__) are resolved by OmegaConf through typing.get_type_hints, so
 # the typing names above must stay importable from this module.
@@ -335,8 +336,16 @@ def targets_for_halo(halo: str) -> str:
     return "all" if halo == "historical" else "train"
 
 
+def layerwise_unless_none(halo: str) -> str:
+    """``microbatch.evaluation`` for sweeps over halos (``${layerwise_unless_none:${microbatch.halo}}``):
+    ``layerwise`` (each layer computes each node once) for the halos that evaluate on full neighbourhoods,
+    ``plan`` for ``none``, which evaluates its own induced subgraphs."""
+    return "plan" if halo == "none" else "layerwise"
+
+
 # Registered at import: every module that reads a run config (pipegnn.config) imports this one.
 OmegaConf.register_new_resolver("targets_for_halo", targets_for_halo, replace=True)
+OmegaConf.register_new_resolver("layerwise_unless_none", layerwise_unless_none, replace=True)
 
 
 def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:

@@ -108,6 +108,15 @@ def test_poster_pubmed_settings() -> None:
     assert (job.framework.name, job.chunks, job.microbatch.halo) == ("dgl", 32, "exact")
 
 
+def test_study_poster_evaluates_layerwise_unless_naive() -> None:
+    """The poster's sweep on the study's graphs: exact and historical halos evaluate layer by layer, the
+    naive ones (halo=none) their own induced subgraphs; every halo composes to a valid run."""
+    for halo, evaluation in (("none", "plan"), ("exact", "layerwise"), ("historical", "layerwise")):
+        job = _compose("experiment=study_poster", f"microbatch.halo={halo}", "chunks=32")
+        assert job.microbatch.evaluation == evaluation
+        check_run(OmegaConf.to_container(job, resolve=True))
+
+
 def test_poster_offline_settings() -> None:
     cfg = _compose("experiment=poster_offline")
     assert (cfg.model.name, cfg.model.layers, cfg.train.epochs) == ("gat", 2, 100)
@@ -266,13 +275,15 @@ def test_sampled_map_settings(runner: str) -> None:
     """Every setting of the map composes to a valid run: full batch is one chunk, the others METIS
     micro-batches of their halo (sampled ones with their fan-outs); the baseline is one process with 2
     threads, the pipeline 2 processes of 1; the real graphs' split is dense."""
-    expected = {"full": (1, "none", None), "exact_k8": (8, "exact", None),
-                "historical_k32": (32, "historical", None),
-                "sampled10_k32": (32, "sampled", [10, 10]), "sampled25_k8": (8, "sampled", [25, 10])}
-    for setting, (chunks, halo, fanouts) in expected.items():
+    expected = {"full": (1, "none", None, "plan"), "exact_k8": (8, "exact", None, "layerwise"),
+                "historical_k32": (32, "historical", None, "layerwise"),
+                "sampled10_k32": (32, "sampled", [10, 10], "layerwise"),
+                "sampled25_k8": (8, "sampled", [25, 10], "layerwise")}
+    for setting, (chunks, halo, fanouts, evaluation) in expected.items():
         job = _compose("experiment=sampled_map", f"map_setting={setting}", f"map_runner={runner}",
                        "dataset=coauthor_physics_dense", "model=gat")
         assert (job.chunks, job.microbatch.halo, job.microbatch.fanouts) == (chunks, halo, fanouts)
+        assert job.microbatch.evaluation == evaluation
         assert (job.dataset.name, job.dataset.split, job.microbatch.partition) == \
             ("coauthor_physics", "random", "metis")
         assert (job.engine.name, job.engine.threads) == (("single", 2) if runner == "process"
