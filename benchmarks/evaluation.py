@@ -39,14 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per case")
     parser.add_argument("--csv", type=Path, default=ROOT / "results" / "benchmarks" / "evaluation.csv")
     args = parser.parse_args(argv)
-    common = [f"dataset={args.dataset}", f"model={args.model}", "engine=single", f"train.epochs={args.epochs}",
-              "train.patience=null"]
+    common = [f"dataset={args.dataset}", f"model={args.model}", "engine=single",
+              f"train.epochs={args.epochs}", "train.patience=null"]
     cases: list[tuple[str, str, list[str]]] = [("full batch", "plan", ["chunks=1"])]
     for halo in args.halos:
         for k in args.chunks:
             for evaluation in ("plan", "layerwise"):
-                cases.append((f"{halo} k={k}", evaluation, [f"chunks={k}", f"microbatch.halo={halo}",
-                                                            *HALOS[halo], f"microbatch.evaluation={evaluation}"]))
+                overrides = [f"chunks={k}", f"microbatch.halo={halo}", *HALOS[halo],
+                             f"microbatch.evaluation={evaluation}"]
+                cases.append((f"{halo} k={k}", evaluation, overrides))
     rows: list[dict[str, Any]] = []
     for mode, evaluation, overrides in cases:
         row = {"mode": mode, "evaluation": evaluation,
