@@ -4,15 +4,17 @@ layer-wise evaluation (``layerwise``), side by side in one run: the median evalu
 
 Cases, each in a process of its own on one thread (``benchmarks/memory_case.py``), single engine, after a
 warm-up epoch: full batch (chunks=1: one pass over the graph, the reference), then for every halo of
---halos and k of --chunks the same run evaluated both ways. Both evaluate every node's full
-neighbourhood (their outputs are equal: ``tests/test_exactness.py``); ``plan`` recomputes the halo rows
-micro-batches share (an exact L-hop halo per micro-batch, sampled halos' too), ``layerwise`` computes each
-layer once per node over historical 1-hop blocks and keeps a cache of every layer's input rows.
+--halos and k of --chunks, each evaluated both ways (full batch too: one micro-batch, the same work).
+Both evaluate every node's full neighbourhood (their outputs are equal: ``tests/test_exactness.py``);
+``plan`` recomputes the halo rows micro-batches share (an exact L-hop halo per micro-batch, sampled
+halos' too), ``layerwise`` computes each layer once per node over historical 1-hop blocks and keeps a
+cache of every layer's input rows.
 
     PIPEGNN_DATA=../shared/datasets python benchmarks/evaluation.py --dataset amazon_computers_dense \\
-        --model gcn | tee results/benchmarks/evaluation.txt
+        --model gcn --csv results/benchmarks/evaluation_gcn.csv 2>&1 \\
+        | tee results/benchmarks/evaluation_gcn.txt
 
-writes ``results/benchmarks/evaluation.csv`` (one row per case) and prints layerwise / plan per mode.
+writes the CSV (one row per case) and beside it ``<name>_ratios.csv`` (layerwise / plan per mode).
 """
 from __future__ import annotations
 
@@ -41,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     common = [f"dataset={args.dataset}", f"model={args.model}", "engine=single",
               f"train.epochs={args.epochs}", "train.patience=null"]
-    cases: list[tuple[str, str, list[str]]] = [("full batch", "plan", ["chunks=1"])]
+    cases: list[tuple[str, str, list[str]]] = [
+        ("full batch", evaluation, ["chunks=1", f"microbatch.evaluation={evaluation}"])
+        for evaluation in ("plan", "layerwise")]
     for halo in args.halos:
         for k in args.chunks:
             for evaluation in ("plan", "layerwise"):
@@ -58,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     show(f"evaluation=plan vs layerwise: {about} (eval_s, epoch_s: medians after a warm-up epoch; MiB)", rows,
          ["mode", "evaluation", "status", "eval_s", "eval_inflation", "epoch_s", "inflation", "peak_mb",
           "train_mb", "total_s", "error"], args.csv)
-    paired = side_by_side(rows[1:], "evaluation", "plan", "layerwise", ("eval_s", "peak_mb", "total_s"))
+    paired = side_by_side(rows, "evaluation", "plan", "layerwise", ("eval_s", "peak_mb", "total_s"))
     full = rows[0].get("eval_s")
     for row in paired:
         row["layerwise_eval_over_full_batch"] = (row["layerwise_eval_s"] / full
