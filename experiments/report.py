@@ -46,9 +46,8 @@ from pipegnn.timeline import TRACE_NAME
 RUN_COLUMNS = ("dataset", "model", "num_nodes", "num_edges", "framework", "engine", "devices", "chunks",
                "halo", "fanouts", "partition", "targets", "evaluation", "seed", "status", "error", "epochs",
                "monitor", "test_acc", "test_acc_at_best_val", "best_val_acc", "epoch_time_median_s",
-               "eval_time_median_s",
-               "microbatch_build_s", "peak_rss_mb", "peak_device_mb", "inflation", "replication",
-               "cut_edge_fraction", "git_sha")
+               "eval_time_median_s", "microbatch_build_s", "peak_rss_mb", "peak_device_mb", "inflation",
+               "replication", "cut_edge_fraction", "git_sha")
 #: Settings a summary groups by when they vary in the sweep (dataset and model always).
 SETTINGS = ("dataset", "model", "num_nodes", "num_edges", "cfg.dataset.density", "cfg.dataset.avg_degree",
             "framework", "setup", "pipeline_schedule", "pipeline_balance_source", "cfg.engine.timeline",

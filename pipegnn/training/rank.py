@@ -67,7 +67,7 @@ def train_rank(cfg: Config, record: RunRecord,
     if low is not None and graph.x is not None:  # bf16: the features are kept in bfloat16 (one copy,
         graph = dataclasses.replace(graph, x=graph.x.to(low))  # shared with the model; on disk: below)
     backend = get_backend(cfg.framework.name)
-    halo = mb.halo
+    halo, by_layer = mb.halo, layerwise(mb.halo, mb.evaluation)
     # The plans before the model (they use no random numbers): a plan too large for the machine is refused
     # in seconds, before a deep model's minutes of building.
     with timed() as build:
@@ -78,7 +78,7 @@ def train_rank(cfg: Config, record: RunRecord,
             cfg, graph, computation, len(model_stack(cfg.model, 1, 1).layers))
     with timed() as modelling:
         model = build_model(cfg.model, backend, graph.feature_source, graph.num_classes,
-                            history=layerwise(halo, mb.evaluation), first_transform=mb.first_transform,
+                            history=by_layer, first_transform=mb.first_transform,
                             precision=precision, halo_dropout=mb.halo_dropout,
                             refresh_only=halo is not Halo.historical)
     record.dataset = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
@@ -96,7 +96,7 @@ def train_rank(cfg: Config, record: RunRecord,
     record.features = features
     record.microbatch = {**_plan_summary(train_plan, eval_plan, mb.first_transform), "targets": mb.targets,
                             "cached": train_cached, "eval_cached": eval_cached,
-                            "evaluation": "layerwise" if layerwise(halo, mb.evaluation) else "plan",
+                            "evaluation": "layerwise" if by_layer else "plan",
                             "eval_halo": eval_plan.halo}
     if sampler is not None:  # the draws: epoch e's from (seed, e); the plan's statistics are epoch 0's
         record.microbatch.update(fanouts=sampler.fanouts, sample_seed=sampler.seed)
