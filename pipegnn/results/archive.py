@@ -6,12 +6,18 @@ Each file is keyed by its path relative to the archive's folder (``records/3/res
 rows, each row's ``path`` the file's place were the archive unpacked
 (``python -m pipegnn.results.archive --unpack ARCHIVE DEST`` puts it there, written as
 [`write_record`][pipegnn.results.records.write_record] writes every record and trace, so byte for byte the
-files the runs wrote).
+files the runs wrote, but for the digits `EPOCH_DECIMALS` drops).
 
 This module packs ([`pack`][pipegnn.results.archive.pack]) and is the command line; the format, its bounds and
 its keys are [`archive_format`][pipegnn.results.archive_format]'s, reading and unpacking within those bounds
 [`archive_read`][pipegnn.results.archive_read]'s. Every public name of the three is used through this module
 (``archive.read``, ``archive.unpack``, ``archive.ArchiveError``, ...).
+
+A record's per-epoch entries (its ``epochs``) are packed with every float rounded to `EPOCH_DECIMALS`
+decimals (a microsecond of a time, 1e-6 of an accuracy or a loss): their further digits are timing noise
+and float32 rounding, they fill most of a record, and they would double the archive. Everything else is
+packed as the file holds it, and rounding is idempotent, so unpacking and packing again gives the same
+archive.
 
 Same files, same bytes: compact separators, key order as in the files, gzip at level 9 with mtime 0 and
 no file name (the bytes could change only with zlib's version).
@@ -46,14 +52,16 @@ from pipegnn.results.archive_format import (
     is_archive,
 )
 from pipegnn.results.archive_read import Entry, Packed, entries, read, unpack
-from pipegnn.results.records import find_records, is_entry, read_regular
+from pipegnn.results.records import RECORD_NAME, find_records, is_entry, read_regular
 
-__all__ = ["ARCHIVE_NAME", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES", "MAX_KEY_CHARS", "MAX_KEY_PARTS",
+__all__ = ["ARCHIVE_NAME", "EPOCH_DECIMALS", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES", "MAX_KEY_CHARS", "MAX_KEY_PARTS",
            "MAX_LINE_BYTES", "ArchiveError",
            "Entry", "Packed", "entries", "find_archives", "is_archive", "pack", "read", "run_files", "unpack"]
 
 #: Fixed, so that packing the same files gives the same bytes.
 _LEVEL = 9
+#: Decimals a float of a record's per-epoch entries keeps in an archive.
+EPOCH_DECIMALS = 6
 
 
 def run_files(folder: str | Path, beside: Sequence[str] = (), under: str = "") -> dict[str, Path]:
@@ -71,9 +79,10 @@ def run_files(folder: str | Path, beside: Sequence[str] = (), under: str = "") -
 
 
 def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
-    """Write ``files`` (key -> the JSON file) as the archive ``archive``, atomically; a file that is not
-    valid JSON, or cannot be read (not a regular file: a FIFO, a device; gone; larger than
-    `MAX_LINE_BYTES`), is packed as unreadable, with why. Returns ``archive``.
+    """Write ``files`` (key -> the JSON file) as the archive ``archive``, atomically, with a record's
+    per-epoch floats rounded to `EPOCH_DECIMALS` decimals; a file that is not valid JSON, or cannot be read
+    (not a regular file: a FIFO, a device; gone; larger than `MAX_LINE_BYTES`), is packed as unreadable,
+    with why. Returns ``archive``.
 
     Raises:
         ValueError: a key is not one of a run's files by a relative path of plain names (see
@@ -87,7 +96,10 @@ def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
         if (problem := _check_key(key) or _clash(key, files_seen, folders_seen)) is not None:
             raise ValueError(f"{archive}: {problem}")
         try:
-            entry = {"path": key, "json": _read_file(files[key])}
+            value = _read_file(files[key])
+            if PurePosixPath(key).name == RECORD_NAME:
+                value = _round_epochs(value)
+            entry = {"path": key, "json": value}
         except JSONFileError as e:
             entry = {"path": key, "unreadable": e.reason}
         except (OSError, ValueError) as e:  # not a regular file (a FIFO, a device), gone, too large
@@ -98,6 +110,21 @@ def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
     with atomic_file(archive, "wb") as f:
         f.write(gzip.compress(data, compresslevel=_LEVEL, mtime=0))
     return Path(archive)
+
+
+def _round_epochs(record: Any) -> Any:
+    """``record`` with every float below its ``epochs`` rounded to `EPOCH_DECIMALS` decimals (a value that
+    is not a record's object, as it is)."""
+    def rounded(value: Any) -> Any:
+        if isinstance(value, float):
+            return round(value, EPOCH_DECIMALS)  # NaN and infinities as they are
+        if isinstance(value, dict):
+            return {k: rounded(v) for k, v in value.items()}
+        return [rounded(v) for v in value] if isinstance(value, list) else value
+
+    if not isinstance(record, dict) or "epochs" not in record:
+        return record
+    return {k: rounded(v) if k == "epochs" else v for k, v in record.items()}
 
 
 def _read_file(path: str | Path) -> Any:

@@ -1,5 +1,6 @@
 """pipegnn/results/archive.py: a sweep's records and traces as one records.jsonl.gz, packed with the same
-bytes every time, unpacked byte for byte, read by load() as it reads the files, refused when damaged."""
+bytes every time, unpacked byte for byte (but for the per-epoch digits packing drops), read by load() as it
+reads the files, refused when damaged."""
 from __future__ import annotations
 
 import gzip
@@ -31,8 +32,8 @@ def _record(job: int, status: str = "completed") -> dict:
             "final": {"train_acc": 0.9, "val_acc": 0.5, "test_acc": 0.8 + job / 1000, "best_val_acc": 0.5,
                       "test_acc_at_best_val": 0.81, "best_val_loss": float("nan")},
             "timing": {"epoch_time_median_s": 1.5e-05 * (job + 1), "total_s": 12.0},
-            "epochs": [{"epoch": 0, "loss": 1.0986122886681098, "train_acc": 0.9, "val_acc": 0.5,
-                        "test_acc": 0.8}]}
+            "epochs": [{"epoch": 0, "loss": 1.098612, "train_acc": 0.9, "val_acc": 0.5, "test_acc": 0.8,
+                        "pipeline": {"stages": [{"busy_s": 1.5e-05}]}}]}
 
 
 def _trace(job: int) -> dict:
@@ -80,6 +81,30 @@ def test_round_trip_gives_the_files_back_byte_for_byte(sweep: Path, tmp_path: Pa
         "records/0/trace.json", "records/2/trace.json"}
     written, _ = archive.unpack(packed, tmp_path / "one", keep={"records/10/result.json"})
     assert written == [tmp_path / "one" / "records" / "10" / "result.json"]
+
+
+def test_a_records_per_epoch_floats_are_packed_rounded_and_nothing_else(tmp_path: Path) -> None:
+    record = _record(3)
+    record["epochs"] = [{"epoch": 0, "loss": 1.0986122886681098, "val_acc": 0.12999999523162842,
+                         "epoch_time_s": 0.2508774510024523, "ended_at": 1795903105.4852114, "nan": float("nan"),
+                         "pipeline": {"bubble": 2 / 3, "stages": [{"busy_s": 3.3315729997411836e-07}]}}]
+    record["timing"]["total_s"] = 12.345678901234
+    write_record(tmp_path / "run" / "records" / "3", record)
+    write_record(tmp_path / "run" / "records" / "3", _trace(3) | {"otherData": {"x": 0.123456789}}, "trace.json")
+    packed = _pack(tmp_path / "run")
+    files = archive.read(packed).files
+    epoch = files["records/3/result.json"]["epochs"][0]
+    assert {k: v for k, v in epoch.items() if k != "nan"} == {
+        "epoch": 0, "loss": 1.098612, "val_acc": 0.13, "epoch_time_s": 0.250877, "ended_at": 1795903105.485211,
+        "pipeline": {"bubble": 0.666667, "stages": [{"busy_s": 0.0}]}}
+    assert epoch["nan"] != epoch["nan"]
+    assert archive.EPOCH_DECIMALS == 6
+    # the rest of the record, and traces, as the files hold them
+    assert files["records/3/result.json"]["timing"]["total_s"] == 12.345678901234
+    assert files["records/3/trace.json"]["otherData"] == {"x": 0.123456789}
+    # idempotent: the unpacked files pack into the same archive
+    archive.unpack(packed, tmp_path / "again")
+    assert _pack(tmp_path / "again", tmp_path / ARCHIVE_NAME).read_bytes() == packed.read_bytes()
 
 
 def test_packing_the_same_files_gives_the_same_bytes(sweep: Path, tmp_path: Path) -> None:
@@ -175,7 +200,8 @@ def test_a_damaged_archive_is_one_error_naming_it(sweep: Path, tmp_path: Path, d
     if damage == "truncated":
         packed.write_bytes(data[:len(data) // 2])
     elif damage == "flipped":
-        packed.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
+        # a byte of the trailer's CRC-32: every line inflates, the stream does not check out
+        packed.write_bytes(data[:-6] + bytes([data[-6] ^ 0xFF]) + data[-5:])
     elif damage == "not gzip":
         packed.write_bytes(gzip.decompress(data))
     elif damage == "edited":
