@@ -185,9 +185,31 @@ def _finish(fig: Figure, title: str, path: str | Path | None) -> Figure:
     return fig
 
 
+def _full_batch_band(ax: Axes, data: pd.DataFrame, keys: Sequence[str], key: Sequence[Any], y: str,
+                     scale: float) -> None:
+    """The panel's full-batch runs as a grey dashed line (their mean) in a band (+- one std): chunks=1
+    without a halo, of the panel's settings but its partitioner (one micro-batch is the whole graph
+    whichever partitioner cut it), so that a sweep running chunks=1 with one partitioner shows full batch
+    in every panel. Nothing when the settings have none."""
+    if "halo" not in data:
+        return
+    full = data[(pd.to_numeric(data["chunks"], errors="coerce") == 1) & (data["halo"] == "none")]
+    for k, v in zip(keys, key):
+        if k != "partition":
+            full = full[full[k].isna() if _missing(v) else full[k] == v]
+    values = pd.to_numeric(full[y], errors="coerce").dropna() * scale
+    if values.empty:
+        return
+    mean, std = values.mean(), values.std()
+    ax.axhline(mean, color="0.35", linestyle="--", linewidth=1, label="full batch (chunks=1)")
+    if np.isfinite(std):
+        ax.axhspan(mean - std, mean + std, color="0.5", alpha=0.15, linewidth=0)
+
+
 def _vs_chunks(df: pd.DataFrame, path: str | Path | None, where: Mapping[str, Any] | None, *, y: str,
                lines: Sequence[str], pool: Sequence[str], title: str,
-               ylabel: str | Callable[[pd.DataFrame], str], scale: float = 1.0, legend: str) -> Figure:
+               ylabel: str | Callable[[pd.DataFrame], str], scale: float = 1.0, legend: str,
+               full_batch: bool = False) -> Figure:
     data = _prepare(df, where, ["chunks", y], title)
     keys = ["dataset", "model", "num_nodes", *_facets(data, [*lines, *pool])]
     keys = [k for k in keys if k in data]
@@ -195,6 +217,8 @@ def _vs_chunks(df: pd.DataFrame, path: str | Path | None, where: Mapping[str, An
     labels, colors = _line_labels(data, lines)
     fig, axes = _figure(len(panels))
     for (key, panel), (ax,) in zip(panels, axes):
+        if full_batch and (pd.to_numeric(panel["chunks"], errors="coerce") > 1).any():
+            _full_batch_band(ax, data, keys, key, y, scale)
         _lines(ax, panel, "chunks", y, labels, colors, scale)
         _log2_x(ax, panel["chunks"])
         ax.set(xlabel=_CHUNKS_LABEL, ylabel=ylabel(panel) if callable(ylabel) else ylabel,
@@ -217,10 +241,12 @@ def plot_epoch_time_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, 
 def plot_accuracy_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,
                             metric: str = "test_acc", where: Mapping[str, Any] | None = None) -> Figure:
     """Accuracy (%) against chunks, one line per halo mode (naive, exact, historical) with error bars
-    over seeds: the poster's accuracy loss under naive chunking and its fix."""
+    over seeds, beside full batch's (chunks=1 without a halo: a grey band, mean +- std, in every panel of
+    its settings with micro-batched runs, whatever the partitioner): the poster's accuracy loss under naive
+    chunking and its fix."""
     return _vs_chunks(df, path, where, y=metric, lines=["halo"], pool=[], scale=100.0,
                       title="Accuracy vs micro-batches", legend="halo mode",
-                      ylabel=_METRIC_LABELS.get(metric, f"{metric} (%)"))
+                      ylabel=_METRIC_LABELS.get(metric, f"{metric} (%)"), full_batch=True)
 
 
 def plot_time_to_accuracy_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,

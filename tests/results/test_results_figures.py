@@ -65,15 +65,40 @@ def test_plot_accuracy_vs_chunks_lines_per_halo_with_error_bars(tmp_path: Path) 
                for h in ("exact", "historical", "none") for i, c in enumerate((1, 4, 16)) for s in (0, 1, 2)]
     fig = plot_accuracy_vs_chunks(make_frame(*records), tmp_path / "a.png")
     (ax,) = fig.axes
-    assert legend_texts(ax) == ["naive (no halo)", "exact halo", "historical halo"]
-    assert len(ax.lines) == 3 and ax.get_ylabel() == "test accuracy (%)"
+    assert legend_texts(ax) == ["full batch (chunks=1)", "naive (no halo)", "exact halo", "historical halo"]
+    assert len(ax.lines) == 4 and ax.get_ylabel() == "test accuracy (%)"
     assert fig.get_suptitle() == "Accuracy vs micro-batches (mean ± std over 3 seeds)"
-    np.testing.assert_allclose(ax.lines[0].get_ydata(), [82.0, 62.0, 42.0])  # mean of seeds, in %
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [82.0, 82.0])  # full batch: naive at chunks=1
+    np.testing.assert_allclose(ax.lines[1].get_ydata(), [82.0, 62.0, 42.0])  # mean of seeds, in %
     bars = [c for c in ax.collections if isinstance(c, LineCollection)]
     assert len(bars) == 3
     (x, low), (_, high) = bars[0].get_segments()[0]  # naive at chunks 1: 82 +- std(80, 82, 84) = 2
     assert x == 1 and (low, high) == pytest.approx((80.0, 84.0))
     _png(tmp_path / "a.png", 1, 1)
+
+
+def test_full_batch_is_drawn_in_every_partitioners_panel() -> None:
+    """A sweep that ran chunks=1 with one partitioner (the same run whichever cut one micro-batch) shows
+    full batch, mean +- std over seeds, beside each partitioner's micro-batches; another dataset's full
+    batch is not drawn, nor a band where a panel's settings have no full-batch run."""
+    records = [make_record(halo="none", chunks=1, partition="metis", seed=s, test_acc=0.80 + 0.02 * s)
+               for s in (0, 1, 2)]
+    records += [make_record(halo=h, chunks=8, partition=p, seed=s, test_acc=0.5)
+                for h in ("none", "exact") for p in ("metis", "sequential") for s in (0, 1)]
+    records += [make_record(dataset="citeseer", num_nodes=3327, halo="exact", chunks=c, partition=p,
+                            test_acc=0.6) for c in (1, 8) for p in ("metis", "sequential")]
+    fig = plot_accuracy_vs_chunks(make_frame(*records))
+    titles = [ax.get_title().replace("\n", " ") for ax in fig.axes]
+    assert titles == ["citeseer (3327 nodes) / gat partition=metis",
+                      "citeseer (3327 nodes) / gat partition=sequential",
+                      "cora (2708 nodes) / gat partition=metis", "cora (2708 nodes) / gat partition=sequential"]
+    for ax in fig.axes[:2]:
+        assert "full batch (chunks=1)" not in legend_texts(ax)
+    for ax in fig.axes[2:]:
+        assert legend_texts(ax)[0] == "full batch (chunks=1)"
+        np.testing.assert_allclose(ax.lines[0].get_ydata(), [82.0, 82.0])
+        (band,) = [p for p in ax.patches]  # 82 +- std(80, 82, 84) = 2
+        np.testing.assert_allclose([band.get_y(), band.get_y() + band.get_height()], [80.0, 84.0])
 
 
 def test_plot_time_to_accuracy_leaves_out_runs_that_never_reached_it(tmp_path: Path) -> None:
@@ -103,7 +128,7 @@ def test_panels_split_settings_that_vary_off_the_axes(tmp_path: Path) -> None:
     fig = plot_accuracy_vs_chunks(make_frame(*records), where={"dataset": "cora"})
     assert [ax.get_title() for ax in fig.axes] == ["cora (2708 nodes) / gat\ndgl",
                                                    "cora (2708 nodes) / gat\npyg"]
-    assert [legend_texts(ax) for ax in fig.axes] == [["naive (no halo)", "exact halo"]] * 2
+    assert [legend_texts(ax) for ax in fig.axes] == [["full batch (chunks=1)", "naive (no halo)", "exact halo"]] * 2
     # the colour of a halo mode is the same in every panel
     assert fig.axes[0].lines[1].get_color() == fig.axes[1].lines[1].get_color()
     fig.savefig(tmp_path / "p.png")
