@@ -54,7 +54,8 @@ from pipegnn.results.archive_format import (
 from pipegnn.results.archive_read import Entry, Packed, entries, read, unpack
 from pipegnn.results.records import RECORD_NAME, find_records, is_entry, read_regular
 
-__all__ = ["ARCHIVE_NAME", "EPOCH_DECIMALS", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES", "MAX_KEY_CHARS", "MAX_KEY_PARTS",
+__all__ = ["ARCHIVE_NAME", "EPOCH_DECIMALS", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES", "MAX_KEY_CHARS",
+           "MAX_KEY_PARTS",
            "MAX_LINE_BYTES", "ArchiveError",
            "Entry", "Packed", "entries", "find_archives", "is_archive", "pack", "read", "run_files", "unpack"]
 

@@ -91,7 +91,8 @@ def test_full_batch_is_drawn_in_every_partitioners_panel() -> None:
     titles = [ax.get_title().replace("\n", " ") for ax in fig.axes]
     assert titles == ["citeseer (3327 nodes) / gat partition=metis",
                       "citeseer (3327 nodes) / gat partition=sequential",
-                      "cora (2708 nodes) / gat partition=metis", "cora (2708 nodes) / gat partition=sequential"]
+                      "cora (2708 nodes) / gat partition=metis",
+                      "cora (2708 nodes) / gat partition=sequential"]
     for ax in fig.axes[:2]:
         assert "full batch (chunks=1)" not in legend_texts(ax)
     for ax in fig.axes[2:]:
@@ -128,7 +129,8 @@ def test_panels_split_settings_that_vary_off_the_axes(tmp_path: Path) -> None:
     fig = plot_accuracy_vs_chunks(make_frame(*records), where={"dataset": "cora"})
     assert [ax.get_title() for ax in fig.axes] == ["cora (2708 nodes) / gat\ndgl",
                                                    "cora (2708 nodes) / gat\npyg"]
-    assert [legend_texts(ax) for ax in fig.axes] == [["full batch (chunks=1)", "naive (no halo)", "exact halo"]] * 2
+    assert [legend_texts(ax) for ax in fig.axes] == [
+        ["full batch (chunks=1)", "naive (no halo)", "exact halo"]] * 2
     # the colour of a halo mode is the same in every panel
     assert fig.axes[0].lines[1].get_color() == fig.axes[1].lines[1].get_color()
     fig.savefig(tmp_path / "p.png")
