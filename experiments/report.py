@@ -5,7 +5,9 @@
 
 ``sweeps`` holds one sweep folder per preset (``multirun/reference/poster_offline`` ...; see `make
 reference`), or is one sweep itself (a folder with Hydra's ``multirun.yaml`` or with job folders holding a
-``result.json``: :func:`is_sweep`). For each sweep, under ``out/<its folder's name>/``:
+``result.json``: :func:`is_sweep`), or with ``--one`` holds the sweeps of one preset whose grid ran in
+parts (``multirun/study_poster_computers/{k1,grid}``: one report of them all, each run under
+``records/<sweep>/<job>/``). For each sweep, under ``out/<its folder's name>/``:
 
 - ``records.jsonl.gz``: every record of the sweep (resolved config, seeds, versions, git sha, per-epoch
   history) - the source of every number below - with the run's stage timeline where it wrote one, packed
@@ -202,13 +204,19 @@ def main(argv=None) -> int:
     parser.add_argument("out", type=Path, help="where the reference results go (e.g. results/reference): "
                                                "each sweep's into out/<its folder's name>")
     parser.add_argument("--only", nargs="+", metavar="PRESET", help="only these sweep folders")
+    parser.add_argument("--one", action="store_true",
+                        help="the folder's sweeps are one preset's (parts of its grid run as sweeps of their "
+                             "own): one report of them all, into out/<the folder's name>")
     args = parser.parse_args(argv)
     if not args.sweeps.is_dir():
         parser.error(f"{args.sweeps} is not a folder")
-    if is_sweep(args.sweeps):
+    if args.one and args.only:
+        parser.error("--one reports every sweep of the folder together: --only picks among sweeps")
+    if args.one or is_sweep(args.sweeps):
         if args.only:
             parser.error(f"{args.sweeps} is one sweep, not a folder of sweeps: --only picks among sweeps")
-        print(f"{args.sweeps} is one sweep: its report goes to {args.out / args.sweeps.name}")
+        what = "its sweeps are one preset's" if args.one else "is one sweep"
+        print(f"{args.sweeps} {what}: its report goes to {args.out / args.sweeps.name}")
         sweeps = [args.sweeps]
     else:
         sweeps = sorted(p for p in args.sweeps.iterdir()

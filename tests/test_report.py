@@ -230,3 +230,24 @@ def test_report_refuses_only_with_one_sweep(tmp_path: Path, capsys: pytest.Captu
     with pytest.raises(SystemExit):
         _report().main([str(RECORDS / "halo"), str(tmp_path), "--only", "halo"])
     assert "is one sweep, not a folder of sweeps" in capsys.readouterr().err
+
+
+def test_report_takes_the_sweeps_of_one_preset_as_one(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """--one: a preset whose grid ran as several sweeps (chunks=1 apart, more seeds later) is one report
+    of every run of them, each packed under records/<sweep>/<job>/, one summary over all of them."""
+    preset = tmp_path / "multirun" / "halo_parts"
+    for job in (RECORDS / "halo").iterdir():
+        shutil.copytree(job, preset / ("k1" if "-c1-" in job.name else "grid") / job.name)
+    out = tmp_path / "reference"
+    assert _report().main([str(preset), str(out), "--one"]) == 0
+    assert f"{preset} its sweeps are one preset's: its report goes to {out / 'halo_parts'}" in \
+        capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["halo_parts"]
+    packed = archive.read(out / "halo_parts" / archive.ARCHIVE_NAME).paths
+    assert {key.split("/")[1] for key in packed} == {"k1", "grid"} and len(packed) == 18
+    summary = pd.read_csv(out / "halo_parts" / "summary.csv")
+    assert sorted(summary["chunks"].unique()) == [1, 2, 4] and (summary["runs"] == 2).all()
+    with pytest.raises(SystemExit):
+        _report().main([str(preset), str(out), "--one", "--only", "k1"])
+    assert "--one reports every sweep of the folder together" in capsys.readouterr().err
