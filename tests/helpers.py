@@ -370,9 +370,9 @@ _RECORD_DEVICES = {"cpu2": ("gpipe", ["cpu", "cpu"]), "cpu": ("single", "cpu"), 
 def make_record(*, status: str = "completed", dataset: str = "cora", num_nodes: int = 2708,
                 model: str = "gat", framework: str = "pyg", devices: str = "cpu2", chunks: int = 1,
                 halo: str = "exact", partition: str = "metis", seed: int = 0, hidden: int = 8,
-                **values: float) -> dict[str, Any]:
+                targets: str | None = None, **values: float) -> dict[str, Any]:
     """A hand-made record shaped like pipegnn.training.launch's; ``values`` fill
-    final/timing/memory/microbatch."""
+    final/timing/memory/microbatch (``targets``: microbatch.targets, left out when None)."""
     engine, dev = _RECORD_DEVICES[devices]
     engine_cfg = {"name": engine, **({"devices": dev} if engine == "gpipe" else {"device": dev})}
     final = {k: values[k] for k in ("test_acc", "val_acc", "test_acc_at_best_val", "best_val_acc")
@@ -385,7 +385,8 @@ def make_record(*, status: str = "completed", dataset: str = "cora", num_nodes: 
     mb = {k: values[k] for k in ("inflation", "replication") if k in values}
     done = status == "completed"
     return {"status": status, "error": None if done else "RuntimeError: boom",
-            "config": {"chunks": chunks, "microbatch": {"halo": halo, "partition": partition},
+            "config": {"chunks": chunks, "microbatch": {"halo": halo, "partition": partition,
+                                                        **({"targets": targets} if targets else {})},
                        "train": {"seed": seed}, "dataset": {"name": dataset},
                        "model": {"name": model, "hidden": hidden, "layers": 2},
                        "framework": {"name": framework}, "engine": engine_cfg},

@@ -188,14 +188,15 @@ def _finish(fig: Figure, title: str, path: str | Path | None) -> Figure:
 def _full_batch_band(ax: Axes, data: pd.DataFrame, keys: Sequence[str], key: Sequence[Any], y: str,
                      scale: float) -> None:
     """The panel's full-batch runs as a grey dashed line (their mean) in a band (+- one std): chunks=1
-    without a halo, of the panel's settings but its partitioner (one micro-batch is the whole graph
-    whichever partitioner cut it), so that a sweep running chunks=1 with one partitioner shows full batch
-    in every panel. Nothing when the settings have none."""
+    without a halo, of the panel's settings but its partitioner and targets (one micro-batch without a
+    halo computes the whole graph, whichever partitioner cut it and whichever nodes the loss reads), so
+    that a sweep running chunks=1 with one partitioner shows full batch in every panel. Nothing when the
+    settings have none."""
     if "halo" not in data:
         return
     full = data[(pd.to_numeric(data["chunks"], errors="coerce") == 1) & (data["halo"] == "none")]
     for k, v in zip(keys, key):
-        if k != "partition":
+        if k not in ("partition", "targets"):
             full = full[full[k].isna() if _missing(v) else full[k] == v]
     values = pd.to_numeric(full[y], errors="coerce").dropna() * scale
     if values.empty:
@@ -242,8 +243,8 @@ def plot_accuracy_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,
                             metric: str = "test_acc", where: Mapping[str, Any] | None = None) -> Figure:
     """Accuracy (%) against chunks, one line per halo mode (naive, exact, historical) with error bars
     over seeds, beside full batch's (chunks=1 without a halo: a grey band, mean +- std, in every panel of
-    its settings with micro-batched runs, whatever the partitioner): the poster's accuracy loss under naive
-    chunking and its fix."""
+    its settings with micro-batched runs, whatever the partitioner and targets): the poster's accuracy loss
+    under naive chunking and its fix."""
     return _vs_chunks(df, path, where, y=metric, lines=["halo"], pool=[], scale=100.0,
                       title="Accuracy vs micro-batches", legend="halo mode",
                       ylabel=_METRIC_LABELS.get(metric, f"{metric} (%)"), full_batch=True)

@@ -79,20 +79,25 @@ def test_plot_accuracy_vs_chunks_lines_per_halo_with_error_bars(tmp_path: Path) 
 
 def test_full_batch_is_drawn_in_every_partitioners_panel() -> None:
     """A sweep that ran chunks=1 with one partitioner (the same run whichever cut one micro-batch) shows
-    full batch, mean +- std over seeds, beside each partitioner's micro-batches; another dataset's full
-    batch is not drawn, nor a band where a panel's settings have no full-batch run."""
+    full batch, mean +- std over seeds, beside each partitioner's micro-batches and whichever nodes they
+    compute; another dataset's full batch is not drawn, nor a band where a panel's settings have no
+    full-batch run."""
     records = [make_record(halo="none", chunks=1, partition="metis", seed=s, test_acc=0.80 + 0.02 * s)
                for s in (0, 1, 2)]
     records += [make_record(halo=h, chunks=8, partition=p, seed=s, test_acc=0.5)
                 for h in ("none", "exact") for p in ("metis", "sequential") for s in (0, 1)]
+    # historical halos computing every node of their parts: full batch computes every node too
+    records += [make_record(halo="historical", chunks=8, partition="metis", seed=s, test_acc=0.7,
+                            targets="all") for s in (0, 1)]
     records += [make_record(dataset="citeseer", num_nodes=3327, halo="exact", chunks=c, partition=p,
                             test_acc=0.6) for c in (1, 8) for p in ("metis", "sequential")]
     fig = plot_accuracy_vs_chunks(make_frame(*records))
     titles = [ax.get_title().replace("\n", " ") for ax in fig.axes]
-    assert titles == ["citeseer (3327 nodes) / gat partition=metis",
-                      "citeseer (3327 nodes) / gat partition=sequential",
-                      "cora (2708 nodes) / gat partition=metis",
-                      "cora (2708 nodes) / gat partition=sequential"]
+    assert titles == ["citeseer (3327 nodes) / gat partition=metis, targets=train",
+                      "citeseer (3327 nodes) / gat partition=sequential, targets=train",
+                      "cora (2708 nodes) / gat partition=metis, targets=all",
+                      "cora (2708 nodes) / gat partition=metis, targets=train",
+                      "cora (2708 nodes) / gat partition=sequential, targets=train"]
     for ax in fig.axes[:2]:
         assert "full batch (chunks=1)" not in legend_texts(ax)
     for ax in fig.axes[2:]:
