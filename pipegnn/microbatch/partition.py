@@ -3,8 +3,12 @@
 ``sequential`` is GPipe's contiguous order (node ids cut into k ranges), ``random`` the same over a
 random permutation, ``bfs`` the same over a breadth-first (reverse Cuthill-McKee, from scipy) order that
 keeps neighbours close (a cheap locality-aware order), ``metis`` a min-cut partition from pymetis. All
-three balance the number of *targets* per part (targets drive the work of a micro-batch); the other
-nodes follow.
+of them balance the number of *targets* per part (targets drive the work of a micro-batch with a halo);
+the other nodes follow. Where a part computes every node it holds (``balance_nodes``: halo ``none``),
+METIS balances the nodes instead (each part then receives at least one target): weighing the targets
+alone, it is free to put the other nodes anywhere, and where targets are few (the GNN benchmark study's
+20 per class: 1.5% of Amazon Computers) it did (one part of 83% of the nodes at k=16, 91% of the edges
+cut at k=32; balancing nodes and targets as two constraints still left a part of 2.2x the mean at k=32).
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ _PYMETIS_FAILURE = "Caught an unknown exception!"
 
 
 def partition(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, method: str,
-              seed: int = 0) -> Tensor:
+              seed: int = 0, balance_nodes: bool = False) -> Tensor:
     """Assign each node to a part in ``[0, k)``.
 
     Args:
@@ -38,6 +42,8 @@ def partition(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, metho
         k: number of parts (1 <= k <= len(targets)).
         method: one of `PARTITIONERS`.
         seed: seed of ``random`` and of METIS.
+        balance_nodes: METIS balances the nodes per part instead of the targets (for parts that compute
+            every node they hold); the contiguous partitioners cut by targets either way.
 
     Returns:
         ``[num_nodes]`` int64 part id of each node.
@@ -53,7 +59,7 @@ def partition(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, metho
     if method == "bfs":
         return _contiguous(_bfs_position(edge_index, num_nodes), targets, k)
     if method == "metis":
-        return _metis(edge_index, num_nodes, targets, k, seed)
+        return _metis(edge_index, num_nodes, targets, k, seed, balance_nodes)
     raise ValueError(f"unknown partitioner {method!r}; valid: {', '.join(PARTITIONERS)}")
 
 
@@ -92,12 +98,15 @@ def _bfs_position(edge_index: Tensor, num_nodes: int) -> Tensor:
     return position
 
 
-def _metis(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, seed: int) -> Tensor:
+def _metis(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, seed: int,
+           balance_nodes: bool) -> Tensor:
     if k == 1:  # METIS mishandles nparts=1
         return torch.zeros(num_nodes, dtype=torch.long)
     xadj, adjncy = undirected_csr(edge_index, num_nodes)
-    weights = np.zeros(num_nodes, dtype=np.int64)
-    weights[targets.numpy()] = 1
+    weights = np.ones(num_nodes, dtype=np.int64)
+    if not balance_nodes:
+        weights[:] = 0
+        weights[targets.numpy()] = 1
     options = pymetis.Options(seed=seed)
     try:
         _, parts = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=weights,

@@ -164,8 +164,9 @@ def build_plan(graph: ComputationGraph, targets: Tensor, spec: PlanSpec, part: T
     targets = torch.unique(targets)
     csr = csr or graph.csr or InCSR(graph.edge_index, graph.num_nodes, graph.edge_weight)
     if part is None:
+        # a part without a halo computes every node it holds: METIS balances them instead of the targets
         part = partition(_partition_edges(graph, spec), graph.num_nodes, targets, chunks, spec.partitioner,
-                         spec.seed)
+                         spec.seed, balance_nodes=halo == "none")
     else:
         part = reuse_partition(part, targets, chunks)
     batches = _blocks(csr, part, targets, spec)

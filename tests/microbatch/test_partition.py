@@ -51,6 +51,28 @@ def test_metis_cuts_fewer_edges_than_random() -> None:
     assert cut("metis") < 0.5 * cut("random")
 
 
+def test_metis_balances_nodes_as_well_where_parts_compute_every_node() -> None:
+    """Few targets (2% of the nodes): weighing them alone, METIS may put the other nodes anywhere; with
+    ``balance_nodes`` (halo none: a part computes every node it holds) every part holds about n/k nodes
+    and at least one target, and the cut stays well below a random partition's."""
+    g = make_synthetic(SyntheticSpec(num_nodes=3000, num_features=8, num_communities=8,
+                                     homophily=0.9, num_val=100, num_test=100))
+    targets = torch.arange(0, g.num_nodes, 50)  # 60 targets
+    src, dst = g.edge_index
+    random_cut = (lambda p: (p[src] != p[dst]).float().mean().item())(
+        partition(g.edge_index, g.num_nodes, targets, 8, "random"))
+    for k in (4, 8, 16):
+        part = partition(g.edge_index, g.num_nodes, targets, k, "metis", balance_nodes=True)
+        nodes = torch.bincount(part, minlength=k).float()
+        assert nodes.max() <= 1.25 * nodes.mean() and nodes.min() >= 0.75 * nodes.mean(), (k, nodes)
+        assert int(torch.bincount(part[targets], minlength=k).min()) >= 1
+        assert (part[src] != part[dst]).float().mean().item() < 0.7 * random_cut
+    # every node a target: balancing the nodes is balancing the targets
+    every = torch.arange(g.num_nodes)
+    assert torch.equal(partition(g.edge_index, g.num_nodes, every, 8, "metis", balance_nodes=True),
+                       partition(g.edge_index, g.num_nodes, every, 8, "metis"))
+
+
 def test_bad_arguments(graph) -> None:
     targets = graph.split("train")
     with pytest.raises(ValueError, match="unknown partitioner 'fancy'"):

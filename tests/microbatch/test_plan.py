@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipegnn.data import Graph
-from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
+from pipegnn.data import Graph, SyntheticSpec, make_synthetic
+from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan, partition
 
 # Undirected path 0-1-2-3-4-5 (both directions), no self-loops: 10 directed edges.
 PATH = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5],
@@ -215,3 +215,20 @@ def test_an_exact_plan_that_cannot_fit_is_refused_before_the_model_is_built(
     assert record["status"] == "oom" and record["epochs"] == [] and "model" not in record
     assert "exact halos of 100000 layers" in record["error"]
     assert "GiB of edges, more than the 8.0 GiB free" in record["error"]
+
+
+def test_naive_metis_parts_hold_balanced_nodes_and_halo_ones_balanced_targets() -> None:
+    """Without a halo a micro-batch computes every node of its part: METIS balances the nodes; with a
+    halo the work grows from the targets, and METIS balances the targets."""
+    g = make_synthetic(SyntheticSpec(num_nodes=3000, num_features=8, num_communities=8, homophily=0.9,
+                                     num_val=100, num_test=100))
+    cg = ComputationGraph(g.edge_index, g.num_nodes)
+    targets = torch.arange(0, g.num_nodes, 50)
+    few = partition(g.edge_index, g.num_nodes, targets, 8, "metis")
+    naive = build_plan(cg, targets, PlanSpec(8, 2, halo="none", partitioner="metis"))
+    assert torch.equal(naive.part,
+                       partition(g.edge_index, g.num_nodes, targets, 8, "metis", balance_nodes=True))
+    nodes = torch.bincount(naive.part, minlength=8).float()
+    assert nodes.max() <= 1.25 * nodes.mean() and not torch.equal(naive.part, few)
+    for halo in ("exact", "historical"):
+        assert torch.equal(build_plan(cg, targets, PlanSpec(8, 2, halo=halo, partitioner="metis")).part, few)
