@@ -76,7 +76,9 @@ def test_training_is_transparent(model: str) -> None:
     gpipe = _losses(f"model={model}", "engine=gpipe", "chunks=4")
     assert full == pytest.approx(single, rel=1e-5)
     assert full == pytest.approx(gpipe, rel=1e-5)
-    naive = _losses(f"model={model}", "engine=gpipe", "chunks=4", "microbatch.halo=none")
+    # GPipe's naive chunks (sequential ranges) lose the edges between chunks, and train another model
+    naive = _losses(f"model={model}", "engine=gpipe", "chunks=4", "microbatch.halo=none",
+                    "microbatch.partition=sequential")
     assert naive[1:] != pytest.approx(full[1:], rel=1e-3)
 
 
