@@ -8,7 +8,7 @@ the other nodes follow. Where a part computes every node it holds (``balance_nod
 METIS balances the nodes instead (each part then receives at least one target): weighing the targets
 alone, it is free to put the other nodes anywhere, and where targets are few (the GNN benchmark study's
 20 per class: 1.5% of Amazon Computers) it did (one part of 83% of the nodes at k=16, 91% of the edges
-cut at k=32; balancing nodes and targets as two constraints still left a part of 2.2x the mean at k=32).
+cut at k=32).
 """
 from __future__ import annotations
 
@@ -103,9 +103,10 @@ def _metis(edge_index: Tensor, num_nodes: int, targets: Tensor, k: int, seed: in
     if k == 1:  # METIS mishandles nparts=1
         return torch.zeros(num_nodes, dtype=torch.long)
     xadj, adjncy = undirected_csr(edge_index, num_nodes)
-    weights = np.ones(num_nodes, dtype=np.int64)
-    if not balance_nodes:
-        weights[:] = 0
+    if balance_nodes:
+        weights = np.ones(num_nodes, dtype=np.int64)
+    else:
+        weights = np.zeros(num_nodes, dtype=np.int64)
         weights[targets.numpy()] = 1
     options = pymetis.Options(seed=seed)
     try:
