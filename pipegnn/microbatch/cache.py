@@ -39,7 +39,7 @@ def plan_key(graph: ComputationGraph, targets: Tensor, spec: PlanSpec, part: Ten
     params = {"num_nodes": graph.num_nodes, "chunks": spec.chunks, "num_layers": spec.num_layers,
               "halo": spec.halo, "partitioner": spec.partitioner, "seed": spec.seed,
               "part": None if part is None else hashlib.sha1(part.numpy().tobytes()).hexdigest()}
-    if spec.halo == "none" and spec.partitioner == "metis" and part is None:
+    if spec.balances_nodes and spec.partitioner == "metis" and part is None:
         params["balance"] = "nodes"  # since METIS balances the nodes there (plans before, the targets)
     h = hashlib.sha1(json.dumps({"format": _FORMAT, **params}, sort_keys=True).encode())
     if graph.csr is not None and graph.csr.key is not None:  # edges in a graph store: its content key

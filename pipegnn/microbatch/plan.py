@@ -57,6 +57,12 @@ class PlanSpec:
     seed: int = 0
     fanouts: tuple[int, ...] | None = None
 
+    @property
+    def balances_nodes(self) -> bool:
+        """Whether a part computes every node it holds (no halo), so that METIS balances the nodes per
+        part rather than the targets."""
+        return self.halo == "none"
+
 
 @dataclass
 class PlanStats:
@@ -164,9 +170,8 @@ def build_plan(graph: ComputationGraph, targets: Tensor, spec: PlanSpec, part: T
     targets = torch.unique(targets)
     csr = csr or graph.csr or InCSR(graph.edge_index, graph.num_nodes, graph.edge_weight)
     if part is None:
-        # a part without a halo computes every node it holds: METIS balances them instead of the targets
         part = partition(_partition_edges(graph, spec), graph.num_nodes, targets, chunks, spec.partitioner,
-                         spec.seed, balance_nodes=halo == "none")
+                         spec.seed, balance_nodes=spec.balances_nodes)
     else:
         part = reuse_partition(part, targets, chunks)
     batches = _blocks(csr, part, targets, spec)

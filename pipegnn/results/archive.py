@@ -6,18 +6,20 @@ Each file is keyed by its path relative to the archive's folder (``records/3/res
 rows, each row's ``path`` the file's place were the archive unpacked
 (``python -m pipegnn.results.archive --unpack ARCHIVE DEST`` puts it there, written as
 [`write_record`][pipegnn.results.records.write_record] writes every record and trace, so byte for byte the
-files the runs wrote, but for the digits `EPOCH_DECIMALS` drops).
+files the runs wrote, but for what `_compact_epochs` drops).
 
 This module packs ([`pack`][pipegnn.results.archive.pack]) and is the command line; the format, its bounds and
 its keys are [`archive_format`][pipegnn.results.archive_format]'s, reading and unpacking within those bounds
 [`archive_read`][pipegnn.results.archive_read]'s. Every public name of the three is used through this module
 (``archive.read``, ``archive.unpack``, ``archive.ArchiveError``, ...).
 
-A record's per-epoch entries (its ``epochs``) are packed with every float rounded to `EPOCH_DECIMALS`
-decimals (a microsecond of a time, 1e-6 of an accuracy or a loss): their further digits are timing noise
-and float32 rounding, they fill most of a record, and they would double the archive. Everything else is
-packed as the file holds it, and rounding is idempotent, so unpacking and packing again gives the same
-archive.
+A record's per-epoch entries (its ``epochs``) fill most of it, and are packed compact: every float
+rounded to `EPOCH_DECIMALS` decimals (a microsecond of a time, 1e-6 of an accuracy or a loss; the further
+digits are timing noise and float32 rounding, and would double the archive), and each stage of an epoch's
+``pipeline.stages`` with its `EPOCH_STAGE_KEYS` alone (its busy time; the forward, backward, recompute and
+communication parts of every epoch were a quarter of the archive; the record's ``pipeline`` keeps their
+medians, and its trace a step's). Everything else is packed as the file holds it, and compacting is
+idempotent, so unpacking and packing again gives the same archive.
 
 Same files, same bytes: compact separators, key order as in the files, gzip at level 9 with mtime 0 and
 no file name (the bytes could change only with zlib's version).
@@ -54,15 +56,16 @@ from pipegnn.results.archive_format import (
 from pipegnn.results.archive_read import Entry, Packed, entries, read, unpack
 from pipegnn.results.records import RECORD_NAME, find_records, is_entry, read_regular
 
-__all__ = ["ARCHIVE_NAME", "EPOCH_DECIMALS", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES", "MAX_KEY_CHARS",
-           "MAX_KEY_PARTS",
-           "MAX_LINE_BYTES", "ArchiveError",
-           "Entry", "Packed", "entries", "find_archives", "is_archive", "pack", "read", "run_files", "unpack"]
+__all__ = ["ARCHIVE_NAME", "EPOCH_DECIMALS", "EPOCH_STAGE_KEYS", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES",
+           "MAX_KEY_CHARS", "MAX_KEY_PARTS", "MAX_LINE_BYTES", "ArchiveError", "Entry", "Packed", "entries",
+           "find_archives", "is_archive", "pack", "read", "run_files", "unpack"]
 
 #: Fixed, so that packing the same files gives the same bytes.
 _LEVEL = 9
 #: Decimals a float of a record's per-epoch entries keeps in an archive.
 EPOCH_DECIMALS = 6
+#: The keys each stage of a per-epoch ``pipeline.stages`` keeps in an archive (what the trackers log of it).
+EPOCH_STAGE_KEYS = ("busy_s",)
 
 
 def run_files(folder: str | Path, beside: Sequence[str] = (), under: str = "") -> dict[str, Path]:
@@ -81,7 +84,7 @@ def run_files(folder: str | Path, beside: Sequence[str] = (), under: str = "") -
 
 def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
     """Write ``files`` (key -> the JSON file) as the archive ``archive``, atomically, with a record's
-    per-epoch floats rounded to `EPOCH_DECIMALS` decimals; a file that is not valid JSON, or cannot be read
+    per-epoch entries compacted (`_compact_epochs`); a file that is not valid JSON, or cannot be read
     (not a regular file: a FIFO, a device; gone; larger than `MAX_LINE_BYTES`), is packed as unreadable,
     with why. Returns ``archive``.
 
@@ -99,7 +102,7 @@ def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
         try:
             value = _read_file(files[key])
             if PurePosixPath(key).name == RECORD_NAME:
-                value = _round_epochs(value)
+                value = _compact_epochs(value)
             entry = {"path": key, "json": value}
         except JSONFileError as e:
             entry = {"path": key, "unreadable": e.reason}
@@ -113,9 +116,10 @@ def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
     return Path(archive)
 
 
-def _round_epochs(record: Any) -> Any:
-    """``record`` with every float below its ``epochs`` rounded to `EPOCH_DECIMALS` decimals (a value that
-    is not a record's object, as it is)."""
+def _compact_epochs(record: Any) -> Any:
+    """``record`` with every float below its ``epochs`` rounded to `EPOCH_DECIMALS` decimals and each stage
+    of an epoch's ``pipeline.stages`` cut to its `EPOCH_STAGE_KEYS` (a value that is not a record's object,
+    as it is)."""
     def rounded(value: Any) -> Any:
         if isinstance(value, float):
             return round(value, EPOCH_DECIMALS)  # NaN and infinities as they are
@@ -123,9 +127,17 @@ def _round_epochs(record: Any) -> Any:
             return {k: rounded(v) for k, v in value.items()}
         return [rounded(v) for v in value] if isinstance(value, list) else value
 
-    if not isinstance(record, dict) or "epochs" not in record:
+    def compact(epoch: Any) -> Any:
+        pipeline = epoch.get("pipeline") if isinstance(epoch, dict) else None
+        if not isinstance(pipeline, dict) or not isinstance(pipeline.get("stages"), list):
+            return rounded(epoch)
+        stages = [{k: v for k, v in s.items() if k in EPOCH_STAGE_KEYS} if isinstance(s, dict) else s
+                  for s in pipeline["stages"]]
+        return rounded({**epoch, "pipeline": {**pipeline, "stages": stages}})
+
+    if not isinstance(record, dict) or not isinstance(record.get("epochs"), list):
         return record
-    return {k: rounded(v) if k == "epochs" else v for k, v in record.items()}
+    return {k: [compact(e) for e in v] if k == "epochs" else v for k, v in record.items()}
 
 
 def _read_file(path: str | Path) -> Any:

@@ -83,12 +83,15 @@ def test_round_trip_gives_the_files_back_byte_for_byte(sweep: Path, tmp_path: Pa
     assert written == [tmp_path / "one" / "records" / "10" / "result.json"]
 
 
-def test_a_records_per_epoch_floats_are_packed_rounded_and_nothing_else(tmp_path: Path) -> None:
+def test_a_records_per_epoch_entries_are_packed_compact_and_nothing_else(tmp_path: Path) -> None:
     record = _record(3)
     record["epochs"] = [{"epoch": 0, "loss": 1.0986122886681098, "val_acc": 0.12999999523162842,
                          "epoch_time_s": 0.2508774510024523, "ended_at": 1795903105.4852114,
                          "nan": float("nan"),
-                         "pipeline": {"bubble": 2 / 3, "stages": [{"busy_s": 3.3315729997411836e-07}]}}]
+                         "pipeline": {"bubble": 2 / 3, "stages": [
+                             {"forward_s": 0.020421154007635778, "busy_s": 3.3315729997411836e-07,
+                              "communication_s": 0.0}, {"busy_s": 0.04322143997342209}]}}]
+    record["pipeline"] = {"stages": [{"forward_s": 0.020421154007635778, "busy_s": 0.25}]}
     record["timing"]["total_s"] = 12.345678901234
     write_record(tmp_path / "run" / "records" / "3", record)
     write_record(tmp_path / "run" / "records" / "3", _trace(3) | {"otherData": {"x": 0.123456789}},
@@ -99,11 +102,12 @@ def test_a_records_per_epoch_floats_are_packed_rounded_and_nothing_else(tmp_path
     assert {k: v for k, v in epoch.items() if k != "nan"} == {
         "epoch": 0, "loss": 1.098612, "val_acc": 0.13, "epoch_time_s": 0.250877,
         "ended_at": 1795903105.485211,
-        "pipeline": {"bubble": 0.666667, "stages": [{"busy_s": 0.0}]}}
+        "pipeline": {"bubble": 0.666667, "stages": [{"busy_s": 0.0}, {"busy_s": 0.043221}]}}
     assert epoch["nan"] != epoch["nan"]
-    assert archive.EPOCH_DECIMALS == 6
+    assert archive.EPOCH_DECIMALS == 6 and archive.EPOCH_STAGE_KEYS == ("busy_s",)
     # the rest of the record, and traces, as the files hold them
     assert files["records/3/result.json"]["timing"]["total_s"] == 12.345678901234
+    assert files["records/3/result.json"]["pipeline"] == record["pipeline"]
     assert files["records/3/trace.json"]["otherData"] == {"x": 0.123456789}
     # idempotent: the unpacked files pack into the same archive
     archive.unpack(packed, tmp_path / "again")
