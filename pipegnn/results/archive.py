@@ -56,9 +56,9 @@ from pipegnn.results.archive_format import (
 from pipegnn.results.archive_read import Entry, Packed, entries, read, unpack
 from pipegnn.results.records import RECORD_NAME, find_records, is_entry, read_regular
 
-__all__ = ["ARCHIVE_NAME", "EPOCH_DECIMALS", "EPOCH_STAGE_KEYS", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES",
-           "MAX_KEY_CHARS", "MAX_KEY_PARTS", "MAX_LINE_BYTES", "ArchiveError", "Entry", "Packed", "entries",
-           "find_archives", "is_archive", "pack", "read", "run_files", "unpack"]
+__all__ = ["ARCHIVE_NAME", "EPOCH_DECIMALS", "EPOCH_STAGE_KEYS", "FILE_NAMES", "MAX_FILES",
+           "MAX_INFLATED_BYTES", "MAX_KEY_CHARS", "MAX_KEY_PARTS", "MAX_LINE_BYTES", "ArchiveError", "Entry",
+           "Packed", "entries", "find_archives", "is_archive", "pack", "read", "run_files", "unpack"]
 
 #: Fixed, so that packing the same files gives the same bytes.
 _LEVEL = 9
