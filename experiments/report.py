@@ -12,8 +12,9 @@ parts (``multirun/study_poster_computers/{k1,grid}``: one report of them all, ea
 - ``records.jsonl.gz``: every record of the sweep (resolved config, seeds, versions, git sha, per-epoch
   history) - the source of every number below - with the run's stage timeline where it wrote one, packed
   as ``records/<job>/result.json`` and ``records/<job>/trace.json`` (:mod:`pipegnn.results.archive`: one
-  compact file a clone carries; ``python -m pipegnn.results.archive --unpack`` writes the files back, and
-  :func:`pipegnn.results.load` reads it as it reads them);
+  compact file a clone carries, split into ``records-2.jsonl.gz``, ... past 2 MiB; ``python -m
+  pipegnn.results.archive --unpack`` writes the files back, and :func:`pipegnn.results.load` reads it as it
+  reads them);
 - ``runs.csv``: one row per run (the main columns of :func:`pipegnn.results.load`);
 - ``summary.csv``: mean, std and count over seeds per setting of the varying keys, with ``overhead``:
   epoch time over the chunks=1 run of the same dataset, model (and hidden size), graph (nodes, edges,
@@ -91,13 +92,13 @@ def figures_of(name: str) -> list[str]:
     return [] if name.startswith(NO_FIGURES_PREFIX) else PRESET_FIGURES.get(name, list(FIGURES))
 
 
-def pack_records(sweep: Path, out: Path) -> tuple[Path, int]:
+def pack_records(sweep: Path, out: Path) -> tuple[list[Path], int]:
     """Pack every result.json below ``sweep``, and the trace.json beside it if any, into
-    ``out/records.jsonl.gz``, each under ``records/`` at its path below ``sweep`` (so the rows' paths are
-    those of the copies earlier reports wrote, whose folder ``out/records`` goes); returns the archive and
-    the number of records."""
+    ``out/records.jsonl.gz`` (and its further parts), each under ``records/`` at its path below ``sweep``
+    (so the rows' paths are those of the copies earlier reports wrote, whose folder ``out/records`` goes);
+    returns the archive's parts and the number of records."""
     files = archive.run_files(sweep, beside=(TRACE_NAME,), under="records")
-    packed = archive.pack(out / archive.ARCHIVE_NAME, files)
+    packed = archive.parts(archive.pack(out / archive.ARCHIVE_NAME, files))
     if (out / "records").exists():
         shutil.rmtree(out / "records")
     return packed, sum(Path(key).name == results.RECORD_NAME for key in files)
@@ -114,13 +115,17 @@ def timeline_run(df: pd.DataFrame, traces: Collection[Path]) -> Path | None:
     return Path(traced.sort_values("chunks", ascending=False, kind="stable")["path"].iloc[0]).parent
 
 
-def draw_timeline(packed: Path, run: Path, path: Path) -> str | None:
-    """Draw the trace of ``run`` (its folder as :func:`pipegnn.results.load` names it) in the archive
-    ``packed`` to ``path``; None, or why the trace cannot be read (naming it)."""
+def draw_timeline(packed: list[Path], run: Path, path: Path) -> str | None:
+    """Draw the trace of ``run`` (its folder as :func:`pipegnn.results.load` names it) in the archive's
+    parts ``packed`` to ``path``; None, or why the trace cannot be read (naming it)."""
     trace = run / TRACE_NAME
-    key = trace.relative_to(packed.parent).as_posix()
+    key = trace.relative_to(packed[0].parent).as_posix()
     with tempfile.TemporaryDirectory() as tmp:
-        written, unreadable = archive.unpack(packed, tmp, keep={key})
+        written, unreadable = [], {}
+        for part in packed:  # the part that holds it
+            done, skipped = archive.unpack(part, tmp, keep={key})
+            written += done
+            unreadable |= skipped
         if key in unreadable:
             return f"{trace}: {unreadable[key]}"
         try:
@@ -159,7 +164,8 @@ def report(sweep: Path, out: Path) -> int:
     unreadable = df[df["status"] == results.UNREADABLE]
     for row in unreadable.itertuples():
         print(f"{sweep.name}: unreadable record {row.path}: {row.error}", file=sys.stderr)
-    print(f"{sweep.name}: {records} records packed into {packed}; {results.summary(df)}")
+    into = packed[0] if len(packed) == 1 else f"{packed[0]} ({len(packed)} parts)"
+    print(f"{sweep.name}: {records} records packed into {into}; {results.summary(df)}")
     results.integers(df[[results.column(df, c) for c in RUN_COLUMNS]]).to_csv(out / "runs.csv", index=False)
     table = summary_table(df)
     table.to_csv(out / "summary.csv", index=False, float_format="%.6g")
@@ -172,10 +178,10 @@ def report(sweep: Path, out: Path) -> int:
     for name in figures_of(sweep.name):
         plot, kwargs = FIGURES[name]
         results.draw(plot, df, out / name, **kwargs)
-    listed = archive.read(packed, keep=())
-    traces = {packed.parent / key for key in listed.paths if Path(key).name == TRACE_NAME}
+    listed = [archive.read(part, keep=()) for part in packed]
+    traces = {out / key for part in listed for key in part.paths if Path(key).name == TRACE_NAME}
     # every trace that could not be packed (not JSON; a FIFO, a link to a device: not a regular file)
-    broken = {packed.parent / key: why for key, why in listed.unreadable.items()
+    broken = {out / key: why for part in listed for key, why in part.unreadable.items()
               if Path(key).name == TRACE_NAME}
     for trace, why in broken.items():
         print(f"{sweep.name}: unreadable trace: {trace}: {why}", file=sys.stderr)

@@ -196,12 +196,13 @@ PRESETS = sorted(p.name for p in (ROOT / "results" / "reference").iterdir()
 def test_committed_reference_tables_come_from_the_committed_records(preset: str) -> None:
     """results/reference/<preset>/summary.csv and runs.csv are what the report derives from the records
     committed beside them (so every number in results/README.md traces back to a record), packed in
-    its records.jsonl.gz (every preset is), with no records/<job>/result.json files beside it."""
+    its records.jsonl.gz (every preset is; the larger ones in parts), with no records/<job>/result.json
+    files beside it."""
     report = _report()
     folder = ROOT / "results" / "reference" / preset
     packed = folder / archive.ARCHIVE_NAME
     assert packed.is_file() and not (folder / "records").exists()
-    df = load(packed)
+    df = load(packed)  # every part
     assert all(Path(p).is_relative_to(folder / "records") for p in df["path"])  # where the files unpacked
     assert len(df) > 0 and (df["status"] == "completed").all()
     expected = report.summary_table(df)

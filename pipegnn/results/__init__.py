@@ -1,9 +1,10 @@
 """After training: result records, the runs table, its statistics and figures, and sweeps on disk.
 
 - [`records`][pipegnn.results.records]: one ``result.json`` per run, written atomically, found, read, checked;
-- [`archive`][pipegnn.results.archive]: a sweep's records (and traces) as one ``records.jsonl.gz``, which
-  [`load`][pipegnn.results.table.load] reads as it reads the files; used through its module (``archive.pack``,
-  ``archive.read``, ``archive.unpack``: short names that would be ambiguous here), so not re-exported, nor
+- [`archive`][pipegnn.results.archive]: a sweep's records (and traces) as one ``records.jsonl.gz`` (in
+  parts past 2 MiB), which [`load`][pipegnn.results.table.load] reads as it reads the files; used through
+  its module (``archive.pack``, ``archive.read``, ``archive.unpack``: short names that would be ambiguous
+  here), so not re-exported, nor
   are its parts' ([`archive_format`][pipegnn.results.archive_format],
   [`archive_read`][pipegnn.results.archive_read]), whose names it carries;
 - [`rows`][pipegnn.results.rows]: one record as one row ([`flatten`][pipegnn.results.rows.flatten]; what each

@@ -22,7 +22,10 @@ medians, and its trace a step's). Everything else is packed as the file holds it
 idempotent, so unpacking and packing again gives the same archive.
 
 Same files, same bytes: compact separators, key order as in the files, gzip at level 9 with mtime 0 and
-no file name (the bytes could change only with zlib's version).
+no file name (the bytes could change only with zlib's version). An archive that compresses to more than
+`MAX_PART_BYTES` is written as the fewest parts of whole runs, split where the inflated lines balance, that
+each compress to at most that ([`archive_format`][pipegnn.results.archive_format]; a run's files larger than
+that alone make a larger part).
 """
 from __future__ import annotations
 
@@ -46,19 +49,23 @@ from pipegnn.results.archive_format import (
     MAX_KEY_CHARS,
     MAX_KEY_PARTS,
     MAX_LINE_BYTES,
+    MAX_PART_BYTES,
+    MAX_PARTS,
     ArchiveError,
     _check_key,
     _clash,
     _order,
     find_archives,
     is_archive,
+    part_name,
 )
-from pipegnn.results.archive_read import Entry, Packed, entries, read, unpack
+from pipegnn.results.archive_read import Entry, Packed, entries, parts, read, unpack
 from pipegnn.results.records import RECORD_NAME, find_records, is_entry, read_regular
 
 __all__ = ["ARCHIVE_NAME", "EPOCH_DECIMALS", "EPOCH_STAGE_KEYS", "FILE_NAMES", "MAX_FILES",
-           "MAX_INFLATED_BYTES", "MAX_KEY_CHARS", "MAX_KEY_PARTS", "MAX_LINE_BYTES", "ArchiveError", "Entry",
-           "Packed", "entries", "find_archives", "is_archive", "pack", "read", "run_files", "unpack"]
+           "MAX_INFLATED_BYTES", "MAX_KEY_CHARS", "MAX_KEY_PARTS", "MAX_LINE_BYTES", "MAX_PARTS",
+           "MAX_PART_BYTES", "ArchiveError", "Entry", "Packed", "entries", "find_archives", "is_archive",
+           "pack", "part_name", "parts", "read", "run_files", "unpack"]
 
 #: Fixed, so that packing the same files gives the same bytes.
 _LEVEL = 9
@@ -82,11 +89,13 @@ def run_files(folder: str | Path, beside: Sequence[str] = (), under: str = "") -
     return files
 
 
-def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
-    """Write ``files`` (key -> the JSON file) as the archive ``archive``, atomically, with a record's
-    per-epoch entries compacted (`_compact_epochs`); a file that is not valid JSON, or cannot be read
-    (not a regular file: a FIFO, a device; gone; larger than `MAX_LINE_BYTES`), is packed as unreadable,
-    with why. Returns ``archive``.
+def pack(archive: str | Path, files: Mapping[str, str | Path], part_bytes: int = MAX_PART_BYTES) -> Path:
+    """Write ``files`` (key -> the JSON file) as the archive ``archive``, each file atomically, with a
+    record's per-epoch entries compacted (`_compact_epochs`); a file that is not valid JSON, or cannot be
+    read (not a regular file: a FIFO, a device; gone; larger than `MAX_LINE_BYTES`), is packed as
+    unreadable, with why. Split into parts of at most ``part_bytes`` where it compresses to more
+    ([`parts`][pipegnn.results.archive_read.parts] lists them); the parts of an earlier pack past the last
+    are removed. Returns ``archive`` (its first part).
 
     Raises:
         ValueError: a key is not one of a run's files by a relative path of plain names (see
@@ -109,11 +118,50 @@ def pack(archive: str | Path, files: Mapping[str, str | Path]) -> Path:
         except (OSError, ValueError) as e:  # not a regular file (a FIFO, a device), gone, too large
             entry = {"path": key, "unreadable": f"{type(e).__name__}: {e}"}
         lines.append(json.dumps(entry, separators=(",", ":")).encode() + b"\n")
-    header = {"format": _FORMAT, "version": _VERSION, "files": len(lines), "checksum": stream_checksum(lines)}
-    data = json.dumps(header, separators=(",", ":")).encode() + b"\n" + b"".join(lines)
-    with atomic_file(archive, "wb") as f:
-        f.write(gzip.compress(data, compresslevel=_LEVEL, mtime=0))
+    runs = [PurePosixPath(key).parent for key in sorted(files, key=_order)]
+    split = _split(lines, runs, part_bytes)
+    for number, data in enumerate(split, 1):
+        with atomic_file(part_name(archive, number), "wb") as f:
+            f.write(data)
+    number = len(split) + 1
+    while is_entry(stale := part_name(archive, number)):  # an earlier pack's parts past the last
+        stale.unlink()
+        number += 1
     return Path(archive)
+
+
+def _compressed(lines: Sequence[bytes], fields: Mapping[str, Any] | None = None) -> bytes:
+    """The archive of ``lines`` (its files' lines), with ``fields`` added to its header (a part's)."""
+    header = {"format": _FORMAT, "version": _VERSION, "files": len(lines), "checksum": stream_checksum(lines),
+              **(fields or {})}
+    data = json.dumps(header, separators=(",", ":")).encode() + b"\n" + b"".join(lines)
+    return gzip.compress(data, compresslevel=_LEVEL, mtime=0)
+
+
+def _split(lines: list[bytes], runs: list[PurePosixPath], part_bytes: int) -> list[bytes]:
+    """The archive of ``lines`` when it compresses to at most ``part_bytes``; else its parts: the fewest
+    that each compress to at most that, cut between runs (the folders ``runs`` of the lines' keys) where
+    the inflated bytes balance (or one part per run, the most there can be)."""
+    single = _compressed(lines)
+    if len(single) <= part_bytes or len(set(runs)) < 2:
+        return [single]
+    starts = [i for i in range(len(lines)) if i == 0 or runs[i] != runs[i - 1]]  # where each run begins
+    groups = [lines[a:b] for a, b in zip(starts, [*starts[1:], len(lines)])]
+    sizes = [sum(map(len, g)) for g in groups]
+    total, whole = sum(sizes), stream_checksum(lines)
+    count = -(-len(single) // part_bytes)
+    while True:
+        count = min(count, len(groups), MAX_PARTS)
+        done, cut = 0, [list[bytes]() for _ in range(count)]
+        for group, size in zip(groups, sizes):  # each run to the part where its middle byte falls
+            cut[min(count - 1, (2 * done + size) * count // (2 * total))].extend(group)
+            done += size
+        cut = [part for part in cut if part]
+        split = [_compressed(part, {"part": number, "parts": len(cut), "whole": whole})
+                 for number, part in enumerate(cut, 1)]
+        if count in (len(groups), MAX_PARTS) or max(map(len, split)) <= part_bytes:
+            return split
+        count += 1
 
 
 def _compact_epochs(record: Any) -> Any:
@@ -163,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help=f"pack FOLDER's files, keyed by their path below it, into ARCHIVE (default: "
                            f"FOLDER/{ARCHIVE_NAME}); the files stay")
     what.add_argument("--unpack", nargs=2, type=Path, metavar=("ARCHIVE", "DEST"),
-                      help="write ARCHIVE's files below DEST")
+                      help="write ARCHIVE's files below DEST (every part's, of a split archive: name its "
+                           "first)")
     args = parser.parse_args(argv)
     try:
         if args.pack:
@@ -175,10 +224,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             archive = args.pack[1] if len(args.pack) == 2 else folder / ARCHIVE_NAME
             files = run_files(folder, beside=(TRACE_NAME,))
             pack(archive, files)
-            unreadable = read(archive, keep=()).unreadable
-            print(f"packed {len(files)} files of {folder} into {archive} ({archive.stat().st_size:,} bytes)")
+            split = parts(archive)
+            unreadable = {k: v for part in split for k, v in read(part, keep=()).unreadable.items()}
+            into = f"{len(split)} parts, {archive.name} to {split[-1].name}" if len(split) > 1 else "one file"
+            print(f"packed {len(files)} files of {folder} into {archive} ({into}, "
+                  f"{sum(p.stat().st_size for p in split):,} bytes)")
         else:
-            written, unreadable = unpack(*args.unpack)
+            written, unreadable = [], {}
+            for part in parts(args.unpack[0]):  # every part checked before any is written
+                read(part, keep=())
+            for part in parts(args.unpack[0]):
+                done, skipped = unpack(part, args.unpack[1])
+                written += done
+                unreadable |= skipped
             print(f"wrote {len(written)} files of {args.unpack[0]} below {args.unpack[1]}")
     except (ArchiveError, OSError) as e:  # a damaged archive; one that cannot be read or written
         print(f"error: {e}", file=sys.stderr)

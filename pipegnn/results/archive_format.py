@@ -5,7 +5,8 @@ An archive (``records.jsonl.gz``) is gzipped JSON lines:
 - line 1, the header: ``{"format": "pipegnn.records", "version": 1, "files": N, "checksum": "crc32:..."}``,
   the CRC-32 ([`pipegnn.integrity`][pipegnn.integrity]) of the N lines after it: gzip's own CRC is made anew
   whenever the lines are compressed again, so an archive cut at a line, or edited, and compressed again is
-  found by this one only;
+  found by this one only; and, in an archive split into parts, ``"part": I, "parts": P, "whole":
+  "crc32:..."`` (below);
 - one line per file, in natural path order (job 2 before job 10): ``{"path": KEY, "json": VALUE}``, or
   ``{"path": KEY, "unreadable": WHY}`` for a file that was not valid JSON when packed (read as the file
   was: an ``unreadable`` row).
@@ -13,11 +14,21 @@ An archive (``records.jsonl.gz``) is gzipped JSON lines:
 A key must name one of a run's files (`FILE_NAMES`) by a relative path of plain names below the archive's
 folder, at most `MAX_KEY_CHARS` characters and `MAX_KEY_PARTS` names: no ``..``, no leading ``/``, no
 backslash, no control character (NUL included) or lone surrogate, and never a folder of another key's path
-(``a/result.json`` and ``a/result.json/trace.json``). Packing is [`archive`][pipegnn.results.archive]'s,
+(``a/result.json`` and ``a/result.json/trace.json``).
+
+An archive that would compress to more than `MAX_PART_BYTES` is split into parts, each an archive of its
+own of whole runs (a record with its trace), the keys in order across them: ``records.jsonl.gz`` (part 1),
+``records-2.jsonl.gz``, ... (`part_name`), so that no file of a sweep's results passes the 2 MiB that a
+repository's checks flag (git hosts warn at larger files; a figure's records should travel with it). Each
+part's header names its number, their count and ``whole``, the checksum of every part's lines in order;
+a part is read only when every other part is beside it, with the same count and ``whole``, and no part
+past the count: a part missing, left from an earlier pack, or from another pack is a damaged archive, never
+a sweep read in part. Packing is [`archive`][pipegnn.results.archive]'s,
 reading within the bounds [`archive_read`][pipegnn.results.archive_read]'s.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +36,14 @@ from pipegnn.jsonfile import JSONFileError
 from pipegnn.results.records import RECORD_NAME, find_named, natural_key
 
 __all__ = ["ARCHIVE_NAME", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES", "MAX_KEY_CHARS", "MAX_KEY_PARTS",
-           "MAX_LINE_BYTES", "ArchiveError", "find_archives", "is_archive"]
+           "MAX_LINE_BYTES", "MAX_PARTS", "MAX_PART_BYTES", "ArchiveError", "find_archives", "is_archive",
+           "part_name"]
 
 #: A sweep's archive, in its results folder (``results/reference/<preset>/records.jsonl.gz``).
 ARCHIVE_NAME = "records.jsonl.gz"
 _SUFFIX = ".jsonl.gz"
+#: The names of a sweep's archive's parts: ``records.jsonl.gz``, ``records-2.jsonl.gz``, ...
+_PARTS_OF_ARCHIVE = re.compile(r"records(-[1-9][0-9]*)?\.jsonl\.gz")
 _FORMAT, _VERSION = "pipegnn.records", 1
 #: The files an archive holds: a run's record and the stage timeline beside it
 #: (``pipegnn.timeline.TRACE_NAME``, not imported here: it imports torch).
@@ -44,6 +58,10 @@ MAX_FILES = 1 << 20
 #: its characters, and its names (folders and file).
 MAX_KEY_CHARS = 1024
 MAX_KEY_PARTS = 32
+#: The most bytes one file of an archive takes when a run's files allow (a larger archive is split).
+MAX_PART_BYTES = 2 << 20
+#: The most parts a header may count.
+MAX_PARTS = 1 << 12
 
 
 class ArchiveError(JSONFileError):
@@ -57,13 +75,49 @@ def is_archive(path: str | Path) -> bool:
 
 
 def find_archives(path: str | Path) -> list[Path]:
-    """Every ``records.jsonl.gz`` below the folder ``path`` (recursively, in natural order); ``path``
-    itself when it is an archive; none for another file.
+    """Every ``records.jsonl.gz`` below the folder ``path``, and every part of a split one
+    (``records-2.jsonl.gz``, ...; recursively, in natural order); ``path`` itself when it is an archive;
+    none for another file.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
     """
-    return find_named(path, ARCHIVE_NAME, is_archive)
+    return find_named(path, _PARTS_OF_ARCHIVE.fullmatch, is_archive)
+
+
+def part_name(archive: str | Path, part: int) -> Path:
+    """The file of part ``part`` (from 1) of the archive whose first part is ``archive``:
+    ``records.jsonl.gz`` itself, then ``records-2.jsonl.gz``, ..."""
+    archive = Path(archive)
+    if part == 1:
+        return archive
+    stem = archive.name[:-len(_SUFFIX)] if is_archive(archive) else archive.name
+    return archive.with_name(f"{stem}-{part}{_SUFFIX}")
+
+
+def _first_part(archive: Path, part: int) -> Path | None:
+    """The first part of the archive of which ``archive`` is part ``part``; None when its name is not
+    that part's."""
+    if part == 1:
+        return archive
+    suffix = f"-{part}{_SUFFIX}"
+    if not archive.name.endswith(suffix) or archive.name == suffix:
+        return None
+    return archive.with_name(archive.name[:-len(suffix)] + _SUFFIX)
+
+
+def _part_problem(header: dict[str, Any]) -> str | None:
+    """Why the part fields of an archive's ``header`` are not a part's (None if they are, or if there are
+    none: an archive of one part)."""
+    fields = {k: header[k] for k in ("part", "parts", "whole") if k in header}
+    if not fields:
+        return None
+    part, parts = fields.get("part"), fields.get("parts")
+    if (type(part) is not int or type(parts) is not int or not isinstance(fields.get("whole"), str)
+            or not 1 <= part <= parts <= MAX_PARTS):
+        return (f"the header's part fields {fields} are not a part of a split archive (part from 1 to parts, "
+                f"at most {MAX_PARTS:,}, and the whole's checksum)")
+    return None
 
 
 def _check_key(key: Any) -> str | None:

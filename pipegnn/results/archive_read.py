@@ -20,7 +20,7 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO, Callable, Collection, Iterator
+from typing import Any, BinaryIO, Callable, Collection, Generator, Iterator
 
 from pipegnn.integrity import stream_checksum
 from pipegnn.results.archive_format import (
@@ -32,11 +32,14 @@ from pipegnn.results.archive_format import (
     ArchiveError,
     _check_key,
     _clash,
+    _first_part,
     _order,
+    _part_problem,
+    part_name,
 )
-from pipegnn.results.records import open_regular, write_record
+from pipegnn.results.records import is_entry, open_regular, write_record
 
-__all__ = ["Entry", "Packed", "entries", "read", "unpack"]
+__all__ = ["Entry", "Packed", "entries", "parts", "read", "unpack"]
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def _parse(archive: Path, number: int, line: bytes) -> Any:
         raise ArchiveError(archive, f"line {number}: {type(e).__name__}: {e}") from None
 
 
-def _lines(archive: Path, raw: BinaryIO) -> Iterator[bytes]:
+def _lines(archive: Path, raw: BinaryIO) -> Generator[bytes, None, None]:
     """The inflated lines of the open ``archive`` (``raw``) from its start, each with its newline (the
     last one may lack it), inflated as they are read, within `MAX_LINE_BYTES` and
     `MAX_INFLATED_BYTES`."""
@@ -94,10 +97,9 @@ def _lines(archive: Path, raw: BinaryIO) -> Iterator[bytes]:
         raise ArchiveError(archive, f"not a whole gzip stream ({type(e).__name__}: {e})") from None
 
 
-def _checked(archive: Path, raw: BinaryIO) -> int:
-    """The number of files in the open ``archive`` (``raw``), once the gzip stream, the bounds, the header,
-    the count of lines and their checksum hold (one pass over the inflated stream)."""
-    lines = _lines(archive, raw)
+def _header(archive: Path, lines: Iterator[bytes]) -> dict[str, Any]:
+    """The header of ``archive``, its first line of ``lines``, once its format, version, count of files
+    and part fields are an archive's."""
     header = _parse(archive, 1, next(lines, b""))
     if not isinstance(header, dict) or header.get("format") != _FORMAT:
         raise ArchiveError(archive, f"line 1 is not the header of a {_FORMAT} archive")
@@ -107,6 +109,59 @@ def _checked(archive: Path, raw: BinaryIO) -> int:
     if isinstance(files, bool) or not isinstance(files, int) or not 0 <= files <= MAX_FILES:
         raise ArchiveError(archive, f"the header counts {files!r} files, expected a number from 0 to "
                                     f"{MAX_FILES:,}")
+    if (problem := _part_problem(header)) is not None:
+        raise ArchiveError(archive, problem)
+    return header
+
+
+def _part_header(file: Path) -> dict[str, Any]:
+    """The header of the archive ``file`` (a part beside the one being read): its first line alone."""
+    with open_regular(file) as raw:
+        lines = _lines(file, raw)
+        try:
+            return _header(file, lines)
+        finally:
+            lines.close()
+
+
+def _check_parts(archive: Path, header: dict[str, Any]) -> None:
+    """That every part of the split archive of which ``archive`` (with ``header``) is one is beside it,
+    each with the same count of parts and the same ``whole``, and that no part follows the last."""
+    if "parts" not in header:
+        return
+    part, count = header["part"], header["parts"]
+    first = _first_part(archive, part)
+    if first is None:
+        raise ArchiveError(archive, f"part {part} of {count} of a split archive, named otherwise than that "
+                                    f"part (its name ends in -{part}.jsonl.gz)")
+    after = part_name(first, count + 1)
+    if is_entry(after):
+        raise ArchiveError(archive, f"{after.name} is beside it, but the archive has {count} parts: a part "
+                                    "left from an earlier pack, or of another archive; not read")
+    for other in range(1, count + 1):
+        file = part_name(first, other)
+        if other == part:
+            continue
+        if not is_entry(file):
+            raise ArchiveError(archive, f"part {part} of {count}: part {other} ({file.name}) is not beside "
+                                        "it; a split archive is read whole or not at all")
+        try:
+            theirs = _part_header(file)
+        except (ArchiveError, OSError) as e:
+            raise ArchiveError(archive, f"part {part} of {count}: part {other} cannot be read ({e})"
+                               ) from None
+        if [theirs.get(k) for k in ("part", "parts", "whole")] != [other, count, header["whole"]]:
+            raise ArchiveError(archive, f"part {part} of {count}: {file.name} is not part {other} of the "
+                                        "same archive (its part fields differ): parts of two packs; not read")
+
+
+def _checked(archive: Path, raw: BinaryIO) -> int:
+    """The number of files in the open ``archive`` (``raw``), once the gzip stream, the bounds, the header,
+    the count of lines and their checksum hold (one pass over the inflated stream), and, in a split
+    archive, every other part is beside it (`_check_parts`)."""
+    lines = _lines(archive, raw)
+    header = _header(archive, lines)
+    files = header["files"]
     count, whole = 0, True
 
     def counted() -> Iterator[bytes]:
@@ -125,7 +180,24 @@ def _checked(archive: Path, raw: BinaryIO) -> int:
     if checksum != stored:
         raise ArchiveError(archive, f"content checksum {checksum}, the header says {stored!r}: "
                                     "the archive was damaged after it was packed")
+    _check_parts(archive, header)
     return count
+
+
+def parts(archive: str | Path) -> list[Path]:
+    """The files of the archive whose first part is ``archive``, in order: ``archive`` alone when it is not
+    split (read from its header: its first line alone; each part is checked when it is read).
+
+    Raises:
+        ArchiveError: the header is not an archive's, or ``archive`` is a later part.
+        OSError: the file cannot be read.
+    """
+    archive = Path(archive)
+    header = _part_header(archive)
+    if header.get("part", 1) != 1:
+        raise ArchiveError(archive, f"part {header['part']} of {header['parts']}: the archive is named by "
+                                    f"its first part, {_first_part(archive, header['part']) or 'part 1'}")
+    return [part_name(archive, part) for part in range(1, header.get("parts", 1) + 1)]
 
 
 def entries(archive: str | Path) -> Iterator[Entry]:

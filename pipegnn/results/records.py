@@ -211,10 +211,11 @@ def find_records(path: str | Path) -> list[Path]:
     return find_named(path, RECORD_NAME)
 
 
-def find_named(path: str | Path, name: str, accept: Callable[[Path], bool] = Path.is_file) -> list[Path]:
-    """Every entry called ``name`` below the folder ``path`` that is no folder (recursively, in natural
-    order; see [`is_entry`][pipegnn.results.records.is_entry]); ``path`` itself when it is a file that
-    ``accept`` takes.
+def find_named(path: str | Path, name: str | Callable[[str], Any],
+               accept: Callable[[Path], bool] = Path.is_file) -> list[Path]:
+    """Every entry called ``name`` (or whose name the predicate ``name`` takes) below the folder ``path``
+    that is no folder (recursively, in natural order; see [`is_entry`][pipegnn.results.records.is_entry]);
+    ``path`` itself when it is a file that ``accept`` takes.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -226,7 +227,8 @@ def find_named(path: str | Path, name: str, accept: Callable[[Path], bool] = Pat
         return [path] if accept(path) else []
     # os.walk, not rglob: rglob passes over a link to nothing or a link loop of that name (it asks exists());
     # links to folders are not followed, as rglob does not
-    found = (Path(folder, name) for folder, _, files in os.walk(path) if name in files)
+    named = name.__eq__ if isinstance(name, str) else name
+    found = (Path(folder, file) for folder, _, files in os.walk(path) for file in files if named(file))
     return sorted(found, key=natural_key)
 
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from pipegnn.record import RunRecord, Status
 from pipegnn.results.archive_format import ArchiveError, find_archives, is_archive
-from pipegnn.results.archive_read import entries
+from pipegnn.results.archive_read import entries, parts
 from pipegnn.results.records import (
     RECORD_NAME,
     RecordError,
@@ -97,8 +97,9 @@ def load(path: str | Path | Iterable[str | Path],
     them), flattened by [`flatten`][pipegnn.results.rows.flatten] and filtered by ``where`` (see
     [`select`][pipegnn.results.table.select]), in path order.
 
-    A directory's records archives (``records.jsonl.gz``,
-    [`pipegnn.results.archive`][pipegnn.results.archive]) give the rows their files would: each record's
+    A directory's records archives (``records.jsonl.gz`` and the further parts of a split one,
+    [`pipegnn.results.archive`][pipegnn.results.archive]; an archive named by its first part: every part)
+    give the rows their files would: each record's
     ``path`` is its place were the archive unpacked (a file that is there too gives one row). A damaged
     archive is one ``unreadable`` row, its ``path`` the archive.
 
@@ -119,7 +120,7 @@ def load(path: str | Path | Iterable[str | Path],
                 continue
             seen.add(place_of(file))
             found.append(_record_row(file))
-        for archive in find_archives(root):
+        for archive in _archives(root):
             found += _archive_rows(archive, seen)
         if jobs and Path(root).is_dir():
             found += _job_rows(Path(root), seen)
@@ -128,6 +129,17 @@ def load(path: str | Path | Iterable[str | Path],
     extra = sorted({k for row in rows for k in row if k not in COLUMNS},
                    key=lambda k: (k.startswith("cfg."), natural_key(k)))
     return select(pd.DataFrame(rows, columns=[*COLUMNS, *extra]), where)
+
+
+def _archives(root: str | Path) -> list[Path]:
+    """The archives below the folder ``root``; every part of the archive ``root`` names by its first part;
+    ``root`` itself for a later part, or an archive whose header cannot be read (its row says why)."""
+    if not (is_archive(root) and Path(root).is_file()):
+        return find_archives(root)
+    try:
+        return parts(root)
+    except (ArchiveError, OSError):
+        return [Path(root)]
 
 
 def _record_row(file: Path, value: Any = _FROM_FILE) -> dict[str, Any]:

@@ -1,12 +1,14 @@
 """The committed reference results regenerate from their committed records, byte for byte.
 
-Each preset under ``results/reference/<preset>/`` holds its sweep's records (``records.jsonl.gz``, or
+Each preset under ``results/reference/<preset>/`` holds its sweep's records (``records.jsonl.gz`` and its
+further parts ``records-2.jsonl.gz``, ... past 2 MiB, or
 the ``records/<job>/result.json`` files of a preset not packed yet: the test finds out which, preset by
 preset) and the tables and figures ``experiments/report.py`` made from them (``runs.csv``,
 ``summary.csv``, ``*.png``; ``results/README.md``). Here the records are handed to that script's
 :func:`report` as the sweep they came from (the archive unpacked, or the files copied, into a folder
 named after the preset, which picks its figures), and what it writes into ``tmp_path`` must be what is
-committed: the same files, the same bytes; the archive it packs from them is the committed archive.
+committed: the same files, the same bytes; the archive it packs from them is the committed archive, part for
+part.
 ``results/reference/deep_anchors.png`` is remade by the command ``results/README.md`` gives for it.
 
 Tables are compared as bytes. Figures are compared as bytes first; where the bytes differ, the PNGs'
@@ -81,10 +83,12 @@ def _sweep(preset: Path, sweeps: Path) -> Path:
         shutil.copytree(preset / "records", sweep)
         return sweep
     unpacked = sweeps / f"{preset.name}.unpacked"
-    keys = archive.read(packed, keep=()).paths
-    assert all(key.startswith("records/") for key in keys), f"{packed}: a file outside records/"
-    _, unreadable = archive.unpack(packed, unpacked)
-    assert not unreadable, f"{packed}: files that were not JSON when packed cannot be unpacked: {unreadable}"
+    for part in archive.parts(packed):
+        keys = archive.read(part, keep=()).paths
+        assert all(key.startswith("records/") for key in keys), f"{part}: a file outside records/"
+        _, unreadable = archive.unpack(part, unpacked)
+        assert not unreadable, f"{part}: files that were not JSON when packed cannot be unpacked: " \
+                               f"{unreadable}"
     (unpacked / "records").rename(sweep)
     return sweep
 
@@ -140,7 +144,10 @@ def test_preset_regenerates(name: str, report: ModuleType, tmp_path: Path) -> No
         problems = report.report(sweep, out)
     assert problems == 0, printed.getvalue()
     if (preset / archive.ARCHIVE_NAME).is_file():  # the records the report read are the committed ones
-        assert (out / archive.ARCHIVE_NAME).read_bytes() == (preset / archive.ARCHIVE_NAME).read_bytes()
+        parts = archive.find_archives(preset)
+        assert [p.name for p in archive.find_archives(out)] == [p.name for p in parts]
+        for part in parts:
+            assert (out / part.name).read_bytes() == part.read_bytes(), f"{part} is not what the report packs"
     assert _made(out) == _made(preset), "the report makes other tables or figures than are committed"
     for file in _made(preset):
         _assert_same(out / file, preset / file)

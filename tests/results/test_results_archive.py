@@ -170,6 +170,126 @@ def test_the_command_lines_read_and_unpack_an_archive(sweep: Path, tmp_path: Pat
                                              "     4  completed", "     4  completed"]
 
 
+@pytest.fixture
+def many(tmp_path: Path) -> Path:
+    """A results folder of 12 runs (jobs 0-11, a trace beside every third) whose 100 epochs of random
+    floats (6 decimals, as packed) compress to about 13 kB: split into parts below that."""
+    import random
+
+    folder = tmp_path / "many"
+    for job in range(12):
+        rng = random.Random(job)
+        write_record(folder / "records" / str(job), _record(job) | {
+            "epochs": [{"epoch": e, "loss": round(rng.random(), 6), "val_acc": round(rng.random(), 6)}
+                       for e in range(100)]})
+        if job % 3 == 0:
+            write_record(folder / "records" / str(job), _trace(job), "trace.json")
+    return folder
+
+
+def _split(folder: Path, part_bytes: int, into: str = "split") -> list[Path]:
+    files = archive.run_files(folder, beside=("trace.json",))
+    return archive.parts(archive.pack(folder.parent / into / ARCHIVE_NAME, files, part_bytes=part_bytes))
+
+
+@pytest.mark.parametrize("fraction", [0.6, 0.25, 0.01])
+def test_a_large_archive_is_split_into_parts_of_whole_runs(many: Path, tmp_path: Path,
+                                                           fraction: float) -> None:
+    whole = _pack(many, tmp_path / "whole" / ARCHIVE_NAME)
+    assert 5_000 < whole.stat().st_size < archive.MAX_PART_BYTES
+    part_bytes = int(fraction * whole.stat().st_size)  # bounds relative to what this zlib makes
+    split = _split(many, part_bytes)
+    count = len(split)
+    assert count >= 1 / fraction if fraction > 0.1 else count == 12  # else one run a part, the most
+    assert [p.name for p in split] == [ARCHIVE_NAME, *(f"records-{n}.jsonl.gz" for n in range(2, count + 1))]
+    assert sorted(p.name for p in split[0].parent.iterdir()) == sorted(p.name for p in split)
+    if count < 12:  # else each run's part is larger than the bound
+        assert all(p.stat().st_size <= part_bytes for p in split)
+    paths = [archive.read(p).paths for p in split]
+    assert [key for keys in paths for key in keys] == list(archive.read(whole).paths)  # in order
+    runs = [{key.rsplit("/", 1)[0] for key in keys} for keys in paths]
+    assert sum(map(len, runs)) == 12  # a run's record and trace in one part
+    headers = [json.loads(gzip.decompress(p.read_bytes()).split(b"\n")[0]) for p in split]
+    assert [(h["part"], h["parts"]) for h in headers] == [(n, count) for n in range(1, count + 1)]
+    assert len({h["whole"] for h in headers}) == 1
+    # read as the whole archive is: by load, the command line's unpack
+    expected = load(whole.parent).assign(path=lambda df: df["path"].str.replace("/whole/", "/split/"))
+    pd.testing.assert_frame_equal(load(split[0].parent), expected)
+    pd.testing.assert_frame_equal(load(split), expected)
+    pd.testing.assert_frame_equal(load(split[0]), expected)  # the first part names them all
+    if count > 1:  # a later part alone: its runs
+        assert set(load(split[1])["path"]) == {str(split[0].parent / key) for key in paths[1]
+                                               if key.endswith("/result.json")}
+    done = subprocess.run([sys.executable, "-m", "pipegnn.results.archive", "--unpack", str(split[0]),
+                           str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0 and "wrote 16 files" in done.stdout, done.stderr
+    assert _json_files(tmp_path / "out") == _json_files(many)
+    # packed again unsplit: one file, the earlier parts gone
+    assert _split(many, archive.MAX_PART_BYTES) == [split[0]]
+    assert list(split[0].parent.iterdir()) == [split[0]] and split[0].read_bytes() == whole.read_bytes()
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("part lost", "part 1 of {n}: part 2 (records-2.jsonl.gz) is not beside it; a split archive is read "
+                  "whole or not at all"),
+    ("part left over", "records-{after}.jsonl.gz is beside it, but the archive has {n} parts: a part left "
+                       "from an earlier pack, or of another archive; not read"),
+    ("another pack's part", "part 1 of {n}: records-{n}.jsonl.gz is not part {n} of the same archive (its "
+                            "part fields differ): parts of two packs; not read"),
+    ("renamed", "part 1 of {n}: part 2 (records-2.jsonl.gz) is not beside it"),
+])
+def test_a_split_archive_is_read_whole_or_not_at_all(many: Path, tmp_path: Path, damage: str,
+                                                     reason: str) -> None:
+    part_bytes = _pack(many, tmp_path / "whole" / ARCHIVE_NAME).stat().st_size // 3
+    split = _split(many, part_bytes)
+    count = len(split)
+    assert count >= 3
+    if damage == "part lost":
+        split[1].unlink()
+    elif damage == "part left over":
+        (split[0].parent / f"records-{count + 1}.jsonl.gz").write_bytes(split[2].read_bytes())
+    elif damage == "another pack's part":  # job 11 failed in the other pack: another whole
+        write_record(many / "records" / "11", _record(11, "failed"))
+        other = _split(many, part_bytes, into="other")
+        assert len(other) == count
+        split[-1].write_bytes(other[-1].read_bytes())
+    elif damage == "renamed":
+        split[1].rename(split[1].with_name(f"records-{count + 2}.jsonl.gz"))
+    reason = reason.format(n=count, after=count + 1)
+    with pytest.raises(ArchiveError) as raised:
+        archive.read(split[0])
+    assert str(raised.value).startswith(f"{split[0]}: {reason}")
+    rows = load(split[0].parent)
+    assert set(rows["status"]) == {"unreadable"}
+    assert set(rows["path"]) == {str(p) for p in split[0].parent.iterdir()}
+    assert any(error.startswith(reason) for error in rows["error"])
+    with pytest.raises(ArchiveError):  # every part refuses
+        archive.read(split[-1])
+    assert archive.main(["--unpack", str(split[0]), str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fields, reason", [
+    ({"part": 2, "parts": 1, "whole": "crc32:0"}, "the header's part fields {'part': 2, 'parts': 1, 'whole': "
+                                                  "'crc32:0'} are not a part of a split archive"),
+    ({"part": True, "parts": 2, "whole": "crc32:0"}, "the header's part fields"),
+    ({"parts": 2}, "the header's part fields {'parts': 2} are not a part"),
+    ({"part": 1, "parts": 10 ** 9, "whole": "crc32:0"}, "the header's part fields"),
+    ({"part": 2, "parts": 2, "whole": "crc32:0"}, "part 2 of 2 of a split archive, named otherwise than that "
+                                                  "part (its name ends in -2.jsonl.gz)"),
+])
+def test_a_header_with_bad_part_fields_is_refused(sweep: Path, fields: dict, reason: str) -> None:
+    packed = _pack(sweep)
+    header, rest = gzip.decompress(packed.read_bytes()).split(b"\n", 1)
+    packed.write_bytes(gzip.compress(json.dumps(json.loads(header) | fields).encode() + b"\n" + rest))
+    with pytest.raises(ArchiveError) as raised:
+        archive.read(packed)
+    assert str(raised.value).startswith(f"{packed}: {reason}")
+    with pytest.raises(ArchiveError, match="part"):
+        archive.parts(packed)
+
+
 def _rewrite(packed: Path, edit, checksum: bool = True) -> None:
     """Edit the lines of ``packed`` and compress them again, with a header whose count and checksum fit
     them when ``checksum`` (as a packer with a bug would write them), else the old header."""
@@ -290,6 +410,15 @@ def test_unpack_checks_names_and_the_destination_before_writing(sweep: Path, tmp
 
 
 COMMITTED = sorted(REFERENCE.glob(f"*/{ARCHIVE_NAME}"))
+
+
+def test_no_committed_archive_file_passes_the_bound() -> None:
+    """Every committed archive's file, split ones' parts too, is within `MAX_PART_BYTES` (2 MiB), and each
+    split archive's parts are all there."""
+    files = archive.find_archives(REFERENCE)
+    assert len(files) > len(COMMITTED)  # some are split
+    assert max(p.stat().st_size for p in files) <= archive.MAX_PART_BYTES == 2 << 20
+    assert sorted(p for first in COMMITTED for p in archive.parts(first)) == sorted(files)
 
 
 def test_the_committed_archives_are_canonical(tmp_path: Path) -> None:
