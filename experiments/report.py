@@ -49,16 +49,17 @@ from pipegnn.timeline import TRACE_NAME
 RUN_COLUMNS = ("dataset", "model", "num_nodes", "num_edges", "framework", "engine", "devices", "chunks",
                "halo", "fanouts", "partition", "targets", "evaluation", "seed", "status", "error", "epochs",
                "monitor", "test_acc", "test_acc_at_best_val", "best_val_acc", "epoch_time_median_s",
-               "eval_time_median_s", "microbatch_build_s", "peak_rss_mb", "peak_device_mb", "inflation",
-               "replication", "cut_edge_fraction", "git_sha")
+               "eval_time_median_s", "microbatch_build_s", "peak_rss_mb", "peak_rss_total_mb",
+               "peak_device_mb", "inflation", "replication", "cut_edge_fraction", "git_sha")
 #: Settings a summary groups by when they vary in the sweep (dataset and model always).
 SETTINGS = ("dataset", "model", "num_nodes", "num_edges", "cfg.dataset.density", "cfg.dataset.avg_degree",
             "framework", "setup", "pipeline_schedule", "pipeline_balance_source", "cfg.engine.timeline",
             "cfg.engine.threads", "halo", "fanouts", "partition", "targets", "evaluation", "monitor",
             "cfg.model.hidden", "chunks")
 METRICS = ("test_acc", "test_acc_at_best_val", "epoch_time_median_s", "overhead", "peak_rss_mb",
-           "inflation", "replication", "cut_edge_fraction", "pipeline_bubble", "pipeline_bubble_theoretical",
-           "pipeline_imbalance", "pipeline_ideal_speedup", "tta_train_s", "tta_wall_s", "best_wall_s")
+           "peak_rss_total_mb", "inflation", "replication", "cut_edge_fraction", "pipeline_bubble",
+           "pipeline_bubble_theoretical", "pipeline_imbalance", "pipeline_ideal_speedup", "tta_train_s",
+           "tta_wall_s", "best_wall_s")
 #: File name: (figure function, its keyword arguments).
 FIGURES = {"epoch_time_vs_chunks.png": (results.plot_epoch_time_vs_chunks, {}),
            "accuracy_vs_chunks.png": (results.plot_accuracy_vs_chunks, {"metric": "test_acc_at_best_val"}),
@@ -69,7 +70,9 @@ FIGURES = {"epoch_time_vs_chunks.png": (results.plot_epoch_time_vs_chunks, {}),
            "scaling_hidden.png": (results.plot_scaling, {"x": "model.hidden"}),
            "speedup_vs_chunks.png": (results.plot_speedup_vs_chunks, {}),
            "time_to_accuracy_vs_chunks.png": (results.plot_time_to_accuracy_vs_chunks, {}),
-           "time_to_accuracy_vs_memory.png": (results.plot_time_to_accuracy_vs_memory, {})}
+           "time_to_accuracy_vs_memory.png": (results.plot_time_to_accuracy_vs_memory, {}),
+           "time_to_accuracy_vs_total_memory.png": (results.plot_time_to_accuracy_vs_memory,
+                                                    {"memory": "total"})}
 
 #: The figures that mean something for a preset (others: every figure it has data for). The ablations
 #: run 5 epochs, so their accuracy is no result; the scaling presets have only chunks 1 and 8.
@@ -77,8 +80,8 @@ PRESET_FIGURES = {"pipeline": ["speedup_vs_chunks.png"], "scaling": ["scaling.pn
                   "ablation_nodes": ["scaling.png"], "ablation_density": ["scaling_edges.png"],
                   "ablation_hidden": ["scaling_hidden.png"],
                   "historical_gap": ["accuracy_vs_chunks.png"],
-                  "sampled_map": ["time_to_accuracy_vs_memory.png"],
-                  "sampled_map_synthetic": ["time_to_accuracy_vs_memory.png"],
+                  **{name: ["time_to_accuracy_vs_memory.png", "time_to_accuracy_vs_total_memory.png"]
+                     for name in ("sampled_map", "sampled_map_synthetic", "sampled_map_computers_gcn")},
                   # historical_gap's historical/all half with one dropout mask per node and step
                   "historical_gap_node_mask": []}
 #: experiment=deep's settings (deep_<dataset>_<setting>[_<variant>]), one sweep each: an accuracy table

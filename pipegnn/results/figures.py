@@ -60,6 +60,7 @@ _METRIC_LABELS = {
     "best_val_acc": "best validation accuracy (%)",
     "test_acc_at_best_val": "test accuracy at best validation (%)",
     "peak_rss_mb": "peak resident memory (MiB)", "peak_device_mb": "peak device memory (MiB)",
+    "peak_rss_total_mb": "peak resident memory, all processes (MiB)",
     "peak_memory_mb": "peak memory (MiB)",
     "inflation": "work inflation (× one micro-batch)",
     "tta_train_s": "time to accuracy (s of training)",

@@ -62,7 +62,10 @@ COLUMNS: dict[str, str] = {
     "eval_time_median_s": "median evaluation time after the warm-up epoch",
     "setup_s": "graph loading and model building", "microbatch_build_s": "building the micro-batch plans",
     "total_s": "whole run",
-    "peak_rss_mb": "peak resident memory (VmHWM), MiB",
+    "peak_rss_mb": "peak resident memory (VmHWM), MiB; of the largest rank for engine=pipelining",
+    "peak_rss_total_mb": "peak resident memory of the run's processes together, MiB: for engine=pipelining "
+                         "each rank's VmHWM and the launcher's, summed (at most that: the peaks need not "
+                         "coincide); else peak_rss_mb",
     "peak_device_mb": "peak CUDA memory, MiB, max over devices (NaN on CPU)",
     "replication": "training plan: rows read over distinct rows",
     "inflation": "training plan: work relative to one micro-batch",
@@ -147,6 +150,9 @@ def flatten(record: RunRecord | Mapping[str, Any], path: str | Path | None = Non
     devices = engine.get("devices")
     device_peaks = [b for b in (memory.get("peak_device_bytes") or {}).values() if not math.isnan(_number(b))]
     rss = _number(memory.get("peak_rss_bytes"))
+    ranks = memory.get("peak_rss_bytes_per_rank")
+    total = (sum(map(_number, ranks)) + _number(memory.get("launcher_peak_rss_bytes", 0))
+             if isinstance(ranks, list) and ranks else rss)
     targets = _get(cfg, "microbatch", "targets") or mb.get("targets")
     tta, best = _dict(final.get("time_to_accuracy")), _dict(final.get("time_to_best"))
     fanouts = _get(cfg, "microbatch", "fanouts")
@@ -172,6 +178,7 @@ def flatten(record: RunRecord | Mapping[str, Any], path: str | Path | None = Non
         **{k: _number(timing.get(k)) for k in ("epoch_time_median_s", "eval_time_median_s", "setup_s",
                                                 "microbatch_build_s", "total_s")},
         "peak_rss_mb": rss / _MIB,
+        "peak_rss_total_mb": total / _MIB,
         "peak_device_mb": max(device_peaks) / _MIB if device_peaks else math.nan,
         **{k: _number(mb.get(k)) for k in ("replication", "inflation", "cut_edge_fraction",
                                             "padding_fraction", "node_balance")},

@@ -13,6 +13,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from pipegnn.results.figures import (
+    _METRIC_LABELS,
+    NoData,
     _figure,
     _finish,
     _memory_label,
@@ -43,14 +45,28 @@ def setting_label(chunks: Any, halo: Any, fanouts: Any, engine: Any, threads: An
 
 
 def plot_time_to_accuracy_vs_memory(df: pd.DataFrame, path: str | Path | None = None, *,
-                                    where: Mapping[str, Any] | None = None) -> Figure:
+                                    where: Mapping[str, Any] | None = None,
+                                    memory: str = "process") -> Figure:
     """Wall time to accuracy (``tta_wall_s``: set-up included, until validation accuracy first reaches
     0.98 of the run's best; filled marker) and to the best epoch (``best_wall_s``, hollow marker, joined
-    to it) against peak memory (device memory where recorded, else resident), a point per setting
+    to it) against peak memory, a point per setting
     ([`setting_label`][pipegnn.results.tta_plot.setting_label]), mean ± std over seeds on both axes, one
-    panel per dataset and model. Marker shape: the halo mode; colour: the setting."""
-    title = "Time to accuracy vs peak memory"
-    data = _with_memory(_prepare(df, where, ["tta_wall_s", "peak_rss_mb"], title))
+    panel per dataset and model. Marker shape: the halo mode; colour: the setting.
+
+    ``memory``: ``process``, the largest process's (device memory where recorded, else resident: what each
+    device of a pipeline holds); ``total``, every process's resident memory together (``peak_rss_total_mb``:
+    what the machine holds; [`NoData`][pipegnn.results.figures.NoData] when every run is one process, whose
+    figure ``process`` draws)."""
+    if memory not in ("process", "total"):
+        raise ValueError(f"memory={memory!r}: expected 'process' or 'total'")
+    title = "Time to accuracy vs peak memory" + (" of all processes" if memory == "total" else "")
+    if memory == "process":
+        data = _with_memory(_prepare(df, where, ["tta_wall_s", "peak_rss_mb"], title))
+    else:
+        data = _prepare(df, where, ["tta_wall_s", "peak_rss_total_mb"], title)
+        if not (data["peak_rss_total_mb"] > data["peak_rss_mb"]).any():
+            raise NoData(f"{title}: every run is one process (the figure of the largest process draws it)")
+        data = data.assign(peak_memory_mb=data["peak_rss_total_mb"])
     none = pd.Series(None, index=data.index)
     threads = data["cfg.engine.threads"] if "cfg.engine.threads" in data else none
     fanouts = data["fanouts"] if "fanouts" in data else none
@@ -75,14 +91,18 @@ def plot_time_to_accuracy_vs_memory(df: pd.DataFrame, path: str | Path | None = 
                 ax.plot([row["memory"]] * 2, [row["tta"], row["best"]], color=color, linewidth=0.8)
                 ax.plot(row["memory"], row["best"], marker=marker, markerfacecolor="none", color=color,
                         markersize=8, linestyle="none")
-        ax.set(xlabel=_memory_label(panel), ylabel="wall time to accuracy (s, set-up included)",
+        ax.set(xlabel=_memory_label(panel) if memory == "process" else _METRIC_LABELS["peak_rss_total_mb"],
+               ylabel="wall time to accuracy (s, set-up included)",
                xscale="log", yscale="log")
         ax.grid(alpha=0.3, which="both")
         ax.set_title(_panel_title(keys, key if isinstance(key, tuple) else (key,)))
-        handles = [Line2D([], [], color=colors[s], marker=_HALO_MARKERS["full batch" if s.startswith("full")
-                                                                       else s.split(" ")[0]],
-                          linestyle="none", label=s) for s in order if s in stats.index]
-        ax.legend(handles=handles, fontsize="x-small", loc="best")
+    handles = [Line2D([], [], color=colors[s], marker=_HALO_MARKERS["full batch" if s.startswith("full")
+                                                                   else s.split(" ")[0]],
+                      linestyle="none", label=s) for s in order]
+    # one legend for every panel (a setting's colour is the same in each), below them: inside a panel it
+    # hid the map's slowest points
+    fig.set_figheight(fig.get_figheight() + 0.2 + 0.16 * len(handles))  # the legend's rows, in inches
+    fig.legend(handles=handles, fontsize="x-small", loc="outside lower center")
     note = repeats_note(data, [*keys, "setting"])
     what = "filled: 98% of the best val. accuracy; hollow: the best"
     return _finish(fig, f"{title}\n{what}\n({note})", path)

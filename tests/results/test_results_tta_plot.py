@@ -11,7 +11,7 @@ import pytest
 from pipegnn.results.figures import NoData
 from pipegnn.results.tta_plot import plot_time_to_accuracy_vs_memory, setting_label
 
-from tests.helpers import legend_texts, make_frame, make_record
+from tests.helpers import make_frame, make_record
 
 
 def _run(chunks: int, halo: str, engine: str, seed: int, wall: float, best: float, rss: float,
@@ -39,8 +39,10 @@ def test_a_point_per_setting_with_its_time_to_best(tmp_path: Path) -> None:
     never["final"]["time_to_accuracy"]["wall_s"] = None  # never reached 98% of its best: left out
     fig = plot_time_to_accuracy_vs_memory(make_frame(*records, never), tmp_path / "map.png")
     (ax,) = fig.axes
-    assert legend_texts(ax) == ["full batch, 1 process x 2 threads", "exact k=8, 1 process x 2 threads",
-                                "sampled [25,10] k=8, pipelining"]
+    assert ax.get_legend() is None  # one legend below the panels: inside, it hid the slowest points
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "full batch, 1 process x 2 threads", "exact k=8, 1 process x 2 threads",
+        "sampled [25,10] k=8, pipelining"]
     assert ax.get_xscale() == ax.get_yscale() == "log"
     assert "mean ± std over 2 seeds" in fig.get_suptitle()
     hollow = {tuple(np.ravel(line.get_xydata())) for line in ax.lines if line.get_markerfacecolor() == "none"}
@@ -57,3 +59,30 @@ def test_no_run_reached_its_target() -> None:
     record["final"]["time_to_accuracy"]["wall_s"] = None
     with pytest.raises(NoData, match="tta_wall_s"):
         plot_time_to_accuracy_vs_memory(make_frame(record))
+
+
+def test_all_processes_memory_sums_a_pipelines_ranks_and_launcher(tmp_path: Path) -> None:
+    """memory="total": a pipeline's point at its ranks' and launcher's peaks summed (a one-process run's at
+    its own); no figure when every run is one process."""
+    single = [_run(1, "none", "single", s, 10.0, 20.0, 1000.0) for s in (0, 1)]
+    piped = [_run(8, "historical", "pipelining", s, 5.0, 8.0, 700.0) for s in (0, 1)]
+    for s, record in enumerate(piped):
+        record["memory"] |= {"peak_rss_bytes_per_rank": [700 << 20, (400 + 100 * s) << 20],
+                             "launcher_peak_rss_bytes": 300 << 20}
+    df = make_frame(*single, *piped)
+    assert df["peak_rss_total_mb"].tolist() == [1000.0, 1000.0, 1400.0, 1500.0]
+    fig = plot_time_to_accuracy_vs_memory(df, tmp_path / "total.png", memory="total")
+    (ax,) = fig.axes
+    points = {tuple(np.ravel(line.get_xydata())) for line in ax.lines
+              if line.get_marker() not in ("None", None, "") and line.get_markerfacecolor() != "none"}
+    assert points == {(1000.0, 10.0), (1450.0, 5.0)}
+    assert ax.get_xlabel() == "peak resident memory, all processes (MiB)"
+    assert "of all processes" in fig.get_suptitle()
+    process = plot_time_to_accuracy_vs_memory(df)  # the largest process: the pipeline's rank 0
+    assert {tuple(np.ravel(line.get_xydata())) for line in process.axes[0].lines
+            if line.get_marker() not in ("None", None, "") and line.get_markerfacecolor() != "none"} == {
+        (1000.0, 10.0), (700.0, 5.0)}
+    with pytest.raises(NoData, match="every run is one process"):
+        plot_time_to_accuracy_vs_memory(make_frame(*single), memory="total")
+    with pytest.raises(ValueError, match="memory='device'"):
+        plot_time_to_accuracy_vs_memory(df, memory="device")
