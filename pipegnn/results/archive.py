@@ -98,10 +98,13 @@ def pack(archive: str | Path, files: Mapping[str, str | Path], part_bytes: int =
     are removed. Returns ``archive`` (its first part).
 
     Raises:
-        ValueError: a key is not one of a run's files by a relative path of plain names (see
-            [`archive_format`][pipegnn.results.archive_format]), or names a folder of another key.
+        ValueError: ``archive`` is not named ``*.jsonl.gz`` (what readers take for an archive, and what its
+            parts' names are made from), or a key is not one of a run's files by a relative path of plain
+            names (see [`archive_format`][pipegnn.results.archive_format]), or names a folder of another key.
         OSError: the archive cannot be written (naming it).
     """
+    if not is_archive(archive):
+        raise ValueError(f"{archive}: an archive's name ends in .jsonl.gz (readers take no other for one)")
     lines = []
     files_seen: set[str] = set()
     folders_seen: set[str] = set()
@@ -222,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             folder = args.pack[0]
             archive = args.pack[1] if len(args.pack) == 2 else folder / ARCHIVE_NAME
+            if not is_archive(archive):
+                parser.error(f"ARCHIVE {archive}: an archive's name ends in .jsonl.gz")
             files = run_files(folder, beside=(TRACE_NAME,))
             pack(archive, files)
             split = parts(archive)

@@ -86,13 +86,10 @@ def find_archives(path: str | Path) -> list[Path]:
 
 
 def part_name(archive: str | Path, part: int) -> Path:
-    """The file of part ``part`` (from 1) of the archive whose first part is ``archive``:
+    """The file of part ``part`` (from 1) of the archive whose first part is ``archive`` (``*.jsonl.gz``):
     ``records.jsonl.gz`` itself, then ``records-2.jsonl.gz``, ..."""
     archive = Path(archive)
-    if part == 1:
-        return archive
-    stem = archive.name[:-len(_SUFFIX)] if is_archive(archive) else archive.name
-    return archive.with_name(f"{stem}-{part}{_SUFFIX}")
+    return archive if part == 1 else archive.with_name(f"{archive.name[:-len(_SUFFIX)]}-{part}{_SUFFIX}")
 
 
 def _first_part(archive: Path, part: int) -> Path | None:

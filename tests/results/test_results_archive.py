@@ -122,6 +122,8 @@ def test_packing_the_same_files_gives_the_same_bytes(sweep: Path, tmp_path: Path
     second = archive.pack(tmp_path / "b" / "other.jsonl.gz", dict(reversed(files.items()))).read_bytes()
     assert first == second
     assert first[:2] == b"\x1f\x8b" and first[4:8] == bytes(4)  # gzip, mtime 0
+    with pytest.raises(ValueError, match=r"other\.gz: an archive's name ends in \.jsonl\.gz"):
+        archive.pack(tmp_path / "b" / "other.gz", files)
     assert first[3] & 0x08 == 0  # no file name in the header
     lines = gzip.decompress(first).split(b"\n")
     assert json.loads(lines[0]) == {"format": "pipegnn.records", "version": 1, "files": 6,
