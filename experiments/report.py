@@ -118,17 +118,13 @@ def timeline_run(df: pd.DataFrame, traces: Collection[Path]) -> Path | None:
     return Path(traced.sort_values("chunks", ascending=False, kind="stable")["path"].iloc[0]).parent
 
 
-def draw_timeline(packed: list[Path], run: Path, path: Path) -> str | None:
-    """Draw the trace of ``run`` (its folder as :func:`pipegnn.results.load` names it) in the archive's
-    parts ``packed`` to ``path``; None, or why the trace cannot be read (naming it)."""
+def draw_timeline(packed: Path, run: Path, path: Path) -> str | None:
+    """Draw the trace of ``run`` (its folder as :func:`pipegnn.results.load` names it) in the archive
+    ``packed`` (its first part) to ``path``; None, or why the trace cannot be read (naming it)."""
     trace = run / TRACE_NAME
-    key = trace.relative_to(packed[0].parent).as_posix()
+    key = trace.relative_to(packed.parent).as_posix()
     with tempfile.TemporaryDirectory() as tmp:
-        written, unreadable = [], {}
-        for part in packed:  # the part that holds it
-            done, skipped = archive.unpack(part, tmp, keep={key})
-            written += done
-            unreadable |= skipped
+        written, unreadable = archive.unpack(packed, tmp, keep={key})
         if key in unreadable:
             return f"{trace}: {unreadable[key]}"
         try:
@@ -191,7 +187,7 @@ def report(sweep: Path, out: Path) -> int:
     run = timeline_run(df, traces)
     if run is not None:
         print(f"timeline.png: the traced step of {run.relative_to(out)}")
-        problem = draw_timeline(packed, run, out / "timeline.png")
+        problem = draw_timeline(packed[0], run, out / "timeline.png")
         if problem is not None and run / TRACE_NAME not in broken:  # else named above
             print(f"{sweep.name}: unreadable trace: {problem}", file=sys.stderr)
             broken[run / TRACE_NAME] = problem

@@ -235,13 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"packed {len(files)} files of {folder} into {archive} ({into}, "
                   f"{sum(p.stat().st_size for p in split):,} bytes)")
         else:
-            written, unreadable = [], {}
-            for part in parts(args.unpack[0]):  # every part checked before any is written
-                read(part, keep=())
-            for part in parts(args.unpack[0]):
-                done, skipped = unpack(part, args.unpack[1])
-                written += done
-                unreadable |= skipped
+            written, unreadable = unpack(args.unpack[0], args.unpack[1])  # every part's
             print(f"wrote {len(written)} files of {args.unpack[0]} below {args.unpack[1]}")
     except (ArchiveError, OSError) as e:  # a damaged archive; one that cannot be read or written
         print(f"error: {e}", file=sys.stderr)

@@ -43,7 +43,7 @@ __all__ = ["ARCHIVE_NAME", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES", "MAX
 ARCHIVE_NAME = "records.jsonl.gz"
 _SUFFIX = ".jsonl.gz"
 #: The names of a sweep's archive's parts: ``records.jsonl.gz``, ``records-2.jsonl.gz``, ...
-_PARTS_OF_ARCHIVE = re.compile(r"records(-[1-9][0-9]*)?\.jsonl\.gz")
+_PARTS_OF_ARCHIVE = re.compile(r"records(-([2-9]|[1-9][0-9]+))?\.jsonl\.gz")
 _FORMAT, _VERSION = "pipegnn.records", 1
 #: The files an archive holds: a run's record and the stage timeline beside it
 #: (``pipegnn.timeline.TRACE_NAME``, not imported here: it imports torch).

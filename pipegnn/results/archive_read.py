@@ -261,55 +261,70 @@ def read(archive: str | Path, keep: Callable[[str], bool] | Collection[str] | No
 
 def unpack(archive: str | Path, dest: str | Path,
            keep: Callable[[str], bool] | Collection[str] | None = None) -> tuple[list[Path], dict[str, str]]:
-    """Write the files of ``archive`` (those ``keep`` accepts, see
-    [`read`][pipegnn.results.archive_read.read]) below ``dest``, each at its key, as
-    [`write_record`][pipegnn.results.records.write_record] writes it.
+    """Write the files of ``archive`` (of every part when it is the first part of a split archive, a later
+    part's alone; those ``keep`` accepts, see [`read`][pipegnn.results.archive_read.read]) below ``dest``,
+    each at its key, as [`write_record`][pipegnn.results.records.write_record] writes it.
     Returns the files written and the ones that could not be (unreadable when packed: key -> why).
 
-    Nothing is written until the whole archive has been read and checked (see
+    Nothing is written until every part has been read and checked (see
     [`entries`][pipegnn.results.archive_read.entries]), and each file it would write is below ``dest`` once
     links there are followed, and its names and path within what the file system there takes.
 
     Raises:
-        ArchiveError: see [`read`][pipegnn.results.archive_read.read]; also a file that a link in ``dest``
-            would take outside it, one whose name or path is longer than the file system there takes, or
-            a ``dest`` whose links loop (nothing written).
+        ArchiveError: see [`read`][pipegnn.results.archive_read.read]; also a file that a link in
+            ``dest`` would take outside it, one whose name or path is longer than the file system there
+            takes, or a ``dest`` whose links loop (nothing written).
         OSError: a file cannot be written (naming it).
     """
     wanted = keep if keep is None or callable(keep) else set(keep).__contains__
-    listed = read(archive, keep=())  # every line checked, no value kept
+    first = _part_header(Path(archive)).get("part", 1) == 1
+    files = parts(archive) if first else [Path(archive)]
+    listed = [read(part, keep=()) for part in files]  # every line of every part checked, no value kept
     try:
         root = Path(dest).resolve()
     except (OSError, RuntimeError) as e:  # a link loop (RuntimeError before Python 3.13)
         raise ArchiveError(archive, f"cannot write below {dest}: {type(e).__name__}: {e}: nothing written"
                            ) from None
     name_max, path_max = _name_limits(root)
-    places = {}
-    for key in listed.paths:
-        if key in listed.unreadable or (wanted is not None and not wanted(key)):
-            continue
-        file = Path(dest, *PurePosixPath(key).parts)
-        try:
-            place = file.resolve()
-        except (OSError, RuntimeError) as e:
-            raise ArchiveError(archive, f"path {key!r} cannot be written below {dest} ({type(e).__name__}: "
-                                        f"{e}): nothing written") from None
-        if not place.is_relative_to(root):
-            raise ArchiveError(archive, f"path {key!r} leads outside {dest} (through a link there, to "
-                                        f"{place}): nothing written")
-        long_name = next((n for n in PurePosixPath(key).parts if len(os.fsencode(n)) > name_max), None)
-        if long_name is not None or len(os.fsencode(str(place))) >= path_max:
-            what = (f"a name of {len(os.fsencode(long_name)):,} bytes, more than {name_max:,}" if long_name
-                    else f"a path of {len(os.fsencode(str(place))):,} bytes there, {path_max:,} or more")
-            raise ArchiveError(archive, f"path {key[:60]!r} cannot be written below {dest} ({what}, the most "
-                                        "its file system takes): nothing written")
-        places[key] = file
+    places: dict[str, Path] = {}
+    unreadable: dict[str, str] = {}
+    for part, packed in zip(files, listed):
+        unreadable |= packed.unreadable
+        for key in packed.paths:
+            if key not in packed.unreadable and (wanted is None or wanted(key)):
+                places[key] = _place(part, dest, root, key, name_max, path_max)
     written = []
-    for entry in entries(archive):
-        if entry.path in places:
-            file = places[entry.path]
-            written.append(write_record(file.parent, entry.value, file.name))
-    return written, listed.unreadable
+    for part in files:
+        for entry in entries(part):
+            if entry.path in places:
+                file = places[entry.path]
+                written.append(write_record(file.parent, entry.value, file.name))
+    return written, unreadable
+
+
+def _place(archive: Path, dest: str | Path, root: Path, key: str, name_max: int, path_max: int) -> Path:
+    """Where the file ``key`` of ``archive`` is written below ``dest`` (``root``, resolved).
+
+    Raises:
+        ArchiveError: a link there would take it outside ``dest``, or its names or path are longer than
+            the file system there takes (``name_max``, ``path_max``).
+    """
+    file = Path(dest, *PurePosixPath(key).parts)
+    try:
+        place = file.resolve()
+    except (OSError, RuntimeError) as e:
+        raise ArchiveError(archive, f"path {key!r} cannot be written below {dest} ({type(e).__name__}: "
+                                    f"{e}): nothing written") from None
+    if not place.is_relative_to(root):
+        raise ArchiveError(archive, f"path {key!r} leads outside {dest} (through a link there, to "
+                                    f"{place}): nothing written")
+    long_name = next((n for n in PurePosixPath(key).parts if len(os.fsencode(n)) > name_max), None)
+    if long_name is not None or len(os.fsencode(str(place))) >= path_max:
+        what = (f"a name of {len(os.fsencode(long_name)):,} bytes, more than {name_max:,}" if long_name
+                else f"a path of {len(os.fsencode(str(place))):,} bytes there, {path_max:,} or more")
+        raise ArchiveError(archive, f"path {key[:60]!r} cannot be written below {dest} ({what}, the most "
+                                    "its file system takes): nothing written")
+    return file
 
 
 def _name_limits(folder: Path) -> tuple[int, int]:

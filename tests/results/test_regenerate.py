@@ -86,9 +86,8 @@ def _sweep(preset: Path, sweeps: Path) -> Path:
     for part in archive.parts(packed):
         keys = archive.read(part, keep=()).paths
         assert all(key.startswith("records/") for key in keys), f"{part}: a file outside records/"
-        _, unreadable = archive.unpack(part, unpacked)
-        assert not unreadable, f"{part}: files that were not JSON when packed cannot be unpacked: " \
-                               f"{unreadable}"
+    _, unreadable = archive.unpack(packed, unpacked)  # every part's
+    assert not unreadable, f"{packed}: files that were not JSON when packed cannot be unpacked: {unreadable}"
     (unpacked / "records").rename(sweep)
     return sweep
 

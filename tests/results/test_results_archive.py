@@ -227,6 +227,11 @@ def test_a_large_archive_is_split_into_parts_of_whole_runs(many: Path, tmp_path:
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0 and "wrote 16 files" in done.stdout, done.stderr
     assert _json_files(tmp_path / "out") == _json_files(many)
+    written, _ = archive.unpack(split[0], tmp_path / "lib", keep={"records/11/result.json"})
+    assert [p.relative_to(tmp_path / "lib").as_posix() for p in written] == ["records/11/result.json"]
+    if count > 1:  # a later part alone: its files
+        written, _ = archive.unpack(split[-1], tmp_path / "last")
+        assert sorted(p.relative_to(tmp_path / "last").as_posix() for p in written) == sorted(paths[-1])
     # packed again unsplit: one file, the earlier parts gone
     assert _split(many, archive.MAX_PART_BYTES) == [split[0]]
     assert list(split[0].parent.iterdir()) == [split[0]] and split[0].read_bytes() == whole.read_bytes()
@@ -269,6 +274,8 @@ def test_a_split_archive_is_read_whole_or_not_at_all(many: Path, tmp_path: Path,
     with pytest.raises(ArchiveError):  # every part refuses
         archive.read(split[-1])
     assert archive.main(["--unpack", str(split[0]), str(tmp_path / "out")]) == 2
+    with pytest.raises(ArchiveError):
+        archive.unpack(split[0], tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -412,6 +419,15 @@ def test_unpack_checks_names_and_the_destination_before_writing(sweep: Path, tmp
 
 
 COMMITTED = sorted(REFERENCE.glob(f"*/{ARCHIVE_NAME}"))
+
+
+def test_find_archives_takes_the_names_a_pack_writes(tmp_path: Path) -> None:
+    """A sweep's archive and its parts are found by name; no pack writes a part 1 or a part 0."""
+    names = ["records.jsonl.gz", "records-2.jsonl.gz", "records-10.jsonl.gz", "records-1.jsonl.gz",
+             "records-0.jsonl.gz", "records-02.jsonl.gz", "other.jsonl.gz"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    assert sorted(p.name for p in archive.find_archives(tmp_path)) == sorted(names[:3])
 
 
 def test_no_committed_archive_file_passes_the_bound() -> None:
