@@ -81,7 +81,8 @@ PRESET_FIGURES = {"pipeline": ["speedup_vs_chunks.png"], "scaling": ["scaling.pn
                   "ablation_hidden": ["scaling_hidden.png"],
                   "historical_gap": ["accuracy_vs_chunks.png"],
                   **{name: ["time_to_accuracy_vs_memory.png", "time_to_accuracy_vs_total_memory.png"]
-                     for name in ("sampled_map", "sampled_map_synthetic", "sampled_map_computers_gcn")},
+                     for name in ("sampled_map", "sampled_map_synthetic", "sampled_map_computers_gcn",
+                                  "sampled_map_synthetic_pubmed_gcn", "sampled_map_synthetic_1m_gcn")},
                   # historical_gap's historical/all half with one dropout mask per node and step
                   "historical_gap_node_mask": []}
 #: experiment=deep's settings (deep_<dataset>_<setting>[_<variant>]), one sweep each: an accuracy table
