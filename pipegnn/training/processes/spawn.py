@@ -20,9 +20,12 @@ killer) leaves no temporary folder behind, and there is nothing for a later run 
   forkserver, which outlives the launcher as long as any worker lives, so the lifeline is what ends
   the workers there.
 
-Deadline: the launcher waits until ``engine.timeout_s`` after the run's start, then terminates the
-workers and fails; each worker also stops itself at that same instant (with a clear error), so a
-launcher that cannot act (stopped, hung) does not leave them running.
+Deadline: ``engine.timeout_s`` bounds the time without progress, not the run: the launcher terminates
+the workers and fails when rank 0 has finished no epoch within ``engine.timeout_s`` of the run's start
+(set-up included) or of its last epoch, so a run of any length finishes while a stuck one (a hung worker,
+a collective that never returns) fails. Each worker also stops itself (with a clear error) when it has
+finished no epoch of its own within ``engine.timeout_s`` plus ``_GRACE_S``, so a launcher that cannot act
+(stopped, hung) does not leave them running, while one that can acts first.
 
 Failure: when a worker exits non-zero, the others get a grace period to exit by themselves (they usually
 fail at once with a lost connection to the dead peer), then are terminated; which rank's failure the
@@ -173,30 +176,48 @@ def _log_to_files(level: int, message: str) -> None:
                 pass
 
 
-def _guard(rank: int, parent: int | None, lifeline: Connection, deadline: float, timeout: float,
+class _Deadline:
+    """A deadline on ``time.monotonic``'s clock (the same for every process of a machine) that each sign
+    of progress moves to ``timeout`` later; read and moved from different threads (a float's assignment
+    is atomic)."""
+
+    def __init__(self, timeout: float, start: float | None = None):
+        self.timeout = timeout
+        self.at = (time.monotonic() if start is None else start) + timeout
+
+    def progress(self) -> None:
+        """Progress now: the deadline moves to ``timeout`` from now."""
+        self.at = time.monotonic() + self.timeout
+
+    def left(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+
+def _guard(rank: int, parent: int | None, lifeline: Connection, deadline: _Deadline, timeout: float,
            outbox: _Outbox) -> None:
-    """End this worker with its launcher, and at the run's deadline.
+    """End this worker with its launcher, and when it has made no progress by ``deadline``.
 
     ``parent`` is the launcher's pid where it is this process's parent (``start_method=spawn``), else
     None. The parent death signal only fires for a parent that exits after it is set: a launcher that
     died before (its worker reparented) is caught by checking the parent and the lifeline right after.
-    ``deadline`` is on ``time.monotonic``'s clock, which is the same for every process of a machine.
     """
     _set_parent_death_signal(signal.SIGKILL)
     if (parent is not None and os.getppid() != parent) or lifeline.poll(0):
         os._exit(_ORPHANED)
 
     def watch() -> None:
-        if lifeline.poll(max(0.0, deadline - time.monotonic())):  # end of file: the launcher exited
-            _log_to_files(logging.ERROR, f"pipeline worker rank {rank}: the launching process exited; "
-                                         "stopping")
-            os._exit(_ORPHANED)
-        message = (f"pipeline worker rank {rank} did not finish within engine.timeout_s={timeout:g}s "
-                   "of the run's start; it stopped itself")
-        _log_to_files(logging.ERROR, message)
-        outbox.send("result", {"status": "failed", "error": f"TimeoutError: {message}", "traceback": None},
-                    wait_s=1.0)
-        os._exit(1)
+        while not lifeline.poll(deadline.left()):  # (a moved deadline: wait on)
+            if deadline.left() > 0:
+                continue
+            message = (f"pipeline worker rank {rank} finished no epoch within engine.timeout_s={timeout:g}s "
+                       f"(+{_GRACE_S:g}s) of its last one or of the run's start; it stopped itself")
+            _log_to_files(logging.ERROR, message)
+            outbox.send("result", {"status": "failed", "error": f"TimeoutError: {message}",
+                                   "traceback": None}, wait_s=1.0)
+            os._exit(1)
+        # end of file: the launcher exited
+        _log_to_files(logging.ERROR, f"pipeline worker rank {rank}: the launching process exited; stopping")
+        os._exit(_ORPHANED)
 
     threading.Thread(target=watch, name="pipegnn-launcher-watch", daemon=True).start()
 
@@ -210,7 +231,7 @@ class _Launch:
     cfg: Config  # the run's typed configuration
     target: Target  # what each worker runs: a picklable module-level function
     parent: int | None  # the launcher's pid where it is the workers' parent (start_method=spawn)
-    deadline: float  # the run's deadline, on time.monotonic's clock
+    start: float  # the run's start, on time.monotonic's clock
     log_targets: dict[str, Any]  # where the launcher logs (_log_targets)
     state_dir: str | os.PathLike | None  # where each rank keeps its checkpoints, if anywhere
 
@@ -218,12 +239,18 @@ class _Launch:
 def _worker(rank: int, launch: _Launch, out: Connection, lifeline: Connection) -> None:
     cfg, world, port = launch.cfg, launch.world, launch.port
     outbox, code = _Outbox(out), 1
-    _guard(rank, launch.parent, lifeline, launch.deadline, cfg.engine.timeout_s, outbox)
+    deadline = _Deadline(cfg.engine.timeout_s + _GRACE_S, start=launch.start)
+    _guard(rank, launch.parent, lifeline, deadline, cfg.engine.timeout_s, outbox)
     try:
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                           LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         _configure_logging(launch.log_targets)
-        on_epoch = (lambda entry: outbox.send("epoch", entry)) if rank == 0 else None
+
+        def on_epoch(entry: dict[str, Any]) -> None:  # progress; rank 0 hands its epochs on
+            deadline.progress()
+            if rank == 0:
+                outbox.send("epoch", entry)
+
         try:
             record = launch.target(cfg, on_epoch=on_epoch, state_dir=launch.state_dir)
         except Interrupted as e:  # the run recorded it: report the record, exit as the signal asks
@@ -242,11 +269,13 @@ def _worker(rank: int, launch: _Launch, out: Connection, lifeline: Connection) -
 
 class _Inbox(threading.Thread):
     """The launcher's reader of the workers' pipes (while they run, so no worker waits on a full pipe):
-    rank 0's finished epochs and every rank's result. A pipe ends when its worker has exited."""
+    rank 0's finished epochs (each one moves ``deadline``) and every rank's result. A pipe ends when its
+    worker has exited."""
 
-    def __init__(self, conns: list[Connection], on_epoch: Callable[[dict[str, Any]], Any] | None = None):
+    def __init__(self, conns: list[Connection], on_epoch: Callable[[dict[str, Any]], Any] | None,
+                 deadline: _Deadline):
         super().__init__(name="pipegnn-launcher-inbox", daemon=True)
-        self.conns, self.on_epoch = conns, on_epoch
+        self.conns, self.on_epoch, self.deadline = conns, on_epoch, deadline
         self.epochs: list[dict[str, Any]] = []
         self.results: dict[int, dict[str, Any]] = {}
 
@@ -260,6 +289,7 @@ class _Inbox(threading.Thread):
                     del open_[conn]
                     continue
                 if kind == "epoch":
+                    self.deadline.progress()
                     self.epochs.append(payload)
                     if self.on_epoch is not None:
                         try:
@@ -270,7 +300,7 @@ class _Inbox(threading.Thread):
                     self.results[open_[conn]] = payload
 
 
-def _wait(processes: list[Any], deadline: float, timeout: float) -> list[tuple[int, int]]:
+def _wait(processes: list[Any], deadline: _Deadline, timeout: float) -> list[tuple[int, int]]:
     """Wait for the workers; returns ``(rank, exit code)`` of the exits in the order they were seen.
     After the first failed exit the others get ``_GRACE_S`` to exit too; those still running then are
     left to ``_stop``.
@@ -280,21 +310,23 @@ def _wait(processes: list[Any], deadline: float, timeout: float) -> list[tuple[i
     """
     pending = {p.sentinel: rank for rank, p in enumerate(processes)}
     exits: list[tuple[int, int]] = []
-    until, failing = deadline, False
+    grace_end: float | None = None  # after a failure: when the others' grace is over
     while pending:
+        until = deadline.at if grace_end is None else grace_end
         ready = wait(list(pending), timeout=max(0.0, until - time.monotonic()))
-        # A worker that stopped itself at the deadline is seen after it, so it is reported as the timeout.
-        if not failing and time.monotonic() >= deadline:
-            raise TimeoutError(f"pipeline workers did not finish within engine.timeout_s={timeout:g}s; "
-                               "they were terminated")
-        if not ready:
+        # A worker that stopped itself at its deadline is seen after this one, so it is reported as the
+        # timeout.
+        if grace_end is None and deadline.left() == 0:
+            raise TimeoutError(f"pipeline workers finished no epoch within engine.timeout_s={timeout:g}s of "
+                               "the last one or of the run's start; they were terminated")
+        if not ready and grace_end is not None:
             break  # the grace after a failure is over
         for sentinel in ready:
             rank = pending.pop(sentinel)
             processes[rank].join()
             exits.append((rank, processes[rank].exitcode))
-        if not failing and any(code != 0 for _, code in exits):
-            failing, until = True, min(deadline, time.monotonic() + _GRACE_S)
+        if grace_end is None and any(code != 0 for _, code in exits):
+            grace_end = time.monotonic() + _GRACE_S
     return exits
 
 
@@ -332,7 +364,8 @@ def spawn(cfg: Config, record: RunRecord, target: Target,
         MemoryError: a worker ran out of memory.
         WorkerFailed: a worker failed, crashed or was killed.
         Interrupted: a worker was stopped by SIGTERM or SIGINT (and recorded it), or this process was.
-        TimeoutError: the workers did not finish within ``engine.timeout_s``.
+        TimeoutError: the workers finished no epoch within ``engine.timeout_s`` of the run's start or
+            of the last one.
     """
     engine = cfg.engine
     assert isinstance(engine, PipeliningEngineConfig), engine.name
@@ -349,13 +382,13 @@ def spawn(cfg: Config, record: RunRecord, target: Target,
     if method == "forkserver":  # workers fork from a server that imported torch once (PyG without CUDA)
         context.set_forkserver_preload(forkserver_preload(target.__module__))
     start = time.perf_counter()
-    deadline = time.monotonic() + timeout
+    deadline = _Deadline(timeout)
     lifeline, alive = context.Pipe(duplex=False)  # alive: the only writing end; never written to
     pipes = [context.Pipe(duplex=False) for _ in range(world)]
-    inbox = _Inbox([reader for reader, _ in pipes], on_epoch)
+    inbox = _Inbox([reader for reader, _ in pipes], on_epoch, deadline)
     inbox.start()
     launch = _Launch(world=world, port=_free_port(), cfg=cfg, target=target,
-                     parent=os.getpid() if method == "spawn" else None, deadline=deadline,
+                     parent=os.getpid() if method == "spawn" else None, start=deadline.at - timeout,
                      log_targets=_log_targets(), state_dir=state_dir)
     processes: list[Any] = []
     exits: list[tuple[int, int]] = []
