@@ -85,7 +85,7 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
         if epochs:
             record.resumed = {"checkpoint": str(restored.file), "epochs_restored": len(epochs)}
             record.trace = restored.trace
-        if on_epoch is not None:  # a spawned pipeline's launcher keeps them
+        if on_epoch is not None:  # a spawned pipeline's launcher keeps them (and its deadlines move)
             for entry in epochs:
                 on_epoch(entry)
     out = engine.output_device

@@ -94,7 +94,8 @@ def forkserver_preload(target_module: str) -> list[str]:
 
 #: ``target(cfg, on_epoch=callback, state_dir=...) -> record``: one rank's part of the run
 #: (``pipegnn.training.launch.run_rank``);
-#: rank 0 calls ``on_epoch(entry)`` with each finished epoch's entry of ``record["epochs"]``.
+#: every rank calls ``on_epoch(entry)`` with each finished epoch's entry of ``record["epochs"]`` (which
+#: moves its deadline; rank 0's also hands the entry to the launcher).
 Target = Callable[..., RunRecord]
 
 
