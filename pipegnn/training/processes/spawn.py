@@ -24,7 +24,7 @@ Deadline: ``engine.timeout_s`` bounds the time without progress, not the run: th
 the workers and fails when rank 0 has finished no epoch within ``engine.timeout_s`` of the run's start
 (set-up included) or of its last epoch, so a run of any length finishes while a stuck one (a hung worker,
 a collective that never returns) fails. Each worker also stops itself (with a clear error) when it has
-finished no epoch of its own within ``engine.timeout_s`` plus ``_GRACE_S``, so a launcher that cannot act
+finished no epoch of its own within ``engine.timeout_s`` plus ``GRACE_S``, so a launcher that cannot act
 (stopped, hung) does not leave them running, while one that can acts first.
 
 Failure: when a worker exits non-zero, the others get a grace period to exit by themselves (they usually
@@ -39,11 +39,9 @@ down by its own rendezvous rules, where a run here must fail once, with one reco
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -62,6 +60,7 @@ from pipegnn.schema import Config, PipeliningEngineConfig
 from pipegnn.training.preemption import Interrupted
 from pipegnn.training.processes.backend import dist_backend
 from pipegnn.training.processes.outcome import WorkerFailed, failure, merge
+from pipegnn.training.processes.watch import GRACE_S, Deadline, Outbox, guard
 
 if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext, SpawnContext
@@ -71,11 +70,6 @@ __all__ = ["FORKSERVER_PRELOAD", "forkserver_preload", "spawn"]
 log = logging.getLogger(__name__)
 
 _FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
-#: After a worker fails, how long the others get to exit by themselves (and report) before they are
-#: terminated; also the grace of ``_stop``'s terminate before its kill.
-_GRACE_S = 5.0
-#: Exit code of a worker that found its launcher gone.
-_ORPHANED = 3
 #: What the forkserver imports before it forks the workers on a machine with CUDA devices: only what
 #: leaves CUDA untouched. Measured on a CUDA machine (torch 2.11): importing PyG, or calling
 #: ``torch.cuda.is_available()``, in a process makes CUDA unusable in every process forked from it later
@@ -130,99 +124,6 @@ def _configure_logging(targets: dict[str, Any]) -> None:
     root.setLevel(targets["level"])
 
 
-class _Outbox:
-    """A worker's end of its result pipe: JSON messages ``[kind, payload]``, one writer at a time (the
-    training thread and the watchdog may both send)."""
-
-    def __init__(self, conn: Connection):
-        self.conn = conn
-        self.lock = threading.Lock()
-
-    def send(self, kind: str, payload: Any, wait_s: float = -1) -> bool:
-        """Send one message (waiting at most ``wait_s`` for the pipe, -1: as long as it takes);
-        False if it could not be sent (the launcher is gone, or the pipe stayed busy)."""
-        data = json.dumps([kind, payload], default=str).encode()
-        if not self.lock.acquire(timeout=wait_s):
-            return False
-        try:
-            self.conn.send_bytes(data)
-            return True
-        except OSError:  # the launcher is gone (broken pipe): the watchdog ends this process
-            return False
-        finally:
-            self.lock.release()
-
-
-def _set_parent_death_signal(sig: int) -> None:
-    """Linux: the kernel sends ``sig`` to this process when its parent exits (``PR_SET_PDEATHSIG``);
-    elsewhere nothing (the lifeline still applies)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-
-
-def _log_to_files(level: int, message: str) -> None:
-    """Log only to the log files: the console may be a pipe that nobody reads any more (the launcher
-    is gone), and a blocked write would keep this process alive."""
-    record = log.makeRecord(log.name, level, __file__, 0, message, (), None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            try:
-                handler.handle(record)
-            except Exception:  # noqa: BLE001 - exiting anyway
-                pass
-
-
-class _Deadline:
-    """A deadline on ``time.monotonic``'s clock (the same for every process of a machine) that each sign
-    of progress moves to ``timeout`` later; read and moved from different threads (a float's assignment
-    is atomic)."""
-
-    def __init__(self, timeout: float, start: float | None = None):
-        self.timeout = timeout
-        self.at = (time.monotonic() if start is None else start) + timeout
-
-    def progress(self) -> None:
-        """Progress now: the deadline moves to ``timeout`` from now."""
-        self.at = time.monotonic() + self.timeout
-
-    def left(self) -> float:
-        return max(0.0, self.at - time.monotonic())
-
-
-def _guard(rank: int, parent: int | None, lifeline: Connection, deadline: _Deadline, timeout: float,
-           outbox: _Outbox) -> None:
-    """End this worker with its launcher, and when it has made no progress by ``deadline``.
-
-    ``parent`` is the launcher's pid where it is this process's parent (``start_method=spawn``), else
-    None. The parent death signal only fires for a parent that exits after it is set: a launcher that
-    died before (its worker reparented) is caught by checking the parent and the lifeline right after.
-    """
-    _set_parent_death_signal(signal.SIGKILL)
-    if (parent is not None and os.getppid() != parent) or lifeline.poll(0):
-        os._exit(_ORPHANED)
-
-    def watch() -> None:
-        while not lifeline.poll(deadline.left()):  # (a moved deadline: wait on)
-            if deadline.left() > 0:
-                continue
-            message = (f"pipeline worker rank {rank} finished no epoch within engine.timeout_s={timeout:g}s "
-                       f"(+{_GRACE_S:g}s) of its last one or of the run's start; it stopped itself")
-            _log_to_files(logging.ERROR, message)
-            outbox.send("result", {"status": "failed", "error": f"TimeoutError: {message}",
-                                   "traceback": None}, wait_s=1.0)
-            os._exit(1)
-        # end of file: the launcher exited
-        _log_to_files(logging.ERROR, f"pipeline worker rank {rank}: the launching process exited; stopping")
-        os._exit(_ORPHANED)
-
-    threading.Thread(target=watch, name="pipegnn-launcher-watch", daemon=True).start()
-
-
 @dataclass(frozen=True)
 class _Launch:
     """What every worker of one run shares; pickled to each worker (forkserver, spawn): plain fields."""
@@ -239,9 +140,9 @@ class _Launch:
 
 def _worker(rank: int, launch: _Launch, out: Connection, lifeline: Connection) -> None:
     cfg, world, port = launch.cfg, launch.world, launch.port
-    outbox, code = _Outbox(out), 1
-    deadline = _Deadline(cfg.engine.timeout_s + _GRACE_S, start=launch.start)
-    _guard(rank, launch.parent, lifeline, deadline, cfg.engine.timeout_s, outbox)
+    outbox, code = Outbox(out), 1
+    deadline = Deadline(cfg.engine.timeout_s + GRACE_S, start=launch.start)
+    guard(rank, launch.parent, lifeline, deadline, cfg.engine.timeout_s, outbox)
     try:
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                           LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -274,7 +175,7 @@ class _Inbox(threading.Thread):
     worker has exited."""
 
     def __init__(self, conns: list[Connection], on_epoch: Callable[[dict[str, Any]], Any] | None,
-                 deadline: _Deadline):
+                 deadline: Deadline):
         super().__init__(name="pipegnn-launcher-inbox", daemon=True)
         self.conns, self.on_epoch, self.deadline = conns, on_epoch, deadline
         self.epochs: list[dict[str, Any]] = []
@@ -301,9 +202,9 @@ class _Inbox(threading.Thread):
                     self.results[open_[conn]] = payload
 
 
-def _wait(processes: list[Any], deadline: _Deadline, timeout: float) -> list[tuple[int, int]]:
+def _wait(processes: list[Any], deadline: Deadline, timeout: float) -> list[tuple[int, int]]:
     """Wait for the workers; returns ``(rank, exit code)`` of the exits in the order they were seen.
-    After the first failed exit the others get ``_GRACE_S`` to exit too; those still running then are
+    After the first failed exit the others get ``GRACE_S`` to exit too; those still running then are
     left to ``_stop``.
 
     Raises:
@@ -327,11 +228,11 @@ def _wait(processes: list[Any], deadline: _Deadline, timeout: float) -> list[tup
             processes[rank].join()
             exits.append((rank, processes[rank].exitcode))
         if grace_end is None and any(code != 0 for _, code in exits):
-            grace_end = time.monotonic() + _GRACE_S
+            grace_end = time.monotonic() + GRACE_S
     return exits
 
 
-def _stop(processes: list[Any], grace: float = _GRACE_S) -> None:
+def _stop(processes: list[Any], grace: float = GRACE_S) -> None:
     for p in processes:
         if p.is_alive():
             p.terminate()
@@ -383,7 +284,7 @@ def spawn(cfg: Config, record: RunRecord, target: Target,
     if method == "forkserver":  # workers fork from a server that imported torch once (PyG without CUDA)
         context.set_forkserver_preload(forkserver_preload(target.__module__))
     start = time.perf_counter()
-    deadline = _Deadline(timeout)
+    deadline = Deadline(timeout)
     lifeline, alive = context.Pipe(duplex=False)  # alive: the only writing end; never written to
     pipes = [context.Pipe(duplex=False) for _ in range(world)]
     inbox = _Inbox([reader for reader, _ in pipes], on_epoch, deadline)
@@ -410,7 +311,7 @@ def spawn(cfg: Config, record: RunRecord, target: Target,
         _stop(processes)
         for conn in (lifeline, alive, *(out for _, out in pipes)):
             conn.close()  # a worker still there exits; the pipes of workers never started end
-        inbox.join(_GRACE_S)  # the workers are gone: their pipes end once their messages are read
+        inbox.join(GRACE_S)  # the workers are gone: their pipes end once their messages are read
         error = failure(exits, inbox.results) if finished else None
         merge(record, inbox.results.get(0), list(inbox.epochs), completed=finished and error is None)
         if not inbox.is_alive():  # (else a process that outlived its worker holds a pipe: left open)
