@@ -80,20 +80,22 @@ PRESET_FIGURES = {"pipeline": ["speedup_vs_chunks.png"], "scaling": ["scaling.pn
                   "ablation_nodes": ["scaling.png"], "ablation_density": ["scaling_edges.png"],
                   "ablation_hidden": ["scaling_hidden.png"],
                   "historical_gap": ["accuracy_vs_chunks.png"],
-                  **{name: ["time_to_accuracy_vs_memory.png", "time_to_accuracy_vs_total_memory.png"]
-                     for name in ("sampled_map", "sampled_map_synthetic", "sampled_map_computers_gcn",
-                                  "sampled_map_synthetic_pubmed_gcn", "sampled_map_synthetic_1m_gcn")},
                   # historical_gap's historical/all half with one dropout mask per node and step
                   "historical_gap_node_mask": []}
-#: experiment=deep's settings (deep_<dataset>_<setting>[_<variant>]), one sweep each: an accuracy table
-#: (summary.csv), no curve.
-NO_FIGURES_PREFIX = "deep_"
+#: Figures by the folder's prefix: experiment=deep's settings (deep_<dataset>_<setting>[_<variant>]), one
+#: sweep each: an accuracy table (summary.csv), no curve; the map (experiment=sampled_map*) and its slices
+#: (sampled_map_<dataset>_<model>): time to accuracy against memory, per process and in all.
+PREFIX_FIGURES = {"deep_": [],
+                  "sampled_map": ["time_to_accuracy_vs_memory.png", "time_to_accuracy_vs_total_memory.png"]}
 
 
 def figures_of(name: str) -> list[str]:
-    """The figures a results folder gets: its preset's (:data:`PRESET_FIGURES`), none for
-    experiment=deep's settings, else every figure it has data for."""
-    return [] if name.startswith(NO_FIGURES_PREFIX) else PRESET_FIGURES.get(name, list(FIGURES))
+    """The figures a results folder gets: its preset's (:data:`PRESET_FIGURES`), else its prefix's
+    (:data:`PREFIX_FIGURES`), else every figure it has data for."""
+    if name in PRESET_FIGURES:
+        return PRESET_FIGURES[name]
+    prefix = next((p for p in PREFIX_FIGURES if name.startswith(p)), None)
+    return list(FIGURES) if prefix is None else PREFIX_FIGURES[prefix]
 
 
 def pack_records(sweep: Path, out: Path) -> tuple[list[Path], int]:

@@ -179,11 +179,13 @@ def test_report_names_jobs_without_a_record_and_fails(tmp_path: Path,
 
 def test_figures_per_folder() -> None:
     """experiment=deep's folders, whatever their variant, get no curve (one setting each); a preset gets
-    its own figures; any other folder every figure."""
+    its own figures, the map and each of its slices the map's two; any other folder every figure."""
     report = _report()
     assert report.figures_of("deep_cora_full") == report.figures_of("deep_cora_historical_k4_val_loss") == []
     assert report.figures_of("pipeline") == ["speedup_vs_chunks.png"]
     assert report.figures_of("my_sweep") == list(report.FIGURES)
+    map_figures = ["time_to_accuracy_vs_memory.png", "time_to_accuracy_vs_total_memory.png"]
+    assert report.figures_of("sampled_map") == report.figures_of("sampled_map_physics_gcn") == map_figures
 
 
 # report folders (a folder holding only a run directory, such as pipeline/timeline, is none)
