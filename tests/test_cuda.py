@@ -69,7 +69,11 @@ def test_cuda_event_boxes_lie_inside_the_synchronised_step(graph: Graph) -> None
     micro-batch, the boxes of the one stream never overlap, and together they span at least the kernel
     time torch.profiler measured on the device in that step (a box spans every kernel enqueued between
     its events, and idle time too where the host is slower: on an H200 this step is host-bound, so the
-    kernels need not fill the step)."""
+    kernels need not fill the step). The kernel time leaves out the profiler's GPU user annotations, as
+    torch's own table does: each ``record_function`` label (the timeline's ``stage0 forward 0``, the first
+    layer's transform, the optimizer's step) is also a CUDA-device event spanning the kernels inside it,
+    which the sum counted as kernels again (one H200, 2026-11-28: 45.7 ms of "kernels" against boxes of
+    15.2 ms)."""
     backend = get_backend("pyg")
     big = Graph("wide", torch.randn(20000, 256), torch.randint(3, (20000,)),
                 torch.randint(20000, (2, 400000)), *(torch.ones(20000, dtype=torch.bool),) * 3, num_classes=3)
@@ -98,16 +102,23 @@ def test_cuda_event_boxes_lie_inside_the_synchronised_step(graph: Graph) -> None
         assert forward.end <= backward.start + 1e-6
     ordered = sorted(boxes, key=lambda b: b.start)
     assert all(a.end <= b.start + 1e-6 for a, b in zip(ordered, ordered[1:])), ordered
-    kernels = sum(e.device_time_total for e in profile.events()
-                  if e.device_type == torch.autograd.DeviceType.CUDA) / 1e6  # microseconds -> seconds
+    cuda = [e for e in profile.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA and not e.is_user_annotation]
+    kernels = sum(e.device_time_total for e in cuda) / 1e6  # microseconds -> seconds
     assert kernels > 0
-    # what a failure needs to be read (one H200 saw boxes of 15.2 ms against 45.7 ms of kernel time): the
-    # step's wall time, the boxes' sum by kind, the kernels' count and their longest
-    cuda = [e for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    # what a failure needs to be read: the step's wall time, the boxes' sum by kind, the kernel time by
+    # what launched it (a top-level CPU event's device time sums its kernels: autograd's backward nodes,
+    # the optimizer, the rest), the kernels' count and their longest
     by_kind = {k: sum(b.end - b.start for b in boxes if b.kind == k) for k in {b.kind for b in boxes}}
+    by_launcher: dict[str, float] = {}
+    for e in profile.events():
+        if e.device_type == torch.autograd.DeviceType.CPU and e.cpu_parent is None:
+            launcher = ("backward" if e.name.startswith("autograd::engine") else
+                        "optimizer" if e.name.startswith("Optimizer") else "forward and the rest")
+            by_launcher[launcher] = by_launcher.get(launcher, 0.0) + e.device_time_total / 1e6
     longest = sorted(((e.device_time_total / 1e6, e.name) for e in cuda), reverse=True)[:5]
-    assert sum(b.end - b.start for b in boxes) >= 0.8 * kernels, (after - before, by_kind, kernels, len(cuda),
-                                                                   longest)
+    assert sum(b.end - b.start for b in boxes) >= 0.8 * kernels, (after - before, by_kind, kernels,
+                                                                   by_launcher, len(cuda), longest)
 
 
 def test_run_on_cuda_records_the_gpu_and_its_peak_memory() -> None:
