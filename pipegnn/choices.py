@@ -119,6 +119,7 @@ class EngineName(StrEnum):
     single = "single"
     gpipe = "gpipe"
     pipelining = "pipelining"
+    dgl_loader = "dgl_loader"  # DGL's own loop (pipegnn.training.dgl_loader): a baseline runner
 
 
 class Capture(StrEnum):

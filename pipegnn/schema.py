@@ -25,7 +25,7 @@ Registered (ConfigStore group: names):
 - ``schema/dataset``: every dataset name (``name`` only; ``pubmed_topology``, ``synthetic``: their keys)
 - ``schema/model``: ``gat``, ``gcn``, ``sage``, ``gcn2``
 - ``schema/framework``: ``pyg``, ``dgl``
-- ``schema/engine``: ``single``, ``gpipe``, ``pipelining``
+- ``schema/engine``: ``single``, ``gpipe``, ``pipelining``, ``dgl_loader``
 
 The ``devices`` presets set ``engine.*`` (package ``_global_``), so the engine's schema types them too.
 """
@@ -65,11 +65,11 @@ from pipegnn.choices import (
 )
 
 __all__ = ["GROUP_SCHEMAS", "SCHEMAS", "Config", "DataConfig", "DatasetConfig", "EngineConfig",
-           "FrameworkConfig", "GATConfig", "GCN2Config", "GPipeEngineConfig", "LoggerConfig", "MLflowConfig",
-           "MicrobatchConfig", "ModelConfig", "PipeliningEngineConfig", "PubmedTopologyConfig",
-           "SingleEngineConfig", "StagedEngineConfig", "StudyGraphConfig", "SyntheticConfig", "TrackerConfig",
-           "TrainConfig", "compose_config", "config_dir", "layerwise_unless_none", "register",
-           "targets_for_halo"]
+           "FrameworkConfig", "GATConfig", "GCN2Config", "GPipeEngineConfig", "LoaderEngineConfig",
+           "LoggerConfig", "MLflowConfig", "MicrobatchConfig", "ModelConfig", "PipeliningEngineConfig",
+           "PubmedTopologyConfig", "SingleEngineConfig", "StagedEngineConfig", "StudyGraphConfig",
+           "SyntheticConfig", "TrackerConfig", "TrainConfig", "compose_config", "config_dir",
+           "layerwise_unless_none", "register", "targets_for_halo"]
 
 # Postponed annotations (from __future__) are resolved by OmegaConf through typing.get_type_hints, so
 # the typing names above must stay importable from this module.
@@ -178,6 +178,13 @@ class SingleEngineConfig(EngineConfig):
 
 
 @dataclass
+class LoaderEngineConfig(EngineConfig):
+    """``engine=dgl_loader``: DGL's own sampled training loop on one device, no pipegnn model."""
+
+    device: str = MISSING
+
+
+@dataclass
 class StagedEngineConfig(EngineConfig):
     """A pipeline's engine: one device per stage (or per process) and the units each one runs."""
 
@@ -217,6 +224,7 @@ class MicrobatchConfig:
     seed: int = MISSING
     cache: Optional[str] = MISSING
     fanouts: Optional[List[int]] = MISSING
+    draw_ahead: bool = MISSING
     evaluation: Evaluation = MISSING
 
 
@@ -298,7 +306,7 @@ GROUP_SCHEMAS: dict[str, dict[str, type]] = {
               ModelName.gcn2: GCN2Config},
     "framework": {name: FrameworkConfig for name in FrameworkName},
     "engine": {EngineName.single: SingleEngineConfig, EngineName.gpipe: GPipeEngineConfig,
-               EngineName.pipelining: PipeliningEngineConfig},
+               EngineName.pipelining: PipeliningEngineConfig, EngineName.dgl_loader: LoaderEngineConfig},
 }
 #: (ConfigStore group, name, schema). The primary config's defaults list pulls ``schema/<group>`` in
 #: with the group's choice as the name (``optional schema/model@model: ${model}``), after the option's

@@ -1,6 +1,6 @@
 """On a CUDA device (``pytest -m gpu``; skipped without one): exactness on ``cuda:0``, CUDA-event stage
 timelines, peak device memory per device, CUDA out-of-memory as an ``oom`` record, bf16 under CUDA's
-autocast, and the pipelining engine over two processes sharing one GPU.
+autocast, the pipelining engine over two processes sharing one GPU, and sampled halos drawn on the GPU.
 
 PyG only, and without DGL imports: the GPU machines this project is run on have no DGL wheel for their
 CUDA (docs/index.md, *On a GPU*). The reference of every exactness test is pipegnn's own full graph on
@@ -18,9 +18,11 @@ from pipegnn.backends import get_backend
 from pipegnn.data import Graph
 from pipegnn.engines import SingleEngine
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
+from pipegnn.microbatch.halo import InCSR, exact_block
+from pipegnn.microbatch.sample import NeighbourSampler, SampleStream
 from pipegnn.models import build_model
 
-from tests.helpers import assert_close, assert_grads_close, make_cfg, run_plan
+from tests.helpers import assert_close, assert_grads_close, make_cfg, random_graph, run_plan
 from tests.models.test_precision import GRAD_TOL, OUT_TOL, outputs_and_grads, relative
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -178,3 +180,33 @@ def test_pipelining_on_one_shared_gpu_trains_as_the_single_engine() -> None:
     assert [e["train_loss"] for e in piped["epochs"]] == pytest.approx(
         [e["train_loss"] for e in single["epochs"]], rel=1e-4)
     assert piped["memory"]["peak_device_bytes"]
+
+
+def test_the_sampler_draws_on_cuda_and_keeps_every_neighbour_with_fanouts_of_minus_one() -> None:
+    """A CUDA CSR draws on the device (its own stream): fan-outs of -1 give the exact blocks the CPU
+    builds; fan-outs of 2 keep at most 2 in-neighbours and the self-loop per computed node."""
+    g = random_graph(num_nodes=200, num_edges=1500)
+    edge_index, weight = get_backend("pyg").computation_graph("gcn", g.edge_index, g.num_nodes)
+    host = InCSR(edge_index, g.num_nodes, weight)
+    targets = [torch.arange(0, 200, 9), torch.arange(4, 200, 13)]
+    every = NeighbourSampler(host.to(CUDA), targets, [-1, -1], seed=0)
+    assert every.stream == SampleStream("cuda:0", "philox4x32")
+    for drawn, t in zip(every.draw(3), targets, strict=True):
+        exact = exact_block(host, t, 2)
+        assert drawn.nodes.device == CUDA and torch.equal(drawn.nodes.cpu(), exact.nodes)
+        assert all(torch.equal(a.cpu(), b) for a, b in zip(drawn.edges, exact.edges))
+        assert all(torch.equal(a.cpu(), b) for a, b in zip(drawn.weights, exact.weights))
+    for drawn in NeighbourSampler(host.to(CUDA), targets, [2, 2], seed=0).draw(1):
+        for layer, edges in enumerate(drawn.edges):
+            per_node = torch.bincount(edges[1].long(), minlength=drawn.sizes[layer + 1])
+            assert int(per_node.max()) <= 3
+
+
+def test_a_sampled_run_on_cuda_draws_there_and_with_every_neighbour_trains_as_exact_halos() -> None:
+    common = ("engine=single", "engine.device=cuda:0", "model=gcn", "chunks=3", "train.epochs=4")
+    sampled = _run(*common, "microbatch.halo=sampled", "microbatch.fanouts=[-1,-1]")
+    exact = _run(*common, "microbatch.halo=exact")
+    assert sampled["microbatch"]["sample_stream"] == {"device": "cuda:0", "generator": "philox4x32"}
+    assert all(e["sample_s"] > 0 for e in sampled["epochs"][1:])
+    assert [e["train_loss"] for e in sampled["epochs"]] == pytest.approx(
+        [e["train_loss"] for e in exact["epochs"]], rel=1e-4)

@@ -12,6 +12,7 @@ from pipegnn.models import UNITS_PER_LAYER, units_per_layer
 from pipegnn.schema import (
     Config,
     EngineConfig,
+    LoaderEngineConfig,
     PipeliningEngineConfig,
     SingleEngineConfig,
     StagedEngineConfig,
@@ -32,6 +33,9 @@ def check_engine(cfg: Config) -> None:
     _check_capture(cfg)
     check_positive_int(engine.threads, "engine.threads", null="torch's default (threads per process)")
     if isinstance(engine, SingleEngineConfig):
+        _device(engine.device, "engine.device")
+        return
+    if isinstance(engine, LoaderEngineConfig):  # the rest: pipegnn.training.dgl_loader.check_loader
         _device(engine.device, "engine.device")
         return
     assert isinstance(engine, StagedEngineConfig), engine.name  # the three engine schemas

@@ -125,13 +125,28 @@ class InCSR:
         csr._scratch(rowptr.numel() - 1)
         return csr
 
+    def to(self, device: torch.device | str) -> "InCSR":
+        """This CSR with its arrays on ``device`` (itself when they are there already, or when its edges
+        are read from files: a graph store's columns stay on the host)."""
+        device = torch.device(device)
+        src, dst, weight = self.src, self.dst, self.weight
+        if self.rowptr.device == device or not (isinstance(src, Tensor) and isinstance(dst, Tensor)
+                                                and (weight is None or isinstance(weight, Tensor))):
+            return self
+        csr = InCSR.__new__(InCSR)
+        csr.src, csr.dst = src.to(device), dst.to(device)
+        csr.weight = None if weight is None else weight.to(device)
+        csr.rowptr, csr.local, csr.num_nodes, csr.key = self.rowptr.to(device), self.local.to(device), \
+            self.num_nodes, self.key
+        return csr
+
     @property
     def num_edges(self) -> int:
         return int(self.rowptr[-1])
 
     def edges(self, start: int, stop: int) -> tuple[Tensor, Tensor]:
         """Sources and targets of the positions ``[start, stop)``."""
-        pos = torch.arange(start, stop)
+        pos = torch.arange(start, stop, device=self.rowptr.device)
         return self.src[pos], self.dst[pos]
 
     def in_edges(self, nodes: Tensor) -> Tensor:
@@ -139,7 +154,7 @@ class InCSR:
         start = self.rowptr[nodes]
         count = self.rowptr[nodes + 1] - start
         offset = torch.repeat_interleave(start - (torch.cumsum(count, 0) - count), count)
-        return offset + torch.arange(offset.numel())
+        return offset + torch.arange(offset.numel(), device=offset.device)
 
     def block(self, pos: Tensor, num_dst: int, src: Tensor | None = None,
               dst: Tensor | None = None) -> tuple[Tensor, Tensor | None]:

@@ -7,9 +7,10 @@ down: layer l computes the nodes N_l and keeps, for each of them, at most ``fano
 (uniformly, without replacement) besides its self-loop, which is always kept (PyG's convolutions add
 it to a sampled subgraph as well); the kept edges' sources not yet numbered join N_(l-1). A fan-out
 of ``-1`` keeps every in-edge, so the block is the exact one (``exact_block``'s edges, in its order).
-Edge weights (GCN's full-graph normalisation) of a node that kept ``kept`` of its ``degree``
-neighbours are multiplied by ``degree / kept``: the aggregation stays an unbiased estimate of the
-full-graph one, and is the full-graph one where nothing was dropped.
+A node that keeps its whole row keeps it in CSR order; a node that draws keeps its drawn neighbours,
+then its self-loop. Edge weights (GCN's full-graph normalisation) of a node that kept
+``kept`` of its ``degree`` neighbours are multiplied by ``degree / kept``: the aggregation stays an
+unbiased estimate of the full-graph one, and is the full-graph one where nothing was dropped.
 
 ``fanouts`` are in hop order from the targets, as PyG's ``num_neighbors`` (GraphSAGE's S1, S2):
 ``fanouts[0]`` is the last layer's, ``fanouts[-1]`` the first layer's.
@@ -18,97 +19,387 @@ Written by hand although DGL's ``dgl.sampling.sample_neighbors`` is installed: D
 generator per OpenMP thread (``dgl.seed``), so its draw changes with the thread count (measured: the
 same seed kept different edges with 1 and 2 threads), while a pipeline's ranks must draw the same
 blocks without exchanging them and a recorded seed must give the same draw on any machine. Here the
-draw is a ``torch.Generator``'s: a random key per edge of a node with more than ``fanout`` neighbours,
-each such node keeping its ``fanout`` smallest (vectorised: one sort per layer over those edges, no Python
-loop over nodes or edges).
+draw is a ``torch.Generator``'s, one serial stream per epoch, whatever the thread count.
+
+The draw costs what it keeps, not the neighbourhoods it draws from: a node with more than ``fanout``
+neighbours draws ``fanout`` distinct offsets into its row with Floyd's algorithm (``fanout`` rounds
+over all such nodes at once, one uniform number per kept edge); nothing reads, keys or sorts the edges
+it leaves out. A node with at most ``fanout`` keeps its whole row. Every micro-batch's layer is drawn
+in one pass of tensor operations (no Python loop over nodes or edges), on the device the CSR is on
+(``InCSR.to``): with a CUDA CSR the blocks are built on the GPU from a CUDA generator
+(``SampleStream``).
 """
 from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from pipegnn.microbatch.halo import InCSR, MicroBatch
+from pipegnn.microbatch.halo import Column, InCSR, MicroBatch
 
-__all__ = ["NeighbourSampler", "epoch_generator", "sampled_block"]
-
-
-def epoch_generator(seed: int, epoch: int) -> torch.Generator:
-    """The generator of epoch ``epoch``'s draw under ``seed`` (independent streams per epoch, numpy's
-    ``SeedSequence`` mixing the two)."""
-    state = np.random.SeedSequence([seed, epoch]).generate_state(2, dtype=np.uint32)
-    return torch.Generator().manual_seed(int(state[0]) << 31 | int(state[1]) >> 1)
+__all__ = ["DrawAhead", "Drawn", "NeighbourSampler", "SampleStream", "epoch_generator", "sampled_block"]
 
 
-def _keep(src: Tensor, dst: Tensor, degree: Tensor, fanout: int,
-          generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Which of the in-edges ``(src, dst)`` (grouped by target, ``degree`` each) to keep, and each
-    kept edge's weight scale (degree over kept, self-loops excluded from both)."""
-    loop = src == dst
-    segment = torch.repeat_interleave(torch.arange(degree.numel()), degree)
-    others = torch.bincount(segment[~loop], minlength=degree.numel())  # in-neighbours besides itself
-    over = others > fanout
-    if fanout < 0 or not bool(over.any()):
-        return torch.ones(src.numel(), dtype=torch.bool), torch.ones(src.numel(), dtype=torch.float64)
-    # Only the edges of nodes with more than `fanout` neighbours compete: a random key each, sorted by
-    # (node, key); an edge's rank among its node's competitors decides.
-    competing = torch.nonzero(~loop & over[segment]).view(-1)
-    node = segment[competing]
-    key = torch.rand(competing.numel(), generator=generator, dtype=torch.float64)
-    order = torch.argsort(node.double() + key)
-    counts = torch.bincount(node, minlength=degree.numel())
-    rank = torch.arange(competing.numel()) - (torch.cumsum(counts, 0) - counts)[node[order]]
-    keep = torch.ones(src.numel(), dtype=torch.bool)
-    keep[competing[order]] = rank < fanout
-    kept = torch.clamp(others, max=fanout)
-    scale = torch.where(loop, 1.0, (others.double() / kept.clamp(min=1).double())[segment])
-    return keep, scale
+@dataclass(frozen=True)
+class SampleStream:
+    """Where a draw's random numbers come from: the device whose generator draws them and that
+    generator's algorithm. The same seed and epoch give the same draw on any machine for one stream;
+    CPU (Mersenne Twister) and CUDA (Philox) streams differ."""
+
+    device: str
+    generator: str
+
+    @classmethod
+    def of(cls, device: torch.device) -> "SampleStream":
+        return cls(str(device), "philox4x32" if device.type == "cuda" else "mt19937")
+
+    def as_dict(self) -> dict[str, str]:
+        return {"device": self.device, "generator": self.generator}
+
+
+def epoch_generator(seed: int, epoch: int, device: torch.device | str = "cpu",
+                    micro_batch: int = 0) -> torch.Generator:
+    """The generator of micro-batch ``micro_batch``'s draw in epoch ``epoch`` under ``seed`` on
+    ``device`` (independent streams per epoch and micro-batch, numpy's ``SeedSequence`` mixing the
+    three): a micro-batch's draw does not depend on which others are drawn with it, or on how many
+    threads draw them."""
+    state = np.random.SeedSequence([seed, epoch, micro_batch]).generate_state(2, dtype=np.uint32)
+    return torch.Generator(device=device).manual_seed(int(state[0]) << 31 | int(state[1]) >> 1)
+
+
+def _pointers(count: Tensor) -> Tensor:
+    """Row pointers (``[N + 1]``, from 0) of rows of ``count`` entries."""
+    return torch.cat([count.new_zeros(1), torch.cumsum(count, 0)])
+
+
+class _Loops:
+    """Each node's self-loops and other in-neighbours, found once per CSR: a node that draws draws among
+    its others, then keeps its loops.
+
+    Attributes:
+        others: per node, its in-edges that are not self-loops.
+        loop_pos, loop_ptr: the self-loops' CSR positions, grouped by node (row pointers).
+        offset: where a node's self-loop sits in its row (its row's length when it has none), when no node
+            has more than one: a drawn offset among the others skips it. None otherwise.
+        others_pos, others_ptr: the other in-edges' CSR positions, grouped by node, when a node has more
+            than one self-loop (a graph not from a backend's computation graph, which gives one or none);
+            None otherwise.
+    """
+
+    def __init__(self, csr: InCSR, block: int = 1 << 22):
+        rowptr = csr.rowptr
+        degree = rowptr[1:] - rowptr[:-1]
+        loops: list[Tensor] = []
+        for start in range(0, csr.num_edges, block):  # bounded reads of a graph store's columns
+            src, dst = csr.edges(start, min(start + block, csr.num_edges))
+            loops.append(torch.nonzero(src == dst).view(-1).to(rowptr.device) + start)
+        self.loop_pos = torch.cat(loops) if loops else rowptr.new_zeros(0)
+        node = torch.searchsorted(rowptr, self.loop_pos, right=True) - 1
+        count = torch.bincount(node, minlength=csr.num_nodes)
+        self.loop_ptr = _pointers(count)
+        self.others = degree - count
+        self.offset: Tensor | None = None
+        self.others_pos: Tensor | None = None
+        self.others_ptr: Tensor | None = None
+        if csr.num_nodes == 0 or int(count.max()) <= 1:
+            self.offset = degree.index_copy(0, node, self.loop_pos - rowptr.index_select(0, node))
+        else:
+            other = torch.ones(csr.num_edges, dtype=torch.bool, device=rowptr.device)
+            other[self.loop_pos] = False
+            self.others_pos = torch.nonzero(other).view(-1)
+            self.others_ptr = _pointers(self.others)
+
+
+def _floyd(others: Tensor, fanout: int, draws: Tensor) -> Tensor:
+    """``[fanout, m]`` distinct offsets in ``[0, others[i])`` for each of m nodes (``others > fanout``),
+    uniform over the ``fanout``-subsets: Floyd's algorithm (round i draws from ``[0, j]``, ``j = others -
+    fanout + i``, and takes ``j`` itself when the draw was taken before), each round over all nodes at
+    once. ``draws``: ``[fanout, m]`` uniform int32 in ``[0, 2**31 - 1)`` (their remainder modulo ``j + 1``
+    favours no offset by more than ``(j + 1) / 2**31``)."""
+    j = (others[None, :] - fanout + torch.arange(fanout, device=others.device)[:, None]).to(draws.dtype)
+    chosen = draws % (j + 1)
+    taken = torch.empty(others.numel(), dtype=torch.bool, device=others.device)
+    same = torch.empty_like(taken)
+    for i in range(1, fanout):  # one earlier round at a time into preallocated flags: less work than
+        torch.eq(chosen[0], chosen[i], out=taken)  # one [i, m] comparison and its reduction
+        for k in range(1, i):
+            taken |= torch.eq(chosen[k], chosen[i], out=same)
+        chosen[i] = torch.where(taken, j[i], chosen[i])
+    return chosen
+
+
+def _draws(group: Tensor, fanout: int, generators: list[torch.Generator]) -> Tensor:
+    """``[fanout, len(group)]`` random int32 for nodes of the micro-batches ``group`` (ascending: each
+    micro-batch's nodes together), each column from its micro-batch's generator."""
+    counts = torch.bincount(group, minlength=len(generators)).tolist()
+    return torch.cat([torch.randint(0, 2**31 - 1, (fanout, c), generator=g, dtype=torch.int32,
+                                    device=group.device) for g, c in zip(generators, counts)], 1)
+
+
+def _take(column: Column, pos: Tensor) -> Tensor:
+    """``column[pos]`` for a CSR column in memory or on disk (``index_select``: several times faster
+    than advanced indexing on a CPU)."""
+    return column.index_select(0, pos) if isinstance(column, Tensor) else column[pos]
+
+
+def _layer(csr: InCSR, loops: _Loops, computed: Tensor, group: Tensor, fanout: int,
+           generators: list[torch.Generator]) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor] | None]:
+    """The CSR positions a layer computing ``computed`` (nodes of the micro-batches ``group``, each
+    drawing from its generator) keeps, grouped by node in ``computed``'s order (a whole row in CSR order,
+    a drawn one its draws, then its loop); how many each node keeps; and the places of the drawn edges
+    among them with their weights' scale (None: every edge kept)."""
+    start = csr.rowptr.index_select(0, computed)
+    degree = csr.rowptr.index_select(0, computed + 1) - start
+    if fanout >= 0:
+        others = loops.others.index_select(0, computed)
+        some = torch.nonzero(others > fanout).view(-1)  # the nodes that draw
+    if fanout < 0 or some.numel() == 0:
+        return csr.in_edges(computed), degree, None
+    device = computed.device
+    others, start_some, degree_some = others.index_select(0, some), start.index_select(0, some), \
+        degree.index_select(0, some)
+    loop_count = degree_some - others
+    kept = degree.index_copy(0, some, fanout + loop_count)
+    first = torch.cumsum(kept, 0) - kept  # where each node's kept edges begin
+    total = int(first[-1] + kept[-1])
+    # the nodes that keep their whole row, in order (the others' rows are empty here)
+    pos = torch.empty(total, dtype=torch.long, device=device)
+    rows = kept.index_copy(0, some, torch.zeros_like(some))
+    node = torch.repeat_interleave(rows)  # the whole rows' nodes, one entry per edge
+    offset = torch.arange(node.numel(), device=device) - (torch.cumsum(rows, 0) - rows).index_select(0, node)
+    pos.index_copy_(0, first.index_select(0, node) + offset, start.index_select(0, node) + offset)
+    # drawn rows: fan-out offsets among the other neighbours, then the loops
+    drawing = computed.index_select(0, some)
+    chosen = _floyd(others, fanout, _draws(group.index_select(0, some), fanout, generators))
+    if loops.offset is not None:  # past the one loop
+        chosen += chosen >= loops.offset.index_select(0, drawing).to(chosen.dtype)
+        drawn = start_some + chosen
+    else:
+        assert loops.others_pos is not None and loops.others_ptr is not None
+        at = loops.others_ptr.index_select(0, drawing) + chosen
+        drawn = loops.others_pos.index_select(0, at.view(-1)).view(fanout, -1)
+    first_some = first.index_select(0, some)
+    slot = first_some + torch.arange(fanout, device=device)[:, None]
+    pos.index_copy_(0, slot.view(-1), drawn.view(-1))
+    scaled = slot.view(-1), (others.double() / fanout).expand(fanout, -1).reshape(-1)
+    which = torch.repeat_interleave(loop_count)  # one entry per loop: its node among `some`
+    within = torch.arange(which.numel(), device=device) - (torch.cumsum(loop_count, 0) - loop_count)[which]
+    loop_first = loops.loop_ptr.index_select(0, drawing).index_select(0, which)
+    pos.index_copy_(0, first_some.index_select(0, which) + fanout + within,
+                    loops.loop_pos.index_select(0, loop_first + within))
+    return pos, kept, scaled
+
+
+def _new_nodes(scratch: Tensor, key: Tensor, numbered: Tensor) -> Tensor:
+    """The entries of ``scratch`` that ``key`` names and that are not numbered yet, ascending, once each;
+    ``numbered``: the entries numbered so far. Marked in the scratch and read back where the scratch is
+    small against ``key`` (a scan), else ``torch.unique`` (a sort of ``key``)."""
+    if scratch.numel() > 8 * key.numel():
+        unique = torch.unique(key)
+        return unique.masked_select(scratch.index_select(0, unique) < 0)
+    kept = scratch.index_select(0, numbered)
+    scratch.index_fill_(0, key, -2)
+    scratch.index_copy_(0, numbered, kept)
+    new = torch.nonzero(scratch == -2).view(-1)
+    scratch.index_fill_(0, new, -1)
+    return new
+
+
+#: Entries of a sampler's scratch numbering (int32: 256 MiB); micro-batches are drawn together in groups
+#: whose numberings fit (``len(group) * num_nodes`` entries), all of them where the graph is small.
+_SCRATCH_ENTRIES = 1 << 26
+
+
+def _split(t: Tensor, counts: list[int], dim: int = 0) -> list[Tensor]:
+    return list(torch.split(t, counts, dim))
+
+
+def _draw_together(csr: InCSR, loops: _Loops, groups: list[Tensor], fanouts: list[int],
+                   generators: list[torch.Generator], scratch: Tensor) -> list[MicroBatch]:
+    """Micro-batches over each of ``groups`` (targets), each drawn from its generator, drawn together:
+    every layer is one pass of tensor operations over all of them (``_layer`` over their nodes, one after
+    the other), each micro-batch numbering its nodes in its own part of ``scratch`` (``len(groups) *
+    num_nodes`` entries, -1 each, left as they were)."""
+    n, device, dtype = csr.num_nodes, scratch.device, scratch.dtype
+    count = torch.tensor([t.numel() for t in groups], device=device)  # nodes numbered so far, per group
+    everyone = torch.arange(len(groups), device=device)
+    offsets = (everyone + 1) * n  # where each group's part of the scratch ends
+    group = torch.repeat_interleave(everyone, count)
+    node = torch.cat(groups)  # every group's nodes in its local order, one group after the other
+    begin = torch.cumsum(count, 0) - count  # where each group's nodes begin
+    local = torch.arange(node.numel(), device=device) - torch.repeat_interleave(begin, count)
+    touched = [torch.repeat_interleave(everyone * n, count) + node]
+    scratch.index_copy_(0, touched[0], local.to(dtype))
+    sizes = [count]
+    blocks: list[tuple[Tensor, Tensor | None, Tensor]] = []
+    try:
+        for fanout in fanouts:  # from the last layer down to the first
+            pos, kept, scaled = _layer(csr, loops, node, group, fanout, generators)
+            src = _take(csr.src, pos)  # read once (from disk with a graph store)
+            # (no int64 product over the edges: without AVX-512 it runs an element at a time)
+            key = torch.repeat_interleave(group * n, kept) + src
+            fresh = _new_nodes(scratch, key, torch.cat(touched))  # ascending: by group, then node
+            touched.append(fresh)
+            added = torch.diff(torch.searchsorted(fresh, offsets), prepend=offsets.new_zeros(1))
+            fresh_group = torch.repeat_interleave(everyone, added)
+            fresh_local = count.index_select(0, fresh_group) + torch.arange(fresh.numel(), device=device) - (
+                torch.cumsum(added, 0) - added).index_select(0, fresh_group)
+            scratch.index_copy_(0, fresh, fresh_local.to(dtype))
+            # a kept edge's target is its node's place in its group, which is its local id
+            dst = torch.repeat_interleave(local.to(dtype), kept)
+            edges = torch.stack([scratch.index_select(0, key), dst])
+            weights = None if csr.weight is None else _take(csr.weight, pos)
+            if weights is not None and scaled is not None:
+                slot, scale = scaled
+                weights.index_copy_(0, slot, weights.index_select(0, slot) * scale.to(weights.dtype))
+            blocks.insert(0, (edges, weights, torch.zeros_like(count).index_add_(0, group, kept)))
+            # each group's nodes so far, then its new ones
+            count = count + added
+            begin = torch.cumsum(count, 0) - count
+            at = torch.cat([begin.index_select(0, group) + local,
+                            begin.index_select(0, fresh_group) + fresh_local])
+            fresh_node = fresh - torch.repeat_interleave(everyone * n, added)
+            node = torch.empty_like(at).index_copy_(0, at, torch.cat([node, fresh_node]))
+            group = torch.repeat_interleave(everyone, count)
+            local = torch.arange(node.numel(), device=device) - torch.repeat_interleave(begin, count)
+            sizes.insert(0, count)
+    finally:
+        scratch.index_fill_(0, torch.cat(touched), -1)  # the scratch numbering back as it was
+    per_group = [s.tolist() for s in sizes]
+    nodes = _split(node, per_group[0])
+    layers = [(_split(e, c.tolist(), 1), None if w is None else _split(w, c.tolist())) for e, w, c in blocks]
+    return [MicroBatch(nodes[g], [s[g] for s in per_group], [e[g] for e, _ in layers],
+                       [None if w is None else w[g] for _, w in layers]) for g in range(len(groups))]
 
 
 def sampled_block(csr: InCSR, targets: Tensor, fanouts: list[int], generator: torch.Generator) -> MicroBatch:
-    """The targets with a sampled neighbourhood of ``len(fanouts)`` layers (module docstring)."""
-    local = csr.local
-    nodes = [targets]
-    count = targets.numel()
-    local[targets] = torch.arange(count, dtype=local.dtype)
-    sizes = [count]
-    blocks: list[tuple[Tensor, Tensor | None]] = []
-    try:
-        for fanout in fanouts:  # from the last layer down to the first
-            computed = torch.cat(nodes)
-            pos = csr.in_edges(computed)
-            degree = csr.rowptr[computed + 1] - csr.rowptr[computed]
-            src, dst = csr.src[pos], csr.dst[pos]  # read once (from disk with a graph store)
-            keep, scale = _keep(src, dst, degree, fanout, generator)
-            pos, src, dst, scale = pos[keep], src[keep], dst[keep], scale[keep]
-            new = torch.unique(src[local[src] < 0])
-            local[new] = torch.arange(count, count + new.numel(), dtype=local.dtype)
-            nodes.append(new)
-            count += new.numel()
-            edges, weights = csr.block(pos, sizes[0], src, dst)
-            blocks.insert(0, (edges, None if weights is None else weights * scale.to(weights.dtype)))
-            sizes.insert(0, count)
-        all_nodes = torch.cat(nodes)
-    finally:
-        local[torch.cat(nodes)] = -1  # the scratch numbering back as it was
-    return MicroBatch(all_nodes, sizes, [b[0] for b in blocks], [b[1] for b in blocks])
+    """The targets with a sampled neighbourhood of ``len(fanouts)`` layers (module docstring), numbered
+    in ``csr``'s scratch."""
+    return _draw_together(csr, _Loops(csr), [targets], fanouts, [generator], csr.local)[0]
 
 
 class NeighbourSampler:
     """Each epoch's sampled micro-batches over fixed targets (a plan's, in its order).
 
+    The micro-batches are drawn together (``_draw_together``), as many at a time as their scratch
+    numberings fit in ``_SCRATCH_ENTRIES``; each draws from its own stream, so the draw does not depend
+    on how many are drawn at a time, nor on the thread count.
+
     Args:
-        csr: the computation graph's in-edges.
+        csr: the computation graph's in-edges, on the device that draws (``InCSR.to``).
         targets: each micro-batch's targets, in micro-batch order.
         fanouts: in-neighbours kept per node, per hop from the targets (``-1``: all).
-        seed: the draws' seed; epoch e draws from
-            [`epoch_generator(seed, e)`][pipegnn.microbatch.sample.epoch_generator].
+        seed: the draws' seed; micro-batch m of epoch e draws from
+            [`epoch_generator(seed, e, device, m)`][pipegnn.microbatch.sample.epoch_generator] on the
+            CSR's device.
+
     """
 
     def __init__(self, csr: InCSR, targets: list[Tensor], fanouts: list[int], seed: int):
-        self.csr, self.targets, self.fanouts, self.seed = csr, targets, list(fanouts), seed
+        self.csr, self.fanouts, self.seed = csr, list(fanouts), seed
+        self.device = csr.rowptr.device
+        self.targets = [t.to(self.device) for t in targets]
+        self.loops = _Loops(csr)
+        self.stream = SampleStream.of(self.device)
+        together = max(1, min(len(targets), _SCRATCH_ENTRIES // max(csr.num_nodes, 1)))
+        self.batches = [range(i, min(i + together, len(targets))) for i in range(0, len(targets), together)]
+        self.scratch = torch.full((together * csr.num_nodes,), -1, dtype=csr.local.dtype, device=self.device)
+
+    def to(self, device: torch.device | str) -> "NeighbourSampler":
+        """This sampler drawing on ``device`` (its CSR moved there; itself when its CSR stays where it is:
+        already there, or read from files)."""
+        csr = self.csr.to(device)
+        return self if csr is self.csr else NeighbourSampler(csr, self.targets, self.fanouts, self.seed)
 
     def draw(self, epoch: int) -> list[MicroBatch]:
-        """Epoch ``epoch``'s micro-batches: the same for the same seed and epoch, on any machine."""
-        generator = epoch_generator(self.seed, epoch)
-        return [sampled_block(self.csr, t, self.fanouts, generator) for t in self.targets]
+        """Epoch ``epoch``'s micro-batches: the same for the same seed and epoch, on any machine (for one
+        ``stream``) and with any number of threads."""
+        return [mb for batch in self.batches for mb in _draw_together(
+            self.csr, self.loops, [self.targets[m] for m in batch], self.fanouts,
+            [epoch_generator(self.seed, epoch, self.device, m) for m in batch], self.scratch)]
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One epoch's micro-batches, how long drawing them took (``sample_s``, wherever it ran) and how long
+    the training step waited for them (``wait_s``: the whole draw when drawn in series)."""
+
+    micro_batches: list[MicroBatch]
+    sample_s: float
+    wait_s: float
+
+
+class DrawAhead:
+    """Draws a sampler's epochs one ahead, in a thread of its own, while the epoch before trains: a
+    sampled step then waits only for what is left of its draw (``microbatch.draw_ahead``). Each epoch's
+    draw is the sampler's for that epoch whenever it is drawn, so the losses are those of drawing in
+    series.
+
+    The thread runs its operations on one core (``torch.set_num_threads(1)``: a thread's own setting),
+    beside the training's threads; with a CUDA sampler it draws on a stream of its own, and the step's
+    stream waits for it.
+
+    Args:
+        sampler: the epochs' sampler.
+        ahead: draw in the background; False draws each epoch when it is taken, in series.
+    """
+
+    def __init__(self, sampler: NeighbourSampler, ahead: bool = True):
+        self.sampler = sampler
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="pipegnn-draw",
+                                        initializer=torch.set_num_threads, initargs=(1,)) if ahead else None
+        self._pending: tuple[int, Future[tuple[list[MicroBatch], float, Any]]] | None = None
+        self._stream = torch.cuda.Stream(sampler.device) if ahead and sampler.device.type == "cuda" else None
+
+    def _draw(self, epoch: int) -> tuple[list[MicroBatch], float, Any]:
+        start = time.perf_counter()
+        if self._stream is None:
+            return self.sampler.draw(epoch), time.perf_counter() - start, None
+        with torch.cuda.stream(self._stream):
+            drawn = self.sampler.draw(epoch)
+            done = torch.cuda.Event()
+            done.record(self._stream)
+        return drawn, time.perf_counter() - start, done
+
+    def start(self, epoch: int) -> None:
+        """Begin drawing epoch ``epoch`` in the background (nothing when drawing in series)."""
+        if self._pool is not None:
+            self._settle()
+            self._pending = epoch, self._pool.submit(self._draw, epoch)
+
+    def take(self, epoch: int) -> Drawn:
+        """Epoch ``epoch``'s micro-batches: the background draw's when it was started, else drawn now."""
+        started = time.perf_counter()
+        if self._pending is None or self._pending[0] != epoch:
+            self._settle()
+            micro_batches = self.sampler.draw(epoch)  # here, on the step's stream
+            seconds = time.perf_counter() - started
+            return Drawn(micro_batches, seconds, seconds)
+        future = self._pending[1]
+        self._pending = None
+        micro_batches, seconds, done = future.result()
+        if done is not None:  # the step's stream waits for the draw's, and its tensors are the step's now
+            stream = torch.cuda.current_stream(self.sampler.device)
+            stream.wait_event(done)
+            for mb in micro_batches:
+                for t in (mb.nodes, *mb.edges, *(w for w in mb.weights if w is not None)):
+                    t.record_stream(stream)
+        return Drawn(micro_batches, seconds, time.perf_counter() - started)
+
+    def _settle(self) -> None:
+        """Let a background draw that nobody will take finish (the sampler's scratch is one)."""
+        if self._pending is not None:
+            self._pending[1].result()
+            self._pending = None
+
+    def close(self) -> None:
+        """Stop the thread (a pending draw is finished and dropped)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._pending = None

@@ -22,6 +22,7 @@ from pipegnn.data.features import DiskFeatureStore
 from pipegnn.engines import IGNORE, Engine, Replayed
 from pipegnn.measure import timed
 from pipegnn.microbatch import MicroBatchPlan, NeighbourSampler
+from pipegnn.microbatch.sample import DrawAhead
 from pipegnn.microbatch.traffic import epoch_figures, stage_medians
 from pipegnn.models import StagedGNN
 from pipegnn.record import RunRecord
@@ -31,7 +32,8 @@ from pipegnn.training.checkpoints import save, training_state
 from pipegnn.training.preemption import signals_deferred
 from pipegnn.training.resume import resume_from
 
-__all__ = ["EPOCH_LINE", "Pass", "Trainee", "best_epoch", "fit", "time_to_accuracy", "wall_times"]
+__all__ = ["EPOCH_LINE", "Pass", "Trainee", "best_epoch", "final_figures", "fit", "stops", "time_to_accuracy",
+           "wall_times"]
 
 #: The run's log: launch, rank and epochs log under one name, which train.log's lines keep.
 RUN_LOG = "pipegnn.train"
@@ -103,87 +105,83 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
     replayed = (Replayed(engine, optimizer, train_ids, train_labels, num_labelled, eval_ids)
                 if captured else None)
     # A resumed run that had stopped early trains no further (its checkpoint holds the stopping epoch).
-    start = train_cfg.epochs if epochs and _stops(epochs, patience, monitor) else len(epochs)
+    start = train_cfg.epochs if epochs and stops(epochs, patience, monitor) else len(epochs)
     if trace_epoch is not None and trace_epoch < start < train_cfg.epochs and record.trace is None:
         log.info("resume: the checkpoint holds no trace of epoch %d; tracing epoch %d", trace_epoch, start)
         trace_epoch = start  # (a checkpoint of an older version, or one saved before the traced epoch)
     if start > len(epochs):
         log.info("resume: the checkpoint's run stopped early after epoch %d (train.patience=%s); nothing to "
                  "train", epochs[-1]["epoch"], patience)
-    for epoch in range(start, train_cfg.epochs):
-        model.train()
-        if optimizer is not None and replayed is None:
-            optimizer.zero_grad(set_to_none=True)
-        before = store.read_stats() if store is not None else None  # feature file reads so far
-        with timed(engine.devices) as step:
-            drawn = _draw(trainee, epoch)  # sampled halos: this epoch's neighbourhoods, part of its step
-            model.tick()  # a new step for the caches (ages count steps; per-node masks drawn anew)
-            if replayed is not None:  # the optimizer's step is part of the recorded step
-                loss = replayed.train_step()
-            else:
-                loss = engine.train_step(train_ids, train_labels, num_labelled)
-                if optimizer is not None:
-                    optimizer.step()
-        boxes = engine.step_boxes()
-        history = engine.history_per_stage(model) if historical else None
-        trained = store.read_stats() if store is not None else None
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"training loss is {loss} at epoch {epoch}")
-        model.eval()
-        with timed(engine.devices) as evaluation:
-            # Layer-wise evaluation (historical halos: which also refreshes every cached row).
-            if eval_plan.halo == Halo.historical:
-                logits = engine.refresh(model, eval_ids)
-            else:
-                logits = engine.predict(eval_ids) if replayed is None else replayed.predict()
-            logits = logits.to(out)
-            correct = logits.argmax(1) == eval_labels
-        acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
-        val_loss = float(F.cross_entropy(logits[masks["val"]].float(), eval_labels[masks["val"]]))
-        epochs.append({"epoch": epoch, "train_loss": loss, **acc, "val_loss": val_loss,
-                       "epoch_time_s": step.seconds, "eval_time_s": evaluation.seconds,
-                       **(epoch_figures(history) if history is not None else {}), **drawn,
-                       "ended_at": time.time()})  # wall clock, for the run's wall_times
-        if store is not None:
-            assert before is not None and trained is not None  # read from the store
-            epochs[-1]["feature_reads"] = _feature_reads(before, trained, store.read_stats())
-        if boxes is not None:
-            epochs[-1]["pipeline"] = step_figures(boxes, engine.info)
-            if epoch == trace_epoch:
-                record.trace = chrome_trace(boxes, engine.info, epoch)
-        if on_epoch is not None:
-            on_epoch(epochs[-1])
-        log.info("epoch %3d  loss %.4f  train %.3f  val %.3f (loss %.4f)  test %.3f  epoch %.3fs  eval %.3fs",
-                 epoch, loss, acc["train_acc"], acc["val_acc"], val_loss, acc["test_acc"], step.seconds,
-                 evaluation.seconds, extra=EPOCH_LINE)
-        if every is not None and state_path is not None and (epoch + 1) % every == 0:
-            with signals_deferred():  # a signal now waits for the save: record and checkpoint agree
-                save(state_path, training_state(cfg, model, optimizer, epochs, record.trace),
-                     keep_previous=True)
-        if _stops(epochs, patience, monitor):
-            best = best_epoch(epochs, monitor)
-            log.info("early stop after epoch %d: %s not better than %.4f (epoch %d) for %d epochs",
-                     epoch, monitor, best[monitor], best["epoch"], patience)
-            break
-    best = best_epoch(epochs, monitor)
-    last = epochs[-1]
+    drawing = None if trainee.sampler is None else DrawAhead(trainee.sampler, cfg.microbatch.draw_ahead)
+    try:
+        for epoch in range(start, train_cfg.epochs):
+            model.train()
+            if optimizer is not None and replayed is None:
+                optimizer.zero_grad(set_to_none=True)
+            before = store.read_stats() if store is not None else None  # feature file reads so far
+            with timed(engine.devices) as step:
+                # sampled halos: this epoch's neighbourhoods (what is left of their draw is part of the step)
+                drawn = _draw(trainee, drawing, epoch, train_cfg.epochs)
+                model.tick()  # a new step for the caches (ages count steps; per-node masks drawn anew)
+                if replayed is not None:  # the optimizer's step is part of the recorded step
+                    loss = replayed.train_step()
+                else:
+                    loss = engine.train_step(train_ids, train_labels, num_labelled)
+                    if optimizer is not None:
+                        optimizer.step()
+            boxes = engine.step_boxes()
+            history = engine.history_per_stage(model) if historical else None
+            trained = store.read_stats() if store is not None else None
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"training loss is {loss} at epoch {epoch}")
+            model.eval()
+            with timed(engine.devices) as evaluation:
+                # Layer-wise evaluation (historical halos: which also refreshes every cached row).
+                if eval_plan.halo == Halo.historical:
+                    logits = engine.refresh(model, eval_ids)
+                else:
+                    logits = engine.predict(eval_ids) if replayed is None else replayed.predict()
+                logits = logits.to(out)
+                correct = logits.argmax(1) == eval_labels
+            acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
+            val_loss = float(F.cross_entropy(logits[masks["val"]].float(), eval_labels[masks["val"]]))
+            epochs.append({"epoch": epoch, "train_loss": loss, **acc, "val_loss": val_loss,
+                           "epoch_time_s": step.seconds, "eval_time_s": evaluation.seconds,
+                           **(epoch_figures(history) if history is not None else {}), **drawn,
+                           "ended_at": time.time()})  # wall clock, for the run's wall_times
+            if store is not None:
+                assert before is not None and trained is not None  # read from the store
+                epochs[-1]["feature_reads"] = _feature_reads(before, trained, store.read_stats())
+            if boxes is not None:
+                epochs[-1]["pipeline"] = step_figures(boxes, engine.info)
+                if epoch == trace_epoch:
+                    record.trace = chrome_trace(boxes, engine.info, epoch)
+            if on_epoch is not None:
+                on_epoch(epochs[-1])
+            log.info("epoch %3d  loss %.4f  train %.3f  val %.3f (loss %.4f)  test %.3f  epoch %.3fs  "
+                     "eval %.3fs", epoch, loss, acc["train_acc"], acc["val_acc"], val_loss, acc["test_acc"],
+                     step.seconds, evaluation.seconds, extra=EPOCH_LINE)
+            if every is not None and state_path is not None and (epoch + 1) % every == 0:
+                with signals_deferred():  # a signal now waits for the save: record and checkpoint agree
+                    save(state_path, training_state(cfg, model, optimizer, epochs, record.trace),
+                         keep_previous=True)
+            if stops(epochs, patience, monitor):
+                best = best_epoch(epochs, monitor)
+                log.info("early stop after epoch %d: %s not better than %.4f (epoch %d) for %d epochs",
+                         epoch, monitor, best[monitor], best["epoch"], patience)
+                break
+    finally:
+        if drawing is not None:
+            drawing.close()
     if store is not None:  # per training step and evaluation pass, the mean over epochs
         features = record.features if record.features is not None else {}
         record.features = features
         for key in epochs[0]["feature_reads"]:
             features[f"{key}_mean"] = statistics.mean(e["feature_reads"][key] for e in epochs)
-    stopped = last["epoch"] if last["epoch"] + 1 < train_cfg.epochs else None
-    record.final = {"train_acc": last["train_acc"], "val_acc": last["val_acc"],
-                       "test_acc": last["test_acc"], "monitor": monitor, "best_val_acc": best["val_acc"],
-                       "best_val_loss": best["val_loss"], "test_acc_at_best_val": best["test_acc"],
-                       "best_epoch": best["epoch"],
-                       "stopped_epoch": stopped,
-                       "time_to_accuracy": time_to_accuracy(epochs, train_cfg.target_val_acc)}
     # the first epoch is a warm-up; with a captured step, so is the second (it records the graph)
-    timed_epochs = epochs[2 if replayed is not None else 1:] or epochs
-    record.timing.update(
-        epoch_time_median_s=statistics.median(e["epoch_time_s"] for e in timed_epochs),
-        eval_time_median_s=statistics.median(e["eval_time_s"] for e in timed_epochs))
+    timed_epochs = final_figures(record, train_cfg, timed_from=2 if replayed is not None else 1)
+    best = best_epoch(epochs, monitor)
+    last = epochs[-1]
     if historical:
         record.microbatch["history_per_stage"] = stage_medians(timed_epochs)
     record.pipeline = {**engine.info.as_dict(), "timeline": engine.timeline is not None,
@@ -196,24 +194,49 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
         _log_figures(record.pipeline)
 
 
-def _draw(trainee: Trainee, epoch: int) -> dict[str, Any]:
+def _draw(trainee: Trainee, drawing: DrawAhead | None, epoch: int, last: int) -> dict[str, Any]:
     """With sampled halos, give the model epoch ``epoch``'s training micro-batches (epoch 0's are the
-    plan's) and return the epoch record's ``sample_s`` and ``sampled_edges`` (every layer's edges, summed
-    over micro-batches); without, nothing."""
-    sampler = trainee.sampler
-    if sampler is None:
+    plan's), start drawing the next epoch's (before ``last``; in the background with
+    ``microbatch.draw_ahead``) and return the epoch record's ``sample_s`` (the draw's own time, wherever
+    it ran), ``sample_wait_s`` (what the step waited for it) and ``sampled_edges`` (every layer's edges,
+    summed over micro-batches); without, nothing."""
+    if drawing is None:
         return {}
     ids = trainee.training.ids
-    with timed() as drawing:
-        micro_batches = sampler.draw(epoch) if epoch else trainee.training.plan.micro_batches
-        if epoch:
-            trainee.model.replace(ids, micro_batches)
-            trainee.engine.redraw(trainee.model, ids)
-    return {"sample_s": drawing.seconds,
-            "sampled_edges": sum(e.size(1) for mb in micro_batches for e in mb.edges)}
+    if epoch:
+        drawn = drawing.take(epoch)
+        micro_batches = drawn.micro_batches
+        figures = {"sample_s": drawn.sample_s, "sample_wait_s": drawn.wait_s}
+        trainee.model.replace(ids, micro_batches)
+        trainee.engine.redraw(trainee.model, ids)
+    else:
+        micro_batches, figures = trainee.training.plan.micro_batches, {"sample_s": 0.0, "sample_wait_s": 0.0}
+    if epoch + 1 < last:
+        drawing.start(epoch + 1)
+    return {**figures, "sampled_edges": sum(e.size(1) for mb in micro_batches for e in mb.edges)}
 
 
-def _stops(epochs: list[dict[str, Any]], patience: int | None, monitor: Monitor) -> bool:
+def final_figures(record: RunRecord, train_cfg: TrainConfig, timed_from: int) -> list[dict[str, Any]]:
+    """The run's ``final`` figures (the last epoch's accuracies, the best epoch's by ``train.monitor``,
+    where it stopped early, the time to accuracy) and the median epoch and evaluation times over the
+    epochs from ``timed_from`` on (the ones before warm up); returns those epochs."""
+    epochs, monitor = record.epochs, train_cfg.monitor
+    best, last = best_epoch(epochs, monitor), epochs[-1]
+    stopped = last["epoch"] if last["epoch"] + 1 < train_cfg.epochs else None
+    record.final = {"train_acc": last["train_acc"], "val_acc": last["val_acc"],
+                    "test_acc": last["test_acc"], "monitor": monitor, "best_val_acc": best["val_acc"],
+                    "best_val_loss": best["val_loss"], "test_acc_at_best_val": best["test_acc"],
+                    "best_epoch": best["epoch"],
+                    "stopped_epoch": stopped,
+                    "time_to_accuracy": time_to_accuracy(epochs, train_cfg.target_val_acc)}
+    timed_epochs = epochs[timed_from:] or epochs
+    record.timing.update(
+        epoch_time_median_s=statistics.median(e["epoch_time_s"] for e in timed_epochs),
+        eval_time_median_s=statistics.median(e["eval_time_s"] for e in timed_epochs))
+    return timed_epochs
+
+
+def stops(epochs: list[dict[str, Any]], patience: int | None, monitor: Monitor) -> bool:
     """Whether early stopping ends the run after the last of ``epochs``: ``patience`` epochs passed
     without a better ``monitor``."""
     return patience is not None and epochs[-1]["epoch"] - best_epoch(epochs, monitor)["epoch"] >= patience

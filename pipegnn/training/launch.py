@@ -33,9 +33,10 @@ from pipegnn.models import check_model
 from pipegnn.record import RunRecord, Status
 from pipegnn.results.records import probe_record_folder, write_record
 from pipegnn.runconfig import config_container, run_config
-from pipegnn.schema import Config, PipeliningEngineConfig
+from pipegnn.schema import Config, LoaderEngineConfig, PipeliningEngineConfig
 from pipegnn.timeline import TRACE_NAME
 from pipegnn.training.checkpoints import checkpoint_path, previous_path
+from pipegnn.training.dgl_loader import check_loader, train_loader
 from pipegnn.training.epochs import RUN_LOG, wall_times
 from pipegnn.training.loggers import Loggers
 from pipegnn.training.preemption import Interrupted, interruptible
@@ -205,6 +206,8 @@ def check_run(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
     check_engine(config)
     if isinstance(config.engine, PipeliningEngineConfig):
         check_launch(config.engine)
+    if isinstance(config.engine, LoaderEngineConfig):
+        check_loader(config)
     return config
 
 
@@ -223,6 +226,8 @@ def _train(cfg: Config, record: RunRecord, on_epoch: Callable[[dict[str, Any]], 
         return spawn(cfg, record, target=run_rank, on_epoch=on_epoch, state_dir=state_dir)
     with intra_op_threads(engine.threads):
         record.env["torch_threads"] = torch.get_num_threads()  # this process's, as it trains
+        if isinstance(engine, LoaderEngineConfig):
+            return train_loader(cfg, record, on_epoch)
         if not pipelining:
             return train_rank(cfg, record, on_epoch, state_dir)
         with process_group(engine):  # this process is one rank (a spawned worker or under torchrun)

@@ -98,8 +98,8 @@ def train_rank(cfg: Config, record: RunRecord,
                             "cached": train_cached, "eval_cached": eval_cached,
                             "evaluation": "layerwise" if by_layer else "plan",
                             "eval_halo": eval_plan.halo}
-    if sampler is not None:  # the draws: epoch e's from (seed, e); the plan's statistics are epoch 0's
-        record.microbatch.update(fanouts=sampler.fanouts, sample_seed=sampler.seed)
+    if sampler is not None:  # the draws: epoch e's from (seed, e, micro-batch); the plan's statistics are
+        record.microbatch.update(fanouts=sampler.fanouts, sample_seed=sampler.seed)  # epoch 0's
     log.info("micro-batches: %d x halo=%s partition=%s targets=%s, replication %.2f, inflation %.2f "
              "(first transform %s), cut edges %.1f%% (%s in %.2fs)", train_plan.chunks, halo,
              train_plan.partition, mb.targets, train_plan.stats.replication,
@@ -121,6 +121,9 @@ def train_rank(cfg: Config, record: RunRecord,
         model.refresh(eval_ids)  # timing the units for balance=auto reads the history caches
     engine = build_engine(cfg.engine, model, train_ids)
     _log_pipeline(engine.info)
+    if sampler is not None:  # later epochs are drawn where the blocks are used (a graph store's stay here)
+        sampler = sampler.to(engine.input_device)
+        record.microbatch.update(sample_stream=sampler.stream.as_dict(), draw_ahead=mb.draw_ahead)
     record.memory["setup_peak_rss_bytes"] = peak_rss_bytes()  # loading, plans, model and engine
     reset_peaks(engine.devices)
     record.timing.update(setup_s=loading.seconds + modelling.seconds, load_s=loading.seconds,

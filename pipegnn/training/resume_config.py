@@ -30,6 +30,7 @@ NON_COMPUTING_KEYS = (
     ("engine", "timeout_s"), ("engine", "memory_limit_gb"), ("engine", "timeline"), ("engine", "trace_epoch"),
     ("engine", "threads"), ("engine", "launcher"), ("engine", "start_method"),
     ("microbatch", "cache"), ("data", "cache"),
+    ("microbatch", "draw_ahead"),  # when each epoch is drawn: the same draws (tests/training/test_epochs.py)
     ("data", "edges"),  # where the edges are read from: the same blocks (tests/data/test_graph_store.py)
 )
 #: Config keys holding a path: compared as the folder they resolve to (``data/`` and ``./data`` agree).

@@ -6,7 +6,7 @@ import torch
 
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.microbatch.halo import InCSR, exact_block
-from pipegnn.microbatch.sample import NeighbourSampler, epoch_generator, sampled_block
+from pipegnn.microbatch.sample import DrawAhead, NeighbourSampler, epoch_generator, sampled_block
 
 from tests.helpers import random_graph
 
@@ -109,3 +109,60 @@ def test_sampled_plan_holds_epoch_zeros_draw() -> None:
     with pytest.raises(ValueError, match="one fan-out per layer"):
         build_plan(ComputationGraph(graph.edge_index, graph.num_nodes), targets,
                    PlanSpec(3, 2, halo="sampled", fanouts=(2,)))
+
+
+def test_a_node_with_two_self_loops_keeps_both_and_draws_among_its_others() -> None:
+    edge_index, weight = dense_graph()
+    extra = torch.tensor([[4], [4]])  # node 4's second self-loop, appended (last in its row)
+    edge_index = torch.cat([edge_index, extra], 1)
+    csr = InCSR(edge_index, 60, torch.cat([weight, torch.tensor([0.5], dtype=torch.float64)]))
+    mb = sampled_block(csr, torch.tensor([4, 9]), [3], epoch_generator(2, 0))
+    src, dst = mb.nodes[mb.edges[0][0].long()], mb.nodes[mb.edges[0][1].long()]
+    mine = dst == 4
+    assert int((src[mine] == 4).sum()) == 2 and int(mine.sum()) == 3 + 2
+    assert sorted(mb.weights[0][mine & (src == 4)].tolist()) == [1 / 13, 0.5]  # loops: unscaled
+    others = mb.weights[0][mine & (src != 4)]
+    torch.testing.assert_close(others.sum(), torch.tensor(12 / 13, dtype=torch.float64))
+
+
+def test_a_draw_is_each_micro_batchs_own_whatever_the_threads_and_the_batching() -> None:
+    """Micro-batches drawn together (one scratch, one pass per layer) equal each drawn alone from its own
+    stream, with 1 and 2 threads."""
+    graph = random_graph(num_nodes=300, num_edges=3000)
+    csr = InCSR(graph.edge_index, graph.num_nodes, torch.rand(graph.edge_index.size(1), dtype=torch.float64))
+    targets = [torch.arange(0, 300, 7), torch.arange(1, 300, 5), torch.arange(3, 300, 11)]
+    threads = torch.get_num_threads()
+    draws = []
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            draws.append(NeighbourSampler(csr, targets, [4, 3], seed=9).draw(6))
+    finally:
+        torch.set_num_threads(threads)
+    alone = [sampled_block(csr, t, [4, 3], epoch_generator(9, 6, "cpu", m)) for m, t in enumerate(targets)]
+    for drawn in draws:
+        for a, b in zip(drawn, alone, strict=True):
+            assert torch.equal(a.nodes, b.nodes) and a.sizes == b.sizes
+            assert all(torch.equal(x, y) for x, y in zip(a.edges, b.edges))
+            assert all(torch.equal(x, y) for x, y in zip(a.weights, b.weights))
+    assert any(mb.nodes.numel() > t.numel() for mb, t in zip(alone, targets))  # halos were drawn
+
+
+def test_drawing_ahead_takes_the_epochs_own_draw() -> None:
+    edge_index, weight = dense_graph()
+    sampler = NeighbourSampler(InCSR(edge_index, 60, weight), [torch.tensor([0, 1]), torch.tensor([7])],
+                               [3, 3], seed=4)
+    ahead, series = DrawAhead(sampler), DrawAhead(sampler, ahead=False)
+    try:
+        ahead.start(2)
+        taken, inline = ahead.take(2), series.take(2)
+        assert taken.sample_s > 0 and taken.wait_s >= 0 and inline.wait_s == inline.sample_s > 0
+        ahead.start(3)
+        unstarted = ahead.take(5)  # not the one drawn ahead: drawn now, once the other is done
+        for drawn, epoch in ((taken, 2), (inline, 2), (unstarted, 5)):
+            for a, b in zip(drawn.micro_batches, sampler.draw(epoch), strict=True):
+                assert torch.equal(a.nodes, b.nodes)
+                assert all(torch.equal(x, y) for x, y in zip(a.edges, b.edges))
+    finally:
+        ahead.close()
+        series.close()

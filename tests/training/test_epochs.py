@@ -6,6 +6,8 @@ import pytest
 
 from pipegnn.training.epochs import best_epoch, time_to_accuracy, wall_times
 
+from tests.helpers import run_no_dropout
+
 
 def test_best_epoch_is_the_first_with_the_best_monitor() -> None:
     """val_acc: the highest validation accuracy; val_loss: the lowest validation loss, which need not
@@ -43,3 +45,31 @@ def test_wall_times_count_from_the_runs_start_and_skip_restored_epochs() -> None
     wall_times(epochs, final, started_at=105.0)  # resumed: epochs 0-1 ended before this process started
     assert final["time_to_accuracy"]["wall_s"] is None
     assert final["time_to_best"]["epoch"] == 4 and final["time_to_best"]["wall_s"] == 7.0
+
+
+@pytest.mark.parametrize("engine", ["single", "gpipe"])
+def test_drawing_ahead_trains_as_drawing_in_series(engine: str) -> None:
+    """``microbatch.draw_ahead``: epoch e+1's draw in a background thread gives the losses of drawing it
+    at its epoch's start; the record keeps each draw's time and the step's wait for it."""
+    sampled = (f"engine={engine}", "model=gcn", "chunks=3", "microbatch.halo=sampled",
+               "microbatch.fanouts=[3,3]", "train.epochs=4")
+    ahead = run_no_dropout(*sampled)
+    series = run_no_dropout(*sampled, "microbatch.draw_ahead=false")
+    for record in (ahead, series):
+        assert record["status"] == "completed", record.get("error")
+        assert record["microbatch"]["sample_stream"] == {"device": "cpu", "generator": "mt19937"}
+    assert [e["train_loss"] for e in ahead["epochs"]] == [e["train_loss"] for e in series["epochs"]]
+    assert len({e["sampled_edges"] for e in ahead["epochs"]}) > 1  # a new draw each epoch
+    for e in series["epochs"][1:]:  # in series the step waits for the whole draw
+        assert e["sample_wait_s"] == e["sample_s"] > 0
+    assert all(0 <= e["sample_wait_s"] and e["sample_s"] > 0 for e in ahead["epochs"][1:])
+
+
+def test_sampled_with_every_neighbour_trains_as_exact_halos() -> None:
+    """Fan-outs of -1 through the trainer (every epoch redrawn, ahead): exact halos' losses."""
+    common = ("model=gcn", "chunks=3", "train.epochs=3")
+    sampled = run_no_dropout(*common, "microbatch.halo=sampled", "microbatch.fanouts=[-1,-1]")
+    exact = run_no_dropout(*common, "microbatch.halo=exact")
+    assert sampled["epochs"][-1]["sampled_edges"] == sum(exact["microbatch"]["edges_per_layer"])
+    assert [e["train_loss"] for e in sampled["epochs"]] == pytest.approx(
+        [e["train_loss"] for e in exact["epochs"]], rel=1e-5)
