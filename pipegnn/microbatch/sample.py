@@ -318,10 +318,20 @@ class NeighbourSampler:
 
     def draw(self, epoch: int) -> list[MicroBatch]:
         """Epoch ``epoch``'s micro-batches: the same for the same seed and epoch, on any machine (for one
-        ``stream``) and with any number of threads."""
-        return [mb for batch in self.batches for mb in _draw_together(
-            self.csr, self.loops, [self.targets[m] for m in batch], self.fanouts,
-            [epoch_generator(self.seed, epoch, self.device, m) for m in batch], self.scratch)]
+        ``stream``) and with any number of threads.
+
+        On a CPU it draws with one intra-op thread (the calling thread's own setting, restored after):
+        its operations are small and bound by memory, and a second thread slowed them (Coauthor
+        Physics, [10,10]: 68 ms against 32 ms at one thread, ``results/benchmarks/sampler.txt``)."""
+        threads = torch.get_num_threads()
+        if self.device.type == "cpu":
+            torch.set_num_threads(1)
+        try:
+            return [mb for batch in self.batches for mb in _draw_together(
+                self.csr, self.loops, [self.targets[m] for m in batch], self.fanouts,
+                [epoch_generator(self.seed, epoch, self.device, m) for m in batch], self.scratch)]
+        finally:
+            torch.set_num_threads(threads)
 
 
 @dataclass(frozen=True)
