@@ -13,7 +13,8 @@
 #   physics_full, physics_k8, physics_sampled
 #                  a real graph larger than PubMed (Coauthor Physics, 34,493 nodes, 8,415 features; its
 #                  .npz travels with the tree, `make gpu-wheels`): GCN full batch, exact k=8 and sampled
-#                  k=8 (fan-outs [25,10], drawn anew every epoch: what large-graph users run instead), dense
+#                  k=8 (fan-outs [25,10], drawn anew every epoch on the GPU, one epoch ahead: what large-graph
+#                  users run instead; the summary gives the draw's time and the step's wait for it), dense
 #                  split;
 #   host_overhead  aten and sync-forcing calls and step time of a plain PyG loop and pipegnn's full batch,
 #                  exact k=8 and 32, historical k=8 (GAT 2 layers), and full batch and historical k=8
@@ -104,6 +105,12 @@ for name, r in records.items():
         diff = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, base))
         same = f", losses vs single: {len(losses)} epochs, max relative difference {diff:.1e}"
     final = r.get("final") or {}
+    stream = (r.get("microbatch") or {}).get("sample_stream")
+    if stream:  # sampled halos: where later epochs were drawn, the draw's time and the step's wait for it
+        drawn = r["epochs"][1:] or r["epochs"]
+        mid = lambda key: sorted(e.get(key, float("nan")) for e in drawn)[len(drawn) // 2]
+        same += (f", drawn on {stream['device']} ({stream['generator']}), median draw {mid('sample_s'):.4f} s, "
+                 f"median wait {mid('sample_wait_s'):.4f} s")
     print(f"  {name}: {r['status']}, median epoch {r['timing'].get('epoch_time_median_s', float('nan')):.4f} s, "
           f"test acc at best val {final.get('test_acc_at_best_val')}, backend {r.get('workers', {}).get('backend', '-')}, "
           f"peak device bytes {r['memory'].get('peak_device_bytes')}{same}" + (f", error {r['error']}" if r["error"] else ""))

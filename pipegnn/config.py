@@ -65,6 +65,10 @@ def check_config(cfg: Config) -> None:
             _seed(value, f"dataset.{key}")
 
 
+#: The largest fan-out (int32 draws; far above any node's degree: -1 keeps every neighbour).
+MAX_FANOUT = 2**31 - 2
+
+
 def _check_fanouts(halo: Halo, fanouts: list[int] | None, layers: int) -> None:
     """``microbatch.fanouts``: one per layer, each -1 (all) or >= 1, with sampled halos only."""
     if halo is not Halo.sampled:
@@ -80,10 +84,10 @@ def _check_fanouts(halo: Halo, fanouts: list[int] | None, layers: int) -> None:
         raise ConfigError(f"microbatch.fanouts={list(fanouts)} has {len(fanouts)} entries for a model of "
                           f"{layers} layers (model.layers): give one per layer, in hop order from the "
                           "targets")
-    bad = [f for f in fanouts if f != -1 and f < 1]
-    if bad:
-        raise ConfigError(f"microbatch.fanouts={list(fanouts)}: {bad[0]} is not a fan-out; each must be -1 "
-                          "(every neighbour) or an integer >= 1")
+    for f in fanouts:  # the draw holds a fan-out in int32 (pipegnn.microbatch.sample); a list, not a number
+        if isinstance(f, bool) or not isinstance(f, int) or (f != -1 and not 1 <= f <= MAX_FANOUT):
+            raise ConfigError(f"microbatch.fanouts={list(fanouts)}: {f} is not a fan-out; each must be -1 "
+                              f"(every neighbour) or an integer from 1 to {MAX_FANOUT}")
 
 
 def _check_train(train: TrainConfig) -> None:

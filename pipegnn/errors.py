@@ -32,11 +32,14 @@ def check_positive_int(value: Any, key: str, null: str | None = None) -> int | N
     return value
 
 
-def check_positive_finite(value: Any, key: str, what: str, null: str | None = None) -> None:
-    """A finite number > 0 (a limit, where infinity and NaN mean nothing: null says "no limit")."""
+def check_positive_finite(value: Any, key: str, what: str, null: str | None = None,
+                          most: float | None = None) -> None:
+    """A finite number > 0 (a limit, where infinity and NaN mean nothing: null says "no limit"), and at
+    most ``most`` when given (what the code it reaches can hold)."""
     if value is None and null is not None:
         return
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value <= 0):
+            or value <= 0 or (most is not None and value > most)):
         alternative = f", or null for {null}" if null is not None else ""
-        raise ConfigError(f"{key} must be a finite number of {what} > 0{alternative}, got {value!r}")
+        bound = f" and <= {most:g}" if most is not None else ""
+        raise ConfigError(f"{key} must be a finite number of {what} > 0{bound}{alternative}, got {value!r}")

@@ -65,6 +65,11 @@ def test_unknown_dataset_group_fails_at_composition() -> None:
     (["engine.devices=[cpu,cpu,cpu,cpu,cpu]"], "has 5 devices but the model has only 4 units"),
     (["engine.devices=[cpu,tpu]"], "engine.devices[1]"),
     (["engine=single", "engine.device=cuda:0"], "CUDA is not available"),
+    (["dataset.num_val=0"], "dataset 'synthetic' has no val nodes; every split needs at least one node"),
+    (["dataset=amazon_computers", "dataset.split=random", "dataset.val_fraction=0"],  # was NaN, completed
+     "dataset 'amazon_computers' has no val nodes (dataset.split=random: dataset.val_fraction=0.0)"),
+    (["dataset=amazon_computers", "dataset.val_per_class=0"],
+     "dataset 'amazon_computers' has no val nodes (dataset.split=per_class: dataset.val_per_class=0)"),
     (["engine=single", "+engine.balance=auto"],
      "engine.balance is not a key of SingleEngineConfig; its keys: "
      "name, threads, timeline, trace_epoch, capture, device"),
@@ -149,6 +154,14 @@ def test_a_bad_choice_in_a_plain_config_is_invalid_before_training(tmp_path: Pat
                                                              "model of 2 layers"),
     (["microbatch.halo=sampled", "microbatch.fanouts=[10,0]"], "microbatch.fanouts=[10, 0]: 0 is not a "
                                                                "fan-out; each must be -1"),
+    (["microbatch.halo=sampled", "microbatch.fanouts=[100000000000000000000,5]"],  # was an OverflowError
+     "100000000000000000000 is not a fan-out; each must be -1 (every neighbour) or an integer from 1 to "
+     "2147483646"),
+    (["microbatch.halo=sampled", "microbatch.fanouts=[[1],[2]]"],  # was a TypeError
+     "[1] is not a fan-out"),
+    (["microbatch.halo=sampled", "microbatch.fanouts=[2147483647,5]"], "2147483647 is not a fan-out"),
+    (["engine=pipelining", "engine.timeout_s=1e12"],  # was an OverflowError (a timedelta)
+     "engine.timeout_s must be a finite number of seconds > 0 and <= 1e+09, got 1000000000000.0"),
     (["microbatch.fanouts=[10,10]"], "microbatch.fanouts=[10, 10] samples neighbourhoods, which only "
                                      "microbatch.halo=sampled does (halo=exact)"),
     (["microbatch.halo=none", "microbatch.evaluation=layerwise"],

@@ -20,6 +20,9 @@ from pipegnn.schema import (
 
 __all__ = ["check_engine"]
 
+#: The longest ``engine.timeout_s`` (about 31 years; a ``datetime.timedelta`` holds at most 1e9 days).
+TIMEOUT_MAX_S = 1e9
+
 
 def check_engine(cfg: Config) -> None:
     """Check ``cfg``'s engine against the rest of the run's config.
@@ -91,7 +94,8 @@ def _check_pipelining(engine: PipeliningEngineConfig, chunks: int, devices: list
                               f"across the replicas, so chunks must be a multiple of {replicas}; "
                               f"got chunks={chunks}")
         ranks, chunks = ranks // replicas, chunks // replicas
-    check_positive_finite(engine.timeout_s, "engine.timeout_s", "seconds")
+    # bounded by what a process group's timedelta and the workers' deadlines hold (1e12 overflowed)
+    check_positive_finite(engine.timeout_s, "engine.timeout_s", "seconds", most=TIMEOUT_MAX_S)
     check_positive_finite(engine.memory_limit_gb, "engine.memory_limit_gb", "GiB per stage process", "no cap")
     kinds = {d.split(":")[0] for d in devices}
     if len(kinds) > 1:

@@ -31,14 +31,16 @@ _HALO_MARKERS = {"full batch": "*", "none": "x", "exact": "o", "historical": "s"
 
 def setting_label(chunks: Any, halo: Any, fanouts: Any, engine: Any, threads: Any = None) -> str:
     """A setting of the map in words: ``full batch`` (one chunk), else the halo mode (with its fan-outs)
-    and chunks; then how it ran (``pipelining``, ``gpipe``, or one process with its threads)."""
+    and chunks; then how it ran (``pipelining``, ``gpipe``, or one process with its threads, DGL's own
+    loop named)."""
     if chunks == 1:
         how = "full batch"
     else:
         how = f"{halo} [{fanouts}]" if halo == "sampled" and isinstance(fanouts, str) else str(halo)
         how += f" k={int(chunks)}"
-    if engine == "single":
-        runs = "1 process" + (f" x {int(threads)} threads" if pd.notna(threads) else "")
+    if engine in ("single", "dgl_loader"):  # dgl_loader: DGL's own loop (pipegnn.training.dgl_loader)
+        runs = ("DGL's loader, " if engine == "dgl_loader" else "") + "1 process" + (
+            f" x {int(threads)} threads" if pd.notna(threads) else "")
     else:
         runs = str(engine)
     return f"{how}, {runs}"

@@ -10,7 +10,7 @@ from pipegnn.data import Graph
 from pipegnn.errors import ConfigError
 from pipegnn.schema import Config
 
-__all__ = ["check_targets", "eval_targets", "layerwise"]
+__all__ = ["check_splits", "check_targets", "eval_targets", "layerwise"]
 
 
 def layerwise(halo: Halo, evaluation: Evaluation) -> bool:
@@ -29,12 +29,29 @@ def eval_targets(graph: Graph, halo: Halo = Halo.exact, evaluation: Evaluation =
     return torch.nonzero(mask).view(-1)
 
 
-def check_targets(cfg: Config, graph: Graph) -> None:
-    """Check the chunk count against the graph's targets.
+def check_splits(cfg: Config, graph: Graph) -> None:
+    """Every split holds a node: an empty one would train on nothing, or select and report epochs by the
+    accuracy of no node (NaN).
 
     Raises:
-        ConfigError: chunks exceeds the number of training or evaluation targets.
+        ConfigError: naming the empty split and the dataset keys that drew it.
     """
+    for split in ("train", "val", "test"):
+        if not bool(getattr(graph, f"{split}_mask").any()):
+            keys = [f"dataset.{k}={getattr(cfg.dataset, k)}" for k in (f"{split}_fraction", f"{split}_per_class")
+                    if getattr(cfg.dataset, k, None) is not None]
+            drawn = f" (dataset.split={getattr(cfg.dataset, 'split', None)}: {', '.join(keys)})" if keys else ""
+            raise ConfigError(f"dataset {graph.name!r} has no {split} nodes{drawn}; every split needs at least "
+                              "one node: give it a larger share")
+
+
+def check_targets(cfg: Config, graph: Graph) -> None:
+    """Check the splits (`check_splits`) and the chunk count against the graph's targets.
+
+    Raises:
+        ConfigError: an empty split, or chunks exceeds the number of training or evaluation targets.
+    """
+    check_splits(cfg, graph)
     mb = cfg.microbatch
     for name, count in (("training", graph.split(mb.targets).numel()),
                         ("evaluation", eval_targets(graph, mb.halo, mb.evaluation).numel())):

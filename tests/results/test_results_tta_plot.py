@@ -29,6 +29,8 @@ def test_setting_labels() -> None:
     assert setting_label(1, "none", None, "single", 2) == "full batch, 1 process x 2 threads"
     assert setting_label(8, "sampled", "25,10", "pipelining") == "sampled [25,10] k=8, pipelining"
     assert setting_label(32, "exact", None, "single", float("nan")) == "exact k=32, 1 process"
+    assert setting_label(8, "sampled", "10,10", "dgl_loader", 2) == \
+        "sampled [10,10] k=8, DGL's loader, 1 process x 2 threads"
 
 
 def test_a_point_per_setting_with_its_time_to_best(tmp_path: Path) -> None:
