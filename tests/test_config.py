@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from pipegnn import run
 from pipegnn.training.launch import check_run
 
-from tests.helpers import make_cfg
+from tests.helpers import make_cfg, shared_datasets
 
 
 def test_defaults() -> None:
@@ -59,17 +59,32 @@ def test_unknown_dataset_group_fails_at_composition() -> None:
 
 
 @pytest.mark.parametrize("overrides, message", [
+    (["dataset.split=random", "dataset.val_fraction=0"],  # was a completed run with NaN accuracy
+     "dataset 'amazon_computers' has no val nodes (dataset.split=random: dataset.val_fraction=0.0)"),
+    (["dataset.val_per_class=0"],
+     "dataset 'amazon_computers' has no val nodes (dataset.split=per_class: dataset.val_per_class=0)"),
+    (["dataset.split=random", "dataset.train_fraction=1e-9"],  # was "use chunks <= 0"
+     "dataset 'amazon_computers' has no train nodes (dataset.split=random: dataset.train_fraction=1e-09)"),
+])
+def test_an_empty_split_is_invalid_before_training(tmp_path: Path, overrides: list[str],
+                                                   message: str) -> None:
+    root = shared_datasets()
+    if root is None:
+        pytest.skip("Amazon Computers' raw file not found: set $PIPEGNN_DATA or place ../shared/datasets")
+    record = run(make_cfg("dataset=amazon_computers", f"data.root={root}", f"data.cache={tmp_path}/cache",
+                          *overrides))
+    assert record["status"] == "invalid" and message in record["error"], record["error"]
+    assert record["epochs"] == []
+
+
+@pytest.mark.parametrize("overrides, message", [
     (["chunks=0"], "chunks must be an integer >= 1, got 0"),
     (["chunks=31"], "chunks=31 is larger than the number of training targets (30)"),
     (["engine.balance=[1,2]"], "engine.balance=[1, 2] does not match the model"),
     (["engine.devices=[cpu,cpu,cpu,cpu,cpu]"], "has 5 devices but the model has only 4 units"),
     (["engine.devices=[cpu,tpu]"], "engine.devices[1]"),
     (["engine=single", "engine.device=cuda:0"], "CUDA is not available"),
-    (["dataset.num_val=0"], "dataset 'synthetic' has no val nodes; every split needs at least one node"),
-    (["dataset=amazon_computers", "dataset.split=random", "dataset.val_fraction=0"],  # was NaN, completed
-     "dataset 'amazon_computers' has no val nodes (dataset.split=random: dataset.val_fraction=0.0)"),
-    (["dataset=amazon_computers", "dataset.val_per_class=0"],
-     "dataset 'amazon_computers' has no val nodes (dataset.split=per_class: dataset.val_per_class=0)"),
+    (["dataset.num_val=0"], "has no val nodes; every split needs at least one node"),
     (["engine=single", "+engine.balance=auto"],
      "engine.balance is not a key of SingleEngineConfig; its keys: "
      "name, threads, timeline, trace_epoch, capture, device"),

@@ -38,11 +38,12 @@ def check_splits(cfg: Config, graph: Graph) -> None:
     """
     for split in ("train", "val", "test"):
         if not bool(getattr(graph, f"{split}_mask").any()):
-            keys = [f"dataset.{k}={getattr(cfg.dataset, k)}" for k in (f"{split}_fraction", f"{split}_per_class")
-                    if getattr(cfg.dataset, k, None) is not None]
-            drawn = f" (dataset.split={getattr(cfg.dataset, 'split', None)}: {', '.join(keys)})" if keys else ""
-            raise ConfigError(f"dataset {graph.name!r} has no {split} nodes{drawn}; every split needs at least "
-                              "one node: give it a larger share")
+            how = getattr(cfg.dataset, "split", None)  # the study's graphs: random or per_class
+            key = {"random": f"{split}_fraction", "per_class": f"{split}_per_class"}.get(str(how))
+            value = getattr(cfg.dataset, key, None) if key is not None else None
+            drawn = f" (dataset.split={how}: dataset.{key}={value})" if value is not None else ""
+            raise ConfigError(f"dataset {graph.name!r} has no {split} nodes{drawn}; every split needs at "
+                              "least one node: give it a larger share")
 
 
 def check_targets(cfg: Config, graph: Graph) -> None:

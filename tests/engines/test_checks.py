@@ -53,9 +53,11 @@ def test_a_bad_engine_choice_is_refused(key: str, value: str, valid: str) -> Non
     (["engine.data_parallel=2", "engine.devices=[cpu,cpu,cpu,cpu]", "chunks=2", "engine.schedule=1f1b"],
      "schedule=1f1b needs chunks >= the number of processes (2) per pipeline replica, got 1 per replica"),
     (["engine.data_parallel=0"], "engine.data_parallel must be"),
-    (["engine.timeout_s=0"], "engine.timeout_s must be a finite number of seconds > 0, got 0"),
-    (["engine.timeout_s=inf"], "engine.timeout_s must be a finite number of seconds > 0, got inf"),
-    (["engine.timeout_s=nan"], "engine.timeout_s must be a finite number of seconds > 0, got nan"),
+    (["engine.timeout_s=0"], "engine.timeout_s must be a finite number of seconds > 0 and <= 1e+09, got 0"),
+    (["engine.timeout_s=inf"],
+     "engine.timeout_s must be a finite number of seconds > 0 and <= 1e+09, got inf"),
+    (["engine.timeout_s=nan"],
+     "engine.timeout_s must be a finite number of seconds > 0 and <= 1e+09, got nan"),
     (["engine.memory_limit_gb=nan"], "engine.memory_limit_gb must be a finite number"),
 ])
 def test_invalid_engine_config(tmp_path: Path, overrides: list[str], message: str) -> None:
