@@ -47,7 +47,7 @@ def capture_problems(cfg: Config) -> list[str]:
         problems.append("microbatch.evaluation=layerwise: the recorded evaluation is the plan's; set "
                         "microbatch.evaluation=plan")
     if cfg.microbatch.halo is Halo.sampled:
-        problems.append("microbatch.halo=sampled: every epoch draws new blocks, of new shapes, on the host")
+        problems.append("microbatch.halo=sampled: every epoch draws new blocks, of new shapes")
     if cfg.data.features is Storage.disk:
         problems.append(f"data.features={cfg.data.features}: rows read from a file on the host each step")
     if cfg.data.features is Storage.sparse:
