@@ -31,10 +31,7 @@ in one pass of tensor operations (no Python loop over nodes or edges), on the de
 """
 from __future__ import annotations
 
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -42,7 +39,7 @@ from torch import Tensor
 
 from pipegnn.microbatch.halo import Column, InCSR, MicroBatch
 
-__all__ = ["DrawAhead", "Drawn", "NeighbourSampler", "SampleStream", "epoch_generator", "sampled_block"]
+__all__ = ["NeighbourSampler", "SampleStream", "epoch_generator", "sampled_block"]
 
 
 @dataclass(frozen=True)
@@ -215,10 +212,6 @@ def _new_nodes(scratch: Tensor, key: Tensor, numbered: Tensor) -> Tensor:
 _SCRATCH_ENTRIES = 1 << 26
 
 
-def _split(t: Tensor, counts: list[int], dim: int = 0) -> list[Tensor]:
-    return list(torch.split(t, counts, dim))
-
-
 def _draw_together(csr: InCSR, loops: _Loops, groups: list[Tensor], fanouts: list[int],
                    generators: list[torch.Generator], scratch: Tensor) -> list[MicroBatch]:
     """Micro-batches over each of ``groups`` (targets), each drawn from its generator, drawn together:
@@ -271,8 +264,9 @@ def _draw_together(csr: InCSR, loops: _Loops, groups: list[Tensor], fanouts: lis
     finally:
         scratch.index_fill_(0, torch.cat(touched), -1)  # the scratch numbering back as it was
     per_group = [s.tolist() for s in sizes]
-    nodes = _split(node, per_group[0])
-    layers = [(_split(e, c.tolist(), 1), None if w is None else _split(w, c.tolist())) for e, w, c in blocks]
+    nodes = torch.split(node, per_group[0])
+    layers = [(torch.split(e, c.tolist(), 1), None if w is None else torch.split(w, c.tolist()))
+              for e, w, c in blocks]
     return [MicroBatch(nodes[g], [s[g] for s in per_group], [e[g] for e, _ in layers],
                        [None if w is None else w[g] for _, w in layers]) for g in range(len(groups))]
 
@@ -333,83 +327,3 @@ class NeighbourSampler:
         finally:
             torch.set_num_threads(threads)
 
-
-@dataclass(frozen=True)
-class Drawn:
-    """One epoch's micro-batches, how long drawing them took (``sample_s``, wherever it ran) and how long
-    the training step waited for them (``wait_s``: the whole draw when drawn in series)."""
-
-    micro_batches: list[MicroBatch]
-    sample_s: float
-    wait_s: float
-
-
-class DrawAhead:
-    """Draws a sampler's epochs one ahead, in a thread of its own, while the epoch before trains: a
-    sampled step then waits only for what is left of its draw (``microbatch.draw_ahead``). Each epoch's
-    draw is the sampler's for that epoch whenever it is drawn, so the losses are those of drawing in
-    series.
-
-    The thread runs its operations on one core (``torch.set_num_threads(1)``: a thread's own setting),
-    beside the training's threads; with a CUDA sampler it draws on a stream of its own, and the step's
-    stream waits for it.
-
-    Args:
-        sampler: the epochs' sampler.
-        ahead: draw in the background; False draws each epoch when it is taken, in series.
-    """
-
-    def __init__(self, sampler: NeighbourSampler, ahead: bool = True):
-        self.sampler = sampler
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="pipegnn-draw",
-                                        initializer=torch.set_num_threads, initargs=(1,)) if ahead else None
-        self._pending: tuple[int, Future[tuple[list[MicroBatch], float, Any]]] | None = None
-        self._stream = torch.cuda.Stream(sampler.device) if ahead and sampler.device.type == "cuda" else None
-
-    def _draw(self, epoch: int) -> tuple[list[MicroBatch], float, Any]:
-        start = time.perf_counter()
-        if self._stream is None:
-            return self.sampler.draw(epoch), time.perf_counter() - start, None
-        with torch.cuda.stream(self._stream):
-            drawn = self.sampler.draw(epoch)
-            done = torch.cuda.Event()
-            done.record(self._stream)
-        return drawn, time.perf_counter() - start, done
-
-    def start(self, epoch: int) -> None:
-        """Begin drawing epoch ``epoch`` in the background (nothing when drawing in series)."""
-        if self._pool is not None:
-            self._settle()
-            self._pending = epoch, self._pool.submit(self._draw, epoch)
-
-    def take(self, epoch: int) -> Drawn:
-        """Epoch ``epoch``'s micro-batches: the background draw's when it was started, else drawn now."""
-        started = time.perf_counter()
-        if self._pending is None or self._pending[0] != epoch:
-            self._settle()
-            micro_batches = self.sampler.draw(epoch)  # here, on the step's stream
-            seconds = time.perf_counter() - started
-            return Drawn(micro_batches, seconds, seconds)
-        future = self._pending[1]
-        self._pending = None
-        micro_batches, seconds, done = future.result()
-        if done is not None:  # the step's stream waits for the draw's, and its tensors are the step's now
-            stream = torch.cuda.current_stream(self.sampler.device)
-            stream.wait_event(done)
-            for mb in micro_batches:
-                for t in (mb.nodes, *mb.edges, *(w for w in mb.weights if w is not None)):
-                    t.record_stream(stream)
-        return Drawn(micro_batches, seconds, time.perf_counter() - started)
-
-    def _settle(self) -> None:
-        """Let a background draw that nobody will take finish (the sampler's scratch is one)."""
-        if self._pending is not None:
-            self._pending[1].result()
-            self._pending = None
-
-    def close(self) -> None:
-        """Stop the thread (a pending draw is finished and dropped)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-        self._pending = None

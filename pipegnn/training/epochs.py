@@ -22,7 +22,7 @@ from pipegnn.data.features import DiskFeatureStore
 from pipegnn.engines import IGNORE, Engine, Replayed
 from pipegnn.measure import timed
 from pipegnn.microbatch import MicroBatchPlan, NeighbourSampler
-from pipegnn.microbatch.sample import DrawAhead
+from pipegnn.microbatch.draw_ahead import DrawAhead
 from pipegnn.microbatch.traffic import epoch_figures, stage_medians
 from pipegnn.models import StagedGNN
 from pipegnn.record import RunRecord

@@ -6,7 +6,7 @@ import torch
 
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.microbatch.halo import InCSR, exact_block
-from pipegnn.microbatch.sample import DrawAhead, NeighbourSampler, epoch_generator, sampled_block
+from pipegnn.microbatch.sample import NeighbourSampler, epoch_generator, sampled_block
 
 from tests.helpers import random_graph
 
@@ -147,22 +147,3 @@ def test_a_draw_is_each_micro_batchs_own_whatever_the_threads_and_the_batching()
             assert all(torch.equal(x, y) for x, y in zip(a.weights, b.weights))
     assert any(mb.nodes.numel() > t.numel() for mb, t in zip(alone, targets))  # halos were drawn
 
-
-def test_drawing_ahead_takes_the_epochs_own_draw() -> None:
-    edge_index, weight = dense_graph()
-    sampler = NeighbourSampler(InCSR(edge_index, 60, weight), [torch.tensor([0, 1]), torch.tensor([7])],
-                               [3, 3], seed=4)
-    ahead, series = DrawAhead(sampler), DrawAhead(sampler, ahead=False)
-    try:
-        ahead.start(2)
-        taken, inline = ahead.take(2), series.take(2)
-        assert taken.sample_s > 0 and taken.wait_s >= 0 and inline.wait_s == inline.sample_s > 0
-        ahead.start(3)
-        unstarted = ahead.take(5)  # not the one drawn ahead: drawn now, once the other is done
-        for drawn, epoch in ((taken, 2), (inline, 2), (unstarted, 5)):
-            for a, b in zip(drawn.micro_batches, sampler.draw(epoch), strict=True):
-                assert torch.equal(a.nodes, b.nodes)
-                assert all(torch.equal(x, y) for x, y in zip(a.edges, b.edges))
-    finally:
-        ahead.close()
-        series.close()
