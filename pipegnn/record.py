@@ -135,6 +135,9 @@ class RunRecord(Mapping[str, Any]):
     #: The signal that ended an interrupted run.
     interrupted: dict[str, Any] | None = field(default=None, metadata=_meta(LAUNCHER, True))
     traceback: str | None = field(default=None, metadata=_meta(LAUNCHER, True))
+    #: The files beside the record that could not be written (``trace.json``, the trackers' files): name ->
+    #: the error. The record is written first and alone, so their failure never costs it.
+    unwritten: dict[str, str] | None = field(default=None, metadata=_meta(LAUNCHER, True))
     #: The order of the keys the record was read with ([`from_dict`][pipegnn.record.RunRecord.from_dict]),
     #: which [`to_dict`][pipegnn.record.RunRecord.to_dict] keeps.
     _order: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)

@@ -136,9 +136,7 @@ def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | 
                          **record.memory}
         # Under torchrun (engine.launcher=external) only rank 0 writes the record (and the trace).
         if output_dir is not None and not is_secondary_rank(config):
-            _write(output_dir, record)
-        if loggers is not None:
-            loggers.finish(record)
+            _write(output_dir, record, loggers)
     if interrupted is None and guard.signum is not None:  # the signal came while the record was written
         interrupted = Interrupted(guard.signum)
     if interrupted is not None:
@@ -158,23 +156,39 @@ def _probe(output_dir: str | Path) -> None:
                           "hydra.run.dir (hydra.sweep.dir) elsewhere") from e
 
 
-def _write(output_dir: str | Path, record: RunRecord) -> None:
-    """Write the record (and the trace it carries) into ``output_dir``; a write that fails is logged
-    naming the file and the cause, and a completed run becomes ``failed`` (its record is lost)."""
+def _write(output_dir: str | Path, record: RunRecord, loggers: Loggers | None) -> None:
+    """Write the record into ``output_dir`` first and alone; then what goes beside it: the trace it
+    carries and the trackers' last files; then the record again, naming the trace (``pipeline.trace``)
+    and each of those that could not be written (``unwritten``: file or tracker -> error). A file beside
+    the record never costs it. A record that cannot be written is logged naming the file and the cause,
+    and a completed run becomes ``failed``."""
     trace, record.trace = record.trace, None
     try:
-        if trace is not None:
-            write_record(output_dir, trace, TRACE_NAME)
-            if record.pipeline is None:  # a failed run has no section yet
-                record.pipeline = {}
-            record.pipeline["trace"] = TRACE_NAME
         path = write_record(output_dir, record)
     except OSError as e:
         if record.status is Status.COMPLETED:
             record.status, record.error = Status.FAILED, f"OSError: the record was not written: {e}"
         log.error("the record was not written: %s", e)
         return
-    traced = f"; trace (Perfetto, chrome://tracing): {Path(output_dir) / TRACE_NAME}" if trace else ""
+    unwritten: dict[str, str] = {}
+    traced = ""
+    if trace is not None:
+        try:
+            write_record(output_dir, trace, TRACE_NAME)
+            record.pipeline = {**(record.pipeline or {}), "trace": TRACE_NAME}
+            traced = f"; trace (Perfetto, chrome://tracing): {Path(output_dir) / TRACE_NAME}"
+        except OSError as e:
+            unwritten[TRACE_NAME] = f"{type(e).__name__}: {e}"
+            log.error("the trace was not written (the record says so): %s", e)
+    if loggers is not None:
+        loggers.finish(record)
+        unwritten.update({f"logger {name}": error for name, error in loggers.failures.items()})
+    if trace is not None or unwritten:
+        record.unwritten = {**(record.unwritten or {}), **unwritten} or None
+        try:
+            write_record(output_dir, record)
+        except OSError as e:  # the record written first stands
+            log.error("the record could not be completed with what was written beside it: %s", e)
     log.info("record: %s%s", path, traced)
 
 

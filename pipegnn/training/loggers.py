@@ -209,6 +209,8 @@ class Loggers:
         check_loggers(config.logger)
         self.dir = Path(directory)
         self.active: dict[str, Any] = {}
+        #: The trackers switched off: name -> the error (the record's ``unwritten`` names them).
+        self.failures: dict[str, str] = {}
         # _guard calls each lambda at once; the defaults bind this iteration's name and options.
         for name, options in trackers.items():
             self._guard(name, lambda name=name, options=options:
@@ -219,6 +221,7 @@ class Loggers:
             work()
         except Exception as e:  # a tracker must never cost the run its record
             log.warning("logger %s failed and is switched off: %s: %s", name, type(e).__name__, e)
+            self.failures[name] = f"{type(e).__name__}: {e}"
             self.active.pop(name, None)
 
     def _each(self, call: str, *args: Any) -> None:

@@ -14,9 +14,15 @@
 - A single run's ``hydra.run.dir`` (and a sweep's folder) that is a file, or lies under one, stops the
   command before Hydra makes it, with one line naming it (exit 1); so does a ``hydra.run.dir`` that is, or
   lies inside, a sweep's folder or a job's.
+- [`claim_run`][pipegnn.training.ownership.claim_run]: a single run claims its folder before Hydra writes
+  into it: a lock (``.pipegnn-run.lock``, held while the run lives) and a claim (``.pipegnn-run.json``: pid,
+  host, start, the run's overrides). A folder whose lock another run holds, or that another run (other
+  overrides, ``resume`` aside) claimed, is never written into: a timestamped ``hydra.run.dir`` (the default,
+  ``${now:...}``) moves to the first free ``<dir>-2``, ``<dir>-3``, ...; any other is refused with one line
+  naming the first run. A folder where the lock cannot be made (read-only, say) is refused the same way.
 - [`claim_job`][pipegnn.training.ownership.claim_job]: a job claims its output folder (``.pipegnn-job.json``:
   the job's number and overrides and its sweep's folder, created only if absent) before it runs; a folder
-  that another job claimed, of this sweep (``hydra.sweep.subdir`` resolving to one folder for several jobs)
+  that another job claimed (another number, or other overrides, ``resume`` aside), of this sweep (``hydra.sweep.subdir`` resolving to one folder for several jobs)
   or of another sweep, or that lies inside another sweep's folder or a job's, is refused naming that job or
   sweep, and the refused job writes nothing there.
 """
@@ -34,18 +40,20 @@ from pathlib import Path
 from typing import IO, Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from pipegnn.atomic import atomic_file
 
-__all__ = ["JOB_FILE", "LOCK_FILE", "OWNER_FILE", "FolderTaken", "SweepOwner", "check_folder", "claim_job",
-           "take_sweep"]
+__all__ = ["JOB_FILE", "LOCK_FILE", "OWNER_FILE", "RUN_FILE", "RUN_LOCK", "FolderTaken", "SweepOwner",
+           "check_folder", "claim_job", "claim_run", "take_sweep"]
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".pipegnn-sweep.lock"
 OWNER_FILE = ".pipegnn-sweep.json"
 JOB_FILE = ".pipegnn-job.json"
+RUN_FILE = ".pipegnn-run.json"
+RUN_LOCK = ".pipegnn-run.lock"
 PLAN_FILE = "multirun.yaml"
 
 
@@ -163,6 +171,13 @@ def take_sweep(sweep_dir: str | Path, plan: dict[str, Any]) -> IO[Any]:
         owner = _read_json(folder / OWNER_FILE)
         if owner is None:  # a sweep of an older version, or copied without its owner: its plan says
             owner = _plan_file(folder / PLAN_FILE)
+        if owner is None:  # no owner, no plan, but jobs: a sweep whose plan and owner are lost
+            job = _a_job_inside(folder)
+            if job is not None:
+                raise FolderTaken(f"hydra.sweep.dir={folder} holds {_describe_job(job)}, of a sweep whose plan "
+                                  f"({PLAN_FILE}) and owner ({OWNER_FILE}) are gone: this sweep cannot tell "
+                                  "whether those records are its own; give it another hydra.sweep.dir (or "
+                                  "restore that plan, or remove those jobs' folders)")
         if owner is not None and {k: owner.get(k) for k in plan} != plan:
             raise FolderTaken(f"hydra.sweep.dir={folder} holds {_describe(owner)}, another sweep; its "
                               "records and plan would be mixed with this one's: give this sweep another "
@@ -174,6 +189,27 @@ def take_sweep(sweep_dir: str | Path, plan: dict[str, Any]) -> IO[Any]:
         lock.close()
         raise
     return lock
+
+
+#: The most entries of a sweep's folder read when looking for its jobs' claims.
+_SCAN = 10_000
+
+
+def _a_job_inside(folder: Path) -> dict[str, Any] | None:
+    """The claim of a job whose folder lies directly in ``folder`` (the first of its first `_SCAN`
+    entries), or None."""
+    try:
+        with os.scandir(folder) as entries:
+            for n, entry in enumerate(entries):
+                if n >= _SCAN:
+                    break
+                if entry.is_dir(follow_symlinks=False):
+                    job = _read_json(Path(entry.path) / JOB_FILE)
+                    if job is not None:
+                        return {"num": "?", **job}
+    except OSError:
+        return None
+    return None
 
 
 def check_folder(folder: Path, key: str) -> None:
@@ -213,12 +249,113 @@ def _subdir_inside(config: DictConfig) -> None:
                           "e.g. hydra.sweep.subdir=${hydra.job.num}")
 
 
+def _describe_run(run: dict[str, Any]) -> str:
+    overrides = " ".join(run.get("overrides") or []) or "no overrides"
+    return (f"the run of pid {run.get('pid', '?')} on host {run.get('host', '?')}, started "
+            f"{run.get('started', '?')} ({overrides})")
+
+
+def _lock(path: Path, what: str) -> IO[Any] | None:
+    """``path`` opened and locked (``flock``, exclusive), or None when another process holds the lock.
+
+    Raises:
+        FolderTaken: the lock cannot be made or taken (a read-only folder, a folder at its path), naming
+            ``what`` and the cause.
+    """
+    try:
+        lock = open(path, "a+")  # noqa: SIM115 - held by the caller
+    except OSError as e:
+        raise FolderTaken(f"{what}: its lock {path} cannot be made ({type(e).__name__}: {e.strerror or e}), so "
+                          "the run's record could not be written there either; give it a writable folder") \
+            from None
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        lock.close()
+        if e.errno in (errno.EAGAIN, errno.EACCES):
+            return None
+        raise FolderTaken(f"{what}: its lock {path} cannot be taken ({type(e).__name__}: "
+                          f"{e.strerror or e})") from None
+    return lock
+
+
+def claim_run(folder: str | Path, overrides: list[str], fresh: bool = False) -> IO[Any]:
+    """Claim ``folder`` (``hydra.run.dir``) for a single run with ``overrides`` (see the module doc);
+    returns the open lock file, whose lock holds until it is closed (or the process ends). ``fresh``: the
+    folder must hold no earlier run's claim at all (a timestamped folder: never a rerun's).
+
+    Raises:
+        FolderTaken: another run holds or claimed the folder (naming it), or it cannot take a claim.
+    """
+    folder = Path(folder)
+    key = f"hydra.run.dir={folder}"
+    check_folder(folder, "hydra.run.dir")
+    lock = _lock(folder / RUN_LOCK, key)
+    if lock is None:
+        raise FolderTaken(f"{key} is in use by {_describe_run(_read_json(folder / RUN_FILE) or {})}; give this "
+                          "run a folder of its own")
+    try:
+        other = _read_json(folder / RUN_FILE)
+        if other is not None and (fresh or _job_overrides(list(other.get("overrides") or []))
+                                  != _job_overrides(overrides)):
+            raise FolderTaken(f"{key} holds the record of {_describe_run(other)}; give this run a folder of "
+                              "its own (or remove that folder)")
+        try:
+            with atomic_file(folder / RUN_FILE) as f:
+                json.dump({"overrides": list(overrides), "pid": os.getpid(), "host": socket.gethostname(),
+                           "started": time.strftime("%Y-%m-%d %H:%M:%S")}, f, indent=1)
+        except OSError as e:
+            raise FolderTaken(f"{key} cannot take the run's claim, nor its record: {e}") from None
+    except BaseException:
+        lock.close()
+        raise
+    return lock
+
+
+#: The most folders ``<dir>-2``, ``<dir>-3``, ... a timestamped run tries before it is refused.
+_SIBLINGS = 100
+
+
+def _claim_run_folder(config: DictConfig) -> IO[Any]:
+    """Claim the run's folder (``hydra.run.dir``); a timestamped one that is taken moves to the first free
+    ``<dir>-N``, written back into ``config`` (Hydra makes the folder it names after this).
+
+    Raises:
+        FolderTaken: the folder is taken (not timestamped), or no ``<dir>-N`` is free.
+    """
+    folder = Path(config.hydra.run.dir)
+    overrides = [str(o) for o in config.hydra.overrides.task]
+    written = OmegaConf.to_container(config.hydra.run, resolve=False)
+    timestamped = isinstance(written, dict) and "${now:" in str(written.get("dir"))
+    if not timestamped:
+        check_folder(folder, "hydra.run.dir")
+        _not_inside_another(folder, "hydra.run.dir")
+        return claim_run(folder, overrides)
+    first: FolderTaken | None = None
+    for n in range(1, _SIBLINGS + 1):
+        here = folder if n == 1 else folder.with_name(f"{folder.name}-{n}")
+        try:
+            check_folder(here, "hydra.run.dir")
+            _not_inside_another(here, "hydra.run.dir")
+            lock = claim_run(here, overrides, fresh=True)
+        except FolderTaken as e:
+            first = first or e
+            continue
+        if here != folder:
+            log.info("%s is taken (%s); this run writes into %s", folder, first, here)
+            with read_write(config.hydra.run), open_dict(config.hydra.run):
+                config.hydra.run.dir = str(here)
+        return lock
+    raise FolderTaken(f"{first}; and {folder}-2 ... {folder}-{_SIBLINGS} are taken too")
+
+
 class SweepOwner(Callback):
     """Takes the sweep's folder before the sweeper writes its plan
     ([`take_sweep`][pipegnn.training.ownership.take_sweep]), lets it go after the last job."""
 
     def __init__(self) -> None:
         self.lock: IO[Any] | None = None
+        self.run_lock: IO[Any] | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -231,17 +368,24 @@ class SweepOwner(Callback):
             raise SystemExit(f"sweep refused: {why}") from None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """A single run's folder (``hydra.run.dir``) can take its record, or the command stops here
-        with one line (Hydra's own mkdir ended in its traceback)."""
+        """A single run claims its folder (``hydra.run.dir``: [`claim_run`][pipegnn.training.ownership.claim_run]),
+        or the command stops here with one line, before Hydra writes into it (Hydra's own mkdir ended in
+        its traceback)."""
         try:
-            folder = Path(config.hydra.run.dir)
-            check_folder(folder, "hydra.run.dir")
-            _not_inside_another(folder, "hydra.run.dir")
+            if int(os.environ.get("RANK", "0") or 0) == 0:
+                self.run_lock = _claim_run_folder(config)
+            else:  # another rank of a pipeline under torchrun: rank 0 claims the folder (and writes the record)
+                check_folder(Path(config.hydra.run.dir), "hydra.run.dir")
         except Exception as e:  # as on_multirun_start: a warning would let the run go on
             why = str(e) if isinstance(e, FolderTaken) else f"hydra.run.dir={config.hydra.run.dir}: " \
                 f"{type(e).__name__}: {e}"
             log.error("run refused: %s", why)
             raise SystemExit(f"run refused: {why}") from None
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.run_lock is not None:
+            self.run_lock.close()
+            self.run_lock = None
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.lock is not None:
@@ -284,11 +428,10 @@ def claim_job(output_dir: str | Path, num: int, overrides: list[str],
     finally:
         tmp.unlink(missing_ok=True)
     other = _read_json(path) or {}
-    if "sweep" in other:
-        same = other.get("num") == mine["num"] and other["sweep"] == mine["sweep"]
-    else:  # a claim of an older version: the same job when its number and overrides are
-        same = (other.get("num") == mine["num"]
-                and _job_overrides(list(other.get("overrides") or [])) == _job_overrides(mine["overrides"]))
+    # the same job: its number, its overrides (resume aside) and, unless the claim is of an older version
+    # (none in it), its sweep
+    same = (other.get("num") == mine["num"] and other.get("sweep", mine["sweep"]) == mine["sweep"]
+            and _job_overrides(list(other.get("overrides") or [])) == _job_overrides(mine["overrides"]))
     if not same:
         who = _describe_job(other) if other.get("sweep") not in (None, mine["sweep"]) else \
             f"job {other.get('num', '?')} ({' '.join(other.get('overrides') or [])}) of the sweep"

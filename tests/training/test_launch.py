@@ -251,3 +251,19 @@ def test_record_has_time_to_accuracy() -> None:
     assert best["wall_s"] == record["epochs"][best["epoch"]]["ended_at"] - started == row["best_wall_s"]
     assert row["tta_wall_s"] == tta["wall_s"]
     assert math.isnan(row["stopped_epoch"]) and row["best_epoch"] == record["final"]["best_epoch"]
+
+
+def test_a_file_beside_the_record_never_costs_it(tmp_path: Path) -> None:
+    """The record is written first and alone: a folder where the trace goes (the example) or where a
+    tracker writes its last file (a second case) leaves a completed record that names each failure."""
+    out = tmp_path / "run"
+    (out / "trace.json").mkdir(parents=True)
+    (out / "csv" / "final.csv").mkdir(parents=True)
+    record = run(make_cfg("train.epochs=2", "engine.trace_epoch=1", "logger=csv"), output_dir=out)
+    assert record["status"] == "completed", record["error"]
+    written = json.loads((out / "result.json").read_text())
+    assert written["status"] == "completed" and [e["epoch"] for e in written["epochs"]] == [0, 1]
+    assert sorted(written["unwritten"]) == ["logger csv", "trace.json"]
+    assert written["unwritten"]["trace.json"].startswith("IsADirectoryError")
+    assert "final.csv" in written["unwritten"]["logger csv"]
+    assert "trace" not in (written.get("pipeline") or {})

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipegnn.training.ownership import JOB_FILE, OWNER_FILE, FolderTaken, claim_job, take_sweep
+from pipegnn.training.ownership import (JOB_FILE, OWNER_FILE, RUN_FILE, RUN_LOCK, FolderTaken, claim_job, claim_run,
+                                        take_sweep)
 
 from tests.helpers import ROOT, TINY_SYNTHETIC
 
@@ -203,3 +204,87 @@ def test_a_job_folder_inside_another_sweeps_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FolderTaken, match=r"lies inside .*A, which is the folder of the sweep of pid"):
         claim_job(tmp_path / "A" / "0", 0, ["train.seed=5"], sweep=tmp_path / "B")
     assert not (tmp_path / "A" / "0" / JOB_FILE).exists()
+
+
+def test_a_run_never_writes_into_another_runs_folder(tmp_path: Path) -> None:
+    """A folder a live run holds, or that a run with other overrides claimed, is refused naming that run;
+    the same run again (a rerun, a resume) takes it."""
+    held = claim_run(tmp_path, ["train.seed=0"])
+    try:
+        with pytest.raises(FolderTaken, match=rf"is in use by the run of pid {os.getpid()} .*train.seed=0"):
+            claim_run(tmp_path, ["train.seed=0"])
+    finally:
+        held.close()
+    with pytest.raises(FolderTaken, match=r"holds the record of the run of pid .*\(train.seed=0\)"):
+        claim_run(tmp_path, ["train.seed=1"])
+    with pytest.raises(FolderTaken, match="holds the record"):  # a timestamped folder: never a rerun's
+        claim_run(tmp_path, ["train.seed=0"], fresh=True)
+    claim_run(tmp_path, ["train.seed=0", "resume=true"]).close()
+    assert json.loads((tmp_path / RUN_FILE).read_text())["overrides"] == ["train.seed=0", "resume=true"]
+
+
+def test_a_job_claim_covers_its_overrides(tmp_path: Path) -> None:
+    """Job 0 of the same sweep folder with other overrides (a sweep that took over a folder whose plan
+    and owner were lost) is another job."""
+    claim_job(tmp_path / "A" / "0", 0, ["train.seed=0"], sweep=tmp_path / "A")
+    with pytest.raises(FolderTaken, match=r"which job 0 \(train.seed=0\) of the sweep writes into"):
+        claim_job(tmp_path / "A" / "0", 0, ["train.lr=0.1"], sweep=tmp_path / "A")
+
+
+def test_a_sweep_whose_plan_and_owner_are_lost_is_not_taken_over(tmp_path: Path, sweep_a: Path) -> None:
+    """The issue's example: its jobs' claims remain, and another sweep into the folder is refused before
+    it writes anything, naming one of them."""
+    copy = tmp_path / "A"
+    subprocess.run(["cp", "-a", str(sweep_a), str(copy)], check=True)
+    (copy / OWNER_FILE).unlink()
+    (copy / "multirun.yaml").unlink()
+    before = _records(copy)
+    done = _sweep(tmp_path, "train.lr=0.01,0.02", f"hydra.sweep.dir={copy}")
+    assert done.returncode == 1 and "sweep refused" in done.stderr, done.stderr[-3000:]
+    assert "whose plan (multirun.yaml) and owner (.pipegnn-sweep.json) are gone" in done.stderr
+    assert _records(copy) == before
+
+
+def test_runs_in_one_second_get_their_own_folders(tmp_path: Path) -> None:
+    """A timestamped hydra.run.dir (the default's ${now:...}) that a live run holds (the issue's example)
+    or that a finished run claimed (a second case): the run writes into <dir>-2, <dir>-3."""
+    pattern = f"hydra.run.dir={tmp_path / 'out'}/${{now:%Y}}"
+    year = __import__("time").strftime("%Y")
+    held = claim_run(tmp_path / "out" / year, ["train.seed=9"])
+    try:
+        first = _single(tmp_path, pattern)
+    finally:
+        held.close()
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = _single(tmp_path, pattern)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert not (tmp_path / "out" / year / "result.json").exists()
+    for folder in (f"{year}-2", f"{year}-3"):
+        assert json.loads((tmp_path / "out" / folder / "result.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.parametrize("how", ["held", "claimed", "lock cannot be made"])
+def test_a_run_into_a_taken_folder_is_refused_in_one_line(tmp_path: Path, how: str) -> None:
+    """An explicit hydra.run.dir held by a live run, claimed by another, or where the claim cannot be made
+    (its lock path a folder, as in a read-only folder): one line naming why, exit 1, nothing written."""
+    out = tmp_path / "run"
+    out.mkdir()
+    held = None
+    if how == "held":
+        held = claim_run(out, ["train.seed=9"])
+    elif how == "claimed":
+        claim_run(out, ["train.seed=9"]).close()
+    else:
+        (out / RUN_LOCK).mkdir()
+    before = _records(out)
+    try:
+        done = _single(tmp_path, f"hydra.run.dir={out}")
+    finally:
+        if held is not None:
+            held.close()
+    assert done.returncode == 1, done.stderr[-3000:]
+    why = {"held": "is in use by the run of pid", "claimed": "holds the record of the run of pid",
+           "lock cannot be made": "cannot be made (IsADirectoryError"}[how]
+    assert "run refused" in done.stderr and why in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert _records(out) == before
