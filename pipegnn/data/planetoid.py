@@ -44,7 +44,15 @@ from torch_geometric.io.planetoid import edge_index_from_dict
 from torch_geometric.utils import index_to_mask
 
 from pipegnn.data.graph import Graph, staging_folder
-from pipegnn.data.planetoid_checks import PUBLISHED_SHAPES, check_adjacency, check_shape, check_split
+from pipegnn.data.planetoid_checks import (
+    PUBLISHED_SHAPES,
+    check_adjacency,
+    check_array_state,
+    check_features,
+    check_labels,
+    check_shape,
+    check_split,
+)
 from pipegnn.errors import DatasetUnavailable
 
 __all__ = ["PLANETOID_NAMES", "PUBMED_TOPOLOGY_FILES", "load_planetoid", "load_pubmed_topology",
@@ -64,11 +72,20 @@ except ImportError:  # numpy < 2
     _multiarray = importlib.import_module("numpy.core.multiarray")
 _reconstruct = _multiarray._reconstruct
 
+class _CheckedArray(np.ndarray):
+    """What a raw file's ``numpy.ndarray`` global unpickles to: an array whose state is checked
+    ([`check_array_state`][pipegnn.data.planetoid_checks.check_array_state]) before numpy allocates it."""
+
+    def __setstate__(self, state: Any) -> None:
+        check_array_state(state)
+        super().__setstate__(state)
+
+
 #: The only globals a raw Planetoid pickle may name (module, name as written by Python 2's pickle),
 #: mapped to the objects themselves: nothing is imported by a name read from a file.
 _RAW_GLOBALS: dict[tuple[str, str], Any] = {
     ("numpy", "dtype"): np.dtype,
-    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "ndarray"): _CheckedArray,
     ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
     ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
     ("scipy.sparse.csr", "csr_matrix"): sp.csr_matrix,
@@ -97,6 +114,10 @@ class _RawUnpickler(pickle.Unpickler):
 #: What reading a malformed (truncated, foreign or crafted) raw file raises.
 _MALFORMED = (ValueError, TypeError, AttributeError, LookupError, ArithmeticError, RuntimeError, EOFError,
               pickle.UnpicklingError)
+
+
+#: The raw parts that hold one-hot labels (the others but ``graph`` and ``test.index``: features).
+_LABEL_PARTS = ("y", "ty", "ally")
 
 
 def raw_file_names(name: str) -> list[str]:
@@ -141,7 +162,9 @@ def read_raw(folder: str | Path, name: str, part: str) -> Tensor | dict[int, lis
     if out.ndim != 2:
         raise ValueError(f"{path}: expected a matrix, got {out.ndim} dimensions")
     check_shape(path, part, published, out.shape)
-    return torch.from_numpy(np.asarray(out)).to(torch.float)
+    matrix = torch.from_numpy(np.asarray(out)).to(torch.float)
+    (check_labels if part in _LABEL_PARTS else check_features)(path, matrix)
+    return matrix
 
 
 def _read_tensor(folder: str | Path, name: str, part: str) -> Tensor:

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["PUBLISHED_SHAPES", "check_adjacency", "check_shape", "check_split"]
+__all__ = ["PUBLISHED_SHAPES", "check_adjacency", "check_array_state", "check_features", "check_labels",
+           "check_shape", "check_split"]
 
 #: The shapes of the published raw files (rows, columns; ``test.index``: its number of ids) and each
 #: graph's number of nodes: a raw file of another shape is refused before it is densified.
@@ -73,10 +74,67 @@ def check_split(folder: str | Path, name: str, train: int, rest: int, test: int,
         raise ValueError(f"{where}.test.index repeats ids")
 
 
+def check_array_state(state: Any) -> None:
+    """An array's pickled state (numpy's ``(version, shape, dtype, is_fortran, data)``) carries the bytes its
+    shape declares, before numpy allocates the array (a 14-byte file may declare petabytes).
+
+    Raises:
+        ValueError: not numpy's state of a numeric array, or the shape and the bytes disagree.
+    """
+    try:
+        _, shape, dtype, _, data = state
+        count = 1
+        for d in shape:
+            if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+                raise ValueError(f"dimension {d!r}")
+            count *= int(d)
+        dtype = np.dtype(dtype)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"an array whose pickled state is not numpy's ({e})") from None
+    if dtype.kind not in "biuf" or not isinstance(data, (bytes, bytearray, str)):
+        raise ValueError(f"an array of {dtype} carrying {type(data).__name__}, not numbers")
+    if count * dtype.itemsize != len(data):
+        raise ValueError(f"an array declares {tuple(int(d) for d in shape)} of {dtype} "
+                         f"({count * dtype.itemsize:,} bytes) but carries {len(data):,} bytes")
+
+
+def check_labels(path: Path, labels: Tensor) -> None:
+    """Every row of a raw label matrix (``y``, ``ty``, ``ally``) is one-hot: a row of zeros, of several
+    ones or of other values would train as class 0 (the argmax of nothing).
+
+    Raises:
+        ValueError: naming the file, the first such row and what it holds.
+    """
+    bad = ((labels != 0) & (labels != 1)).any(dim=1) | (labels.sum(dim=1) != 1)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(f"{path}: row {row} is no one-hot label ({labels[row].tolist()[:10]}); "
+                         f"{int(bad.sum())} rows are not")
+
+
+def check_features(path: Path, features: Tensor) -> None:
+    """A raw feature matrix (``x``, ``tx``, ``allx``) holds finite numbers only.
+
+    Raises:
+        ValueError: naming the file and the first row holding NaN or an infinity.
+    """
+    bad = ~torch.isfinite(features).all(dim=1)
+    if bool(bad.any()):
+        raise ValueError(f"{path}: row {int(bad.nonzero()[0, 0])} holds NaN or an infinity; "
+                         f"{int(bad.sum())} rows do")
+
+
 def check_adjacency(path: Path, graph: dict[int, list[int]], nodes: int) -> None:
     """Every node of the adjacency dict ``graph`` (read from ``path``) and each of its neighbours is an id
     from 0 to ``nodes`` - 1: one that is not (a negative id, which building the edges would drop without a
-    word, or one past the labelled nodes) is a ValueError naming the file, the node and the id."""
+    word, or one past the labelled nodes) is a ValueError naming the file, the node and the id. The
+    neighbours number at most the file's bytes (a pickle writes each one; lists shared between nodes
+    would expand a few hundred KB into gigabytes of edges)."""
+    entries = sum(len(neighbours) for neighbours in graph.values())
+    size = path.stat().st_size
+    if entries > size:
+        raise ValueError(f"{path}: {entries:,} neighbour ids in a file of {size:,} bytes: its nodes share "
+                         "neighbour lists, which no published graph does")
     for node, neighbours in graph.items():
         if not 0 <= node < nodes:
             raise ValueError(f"{path}: node id {node} is outside the {nodes} labelled nodes "

@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 
 from pipegnn.atomic import atomic_file
 from pipegnn.integrity import stream_checksum
-from pipegnn.jsonfile import JSONFileError, parse_json
+from pipegnn.jsonfile import JSONFileError, parse_json, read_regular
 from pipegnn.results.archive_format import (
     _FORMAT,
     _VERSION,
@@ -60,7 +60,7 @@ from pipegnn.results.archive_format import (
     part_name,
 )
 from pipegnn.results.archive_read import Entry, Packed, entries, parts, read, unpack
-from pipegnn.results.records import RECORD_NAME, find_records, is_entry, read_regular
+from pipegnn.results.records import RECORD_NAME, find_records, is_entry
 
 __all__ = ["ARCHIVE_NAME", "EPOCH_DECIMALS", "EPOCH_STAGE_KEYS", "FILE_NAMES", "MAX_FILES",
            "MAX_INFLATED_BYTES", "MAX_KEY_CHARS", "MAX_KEY_PARTS", "MAX_LINE_BYTES", "MAX_PARTS",

@@ -50,10 +50,11 @@ _FORMAT, _VERSION = "pipegnn.records", 1
 FILE_NAMES = (RECORD_NAME, "trace.json")
 #: Bounds of what reading an archive inflates: the whole stream, and one line (one file; the largest of the
 #: committed reference archives inflates to 35 MB, its longest line is 1.3 MB).
-MAX_INFLATED_BYTES = 1 << 30
-MAX_LINE_BYTES = 64 << 20
-#: The most files an archive's header may count (a sweep of half a million runs, each with its trace).
-MAX_FILES = 1 << 20
+MAX_INFLATED_BYTES = 256 << 20
+MAX_LINE_BYTES = 8 << 20
+#: The most files an archive's header may count (a sweep of 32,768 runs, each with its trace; the committed
+#: reference archives hold at most a few hundred).
+MAX_FILES = 1 << 16
 #: Bounds of a key (``records/<job path>/result.json``), checked before anything is built from its folders:
 #: its characters, and its names (folders and file).
 MAX_KEY_CHARS = 1024

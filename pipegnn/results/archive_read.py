@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Callable, Collection, Generator, Iterator
 
 from pipegnn.integrity import stream_checksum
+from pipegnn.jsonfile import open_regular
 from pipegnn.results.archive_format import (
     _FORMAT,
     _VERSION,
@@ -37,7 +38,7 @@ from pipegnn.results.archive_format import (
     _part_problem,
     part_name,
 )
-from pipegnn.results.records import is_entry, open_regular, write_record
+from pipegnn.results.records import is_entry, write_record
 
 __all__ = ["Entry", "Packed", "entries", "parts", "read", "unpack"]
 

@@ -17,12 +17,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from pipegnn.results.records import read_regular
+from pipegnn.jsonfile import read_regular
 
-__all__ = ["MAX_YAML_BYTES"]
+__all__ = ["MAX_YAML_BYTES", "read_hydra_file"]
 
-#: The largest Hydra file (``multirun.yaml``, ``.hydra/*.yaml``) a reader parses.
-MAX_YAML_BYTES = 64 << 20
+#: The largest Hydra file (``multirun.yaml``, ``.hydra/*.yaml``) a reader parses: Hydra writes a few
+#: kilobytes; OmegaConf builds about 200 bytes of nodes per byte of YAML (a 4 MB plan took 83 s and 814 MB).
+MAX_YAML_BYTES = 1 << 20
 #: Where a string calls a resolver: an interpolation whose text before its first brace holds a colon
 #: (``${oc.env:X}``, ``${a.${now:%H}}``); a key of a node interpolation never holds one.
 _RESOLVER_CALL = re.compile(r"\$\{[^{}]*:")
@@ -35,7 +36,7 @@ def _plain(node: Any, resolve: bool = False) -> Any:
     return OmegaConf.to_container(node, resolve=resolve)
 
 
-def _load_yaml(path: Path) -> Any:
+def read_hydra_file(path: Path) -> Any:
     """What the Hydra file ``path`` holds, as plain data with its interpolations as written: read only
     when it is a regular file of at most `MAX_YAML_BYTES`, parsed by OmegaConf's safe YAML loader.
 

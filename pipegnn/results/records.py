@@ -11,24 +11,25 @@ import errno
 import json
 import os
 import re
-import stat
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, Callable
 
 from pipegnn.atomic import atomic_file
-from pipegnn.jsonfile import JSONFileError
+from pipegnn.jsonfile import JSONFileError, read_regular
 from pipegnn.record import RecordFormatError, RunRecord, completion_problem
 
-__all__ = ["RECORD_NAME", "RECORD_ROOM", "NotRegularFileError", "RecordError", "atomic_file",
-           "check_record", "find_records", "is_entry", "load_record", "natural_key", "open_regular",
-           "place_of", "probe_record_folder", "read_regular", "record_of", "write_record"]
+__all__ = ["MAX_RECORD_BYTES", "RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record",
+           "find_records", "is_entry", "load_record", "natural_key", "place_of", "probe_record_folder",
+           "record_of", "write_record"]
 
 RECORD_NAME = "result.json"
 
 #: Room a record needs, which [`probe_record_folder`][pipegnn.results.records.probe_record_folder] checks (a
 #: long run's record, every epoch's entry, is some hundreds of KiB).
 RECORD_ROOM = 1 << 20
+#: The largest record file a reader reads (a long run's is some hundreds of KiB; an archive's line, which
+#: holds one, has the same bound): a larger one is unreadable, never loaded.
+MAX_RECORD_BYTES = 8 << 20
 
 
 def probe_record_folder(directory: str | Path, name: str = RECORD_NAME) -> None:
@@ -73,67 +74,6 @@ def write_record(directory: str | Path, record: RunRecord | dict[str, Any],
     return path
 
 
-class NotRegularFileError(OSError):
-    """A file a reader was asked to read that is not a regular file (a folder, a FIFO, a device, a
-    socket), refused before a byte is read; ``str()`` names it and what it is."""
-
-
-#: Flags every reader opens a file with: never wait (a FIFO opened for reading without them waits for a
-#: writer forever), never become a controlling terminal, never leak into a child.
-_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-               | getattr(os, "O_CLOEXEC", 0))
-
-
-def _kind_of(mode: int) -> str:
-    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return kind
-    return "not a regular file"
-
-
-@contextmanager
-def open_regular(path: str | Path) -> Iterator[BinaryIO]:
-    """``path`` opened for reading in binary, if it is a regular file (a link to one included). Anything
-    else is refused before it is opened (``os.stat``), and again once it is (``fstat`` of the descriptor,
-    opened with ``O_NONBLOCK``): a FIFO never makes a reader wait, a device is never read.
-
-    Raises:
-        NotRegularFileError: (an OSError) ``path`` is a folder, a FIFO, a device or a socket (``str()``
-            says which).
-        OSError: it cannot be opened (FileNotFoundError: there is none, or it is a link to nothing).
-    """
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise NotRegularFileError(errno.EINVAL, f"{path} is {_kind_of(mode)}, not a regular file")
-    fd = os.open(path, _READ_FLAGS)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):  # replaced since the stat
-            raise NotRegularFileError(errno.EINVAL, f"{path} is {_kind_of(mode)}, not a regular file")
-        file = os.fdopen(fd, "rb")  # O_NONBLOCK changes nothing for a regular file
-    except BaseException:
-        os.close(fd)
-        raise
-    with file:
-        yield file
-
-
-def read_regular(path: str | Path, limit: int | None = None) -> bytes:
-    """The bytes of the regular file ``path`` (see [`open_regular`][pipegnn.results.records.open_regular]), at
-    most ``limit`` of them.
-
-    Raises:
-        NotRegularFileError, OSError: see [`open_regular`][pipegnn.results.records.open_regular].
-        ValueError: the file holds more than ``limit`` bytes (naming it and the limit).
-    """
-    with open_regular(path) as f:
-        data = f.read() if limit is None else f.read(limit + 1)
-    if limit is not None and len(data) > limit:
-        raise ValueError(f"{path} holds more than {limit:,} bytes, more than any such file should")
-    return data
-
-
 class RecordError(JSONFileError):
     """A record file that cannot be used: not valid JSON (nesting too deep included), not shaped like
     a record, or of a newer version than this code reads.
@@ -161,7 +101,7 @@ def load_record(path: str | Path) -> RunRecord:
     """Read one record (a ``result.json`` file or the directory holding it), migrated to the current
     version ([`from_dict`][pipegnn.record.RunRecord.from_dict]).
 
-    Only a regular file is read ([`open_regular`][pipegnn.results.records.open_regular]: a FIFO in its place
+    Only a regular file is read ([`open_regular`][pipegnn.jsonfile.open_regular]: a FIFO in its place
     never makes the reader wait).
 
     Raises:
@@ -174,7 +114,10 @@ def load_record(path: str | Path) -> RunRecord:
     path = Path(path)
     if path.is_dir():
         path = path / RECORD_NAME
-    data = read_regular(path)
+    try:
+        data = read_regular(path, MAX_RECORD_BYTES)
+    except ValueError as e:  # larger than any record
+        raise RecordError(path, str(e)) from None
     try:
         record = json.loads(data)
     except RecursionError:  # as pipegnn.jsonfile.read_json words it

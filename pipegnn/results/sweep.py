@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pipegnn.results.hydra_files import MAX_YAML_BYTES as MAX_YAML_BYTES
-from pipegnn.results.hydra_files import _get, _load_yaml, _resolved
+from pipegnn.results.hydra_files import _get, _resolved, read_hydra_file
 from pipegnn.results.records import (
     RECORD_NAME,
     RecordError,
@@ -70,7 +70,7 @@ class Job:
 def _overrides(directory: Path) -> list[str] | None:
     """The job's overrides as Hydra saved them (``.hydra/overrides.yaml``), None when absent."""
     try:
-        saved = _load_yaml(directory / ".hydra" / "overrides.yaml")
+        saved = read_hydra_file(directory / ".hydra" / "overrides.yaml")
     except Exception:  # noqa: BLE001 - .hydra files are optional (hydra.output_subdir=null)
         return None
     return [str(o) for o in saved] if isinstance(saved, list) else None
@@ -80,7 +80,7 @@ def _job_info(directory: Path) -> tuple[int | None, str]:
     num = None
     overrides = _overrides(directory)
     try:
-        num = int(_get(_load_yaml(directory / ".hydra" / "hydra.yaml"), "hydra", "job", "num"))
+        num = int(_get(read_hydra_file(directory / ".hydra" / "hydra.yaml"), "hydra", "job", "num"))
     except Exception:  # noqa: BLE001 - no file, no number (an interpolation is no number either)
         if directory.name.isdigit():
             num = int(directory.name)
@@ -99,11 +99,11 @@ def _incomplete(directory: Path) -> Job:
     num, overrides = _job_info(directory)
     config: Any = {}
     try:
-        config = _resolved(_load_yaml(directory / ".hydra" / "config.yaml"))
+        config = _resolved(read_hydra_file(directory / ".hydra" / "config.yaml"))
     except Exception:  # noqa: BLE001
         pass
     try:
-        choices = _get(_load_yaml(directory / ".hydra" / "hydra.yaml"), "hydra", "runtime", "choices")
+        choices = _get(read_hydra_file(directory / ".hydra" / "hydra.yaml"), "hydra", "runtime", "choices")
     except Exception:  # noqa: BLE001
         choices = None
     return Job(directory, num, overrides, "incomplete", INCOMPLETE, False,

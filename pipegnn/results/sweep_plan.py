@@ -16,13 +16,16 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from pipegnn.results.hydra_files import _RESOLVER_CALL, _get, _inert, _load_yaml
-from pipegnn.results.records import NotRegularFileError
+from pipegnn.jsonfile import NotRegularFileError
+from pipegnn.results.hydra_files import _RESOLVER_CALL, _get, _inert, read_hydra_file
 from pipegnn.runconfig import plain_config
 
-__all__ = ["SweepPlanError", "planned_jobs"]
+__all__ = ["MAX_PLANNED_JOBS", "SweepPlanError", "planned_jobs"]
 
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+#: The most jobs a sweep's plan is expanded into (Hydra's basic sweeper runs them one by one: a plan of
+#: more is damaged, or no plan anyone runs).
+MAX_PLANNED_JOBS = 100_000
 
 
 class SweepPlanError(ValueError):
@@ -57,7 +60,7 @@ def _plan(sweep_dir: Path) -> tuple[dict[str, Any], list[tuple[list[str], Path]]
     """
     marker = sweep_dir / "multirun.yaml"
     try:
-        cfg = _load_yaml(marker)
+        cfg = read_hydra_file(marker)
     except FileNotFoundError:
         if not os.path.islink(marker):
             return None
@@ -93,18 +96,23 @@ def _plan(sweep_dir: Path) -> tuple[dict[str, Any], list[tuple[list[str], Path]]
         raise SweepPlanError(f"{marker}: its overrides cannot be read ({type(e).__name__}: "
                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
     try:
-        jobs = _expand(overrides)
+        jobs = _expand(overrides, marker)
+    except SweepPlanError:
+        raise
     except Exception:  # noqa: BLE001 - overrides that need the config to expand (a glob): unknown here
         return None
     return cfg, [(job, sweep_dir / _subdir(cfg, num, job, parser)) for num, job in enumerate(jobs)]
 
 
-def _expand(overrides: list[Any]) -> list[list[str]]:
+def _expand(overrides: list[Any], marker: Path) -> list[list[str]]:
     """The jobs of parsed ``overrides`` as Hydra's basic sweeper expands them: each key's values (a
     sweep's, or the one value), the last override of a key winning its place, their product in order.
-    Restated from Hydra's public override API: the sweeper's own expansion is in a private module.
+    Restated from Hydra's public override API: the sweeper's own expansion is in a private module. A plan
+    of more than `MAX_PLANNED_JOBS` jobs is counted before it is expanded (``range(0,1000000)`` would
+    build a million jobs' overrides).
 
     Raises:
+        SweepPlanError: more than `MAX_PLANNED_JOBS` jobs (``marker``: the plan's file, named).
         Exception: an override the basic sweeper cannot expand either (an interval; a glob needs the
             config)."""
     values: dict[str, list[str]] = {}
@@ -113,9 +121,17 @@ def _expand(overrides: list[Any]) -> list[list[str]]:
         if override.is_sweep_override():
             if not override.is_discrete_sweep():
                 raise ValueError(f"{key}: the basic sweeper expands discrete sweeps only")
-            values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+            found = list(itertools.islice(override.sweep_string_iterator(), MAX_PLANNED_JOBS + 1))
+            values[key] = [f"{key}={value}" for value in found]
         else:
             values[key] = [f"{key}={override.get_value_element_as_str()}"]
+    count = 1
+    for key, found in values.items():
+        count *= len(found)
+        if count > MAX_PLANNED_JOBS:
+            raise SweepPlanError(f"{marker}: plans more than {MAX_PLANNED_JOBS:,} jobs (at {key}, of "
+                                 f"{'more than ' * (len(found) > MAX_PLANNED_JOBS)}"
+                                 f"{min(len(found), MAX_PLANNED_JOBS):,} values): not expanded")
     return [list(job) for job in itertools.product(*values.values())]
 
 

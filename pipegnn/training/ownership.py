@@ -22,9 +22,10 @@
   naming the first run. A folder where the lock cannot be made (read-only, say) is refused the same way.
 - [`claim_job`][pipegnn.training.ownership.claim_job]: a job claims its output folder (``.pipegnn-job.json``:
   the job's number and overrides and its sweep's folder, created only if absent) before it runs; a folder
-  that another job claimed (another number, or other overrides, ``resume`` aside), of this sweep (``hydra.sweep.subdir`` resolving to one folder for several jobs)
-  or of another sweep, or that lies inside another sweep's folder or a job's, is refused naming that job or
-  sweep, and the refused job writes nothing there.
+  that another job claimed (another number, or other overrides, ``resume`` aside), of this sweep
+  (``hydra.sweep.subdir`` resolving to one folder for several jobs) or of another sweep, or that lies
+  inside another sweep's folder or a job's, is refused naming that job or sweep, and the refused job
+  writes nothing there.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from pipegnn.atomic import atomic_file
+from pipegnn.results.hydra_files import read_hydra_file
 
 __all__ = ["JOB_FILE", "LOCK_FILE", "OWNER_FILE", "RUN_FILE", "RUN_LOCK", "FolderTaken", "SweepOwner",
            "check_folder", "claim_job", "claim_run", "take_sweep"]
@@ -61,12 +63,19 @@ class FolderTaken(RuntimeError):
     """A sweep's or a job's folder belongs to another sweep or job (named in the message)."""
 
 
-def _plan(config: DictConfig) -> dict[str, Any]:
-    """What makes one sweep this sweep: its overrides (``resume`` aside) and its sweeper's parameters."""
-    task = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=False) or []]
-    params = config.hydra.sweeper.get("params") if "sweeper" in config.hydra else None
+def _plan(config: DictConfig | dict[str, Any]) -> dict[str, Any]:
+    """What makes one sweep this sweep: its overrides (``resume`` aside) and its sweeper's parameters
+    (of the sweep's config, or of its plan read as data)."""
+    hydra = config["hydra"] if isinstance(config, dict) else \
+        OmegaConf.to_container(config.hydra, resolve=False)
+    hydra = hydra if isinstance(hydra, dict) else {}
+    overrides = hydra.get("overrides")
+    overrides = overrides if isinstance(overrides, dict) else {}
+    sweeper = hydra.get("sweeper")
+    sweeper = sweeper if isinstance(sweeper, dict) else {}
+    task = [str(o) for o in overrides.get("task") or []]
     return {"overrides": sorted(o for o in task if not o.lstrip("+~").startswith("resume=")),
-            "sweeper_params": OmegaConf.to_container(params, resolve=False) if params is not None else None}
+            "sweeper_params": sweeper.get("params")}
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -96,11 +105,9 @@ def _plan_file(path: Path) -> dict[str, Any] | None:
     there is none; one that cannot be read is nobody's plan (it compares unequal to every sweep)."""
     if not (path.exists() or path.is_symlink()):
         return None
-    try:
-        if not path.is_file():
-            raise ValueError("not a file")
-        config = OmegaConf.load(path)
-        if not isinstance(config, DictConfig):
+    try:  # as data, bounded, aliases refused: the results reader's own reading (a 711-byte alias bomb hung)
+        config = read_hydra_file(path)
+        if not isinstance(config, dict):
             raise ValueError("not a mapping")
         return {**_plan(config), "plan": str(path)}
     except Exception as e:  # noqa: BLE001 - whatever it holds, it is not this sweep's plan
@@ -174,10 +181,10 @@ def take_sweep(sweep_dir: str | Path, plan: dict[str, Any]) -> IO[Any]:
         if owner is None:  # no owner, no plan, but jobs: a sweep whose plan and owner are lost
             job = _a_job_inside(folder)
             if job is not None:
-                raise FolderTaken(f"hydra.sweep.dir={folder} holds {_describe_job(job)}, of a sweep whose plan "
-                                  f"({PLAN_FILE}) and owner ({OWNER_FILE}) are gone: this sweep cannot tell "
-                                  "whether those records are its own; give it another hydra.sweep.dir (or "
-                                  "restore that plan, or remove those jobs' folders)")
+                raise FolderTaken(f"hydra.sweep.dir={folder} holds {_describe_job(job)}, of a sweep whose "
+                                  f"plan ({PLAN_FILE}) and owner ({OWNER_FILE}) are gone: this sweep cannot "
+                                  "tell whether those records are its own; give it another hydra.sweep.dir "
+                                  "(or restore that plan, or remove those jobs' folders)")
         if owner is not None and {k: owner.get(k) for k in plan} != plan:
             raise FolderTaken(f"hydra.sweep.dir={folder} holds {_describe(owner)}, another sweep; its "
                               "records and plan would be mixed with this one's: give this sweep another "
@@ -265,9 +272,9 @@ def _lock(path: Path, what: str) -> IO[Any] | None:
     try:
         lock = open(path, "a+")  # noqa: SIM115 - held by the caller
     except OSError as e:
-        raise FolderTaken(f"{what}: its lock {path} cannot be made ({type(e).__name__}: {e.strerror or e}), so "
-                          "the run's record could not be written there either; give it a writable folder") \
-            from None
+        raise FolderTaken(f"{what}: its lock {path} cannot be made ({type(e).__name__}: "
+                          f"{e.strerror or e}), so the run's record could not be written there either; give "
+                          "it a writable folder") from None
     try:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -292,8 +299,8 @@ def claim_run(folder: str | Path, overrides: list[str], fresh: bool = False) -> 
     check_folder(folder, "hydra.run.dir")
     lock = _lock(folder / RUN_LOCK, key)
     if lock is None:
-        raise FolderTaken(f"{key} is in use by {_describe_run(_read_json(folder / RUN_FILE) or {})}; give this "
-                          "run a folder of its own")
+        running = _read_json(folder / RUN_FILE) or {}
+        raise FolderTaken(f"{key} is in use by {_describe_run(running)}; give this run a folder of its own")
     try:
         other = _read_json(folder / RUN_FILE)
         if other is not None and (fresh or _job_overrides(list(other.get("overrides") or []))
@@ -368,13 +375,13 @@ class SweepOwner(Callback):
             raise SystemExit(f"sweep refused: {why}") from None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """A single run claims its folder (``hydra.run.dir``: [`claim_run`][pipegnn.training.ownership.claim_run]),
-        or the command stops here with one line, before Hydra writes into it (Hydra's own mkdir ended in
-        its traceback)."""
+        """A single run claims its folder (``hydra.run.dir``:
+        [`claim_run`][pipegnn.training.ownership.claim_run]), or the command stops here with one line,
+        before Hydra writes into it (Hydra's own mkdir ended in its traceback)."""
         try:
             if int(os.environ.get("RANK", "0") or 0) == 0:
                 self.run_lock = _claim_run_folder(config)
-            else:  # another rank of a pipeline under torchrun: rank 0 claims the folder (and writes the record)
+            else:  # another rank of a pipeline under torchrun: rank 0 claims the folder (and its record)
                 check_folder(Path(config.hydra.run.dir), "hydra.run.dir")
         except Exception as e:  # as on_multirun_start: a warning would let the run go on
             why = str(e) if isinstance(e, FolderTaken) else f"hydra.run.dir={config.hydra.run.dir}: " \

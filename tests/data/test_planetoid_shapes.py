@@ -32,6 +32,47 @@ def _huge_declared_shape(raw: Path) -> None:
         pickle.dump(m, f, protocol=4)
 
 
+def _repickle(raw: Path, part: str, edit: Callable[[np.ndarray], None]) -> None:
+    """ind.cora.<part> read, edited as a dense array, and written back as one."""
+    from pipegnn.data.planetoid import read_raw
+
+    matrix = read_raw(raw, "cora", part).numpy().copy()
+    edit(matrix)
+    with open(raw / f"ind.cora.{part}", "wb") as f:
+        pickle.dump(matrix, f, protocol=4)
+
+
+class _Declared:
+    """Pickles as numpy pickles an array, declaring ``shape`` and carrying no data."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+    def __reduce__(self):  # noqa: ANN204
+        from pipegnn.data.planetoid import _reconstruct
+
+        return _reconstruct, (np.ndarray, (0,), "b"), (1, self.shape, np.dtype(np.float32), False, "")
+
+
+def _tiny_file_declaring_a_huge_array(raw: Path) -> None:
+    with open(raw / "ind.cora.x", "wb") as f:
+        pickle.dump(_Declared((140, 10**9)), f, protocol=2)
+
+
+def _csr_whose_indices_declare_a_huge_array(raw: Path) -> None:
+    m = sp.csr_matrix((np.ones(1, np.float32), np.array([0], np.int32), np.array([0] + [1] * 140, np.int32)),
+                      shape=(140, 1433))
+    m.indices = _Declared((10**12,))
+    with open(raw / "ind.cora.x", "wb") as f:
+        pickle.dump(m, f, protocol=2)
+
+
+def _shared_neighbour_lists(raw: Path) -> None:
+    shared = list(range(2000))  # one list, every node's: 5.4 M edges from a few KB
+    with open(raw / "ind.cora.graph", "wb") as f:
+        pickle.dump({node: shared for node in range(2708)}, f, protocol=2)
+
+
 CASES = {
     # the issue's examples: ind.cora.y replaced by ind.cora.ty, a test.index cut short, a huge declared shape
     "y is ty": ("cora", lambda raw: shutil.copyfile(raw / "ind.cora.ty", raw / "ind.cora.y"),
@@ -48,6 +89,23 @@ CASES = {
     "far test id": ("citeseer", lambda raw: _lines(raw / "ind.citeseer.test.index",
                                                    lambda ls: _first(ls, "1000000000")),
                     "ind.citeseer.test.index holds ids from 2312 to 1000000000, outside the test nodes'"),
+    # bounded before anything is allocated: a tiny file declaring a huge array (as the feature matrix, or
+    # inside a CSR matrix), a few KB of shared neighbour lists
+    "huge array in a tiny file": ("cora", _tiny_file_declaring_a_huge_array,
+                                  "declares (140, 1000000000) of float32 (560,000,000,000 bytes) but "
+                                  "carries 0"),
+    "huge array inside a csr": ("cora", _csr_whose_indices_declare_a_huge_array,
+                                "declares (1000000000000,) of float32"),
+    "shared neighbour lists": ("cora", _shared_neighbour_lists, "its nodes share neighbour lists"),
+    # labels that are no one-hot rows would train as class 0; features that are not finite fail late
+    "a label row of zeros": ("cora", lambda raw: _repickle(raw, "ally", lambda m: m[5].__setitem__(..., 0)),
+                             "ind.cora.ally: row 5 is no one-hot label ([0.0, 0.0, 0.0"),
+    "a label row of ones": ("cora", lambda raw: _repickle(raw, "y", lambda m: m[0].__setitem__(..., 1)),
+                            "ind.cora.y: row 0 is no one-hot label ([1.0, 1.0"),
+    "NaN in allx": ("cora", lambda raw: _repickle(raw, "allx", lambda m: m[3].__setitem__(7, np.nan)),
+                    "ind.cora.allx: row 3 holds NaN or an infinity"),
+    "inf in tx": ("cora", lambda raw: _repickle(raw, "tx", lambda m: m[9].__setitem__(0, np.inf)),
+                  "ind.cora.tx: row 9 holds NaN or an infinity"),
 }
 
 

@@ -23,10 +23,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from pipegnn.integrity import stream_checksum
+from pipegnn.jsonfile import NotRegularFileError
 from pipegnn.results import archive, load, load_record, write_record
 from pipegnn.results.__main__ import main
 from pipegnn.results.archive import ARCHIVE_NAME, ArchiveError
-from pipegnn.results.records import NotRegularFileError, RecordError
+from pipegnn.results.records import RecordError
 from pipegnn.results.sweep import completed_record, sweep_jobs
 
 from tests.helpers import COMPLETED_RECORD, ROOT, killed_model_sweep, make_cfg
@@ -225,7 +226,7 @@ def _limited(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("bomb, reason", [
-    (b"\0", "a line inflates to more than 67,108,864 bytes"),  # one endless line
+    (b"\0", "a line inflates to more than 8,388,608 bytes"),  # one endless line
     (b"\n", "3 lines or more after the header, which says 2"),  # gigabytes of empty lines
 ])
 def test_an_archive_that_inflates_to_gigabytes_is_refused_not_read_into_memory(
@@ -466,10 +467,10 @@ def test_a_yaml_alias_bomb_in_a_jobs_hydra_folder_is_refused_at_once(tmp_path: P
     assert list(df["status"]) == ["completed", "incomplete", "completed", "missing"]
     assert [j.status for j in jobs] == ["completed", "incomplete", "completed", "missing"]
     assert not any(str(c).startswith("cfg.a") for c in df.columns)
-    from pipegnn.results.sweep import _load_yaml
+    from pipegnn.results.sweep import read_hydra_file
 
     with pytest.raises(ValueError, match=r"holds a YAML alias \(\*a0\), which no Hydra file does"):
-        _load_yaml(sweep / "1" / ".hydra" / name)
+        read_hydra_file(sweep / "1" / ".hydra" / name)
 
 
 def test_a_yaml_alias_bomb_as_a_sweeps_plan_is_an_unreadable_plan(tmp_path: Path) -> None:
@@ -480,3 +481,57 @@ def test_a_yaml_alias_bomb_as_a_sweeps_plan_is_an_unreadable_plan(tmp_path: Path
     assert time.monotonic() - start < _PATIENCE
     assert list(df["status"]) == ["completed"] * 3 + ["unreadable"]
     assert "holds a YAML alias" in df["error"].iloc[-1]
+
+
+# --- Every outside file bounded in size and count before it is built ------------------------------------
+
+@pytest.mark.parametrize("sweep_override, reason", [
+    ("train.seed=range(0,1000000)", "plans more than 100,000 jobs (at train.seed, of more than 100,000"),
+    ("train.seed=range(0,1000)", "plans more than 100,000 jobs (at train.seed, of 1,000 values)"),  # product
+])
+def test_a_plan_of_a_million_jobs_is_unreadable_not_expanded(tmp_path: Path, sweep_override: str,
+                                                            reason: str) -> None:
+    """range(0,1000000) in a multirun.yaml ran the table past 5 minutes and 2.8 GB; two large ranges whose
+    product is huge (a second case), under a memory cap, read as four completed runs. The plan is counted
+    before it is expanded: one unreadable row naming it, at once."""
+    sweep = _finished_but_one(tmp_path)
+    plan = OmegaConf.load(sweep / "multirun.yaml")
+    extra = [sweep_override] if "1000000" in sweep_override else [sweep_override, "chunks=range(0,1000)"]
+    plan.hydra.overrides.task = [*plan.hydra.overrides.task, *extra]
+    OmegaConf.save(plan, sweep / "multirun.yaml")
+    start = time.monotonic()
+    df = load(sweep)
+    assert time.monotonic() - start < _PATIENCE
+    assert df["status"].iloc[-1] == "unreadable" and reason in df["error"].iloc[-1], df["error"].iloc[-1]
+
+
+def test_a_record_or_trace_larger_than_any_run_writes_is_refused_unread(tmp_path: Path) -> None:
+    """A sparse 20 GB result.json ended in a MemoryError traceback: it is an unreadable row now, read no
+    further than its bound; a trace.json of the same (a second case) is one JSONFileError."""
+    from pipegnn.jsonfile import JSONFileError, read_json
+
+    sweep = _finished_but_one(tmp_path)
+    record = sweep / "2" / "result.json"
+    with open(record, "r+b") as f:
+        f.truncate(20 << 30)
+    start = time.monotonic()
+    df = load(sweep)
+    assert time.monotonic() - start < _PATIENCE
+    assert df["status"].iloc[2] == "unreadable"
+    assert "holds more than 8,388,608 bytes" in df["error"].iloc[2], df["error"].iloc[2]
+    trace = tmp_path / "trace.json"
+    with open(trace, "wb") as f:
+        f.truncate(20 << 30)
+    with pytest.raises(JSONFileError, match="holds more than 67,108,864 bytes"):
+        read_json(trace)
+
+
+def test_an_archive_counting_a_million_files_is_refused_before_its_lines(tmp_path: Path) -> None:
+    """A 2.6 MB archive of 1,048,576 tiny records took 3 minutes and 4.7 GB: a header counting more files
+    than `MAX_FILES` is refused before any line is read."""
+    header = {"format": "pipegnn.records", "version": 1, "files": 1 << 20, "checksum": "crc32:00000000"}
+    packed = tmp_path / "sent" / ARCHIVE_NAME
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(json.dumps(header).encode() + b"\n"))
+    with pytest.raises(ArchiveError, match="the header counts 1048576 files, expected a number from 0 to 65,"):
+        archive.read(packed)

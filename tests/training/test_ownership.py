@@ -6,12 +6,21 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from pipegnn.training.ownership import (JOB_FILE, OWNER_FILE, RUN_FILE, RUN_LOCK, FolderTaken, claim_job, claim_run,
-                                        take_sweep)
+from pipegnn.training.ownership import (
+    JOB_FILE,
+    OWNER_FILE,
+    RUN_FILE,
+    RUN_LOCK,
+    FolderTaken,
+    claim_job,
+    claim_run,
+    take_sweep,
+)
 
 from tests.helpers import ROOT, TINY_SYNTHETIC
 
@@ -288,3 +297,19 @@ def test_a_run_into_a_taken_folder_is_refused_in_one_line(tmp_path: Path, how: s
     assert "run refused" in done.stderr and why in done.stderr, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     assert _records(out) == before
+
+
+@pytest.mark.parametrize("plan", ["alias bomb", "too large"])
+def test_a_plan_that_cannot_be_read_in_bounds_never_stalls_a_start(tmp_path: Path, plan: str) -> None:
+    """A 711-byte YAML alias bomb as a folder's multirun.yaml hung the start of a run (the ownership check
+    read it with OmegaConf.load, while the results reader refused it); a plan past the readers' size bound
+    (a second case) is refused the same way: an unreadable plan, another sweep's, at once."""
+    from pipegnn.results.hydra_files import MAX_YAML_BYTES
+
+    (tmp_path / "multirun.yaml").write_text(
+        "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}' if i else 'x'] * 10)}]\n" for i in range(9))
+        if plan == "alias bomb" else "a: [" + "1, " * (MAX_YAML_BYTES // 3) + "1]\n")
+    start = time.monotonic()
+    with pytest.raises(FolderTaken, match=r"a sweep in .*multirun.yaml \(<unreadable: ValueError>\)"):
+        take_sweep(tmp_path, _PLAN)
+    assert time.monotonic() - start < 5
