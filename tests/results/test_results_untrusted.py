@@ -533,5 +533,5 @@ def test_an_archive_counting_a_million_files_is_refused_before_its_lines(tmp_pat
     packed = tmp_path / "sent" / ARCHIVE_NAME
     packed.parent.mkdir()
     packed.write_bytes(gzip.compress(json.dumps(header).encode() + b"\n"))
-    with pytest.raises(ArchiveError, match="the header counts 1048576 files, expected a number from 0 to 65,"):
+    with pytest.raises(ArchiveError, match="the header counts 1048576 files, expected a number from 0 to"):
         archive.read(packed)
