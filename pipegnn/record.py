@@ -28,12 +28,14 @@ A record read from a file is ``completed`` only when its fields say so
 ([`completion_problem`][pipegnn.record.completion_problem], which
 [`pipegnn.results.records.record_of`][pipegnn.results.records.record_of] applies to every record file and
 archive line): at least one epoch, each accuracy of ``final`` (`COMPLETED_ACCURACIES`), and every epoch's
-``train_acc``, ``val_acc`` and ``test_acc``, each a number from 0 to 1. A ``completed`` record without them
-is malformed (the runs table lists it as ``unreadable``, and ``resume=true`` runs its job again).
+``train_acc``, ``val_acc`` and ``test_acc``, each a number from 0 to 1, and all of ``train.epochs``' epochs
+unless it stopped early (``final.stopped_epoch``). A ``completed`` record without them is malformed (the
+runs table lists it as ``unreadable``, and ``resume=true`` runs its job again).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +46,8 @@ from typing import Any, Callable
 from pipegnn.choices import StrEnum
 
 __all__ = ["COMBINE", "COMPLETED_ACCURACIES", "LAUNCHER", "OPTIONAL", "RANK0", "RANK0_IF_COMPLETED",
-           "RECORD_VERSION", "RecordFormatError", "RunRecord", "Status", "completion_problem", "migrate"]
+           "RECORD_VERSION", "RecordFormatError", "RunRecord", "Status", "completion_problem",
+           "epochs_problem", "migrate"]
 
 #: The version of the records this code writes (and the newest it reads).
 RECORD_VERSION = 2
@@ -247,13 +250,36 @@ def completion_problem(record: RunRecord) -> str | None:
         problem = _accuracy_problem(record.final[key])
         if problem is not None:
             return f"malformed record: status 'completed' but 'final.{key}' {problem}"
-    for i, epoch in enumerate(record.epochs):
-        for key in _EPOCH_ACCURACIES:
+    problem = epochs_problem(record.epochs)
+    if problem is not None:
+        return f"malformed record: status 'completed' but {problem}"
+    planned = (record.config.get("train") or {}).get("epochs") if isinstance(record.config, Mapping) else None
+    if (isinstance(planned, int) and not isinstance(planned, bool) and len(record.epochs) < planned
+            and record.final.get("stopped_epoch") is None):
+        return (f"malformed record: status 'completed' but {len(record.epochs)} of train.epochs={planned} "
+                "epochs and no early stop (final.stopped_epoch)")
+    return None
+
+
+def epochs_problem(epochs: Sequence[Any], keys: Sequence[str] = _EPOCH_ACCURACIES) -> str | None:
+    """Why ``epochs`` (a record's or a checkpoint's) are not what a run writes (None when they are): an
+    entry that is no object, or lacks one of ``keys`` (the accuracies, by default), or holds there no
+    number from 0 to 1 (an accuracy, ``*_acc``) or no finite number (the others: losses, times)."""
+    for i, epoch in enumerate(epochs):
+        if not isinstance(epoch, Mapping):
+            return f"'epochs[{i}]' is {_kind(epoch)}, expected an object"
+        for key in keys:
             if key not in epoch:
-                return f"malformed record: status 'completed' but no 'epochs[{i}].{key}'"
-            problem = _accuracy_problem(epoch[key])
+                return f"no 'epochs[{i}].{key}'"
+            value = epoch[key]
+            if key.endswith("_acc"):
+                problem = _accuracy_problem(value)
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                problem = f"is {value!r}, expected a finite number"
+            else:
+                problem = None
             if problem is not None:
-                return f"malformed record: status 'completed' but 'epochs[{i}].{key}' {problem}"
+                return f"'epochs[{i}].{key}' {problem}"
     return None
 
 

@@ -39,9 +39,9 @@ from typing import Any
 #: The public names of each module (but [`archive`][pipegnn.results.archive] and its parts), all re-exported
 #: here.
 _EXPORTS = {
-    "records": ("RECORD_NAME", "RECORD_ROOM", "NotRegularFileError", "RecordError", "atomic_file",
-                "check_record", "find_records", "is_entry", "load_record", "natural_key", "open_regular",
-                "place_of", "probe_record_folder", "read_regular", "record_of", "write_record"),
+    "records": ("MAX_RECORD_BYTES", "RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file",
+                "check_record", "find_records", "is_entry", "load_record", "natural_key", "place_of",
+                "probe_record_folder", "record_of", "write_record"),
     "rows": ("COLUMNS", "INTEGER_COLUMNS", "flatten", "integers"),
     "table": ("NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "column",
               "format_table", "load", "select"),
@@ -54,8 +54,8 @@ _EXPORTS = {
     "leaderboard_plot": ("plot_leaderboard",),
     "tta_plot": ("plot_time_to_accuracy_vs_memory", "setting_label"),
     "sweep": ("INCOMPLETE", "Job", "sweep_jobs", "unrecorded_jobs"),
-    "sweep_plan": ("SweepPlanError", "planned_jobs"),
-    "hydra_files": ("MAX_YAML_BYTES",),
+    "sweep_plan": ("MAX_PLANNED_JOBS", "SweepPlanError", "planned_jobs"),
+    "hydra_files": ("MAX_YAML_BYTES", "read_hydra_file"),
     "resume_check": ("VOLATILE_KEYS", "comparable_config", "completed_record"),
     "callbacks": ("EpochProgress", "FailureSummary", "exit_code"),
 }

@@ -173,11 +173,14 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
     finally:
         if drawing is not None:
             drawing.close()
-    if store is not None:  # per training step and evaluation pass, the mean over epochs
+    # per training step and evaluation pass, the mean over the epochs that read a feature file (a run resumed
+    # from a checkpoint of data.features=memory has none before it)
+    reads = [e["feature_reads"] for e in epochs if "feature_reads" in e]
+    if store is not None and reads:
         features = record.features if record.features is not None else {}
         record.features = features
-        for key in epochs[0]["feature_reads"]:
-            features[f"{key}_mean"] = statistics.mean(e["feature_reads"][key] for e in epochs)
+        for key in reads[-1]:
+            features[f"{key}_mean"] = statistics.mean(r[key] for r in reads if key in r)
     # the first epoch is a warm-up; with a captured step, so is the second (it records the graph)
     timed_epochs = final_figures(record, train_cfg, timed_from=2 if replayed is not None else 1)
     best = best_epoch(epochs, monitor)

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from pipegnn.integrity import unsealed
+from pipegnn.record import epochs_problem
 from pipegnn.schema import Config
 from pipegnn.training.checkpoints import load, previous_path, restore, training_state
 from pipegnn.training.resume_config import config_difference
@@ -39,6 +40,10 @@ log = logging.getLogger(__name__)
 
 #: What a checkpoint holds ([`training_state`][pipegnn.training.checkpoints.training_state]).
 _STATE_KEYS = ("config", "epochs", "model", "optimizer", "rng", "history")
+#: What every finished epoch's entry holds, each a finite number (an accuracy from 0 to 1), whatever the
+#: run's settings: what the run's end reads from every epoch.
+_EPOCH_KEYS = ("epoch", "train_loss", "train_acc", "val_acc", "val_loss", "test_acc", "epoch_time_s",
+               "eval_time_s")
 
 
 def _unusable(state: Any, config: Config) -> str | None:
@@ -51,6 +56,11 @@ def _unusable(state: Any, config: Config) -> str | None:
         return f"no {', '.join(missing)} in it"
     if not isinstance(state["epochs"], list) or not state["epochs"]:
         return "no finished epochs in it"
+    problem = epochs_problem(state["epochs"], _EPOCH_KEYS)
+    if problem is None and [e["epoch"] for e in state["epochs"]] != list(range(len(state["epochs"]))):
+        problem = "its epochs are not numbered 0, 1, ... in order"
+    if problem is not None:  # a checksum that holds over content no run writes
+        return f"its epochs are not a run's: {problem}"
     differs = config_difference(state["config"], config)
     if differs is not None:
         return differs
@@ -158,7 +168,7 @@ def resume_from(config: Config, path: str | Path, model: StagedGNN,
         why: str | None = None
         try:
             epochs = restore(state, model, optimizer)
-        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:  # content of another shape
+        except Exception as e:  # noqa: BLE001 - content of another shape (an optimizer state "x": AttributeError)
             why = f"its state does not fit this model: {type(e).__name__}: {str(e).splitlines()[0]}"
         if _all_ranks(why is None):
             break

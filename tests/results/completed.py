@@ -18,8 +18,12 @@ FINISHED: dict[str, Any] = {
 
 
 def completed(config: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """A completed record of ``config`` (``fields`` replace or add keys)."""
-    return {"status": "completed", "config": config, **FINISHED, **fields}
+    """A completed record of ``config`` (``fields`` replace or add keys): as many epochs as its
+    ``train.epochs`` (a completed run without an early stop trains them all), one when it has none."""
+    planned = config.get("train", {}).get("epochs", 1) if isinstance(config, dict) else 1
+    count = planned if isinstance(planned, int) else 1
+    epochs = [{**FINISHED["epochs"][0], "epoch": e} for e in range(count)]
+    return {"status": "completed", "config": config, **FINISHED, "epochs": epochs, **fields}
 
 
 def killed_sweep(sweep: Path) -> Path:

@@ -26,7 +26,7 @@ def _record(job: int, status: str = "completed") -> dict:
     that JSON writers spell differently (non-ASCII, NaN, exponents, nesting)."""
     return {"status": status, "error": None if status == "completed" else "RuntimeError: boom\nline 2",
             "config": {"chunks": 2 ** (job % 4), "microbatch": {"halo": "exact", "partition": "metis"},
-                       "train": {"seed": job, "epochs": 3}, "engine": {"devices": ["cpu", "cpu"]},
+                       "train": {"seed": job, "epochs": 1}, "engine": {"devices": ["cpu", "cpu"]},
                        "note": "métis ≠ naïve"},
             "choices": {"dataset": "cora", "model": "gat", "framework": "pyg", "engine": "gpipe"},
             "final": {"train_acc": 0.9, "val_acc": 0.5, "test_acc": 0.8 + job / 1000, "best_val_acc": 0.5,

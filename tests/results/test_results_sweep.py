@@ -61,10 +61,11 @@ def test_resume_reads_the_record_through_the_record_type(tmp_path: Path) -> None
     """A version-1 record is migrated and kept; one of a newer version than this code reads reruns the job,
     saying why."""
     cfg = _container("chunks=2")
-    write_record(tmp_path, completed(cfg, error=None))  # version 1
+    written = completed(cfg, error=None)  # version 1
+    write_record(tmp_path, written)
     record, reason = completed_record(tmp_path, cfg)
     assert reason == "completed" and record is not None and record.status is Status.COMPLETED
-    assert record.to_dict()["record_version"] == 2 and record.epochs == FINISHED["epochs"]
+    assert record.to_dict()["record_version"] == 2 and record.epochs == written["epochs"]
     write_record(tmp_path, {**record.to_dict(), "record_version": 3})
     assert completed_record(tmp_path, cfg) == (None, "previous record unreadable (record_version 3 is "
                                                      "newer than this pipegnn reads (up to 2): update "

@@ -131,6 +131,14 @@ NOT_COMPLETED = {
     "epoch without accuracies": ({"epochs": [{"epoch": 0, "train_acc": 0.5, "val_acc": 0.5, "test_acc": 0.5},
                                              {"epoch": 1, "loss": 0.3}]},
                                  "malformed record: status 'completed' but no 'epochs[1].train_acc'"),
+    # 1 of 3 epochs and no early stop (the issue's example), and 2 of 3 whose stop is null (a second case)
+    "1 of 3 epochs": ({"epochs": FINISHED["epochs"]},
+                      "malformed record: status 'completed' but 1 of train.epochs=3 epochs and no early stop "
+                      "(final.stopped_epoch)"),
+    "2 of 3 epochs, no stop": ({"epochs": [{**FINISHED["epochs"][0], "epoch": e} for e in (0, 1)],
+                                "final": {**FINISHED["final"], "stopped_epoch": None}},
+                               "malformed record: status 'completed' but 2 of train.epochs=3 epochs and no "
+                               "early stop (final.stopped_epoch)"),
 }
 
 
@@ -186,7 +194,7 @@ def test_a_completed_archive_line_without_what_a_run_writes_is_unreadable(tmp_pa
     """The same in an archive's lines (NaN, a missing or boolean accuracy as well): each such line is an
     unreadable row at its place, the whole ones still read, and the jobs of a sweep holding such records
     are unreadable, not completed, for the end-of-sweep summary too."""
-    cfg = {"chunks": 2}
+    cfg = {"chunks": 2, "train": {"epochs": 3}}
     names = list(NOT_COMPLETED)
     lines = [(f"records/{i}/result.json", completed(cfg, **NOT_COMPLETED[name][0]))
              for i, name in enumerate(names)]

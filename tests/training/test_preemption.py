@@ -218,3 +218,51 @@ def test_a_signal_to_a_sweep_leaves_an_interrupted_record(tmp_path: Path, engine
     assert not (sweep / "1").exists()
     table = load_table(sweep)
     assert list(table.sort_values("seed")["status"]) == ["interrupted", "missing"]
+
+
+def _epochs_without_val_loss(state: dict) -> None:
+    for epoch in state["epochs"]:
+        del epoch["val_loss"]
+
+
+def _renumbered(state: dict) -> None:
+    state["epochs"][0]["epoch"] = 5
+
+
+#: Content a checksum holds over (resealed after the edit) that no run writes: the issue's three examples,
+#: then two more: epochs numbered otherwise, an epoch that is no object.
+_RESEALED = {
+    "optimizer state 'x'": (lambda s: s.update(optimizer="x"), "its state does not fit this model"),
+    "epochs missing keys": (_epochs_without_val_loss, "its epochs are not a run's: no 'epochs[0].val_loss'"),
+    "NaN in epochs": (lambda s: s["epochs"][1].update(train_loss=float("nan")),
+                      "its epochs are not a run's: 'epochs[1].train_loss' is nan, expected a finite number"),
+    "epochs renumbered": (_renumbered, "its epochs are not numbered 0, 1, ... in order"),
+    "an epoch that is text": (lambda s: s["epochs"].__setitem__(0, "x"),
+                              "'epochs[0]' is a string, expected an object"),
+}
+
+
+@pytest.mark.parametrize("content", list(_RESEALED))
+def test_a_sealed_checkpoint_of_content_no_run_writes_is_set_aside_once(
+        tmp_path: Path, content: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Its checksum holds, its content is no run's: every resume failed (AttributeError, KeyError) or a
+    completed record held NaN. It is set aside naming why, the run trains from epoch 0 as a fresh one,
+    and the next resume finds nothing to set aside."""
+    from pipegnn.integrity import seal
+
+    cfg = ["model.dropout=0", "train.checkpoint_every=1", "train.epochs=3"]
+    fresh = run(make_cfg(*cfg), output_dir=tmp_path / "fresh")
+    path = checkpoint_path(tmp_path)
+    run(make_cfg(*cfg[:-1], "train.epochs=2"), output_dir=tmp_path)
+    state = load(path)
+    edit, why = _RESEALED[content]
+    edit(state)
+    torch.save(seal(state), path)
+    previous_path(path).unlink()  # (else the run resumes from the one before)
+    record = run(make_cfg(*cfg, "resume=true"), output_dir=tmp_path)
+    assert record["status"] == "completed" and "resumed" not in record, record["error"]
+    assert _losses(record) == _losses(fresh)
+    assert why in caplog.text and Path(f"{path}.unusable").is_file()
+    caplog.clear()
+    again = run(make_cfg(*cfg, "resume=true"), output_dir=tmp_path)
+    assert again["status"] == "completed" and "set aside" not in caplog.text

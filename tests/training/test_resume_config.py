@@ -36,6 +36,8 @@ def _resumes(tmp_path: Path, first: list[str], then: list[str]) -> dict:
     (["engine=pipelining", "chunks=2", "engine.backend=gloo"], ["engine=pipelining", "chunks=2"]),
     (["data.features=disk", "data.cache={d}/cache"], ["data.features=memory", "data.cache={d}/cache"]),
     (["data.edges=memory"], ["data.edges=disk", "data.cache={d}/cache"]),  # the same blocks from disk
+    # the feature reads' means over the epochs that read the file (it failed after training, every resume)
+    (["data.features=memory", "data.cache={d}/cache"], ["data.features=disk", "data.cache={d}/cache"]),
 ])
 def test_settings_that_do_not_change_training_keep_the_checkpoint(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: list[str], then: list[str]) -> None:
@@ -44,6 +46,9 @@ def test_settings_that_do_not_change_training_keep_the_checkpoint(
     fill = {"d": str(tmp_path), "rel": tmp_path.name}
     record = _resumes(tmp_path, [o.format(**fill) for o in first], [o.format(**fill) for o in then])
     assert record["resumed"]["epochs_restored"] == 2, "the checkpoint was not resumed"
+    if "data.features=disk" in then:  # the one epoch that read the file
+        reads = record["epochs"][-1]["feature_reads"]
+        assert record["features"]["train_bytes_mean"] == reads["train_bytes"] > 0
 
 
 @pytest.mark.parametrize("first, then, named", [
