@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
-__all__ = ["MAX_JSON_BYTES", "JSONFileError", "NotRegularFileError", "open_regular", "parse_json",
-           "read_json", "read_regular"]
+__all__ = ["MAX_JSON_BYTES", "JSONFileError", "NotRegularFileError", "file_kind", "open_regular",
+           "parse_json", "read_json", "read_regular"]
 
 #: The largest JSON file [`read_json`][pipegnn.jsonfile.read_json] reads (a traced epoch's timeline of a
 #: deep pipeline is a few MB).
@@ -74,7 +74,8 @@ _READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTT
                | getattr(os, "O_CLOEXEC", 0))
 
 
-def _kind_of(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` that is not a regular file is, in words (``a FIFO``)."""
     for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
         if test(mode):
@@ -95,12 +96,12 @@ def open_regular(path: str | Path) -> Iterator[BinaryIO]:
     """
     mode = os.stat(path).st_mode
     if not stat.S_ISREG(mode):
-        raise NotRegularFileError(errno.EINVAL, f"{path} is {_kind_of(mode)}, not a regular file")
+        raise NotRegularFileError(errno.EINVAL, f"{path} is {file_kind(mode)}, not a regular file")
     fd = os.open(path, _READ_FLAGS)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):  # replaced since the stat
-            raise NotRegularFileError(errno.EINVAL, f"{path} is {_kind_of(mode)}, not a regular file")
+            raise NotRegularFileError(errno.EINVAL, f"{path} is {file_kind(mode)}, not a regular file")
         file = os.fdopen(fd, "rb")  # O_NONBLOCK changes nothing for a regular file
     except BaseException:
         os.close(fd)

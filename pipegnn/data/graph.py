@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from pipegnn.atomic import atomic_path
 from pipegnn.integrity import seal, unsealed
 
 if TYPE_CHECKING:
@@ -134,21 +134,14 @@ def save_graph(graph: Graph, path: str | Path) -> bool:
     state = seal({"format": _FORMAT, "name": graph.name, "num_classes": int(graph.num_classes),
                   "x": graph.x, "y": graph.y, "edge_index": graph.edge_index,
                   **{m: getattr(graph, m) for m in _MASKS}})
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".graph.", suffix=".pt", dir=path.parent)
-        os.close(fd)
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
         return True
     except OSError as e:
         log.warning("dataset %s: cache folder %s cannot be written (%s); the graph is kept in memory "
                     "only", graph.name, path.parent, e)
         return False
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
 def load_saved_graph(path: str | Path, name: str) -> Graph | None:

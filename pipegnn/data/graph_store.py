@@ -7,7 +7,7 @@ target, PyG's ``(row, colptr)``) as ``<src>.<rel>.<dst>.colptr.bin`` (``[N + 1]`
 ``.row.bin`` (``[E]`` int64 sources) and, when the edges are weighted, ``.weight.bin`` (float32 or
 float64), raw bytes in this machine's byte order, with a JSON sidecar ``.json``: format, layout, nodes,
 edges, weight dtype, byte order, the key they were built for and the files' content checksums. Files are
-written atomically, the sidecar last ([`atomic_path`][pipegnn.data.features.files.atomic_path]; a killed
+written atomically, the sidecar last ([`atomic_path`][pipegnn.atomic.atomic_path]; a killed
 writer's temporaries are cleaned as the feature files' are).
 
 **Reads.** ``train.memory_limit_gb`` caps the address space (``RLIMIT_AS``), which counts every mapping,
@@ -37,15 +37,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import EdgeAttr, GraphStore
 
-from pipegnn.data.features.files import (
-    DTYPES,
-    OpenFiles,
-    atomic_path,
-    clean_stale_temporaries,
-    pread_full,
-    regular_or_absent,
-    runs,
-)
+from pipegnn.atomic import atomic_path, clean_stale_temporaries
+from pipegnn.data.features.files import DTYPES, OpenFiles, pread_full, regular_or_absent, runs
 from pipegnn.integrity import file_checksum, stream_checksum
 from pipegnn.jsonfile import read_json
 

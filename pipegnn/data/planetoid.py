@@ -29,6 +29,7 @@ import importlib
 import logging
 import os
 import pickle
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ from pipegnn.data.planetoid_checks import (
     check_split,
 )
 from pipegnn.errors import DatasetUnavailable
+from pipegnn.jsonfile import file_kind
 
 __all__ = ["PLANETOID_NAMES", "PUBMED_TOPOLOGY_FILES", "load_planetoid", "load_pubmed_topology",
            "raw_file_names", "read_planetoid", "read_raw"]
@@ -259,6 +261,7 @@ def load_planetoid(name: str, root: str | Path | None, cache: str | Path) -> Gra
         folder = next((f for f in (source, raw_dir) if f is not None
                        and all((f / file).is_file() for file in files)), None)
         if folder is None:
+            _no_other_kind(name, [f / file for f in (source, raw_dir) if f is not None for file in files])
             missing = [f for f in files if not (raw_dir / f).is_file()]
             folder = _download(name, pyg_name, missing, source, raw_dir, stack)
         try:
@@ -272,6 +275,23 @@ def load_planetoid(name: str, root: str | Path | None, cache: str | Path) -> Gra
     return Graph(name=name, x=x.float(), y=data.y, edge_index=data.edge_index,
                  train_mask=data.train_mask, val_mask=data.val_mask, test_mask=data.test_mask,
                  num_classes=int(data.y.max()) + 1)
+
+
+def _no_other_kind(name: str, paths: list[Path]) -> None:
+    """None of ``paths`` is there as something other than a regular file (a FIFO or a folder at
+    ``ind.cora.x`` read as all eight files missing).
+
+    Raises:
+        DatasetUnavailable: naming the path and what it is.
+    """
+    for path in paths:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:  # not there (or a link to nothing): missing, as it should be reported
+            continue
+        if not stat.S_ISREG(mode):
+            raise DatasetUnavailable(f"dataset {name!r}: {path} is {file_kind(mode)}, not a raw Planetoid "
+                                     "file; remove it (or put the published file there)")
 
 
 def _download(name: str, pyg_name: str, missing: list[str], source: Path | None, raw_dir: Path,

@@ -13,8 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pipegnn.atomic import atomic_path
 from pipegnn.integrity import seal, unsealed
 from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.microbatch.plan import ComputationGraph, MicroBatchPlan, PlanSpec, PlanStats, build_plan
@@ -138,11 +137,5 @@ def cached_plan(cache_dir: str | Path | None, graph: ComputationGraph, targets: 
 
 
 def _save(state: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".plan.", suffix=".pt", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:  # parallel jobs never read half a plan; a killed write's file goes
         torch.save(state, tmp)
-        os.replace(tmp, path)  # atomic: parallel jobs never read half a plan
-    finally:
-        Path(tmp).unlink(missing_ok=True)

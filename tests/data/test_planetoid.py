@@ -212,3 +212,15 @@ def test_pubmed_topology_missing_files(tmp_path: Path) -> None:
         load_graph({"name": "pubmed_topology"}, tmp_path / "empty", tmp_path / "cache")
     message = str(info.value)
     assert all(f in message for f in PUBMED_TOPOLOGY_FILES) and "<data.root>/PubMed/raw/" in message
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "folder"])
+def test_a_raw_file_that_is_no_file_is_named_not_missing(kind: str, data_root: Path, tmp_path: Path) -> None:
+    """A FIFO (the example) or a folder (a second case) at ind.cora.x was reported as all eight files
+    missing: it is named, with what it is, before any download."""
+    raw = tmp_path / "cache" / "Cora" / "raw"
+    shutil.copytree(data_root / "Cora" / "raw", raw)
+    (raw / "ind.cora.x").unlink()
+    os.mkfifo(raw / "ind.cora.x") if kind == "FIFO" else (raw / "ind.cora.x").mkdir()
+    with pytest.raises(DatasetUnavailable, match=rf"{raw / 'ind.cora.x'} is a {kind}, not a raw Planetoid"):
+        load_planetoid("cora", None, tmp_path / "cache")

@@ -29,7 +29,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from pipegnn.data.features.files import ATTR, FORMAT, GROUP, clean_stale_temporaries, read_sidecar
+from pipegnn.atomic import clean_stale_temporaries
+from pipegnn.data.features.files import ATTR, FORMAT, GROUP, read_sidecar
 from pipegnn.data.features.store import DiskFeatureStore
 from pipegnn.errors import ConfigError
 
@@ -47,7 +48,9 @@ def cached_store(folder: str | Path, key: str, write: Callable[[DiskFeatureStore
     Raises:
         ConfigError: the folder cannot be written (``data.features=disk`` needs a writable cache).
     """
-    for stale in clean_stale_temporaries(Path(folder)):
+    folders = [Path(folder), *(p for p in Path(folder).glob("part-*") if p.is_dir())] \
+        if Path(folder).is_dir() else []
+    for stale in (s for where in folders for s in clean_stale_temporaries(where)):  # partition copies too
         log.info("removed %s, a temporary file of a killed write", stale)
     store = DiskFeatureStore(folder)
     why = store.check(key=key)

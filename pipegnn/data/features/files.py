@@ -15,7 +15,7 @@ per 6 GiB, ``results/benchmarks/integrity.txt``). Files are written atomically (
 ``os.replace``; the sidecar last), so parallel jobs never read half a file. A temporary file names its
 writer's host and pid; one whose writer is gone (killed mid-write) is removed by the next write in its
 folder and whenever the dataset's features are looked up
-([`clean_stale_temporaries`][pipegnn.data.features.files.clean_stale_temporaries]). A sidecar, matrix or order
+([`clean_stale_temporaries`][pipegnn.atomic.clean_stale_temporaries]). A sidecar, matrix or order
 path that is not a regular file (a FIFO, a folder) is an error naming it, found by ``stat`` before anything
 opens it.
 """
@@ -24,11 +24,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
-import socket
 import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -36,15 +33,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pipegnn.atomic import atomic_path, clean_stale_temporaries
 from pipegnn.integrity import file_checksum, stream_checksum
 from pipegnn.jsonfile import read_json
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ATTR", "DTYPES", "FORMAT", "GROUP", "FeatureFileError", "OpenFiles", "atomic_path",
-           "clean_stale_temporaries", "paths", "pread_full", "read_position", "read_sidecar",
-           "regular_or_absent", "remove_files", "reseal", "runs", "stored_tensors", "verify_files",
-           "write_files"]
+__all__ = ["ATTR", "DTYPES", "FORMAT", "GROUP", "FeatureFileError", "OpenFiles", "paths", "pread_full",
+           "read_position", "read_sidecar", "regular_or_absent", "remove_files", "reseal", "runs",
+           "stored_tensors", "verify_files", "write_files"]
 
 #: Group and attribute name of the node features in a store.
 GROUP, ATTR = "node", "x"
@@ -148,39 +145,6 @@ def pread_full(fd: int, view: memoryview, offset: int, path: Path,
             raise error(f"file {path} ended at byte {offset}: truncated while in use")
         view, offset = view[n:], offset + n
     return calls
-
-
-#: Temporary files of this process's writes: ``.<file name>.<host>-<pid>.<random>``.
-_TMP_TAG = f"{socket.gethostname()}-{os.getpid()}"
-
-
-def clean_stale_temporaries(folder: Path) -> list[Path]:
-    """Remove the temporary files in ``folder`` (and its ``part-*`` folders) that writers on this host
-    left when they were killed (their process is gone); returns them. Those of live writers, of other
-    hosts, anything that is not a regular file (a folder of that name), and anything else are left
-    alone."""
-    removed = []
-    folders = [folder, *(p for p in folder.glob("part-*") if p.is_dir())] if folder.is_dir() else []
-    for where in folders:
-        for path in where.glob(".*.*-*.*"):
-            m = re.fullmatch(r"\..+\.(?P<host>[^.]+)-(?P<pid>\d+)\.[^.]+", path.name)
-            if m is None or m["host"] != socket.gethostname().replace(".", "_") or _alive(int(m["pid"])):
-                continue
-            if path.is_symlink() or not path.is_file():  # a writer's temporary is a regular file
-                continue
-            path.unlink(missing_ok=True)
-            removed.append(path)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def read_position(path: Path, rows: int) -> np.ndarray:
@@ -310,27 +274,6 @@ def stored_tensors(folder: Path) -> list[tuple[str, str]]:
                 f"{meta.get('group')}.{meta.get('attr')}.json":
             found.append((meta["group"], meta["attr"]))
     return found
-
-
-class atomic_path:
-    """A temporary file beside ``path`` (yielded as a str) that replaces ``path`` when the block ends
-    without an error, and is removed otherwise."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self) -> str:
-        tag = _TMP_TAG.replace(".", "_")  # host names with dots: one field of the name
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.{tag}.", dir=self.path.parent)
-        os.close(fd)
-        return self.tmp
-
-    def __exit__(self, kind: Any, *_: Any) -> None:
-        try:
-            if kind is None:
-                os.replace(self.tmp, self.path)
-        finally:
-            Path(self.tmp).unlink(missing_ok=True)
 
 
 class OpenFiles:

@@ -26,8 +26,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from pipegnn.atomic import atomic_path
 from pipegnn.data.features import DiskFeatureStore, FeatureMeta
-from pipegnn.data.features.files import atomic_path
 from pipegnn.data.graph import Graph
 from pipegnn.data.synthetic.documents import (
     class_topics,
