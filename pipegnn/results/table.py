@@ -128,7 +128,21 @@ def load(path: str | Path | Iterable[str | Path],
     # per-stage columns (stage 2 before stage 10), then the config leaves
     extra = sorted({k for row in rows for k in row if k not in COLUMNS},
                    key=lambda k: (k.startswith("cfg."), natural_key(k)))
+    rows = [{k: _encodable(v) for k, v in row.items()} for row in rows]
     return select(pd.DataFrame(rows, columns=[*COLUMNS, *extra]), where)
+
+
+def _encodable(value: Any) -> Any:
+    """``value``, a text that UTF-8 cannot encode (a folder's name of bytes that are no UTF-8, which Python
+    keeps as lone surrogates) with those characters as backslash escapes (``run\\udcff``): pandas' text
+    columns (pyarrow) refuse them."""
+    if not isinstance(value, str):
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
 
 
 def _archives(root: str | Path) -> list[Path]:

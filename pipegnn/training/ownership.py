@@ -44,6 +44,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from pipegnn.atomic import atomic_file
+from pipegnn.jsonfile import file_kind
 from pipegnn.results.hydra_files import read_hydra_file
 
 __all__ = ["JOB_FILE", "LOCK_FILE", "OWNER_FILE", "RUN_FILE", "RUN_LOCK", "FolderTaken", "SweepOwner",
@@ -238,6 +239,67 @@ def check_folder(folder: Path, key: str) -> None:
         raise FolderTaken(f"{key}={folder} cannot be made: {e}") from None
 
 
+#: What a job's ``hydra.sweep.subdir`` must name so that every job gets a folder of its own.
+_PER_JOB = ("${hydra.job.num}", "${hydra.job.id}", "${hydra.job.override_dirname}")
+
+
+def _subdir_per_job(config: DictConfig) -> None:
+    """``hydra.sweep.subdir`` as written names each job apart (`_PER_JOB`): Hydra writes a job's
+    ``.hydra`` files and log into its folder before the job can refuse it, so a subdir that may give
+    several jobs one folder (``${chunks}``, ``.``) is refused here, before any job.
+
+    Raises:
+        FolderTaken: naming the subdir and what would do.
+    """
+    sweep = OmegaConf.to_container(config.hydra.sweep, resolve=False)
+    subdir = sweep.get("subdir") if isinstance(sweep, dict) else None
+    if not any(name in str(subdir) for name in _PER_JOB):
+        raise FolderTaken(f"hydra.sweep.subdir={subdir} may give several jobs one folder (Hydra writes each "
+                          "job's .hydra files there before a job can refuse it): name each job in it, e.g. "
+                          f"hydra.sweep.subdir={subdir}_${{hydra.job.num}}, or "
+                          "${hydra.job.override_dirname}")
+
+
+def _files_hydra_writes(folder: Path, config: DictConfig) -> list[Path]:
+    """The files Hydra opens in a run's or job's ``folder`` before the run starts: its log and, unless
+    ``hydra.output_subdir`` is null, its ``.hydra/*.yaml``."""
+    files = [folder / f"{config.hydra.job.name}.log"]
+    if config.hydra.output_subdir is not None:
+        files += [folder / str(config.hydra.output_subdir) / f"{name}.yaml"
+                  for name in ("config", "hydra", "overrides")]
+    return files
+
+
+def _no_other_kind(files: list[Path]) -> None:
+    """Each of ``files`` is a regular file or nothing: a FIFO there hung the run (Hydra opens it and
+    waits), a folder or a link ended in Hydra's traceback or wrote elsewhere.
+
+    Raises:
+        FolderTaken: naming the first that is not, and what it is.
+    """
+    for path in files:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode):
+            what = "a link" if stat.S_ISLNK(mode) else file_kind(mode)
+            raise FolderTaken(f"{path} is {what}, where Hydra writes a regular file before the run starts; "
+                              "remove it")
+
+
+def _job_folders_clean(sweep_dir: Path, config: DictConfig) -> None:
+    """The job folders already in ``sweep_dir`` (a sweep run again or resumed; its first `_SCAN` entries)
+    hold nothing but regular files where Hydra writes a job's files (see `_no_other_kind`)."""
+    try:
+        with os.scandir(sweep_dir) as entries:
+            folders = [Path(e.path) for n, e in zip(range(_SCAN), entries) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for folder in folders:
+        _no_other_kind(_files_hydra_writes(folder, config))
+
+
 def _subdir_inside(config: DictConfig) -> None:
     """A job's folder lies inside its sweep's: ``hydra.sweep.subdir`` as written may be neither absolute
     nor climb out (``..``). Hydra writes a job's ``.hydra`` files and log before the job can refuse a
@@ -367,6 +429,8 @@ class SweepOwner(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             _subdir_inside(config)
+            _subdir_per_job(config)
+            _job_folders_clean(Path(config.hydra.sweep.dir), config)
             self.lock = take_sweep(config.hydra.sweep.dir, _plan(config))
         except Exception as e:  # Hydra turns a callback's Exception into a warning and goes on: stop here
             why = str(e) if isinstance(e, FolderTaken) else f"hydra.sweep.dir={config.hydra.sweep.dir} " \
@@ -381,6 +445,7 @@ class SweepOwner(Callback):
         try:
             if int(os.environ.get("RANK", "0") or 0) == 0:
                 self.run_lock = _claim_run_folder(config)
+                _no_other_kind(_files_hydra_writes(Path(config.hydra.run.dir), config))
             else:  # another rank of a pipeline under torchrun: rank 0 claims the folder (and its record)
                 check_folder(Path(config.hydra.run.dir), "hydra.run.dir")
         except Exception as e:  # as on_multirun_start: a warning would let the run go on

@@ -543,3 +543,22 @@ def test_an_archive_counting_a_million_files_is_refused_before_its_lines(tmp_pat
     packed.write_bytes(gzip.compress(json.dumps(header).encode() + b"\n"))
     with pytest.raises(ArchiveError, match="the header counts 1048576 files, expected a number from 0 to"):
         archive.read(packed)
+
+
+def test_a_folder_whose_name_is_no_utf8_is_a_row_not_a_crash(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A run folder named with bytes that are no UTF-8 trained, but the table died in pyarrow
+    (UnicodeEncodeError). Its row names it with the bytes escaped; so does the error of an unreadable
+    record in such a folder (a second case)."""
+    good = os.fsdecode(os.fsencode(tmp_path) + b"/run\xff")
+    bad = os.fsdecode(os.fsencode(tmp_path) + b"/cut\xfe")
+    write_record(good, completed({"chunks": 2}))
+    os.makedirs(bad)
+    Path(bad, "result.json").write_text('{"status": "comp')
+    df = load(tmp_path)
+    assert df["path"].tolist() == [f"{tmp_path}/cut\\udcfe/result.json", f"{tmp_path}/run\\udcff/result.json"]
+    assert df["status"].tolist() == ["unreadable", "completed"]
+    assert df["error"].iloc[0].startswith("JSONDecodeError")
+    assert main([str(tmp_path), "--columns", "status"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "cut\\udcfe/result.json: JSONDecodeError" in err

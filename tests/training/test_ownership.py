@@ -61,21 +61,33 @@ def _sweep(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("subdir, collide", [
-    ("same", {1: 0, 2: 0}),  # the issue's example: one folder for every job
-    ("lr${train.lr}", {1: 0}),  # not named there: a folder per learning rate, two seeds each
-])
-def test_jobs_sharing_a_folder_are_refused_with_a_record(tmp_path: Path, subdir: str, collide: dict) -> None:
+@pytest.mark.parametrize("subdir", ["same", "lr${train.lr}", "${chunks}", "."])
+def test_a_subdir_that_may_give_jobs_one_folder_stops_the_sweep(tmp_path: Path, subdir: str) -> None:
+    """One folder for every job, a folder per learning rate for two seeds, ${chunks} (the issue's example:
+    refused jobs overwrote the owner's .hydra/overrides.yaml before they could refuse), ``.`` (refused
+    records went outside the sweep's folder): the sweep stops before any job, in one line naming the
+    subdir and what would do."""
     sweep = tmp_path / "sweep"
-    seeds = "0,1,2" if subdir == "same" else "0,1"
-    done = _sweep(tmp_path, f"train.seed={seeds}", f"hydra.sweep.dir={sweep}", f"hydra.sweep.subdir={subdir}")
+    done = _sweep(tmp_path, "train.seed=0,1", f"hydra.sweep.dir={sweep}", f"hydra.sweep.subdir={subdir}")
     assert done.returncode == 1, done.stderr[-3000:]
-    for job, other in collide.items():
-        refused = next(sweep.glob(f"*.job{job}.refused"))
-        record = json.loads((refused / "result.json").read_text())
-        assert record["status"] == "invalid" and f"which job {other} " in record["error"], record["error"]
+    assert f"sweep refused: hydra.sweep.subdir={subdir} may give several jobs one folder" in done.stderr
+    assert "${hydra.job.num}" in done.stderr and "Traceback" not in done.stderr
+    assert not sweep.exists() or not any(sweep.iterdir())
+
+
+def test_jobs_sharing_a_folder_after_all_are_refused_with_a_record(tmp_path: Path) -> None:
+    """The job's own claim, behind the sweep's check: ${hydra.job.override_dirname} without the key
+    that tells two jobs apart (excluded) gives them one folder; the second writes no record there."""
+    sweep = tmp_path / "sweep"
+    done = _sweep(tmp_path, "train.seed=0,1", f"hydra.sweep.dir={sweep}",
+                  "hydra.sweep.subdir=x${hydra.job.override_dirname}",
+                  "hydra.job.config.override_dirname.exclude_keys=[train.seed]")
+    assert done.returncode == 1, done.stderr[-3000:]
+    refused = next(sweep.glob("*.job1.refused"))
+    record = json.loads((refused / "result.json").read_text())
+    assert record["status"] == "invalid" and "which job 0 " in record["error"], record["error"]
     kept = [json.loads(p.read_text()) for p in sweep.glob("*/result.json") if ".refused" not in str(p)]
-    assert [r["status"] for r in kept] == ["completed"] * len(kept) and kept
+    assert [r["status"] for r in kept] == ["completed"]
 
 
 def test_a_second_sweep_into_a_sweeps_folder_is_refused(tmp_path: Path) -> None:
@@ -313,3 +325,26 @@ def test_a_plan_that_cannot_be_read_in_bounds_never_stalls_a_start(tmp_path: Pat
     with pytest.raises(FolderTaken, match=r"a sweep in .*multirun.yaml \(<unreadable: ValueError>\)"):
         take_sweep(tmp_path, _PLAN)
     assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("name", ["train.log", ".hydra/config.yaml"])
+def test_a_fifo_where_hydra_writes_stops_a_run_at_once(tmp_path: Path, name: str) -> None:
+    """A FIFO at RUN/train.log or RUN/.hydra/config.yaml hung the run (Hydra opens it and waits): it
+    is refused in one line naming it, before Hydra opens anything."""
+    out = tmp_path / "run"
+    (out / ".hydra").mkdir(parents=True)
+    os.mkfifo(out / name)
+    done = _single(tmp_path, f"hydra.run.dir={out}")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"run refused: {out / name} is a FIFO, where Hydra writes a regular file" in done.stderr
+
+
+def test_a_fifo_in_a_sweeps_job_folder_stops_the_sweep(tmp_path: Path, sweep_a: Path) -> None:
+    """The same in a job's folder of a sweep run again (resume): the sweep stops before any job."""
+    copy = tmp_path / "A"
+    subprocess.run(["cp", "-a", str(sweep_a), str(copy)], check=True)
+    (copy / "1" / "train.log").unlink()
+    os.mkfifo(copy / "1" / "train.log")
+    done = _sweep(tmp_path, "train.seed=0,1", f"hydra.sweep.dir={copy}", "resume=true")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"sweep refused: {copy / '1' / 'train.log'} is a FIFO" in done.stderr
