@@ -89,7 +89,8 @@ def main(cfg: DictConfig) -> dict:
     bar = sys.stderr.isatty() and "BasicLauncher" in str(hc.launcher.get("_target_", ""))
     with results.EpochProgress(int(cfg.train.epochs), enabled=bar,
                                desc=f"job {hc.job.num}" if multirun else "epochs") as progress:
-        record = run(cfg, output_dir=out, choices=hc.runtime.choices, on_epoch=progress)
+        record = run(cfg, output_dir=out, choices=hc.runtime.choices, on_epoch=progress,
+                     overrides=list(hc.overrides.task))
     if record["status"] != "completed":
         # The run logged its error already (pipegnn.training.launch); this line gives the status and where
         # the record went, and a single run's exit message (the error) is kept for its caller.
@@ -116,7 +117,7 @@ def _refuse(out: str, hc: Any, cfg: DictConfig, error: str) -> dict:
     log.error("job %s: %s", hc.job.num, error)
     _refused.append(error)
     record = RunRecord(status=Status.INVALID, error=error, config=OmegaConf.to_container(cfg, resolve=True),
-                       choices=dict(hc.runtime.choices), env={})
+                       choices=dict(hc.runtime.choices), env={}, overrides=list(hc.overrides.task))
     # beside the folder when it lies in this sweep's folder; else (another sweep's, or anywhere) in this one's
     sweep = Path(hc.sweep.dir).resolve()
     inside = sweep == Path(out).resolve() or sweep in Path(out).resolve().parents

@@ -112,6 +112,9 @@ class RunRecord(Mapping[str, Any]):
     config: dict[str, Any] = field(metadata=_meta(LAUNCHER))
     #: Hydra's config-group choices (group -> name or None).
     choices: dict[str, Any] = field(metadata=_meta(LAUNCHER))
+    #: The job's overrides as Hydra applied them (the command line's and, in a sweep, the sweep's values
+    #: for this job): with the preset they name, what recomposes ``config`` at another commit.
+    overrides: list[str] | None = field(default=None, metadata=_meta(LAUNCHER, True))
     #: Versions, host, devices, threads (rank 0's: the threads a stage process trained with).
     env: dict[str, Any] = field(metadata=_meta(RANK0))
     #: One entry per finished epoch.
@@ -393,8 +396,11 @@ def _type_problem(value: Any, hint: Any) -> str | None:
     if origin is list:
         if not isinstance(value, list):
             return f"is {_kind(value)}, expected an array"
-        wrong = next((v for v in value if not isinstance(v, dict)), None)
-        return None if wrong is None else f"holds {_kind(wrong)}, expected objects"
+        item = (typing.get_args(hint) or (dict,))[0]
+        item = typing.get_origin(item) or item
+        wrong = next((v for v in value if not isinstance(v, item)), None)
+        noun = "strings" if item is str else "objects"
+        return None if wrong is None else f"holds {_kind(wrong)}, expected {noun}"
     if origin is str:
         return None if isinstance(value, str) else f"is {_kind(value)}, expected a string"
     if origin is int:

@@ -154,7 +154,7 @@ def test_each_field_states_where_a_spawned_pipelines_record_takes_it_from() -> N
     assert set(RunRecord.from_rank0(completed=False)) == merged - {"memory"}
     optional = {f.name for f in dataclasses.fields(RunRecord) if f.metadata.get(OPTIONAL)}
     assert optional == {"dataset", "model", "features", "resumed", "trace", "pipeline", "workers",
-                        "interrupted", "traceback", "unwritten"}
+                        "interrupted", "traceback", "unwritten", "overrides"}
 
 
 def _launcher() -> RunRecord:

@@ -8,7 +8,7 @@ import stat
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -52,7 +52,7 @@ log = logging.getLogger(RUN_LOG)
 def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = None,
         choices: Mapping[str, Any] | None = None,
         on_epoch: Callable[[dict[str, Any]], Any] | None = None,
-        state_dir: str | Path | None = None) -> RunRecord:
+        state_dir: str | Path | None = None, overrides: Sequence[str] | None = None) -> RunRecord:
     """Train and evaluate one configuration and return its result record
     ([`RunRecord`][pipegnn.record.RunRecord]).
 
@@ -68,12 +68,13 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
         output_dir: where ``result.json`` (and ``trace.json``, the timeline of ``engine.trace_epoch``)
             are written; when None nothing is written and the record keeps the trace under ``trace``.
         choices: Hydra's runtime choices of the config groups, stored in the record.
+        overrides: the job's Hydra overrides (``hydra.overrides.task``), stored in the record.
         on_epoch: called with each finished epoch's entry of the record's ``epochs`` (a spawned
             pipeline's rank 0 sends it to the launcher, which keeps it if the run fails later).
         state_dir: where the training state is saved every ``train.checkpoint_every`` epochs and, with
             ``resume=true``, read back (default: ``output_dir``; none: no checkpoints).
     """
-    return _run(cfg, output_dir, choices, on_epoch, state_dir)
+    return _run(cfg, output_dir, choices, on_epoch, state_dir, overrides=overrides)
 
 
 def run_rank(cfg: Config, on_epoch: Callable[[dict[str, Any]], Any] | None = None,
@@ -87,11 +88,13 @@ def run_rank(cfg: Config, on_epoch: Callable[[dict[str, Any]], Any] | None = Non
 
 def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | None,
          choices: Mapping[str, Any] | None, on_epoch: Callable[[dict[str, Any]], Any] | None,
-         state_dir: str | Path | None, one_rank: bool = False) -> RunRecord:
+         state_dir: str | Path | None, one_rank: bool = False,
+         overrides: Sequence[str] | None = None) -> RunRecord:
     start, started_at = time.perf_counter(), time.time()
     reset_peaks()
     container = config_container(cfg)
-    record = RunRecord(status=Status.FAILED, config=container, choices=dict(choices or {}), env=env_info())
+    record = RunRecord(status=Status.FAILED, config=container, choices=dict(choices or {}), env=env_info(),
+                       overrides=None if overrides is None else [str(o) for o in overrides])
     devices: list[torch.device] = []
     interrupted: Interrupted | None = None
     loggers: Loggers | None = None

@@ -121,6 +121,10 @@ def test_cli_sweep_writes_one_record_per_job(tmp_path: Path) -> None:
         {(1, "none"), (1, "exact"), (2, "none"), (2, "exact")}
     assert all(r["status"] == "completed" and r["choices"]["engine"] == "gpipe" for r in records)
     assert "epoch   1  loss" in (sweep / "0" / "train.log").read_text()
+    # each record keeps its job's overrides: the command line's and the sweep's values for the job
+    for r in records:
+        assert r["overrides"] == [*TINY_SYNTHETIC, "train.epochs=2", f"chunks={r['config']['chunks']}",
+                                  f"microbatch.halo={r['config']['microbatch']['halo']}"]
 
 
 def test_cli_run_names_its_record_and_trace_and_explains_its_accuracy(tmp_path: Path) -> None:
