@@ -2,6 +2,7 @@
 
     python -m pipegnn.results multirun/... [--where chunks=8] [--csv runs.csv] [--table]
         [--figure table.png [--reference cora=85.5,0.5 ...]]
+    python -m pipegnn.results --recompose results/reference/halo_modes
 
 Exits 0 when every listed run completed, 1 when some did not or a sweep job left no record, 2 when
 nothing was found or on misuse (see [`main`][pipegnn.results.__main__.main]).
@@ -75,7 +76,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reference", nargs="+", action="extend", default=[], metavar="DATASET=MEAN,STD",
                         help="with --figure: a published test accuracy (percent) per dataset, "
                              "drawn as a band")
+    parser.add_argument("--recompose", action="store_true",
+                        help="instead of a table: compose each record's overrides with the presets as they "
+                             "are now and name every key that changes the computation and differs from "
+                             "the record (exit 1 if any does, or a record kept no overrides)")
     args = parser.parse_args(argv)
+    if args.recompose:
+        if not args.paths:
+            parser.error("give at least one directory")
+        return _recompose(args.paths)
     if (args.figure or args.reference) and not args.table:
         parser.error("--figure and --reference draw the --table: give --table too")
     reference = {}
@@ -133,6 +142,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.parquet:
         _arrow_safe(df).to_parquet(args.parquet, index=False)
     return 0 if (df["status"] == "completed").all() and unfinished.empty else 1
+
+
+def _recompose(paths: Sequence[Path]) -> int:
+    """``--recompose``: one line per record that drifted or cannot be checked, then a summary; 0 when
+    every record recomposes to its config, 1 otherwise, 2 when there is no record."""
+    from pipegnn.results.recompose import recompose
+
+    drifts = [d for path in paths for d in recompose(path)]
+    if not drifts:
+        print(f"error: no {RECORD_NAME} found under {', '.join(map(str, paths))}", file=sys.stderr)
+        return 2
+    unchecked = [d for d in drifts if d.overrides is None and d.error is None]
+    bad = [d for d in drifts if d.error is not None or d.differs]
+    for d in bad:
+        what = d.error if d.error is not None else ", ".join(
+            f"{k}={a!r} in it, {b!r} now" for k, (a, b) in d.differs.items())
+        kind = "cannot recompose" if d.error is not None else "drifted"
+        print(f"{kind}: {d.path}: {what}", file=sys.stderr)
+    same = len(drifts) - len(bad) - len(unchecked)
+    print(f"{len(drifts)} records: {same} recompose to their config at this commit, {len(bad)} do not"
+          + (f", {len(unchecked)} kept no overrides (written before records kept them): not checked"
+             if unchecked else ""))
+    return 0 if not bad and not unchecked else 1
 
 
 def _unfinished_line(unfinished: pd.DataFrame, total: int, left_out: int) -> str:

@@ -36,11 +36,13 @@ from pipegnn.results.archive_format import (
     _first_part,
     _order,
     _part_problem,
+    find_archives,
+    is_archive,
     part_name,
 )
 from pipegnn.results.records import is_entry, write_record
 
-__all__ = ["Entry", "Packed", "entries", "parts", "read", "unpack"]
+__all__ = ["Entry", "Packed", "archives_of", "entries", "parts", "read", "unpack"]
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,17 @@ def parts(archive: str | Path) -> list[Path]:
         raise ArchiveError(archive, f"part {header['part']} of {header['parts']}: the archive is named by "
                                     f"its first part, {_first_part(archive, header['part']) or 'part 1'}")
     return [part_name(archive, part) for part in range(1, header.get("parts", 1) + 1)]
+
+
+def archives_of(root: str | Path) -> list[Path]:
+    """The archives below the folder ``root``; every part of the archive ``root`` names by its first part;
+    ``root`` itself for a later part, or an archive whose header cannot be read (its reader says why)."""
+    if not (is_archive(root) and Path(root).is_file()):
+        return find_archives(root)
+    try:
+        return parts(root)
+    except (ArchiveError, OSError):
+        return [Path(root)]
 
 
 def entries(archive: str | Path) -> Iterator[Entry]:

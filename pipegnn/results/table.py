@@ -27,8 +27,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from pipegnn.record import RunRecord, Status
-from pipegnn.results.archive_format import ArchiveError, find_archives, is_archive
-from pipegnn.results.archive_read import entries, parts
+from pipegnn.results.archive_format import ArchiveError, is_archive
+from pipegnn.results.archive_read import archives_of, entries
 from pipegnn.results.records import (
     RECORD_NAME,
     RecordError,
@@ -120,7 +120,7 @@ def load(path: str | Path | Iterable[str | Path],
                 continue
             seen.add(place_of(file))
             found.append(_record_row(file))
-        for archive in _archives(root):
+        for archive in archives_of(root):
             found += _archive_rows(archive, seen)
         if jobs and Path(root).is_dir():
             found += _job_rows(Path(root), seen)
@@ -143,17 +143,6 @@ def _encodable(value: Any) -> Any:
     except UnicodeEncodeError:
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value
-
-
-def _archives(root: str | Path) -> list[Path]:
-    """The archives below the folder ``root``; every part of the archive ``root`` names by its first part;
-    ``root`` itself for a later part, or an archive whose header cannot be read (its row says why)."""
-    if not (is_archive(root) and Path(root).is_file()):
-        return find_archives(root)
-    try:
-        return parts(root)
-    except (ArchiveError, OSError):
-        return [Path(root)]
 
 
 def _record_row(file: Path, value: Any = _FROM_FILE) -> dict[str, Any]:

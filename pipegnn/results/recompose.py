@@ -1,0 +1,121 @@
+"""A record's configuration composed again at this commit: its overrides (the command line's and the
+sweep's, which ``experiments/train.py`` keeps in every record) composed with the presets as they are now,
+compared with the configuration the record holds, on the keys that change what a run computes.
+
+A figure is reproducible from its preset only while this comes out equal: a default changed since the
+record was written (``microbatch.targets``, say) is named here, key by key, with both values.
+
+    python -m pipegnn.results --recompose results/reference/halo_modes
+
+[`drift`][pipegnn.results.recompose.drift] compares one record;
+[`recompose`][pipegnn.results.recompose.recompose] every record under a folder or in an archive.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from pipegnn.record import RunRecord
+from pipegnn.results.archive_format import ArchiveError, is_archive
+from pipegnn.results.archive_read import archives_of, entries
+from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, record_of
+from pipegnn.runconfig import comparable_config
+
+__all__ = ["PLACE_KEYS", "Drift", "drift", "recompose"]
+
+#: Keys that say where and how a run was kept, watched or bounded, not what it computed: where data and
+#: caches live, trackers, resume, checkpoints, caps and deadlines, how processes start, the trace.
+#: Everything else (the epoch budget and early stopping included: another budget is another figure)
+#: must come out equal.
+PLACE_KEYS = (
+    ("resume",), ("logger",), ("cache_root",), ("data", "root"), ("data", "cache"), ("microbatch", "cache"),
+    ("train", "checkpoint_every"), ("train", "memory_limit_gb"), ("engine", "memory_limit_gb"),
+    ("engine", "timeout_s"), ("engine", "launcher"), ("engine", "start_method"), ("engine", "timeline"),
+    ("engine", "trace_epoch"),
+)
+#: How a key that one side lacks shows.
+_ABSENT = "<absent>"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One record against its configuration composed now: ``differs`` maps each key that differs to
+    (the record's value, this commit's); ``error`` says why it could not be composed (None: it was);
+    ``overrides`` is None for a record that kept none (written before records kept them)."""
+
+    path: Path
+    overrides: list[str] | None
+    differs: dict[str, tuple[Any, Any]]
+    error: str | None = None
+
+
+def _computed(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` flattened to dotted keys, without `PLACE_KEYS` (and the keys every comparison leaves
+    out: [`comparable_config`][pipegnn.runconfig.comparable_config])."""
+    plain = comparable_config(json.loads(json.dumps(dict(config), default=str)))
+    for *parents, key in PLACE_KEYS:
+        section: Any = plain
+        for name in parents:
+            section = section.get(name) if isinstance(section, dict) else None
+        if isinstance(section, dict):
+            section.pop(key, None)
+    return _flat(plain)
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        return {k: v for name, x in value.items() for k, v in _flat(x, f"{prefix}{name}.").items()}
+    return {prefix[:-1]: value}
+
+
+def drift(record: RunRecord, path: str | Path = "") -> Drift:
+    """``record``'s overrides composed at this commit against its ``config`` (see the module doc)."""
+    from pipegnn.runconfig import config_container
+    from pipegnn.schema import compose_config
+
+    if record.overrides is None:
+        return Drift(Path(path), None, {})
+    try:
+        now = _computed(config_container(compose_config(record.overrides)))
+    except Exception as e:  # noqa: BLE001 - an override of a key or preset that is gone: named, not raised
+        return Drift(Path(path), record.overrides, {}, f"{type(e).__name__}: {str(e).splitlines()[0]}")
+    then = _computed(record.config)
+    keys = sorted(k for k in then.keys() | now.keys() if then.get(k, _ABSENT) != now.get(k, _ABSENT))
+    return Drift(Path(path), record.overrides, {k: (then.get(k, _ABSENT), now.get(k, _ABSENT)) for k in keys})
+
+
+def _records(root: Path) -> Iterator[tuple[Path, RunRecord | str]]:
+    """Every record under ``root`` (files, and the records of its archives at their unpacked places), or
+    why it cannot be read."""
+    for file in [] if is_archive(root) else find_records(root):
+        try:
+            yield file, load_record(file)
+        except (RecordError, OSError) as e:
+            yield file, str(e)
+    for archive in archives_of(root):
+        try:
+            for entry in entries(archive):
+                file = archive.parent / entry.path
+                if file.name != RECORD_NAME:
+                    continue
+                if entry.unreadable is not None:
+                    yield file, entry.unreadable
+                    continue
+                try:
+                    yield file, record_of(entry.value, file)
+                except RecordError as e:
+                    yield file, str(e)
+        except (ArchiveError, OSError) as e:
+            yield archive, str(e)
+
+
+def recompose(root: str | Path) -> list[Drift]:
+    """[`drift`][pipegnn.results.recompose.drift] of every readable record under ``root`` (a folder of
+    records or archives, or one archive), in the order found; an unreadable one is a Drift with its
+    ``error``."""
+    out = []
+    for path, record in _records(Path(root)):
+        out.append(Drift(path, None, {}, record) if isinstance(record, str) else drift(record, path))
+    return out

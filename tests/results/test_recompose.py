@@ -1,0 +1,63 @@
+"""A record's overrides composed at this commit against the config it holds: equal for a record written
+now, every key that changes the computation named when a default moved, the places a run was kept
+never."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipegnn.record import RunRecord, Status
+from pipegnn.results import write_record
+from pipegnn.results.__main__ import main
+from pipegnn.results.recompose import drift, recompose
+from pipegnn.runconfig import config_container
+from pipegnn.schema import compose_config
+
+from tests.helpers import TINY_SYNTHETIC
+
+_OVERRIDES = [*TINY_SYNTHETIC, "train.epochs=3", "chunks=2", "microbatch.halo=historical"]
+
+
+def _record(overrides: list[str] | None = _OVERRIDES, **edits: str) -> RunRecord:
+    """A record of ``overrides`` as a run at this commit writes it; ``edits`` (``"a.b": value``) change its
+    config as an older default would have."""
+    config = config_container(compose_config(_OVERRIDES))
+    for dotted, value in edits.items():
+        *parents, key = dotted.split(".")
+        section = config
+        for name in parents:
+            section = section[name]
+        section[key] = value
+    return RunRecord(status=Status.FAILED, config=config, choices={}, env={}, overrides=overrides)
+
+
+def test_a_record_written_now_recomposes_to_its_config() -> None:
+    assert drift(_record()).differs == {}
+
+
+def test_a_moved_default_is_named_and_where_a_run_was_kept_is_not() -> None:
+    """The issue's example (historical rows with targets=train, before the default became all) is named
+    with both values; another data cache and another checkpoint cadence are not differences."""
+    old = _record(**{"microbatch.targets": "train", "data.cache": "/elsewhere", "train.checkpoint_every": 5})
+    assert drift(old).differs == {"microbatch.targets": ("train", "all")}
+    budget = _record(**{"train.epochs": 200, "train.monitor": "val_loss"})  # another budget: another figure
+    assert set(drift(budget).differs) == {"train.epochs", "train.monitor"}
+
+
+def test_an_override_that_no_longer_composes_is_named() -> None:
+    gone = drift(_record(overrides=[*_OVERRIDES, "model.no_such_key=1"]))
+    assert gone.error is not None and "model.no_such_key" in gone.error
+
+
+def test_the_command_line_checks_every_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_record(tmp_path / "0", _record())
+    assert main(["--recompose", str(tmp_path)]) == 0
+    assert "1 records: 1 recompose to their config at this commit, 0 do not" in capsys.readouterr().out
+    write_record(tmp_path / "1", _record(**{"microbatch.targets": "train"}))
+    write_record(tmp_path / "2", _record(overrides=None))
+    assert main(["--recompose", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert f"drifted: {tmp_path / '1' / 'result.json'}: microbatch.targets='train' in it, 'all' now" in err
+    assert "3 records: 1 recompose" in out and "1 kept no overrides" in out
+    assert [d.path.parent.name for d in recompose(tmp_path)] == ["0", "1", "2"]
