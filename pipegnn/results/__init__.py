@@ -24,7 +24,7 @@
   jobs its ``multirun.yaml`` planned; [`hydra_files`][pipegnn.results.hydra_files]: Hydra's files read as
   data; [`resume_check`][pipegnn.results.resume_check]: whether a resumed job keeps its record;
   [`callbacks`][pipegnn.results.callbacks]: the end-of-sweep failure summary and the progress bar;
-  [`recompose`][pipegnn.results.recompose]: records' overrides composed at this commit against their config;
+  [`reproduce`][pipegnn.results.reproduce]: records' overrides composed at this commit against their config;
 - ``python -m pipegnn.results``: the command line ([`pipegnn.results.__main__`][pipegnn.results.__main__]; not
   re-exported: no library module imports a command-line tool).
 
@@ -59,7 +59,7 @@ _EXPORTS = {
     "hydra_files": ("MAX_YAML_BYTES", "read_hydra_file"),
     "resume_check": ("VOLATILE_KEYS", "comparable_config", "completed_record"),
     "callbacks": ("EpochProgress", "FailureSummary", "exit_code"),
-    "recompose": ("PLACE_KEYS", "Drift", "drift", "recompose"),
+    "reproduce": ("PLACE_KEYS", "Drift", "drift", "recompose"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

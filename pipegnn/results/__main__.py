@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _recompose(paths: Sequence[Path]) -> int:
     """``--recompose``: one line per record that drifted or cannot be checked, then a summary; 0 when
     every record recomposes to its config, 1 otherwise, 2 when there is no record."""
-    from pipegnn.results.recompose import recompose
+    from pipegnn.results.reproduce import recompose
 
     drifts = [d for path in paths for d in recompose(path)]
     if not drifts:

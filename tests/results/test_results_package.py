@@ -13,7 +13,7 @@ from pipegnn import results
 def test_every_public_name_of_every_module_is_exported() -> None:
     exported = []
     for name in ("records", "rows", "table", "stats", "figures", "timeline_plot", "leaderboard_plot",
-                 "tta_plot", "sweep", "sweep_plan", "hydra_files", "resume_check", "callbacks", "recompose"):
+                 "tta_plot", "sweep", "sweep_plan", "hydra_files", "resume_check", "callbacks", "reproduce"):
         module = importlib.import_module(f"pipegnn.results.{name}")
         assert module.__all__, name
         for attribute in module.__all__:

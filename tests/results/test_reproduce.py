@@ -10,7 +10,7 @@ import pytest
 from pipegnn.record import RunRecord, Status
 from pipegnn.results import write_record
 from pipegnn.results.__main__ import main
-from pipegnn.results.recompose import drift, recompose
+from pipegnn.results.reproduce import drift, recompose
 from pipegnn.runconfig import config_container
 from pipegnn.schema import compose_config
 

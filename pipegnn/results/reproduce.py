@@ -7,8 +7,8 @@ record was written (``microbatch.targets``, say) is named here, key by key, with
 
     python -m pipegnn.results --recompose results/reference/halo_modes
 
-[`drift`][pipegnn.results.recompose.drift] compares one record;
-[`recompose`][pipegnn.results.recompose.recompose] every record under a folder or in an archive.
+[`drift`][pipegnn.results.reproduce.drift] compares one record;
+[`recompose`][pipegnn.results.reproduce.recompose] every record under a folder or in an archive.
 """
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def _records(root: Path) -> Iterator[tuple[Path, RunRecord | str]]:
 
 
 def recompose(root: str | Path) -> list[Drift]:
-    """[`drift`][pipegnn.results.recompose.drift] of every readable record under ``root`` (a folder of
+    """[`drift`][pipegnn.results.reproduce.drift] of every readable record under ``root`` (a folder of
     records or archives, or one archive), in the order found; an unreadable one is a Drift with its
     ``error``."""
     out = []
