@@ -19,17 +19,18 @@ def _missing() -> list[str]:
     return [name for name in _NEEDED if importlib.util.find_spec(name) is None]
 
 
-def _warn_missing(missing: list[str]) -> None:
+def _which_interpreter(missing: list[str]) -> str:
     venv = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
     where = f"the venv's Python, {venv}" if venv.is_file() else "the venv's Python, .venv/bin/python"
-    warnings.warn(f"pipegnn: this interpreter ({sys.executable}) lacks {', '.join(missing)}: pipegnn runs "
-                  f"with {where}, which `make setup` (or `make run`) creates in the checkout",
-                  RuntimeWarning, stacklevel=3)
+    return (f"pipegnn: this interpreter ({sys.executable}) lacks {', '.join(missing)}: pipegnn runs with "
+            f"{where}, which `make setup` (or `make run`) creates in the checkout")
 
 
 _absent = _missing()
 if _absent:  # say which interpreter to use before the import that fails names only a module
-    _warn_missing(_absent)
+    if sys.argv[:1] == ["-m"]:  # `python -m pipegnn...` (runpy names the module in argv[0] only later)
+        sys.exit(_which_interpreter(_absent))  # one line, as experiments/train.py says it
+    warnings.warn(_which_interpreter(_absent), RuntimeWarning, stacklevel=2)
 
 
 def __getattr__(name: str) -> Any:

@@ -47,6 +47,17 @@ def test_importing_pipegnn_without_its_packages_names_the_venv() -> None:
     assert "lacks" in done.stderr and ".venv/bin/python" in done.stderr and "make setup" in done.stderr
 
 
+@pytest.mark.parametrize("module", ["pipegnn.results", "pipegnn.results.archive"])
+def test_a_command_line_without_the_packages_says_which_interpreter_in_one_line(module: str) -> None:
+    """``python3 -m pipegnn.results`` with a bare interpreter: a warning, then pandas' traceback. Now one
+    line, as experiments/train.py says it, and exit 1."""
+    done = subprocess.run([sys.executable, "-S", "-m", module, "results"], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+    assert "lacks" in done.stderr and ".venv/bin/python" in done.stderr
+
+
 def test_importing_pipegnn_with_its_packages_warns_nothing() -> None:
     done = subprocess.run([sys.executable, "-W", "error", "-c", "import pipegnn"], capture_output=True,
                           text=True, timeout=60)
