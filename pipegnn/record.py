@@ -45,12 +45,16 @@ from typing import Any, Callable
 
 from pipegnn.choices import StrEnum
 
-__all__ = ["COMBINE", "COMPLETED_ACCURACIES", "LAUNCHER", "OPTIONAL", "RANK0", "RANK0_IF_COMPLETED",
+__all__ = ["COMBINE", "COMPLETED_ACCURACIES", "LAUNCHER", "MAX_CONFIG_KEYS", "OPTIONAL", "RANK0",
+           "RANK0_IF_COMPLETED",
            "RECORD_VERSION", "RecordFormatError", "RunRecord", "Status", "completion_problem",
            "epochs_problem", "migrate"]
 
 #: The version of the records this code writes (and the newest it reads).
 RECORD_VERSION = 2
+#: The most keys a record's ``config`` may hold, nested ones included (a run's holds a few hundred; every
+#: one becomes a column of the runs table: 480,000 ended in a MemoryError).
+MAX_CONFIG_KEYS = 10_000
 
 
 class Status(StrEnum):
@@ -371,6 +375,24 @@ def _check(d: dict[str, Any], path: str | Path | None) -> None:
     for group, choice in d["choices"].items():
         if isinstance(choice, (list, tuple, Mapping)):
             raise bad(f"'choices.{group}' is {_kind(choice)}, expected a string", "choices")
+    if _more_keys_than(d["config"], MAX_CONFIG_KEYS):  # each becomes a column of the runs table
+        raise bad(f"'config' holds more than {MAX_CONFIG_KEYS:,} keys (a run's holds a few hundred)",
+                  "config")
+
+
+def _more_keys_than(value: Any, most: int) -> bool:
+    """Whether the objects nested in ``value`` hold more than ``most`` keys in all (counted until that)."""
+    count, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            count += len(item)
+            if count > most:
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _type_problem(value: Any, hint: Any) -> str | None:

@@ -51,6 +51,7 @@ from pipegnn.data.planetoid_checks import (
     check_array_state,
     check_features,
     check_labels,
+    check_neighbour_count,
     check_shape,
     check_split,
 )
@@ -118,6 +119,10 @@ _MALFORMED = (ValueError, TypeError, AttributeError, LookupError, ArithmeticErro
               pickle.UnpicklingError)
 
 
+#: The largest ``test.index`` read (bytes): a published graph's holds 1,000 ids (about 5 KB); another's
+#: at most as many ids as ``_MAX_INDEX_BYTES_UNPUBLISHED`` bytes of text.
+_MAX_INDEX_BYTES = 64 << 10
+_MAX_INDEX_BYTES_UNPUBLISHED = 16 << 20
 #: The raw parts that hold one-hot labels (the others but ``graph`` and ``test.index``: features).
 _LABEL_PARTS = ("y", "ty", "ally")
 
@@ -140,6 +145,11 @@ def read_raw(folder: str | Path, name: str, part: str) -> Tensor | dict[int, lis
     path = Path(folder) / f"ind.{name.lower()}.{part}"
     published = PUBLISHED_SHAPES.get(name.lower(), {})
     if part == "test.index":
+        size = path.stat().st_size
+        most = _MAX_INDEX_BYTES if "test.index" in published else _MAX_INDEX_BYTES_UNPUBLISHED
+        if size > most:  # read whole and split by PyG's reader: 50 MB of ids took 2.3 GB
+            raise ValueError(f"{path}: {size:,} bytes, more than a test.index of this graph holds "
+                             f"({most:,} at most)")
         index = read_txt_array(str(path), dtype=torch.long).reshape(-1)
         if "test.index" in published and index.numel() != published["test.index"]:
             raise ValueError(f"{path}: {index.numel()} test ids, the published file has "
@@ -148,6 +158,8 @@ def read_raw(folder: str | Path, name: str, part: str) -> Tensor | dict[int, lis
     with open(path, "rb") as f:
         out = _RawUnpickler(f, encoding="latin1").load()
     if part == "graph":
+        if isinstance(out, dict):  # counted before anything walks them: lists shared between nodes
+            check_neighbour_count(path, out)  # expand a few hundred KB into gigabytes
         if not isinstance(out, dict) or not all(
                 type(k) is int and type(v) is list and all(type(i) is int for i in v)
                 for k, v in out.items()):

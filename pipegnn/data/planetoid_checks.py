@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["PUBLISHED_SHAPES", "check_adjacency", "check_array_state", "check_features", "check_labels",
-           "check_shape", "check_split"]
+           "check_neighbour_count", "check_shape", "check_split"]
 
 #: The shapes of the published raw files (rows, columns; ``test.index``: its number of ids) and each
 #: graph's number of nodes: a raw file of another shape is refused before it is densified.
@@ -124,17 +124,27 @@ def check_features(path: Path, features: Tensor) -> None:
                          f"{int(bad.sum())} rows do")
 
 
+def check_neighbour_count(path: Path, graph: dict[Any, Any]) -> None:
+    """The neighbour lists of the adjacency dict ``graph`` (read from ``path``) hold at most as many ids as
+    the file has bytes (a pickle writes each one; lists shared between nodes would expand a few hundred
+    KB into gigabytes of edges). Counted by the lists' lengths alone, before anything walks them.
+
+    Raises:
+        ValueError: naming the file and the counts.
+    """
+    size = path.stat().st_size
+    entries = 0
+    for neighbours in graph.values():
+        entries += len(neighbours) if isinstance(neighbours, list) else 0
+        if entries > size:
+            raise ValueError(f"{path}: more than {size:,} neighbour ids in a file of {size:,} bytes: its "
+                             "nodes share neighbour lists, which no published graph does")
+
+
 def check_adjacency(path: Path, graph: dict[int, list[int]], nodes: int) -> None:
     """Every node of the adjacency dict ``graph`` (read from ``path``) and each of its neighbours is an id
     from 0 to ``nodes`` - 1: one that is not (a negative id, which building the edges would drop without a
-    word, or one past the labelled nodes) is a ValueError naming the file, the node and the id. The
-    neighbours number at most the file's bytes (a pickle writes each one; lists shared between nodes
-    would expand a few hundred KB into gigabytes of edges)."""
-    entries = sum(len(neighbours) for neighbours in graph.values())
-    size = path.stat().st_size
-    if entries > size:
-        raise ValueError(f"{path}: {entries:,} neighbour ids in a file of {size:,} bytes: its nodes share "
-                         "neighbour lists, which no published graph does")
+    word, or one past the labelled nodes) is a ValueError naming the file, the node and the id."""
     for node, neighbours in graph.items():
         if not 0 <= node < nodes:
             raise ValueError(f"{path}: node id {node} is outside the {nodes} labelled nodes "

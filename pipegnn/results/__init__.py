@@ -56,7 +56,7 @@ _EXPORTS = {
     "tta_plot": ("plot_time_to_accuracy_vs_memory", "setting_label"),
     "sweep": ("INCOMPLETE", "Job", "sweep_jobs", "unrecorded_jobs"),
     "sweep_plan": ("MAX_PLANNED_JOBS", "SweepPlanError", "planned_jobs"),
-    "hydra_files": ("MAX_YAML_BYTES", "read_hydra_file"),
+    "hydra_files": ("MAX_RESOLVED_CHARS", "MAX_YAML_BYTES", "read_hydra_file"),
     "resume_check": ("VOLATILE_KEYS", "comparable_config", "completed_record"),
     "callbacks": ("EpochProgress", "FailureSummary", "exit_code"),
     "reproduce": ("PLACE_KEYS", "Drift", "drift", "recompose"),

@@ -27,6 +27,9 @@ from pipegnn.results.table import NO_RECORD, TABLE_COLUMNS, format_table, load, 
 
 __all__ = ["main"]
 
+#: The most runs named one by one on stderr (runs that did not complete; unfinished jobs' folders).
+_NAMED = 20
+
 
 def _parse_value(text: str) -> Any:
     """``8`` -> 8, ``0.5`` -> 0.5, ``true`` -> True, ``none``/``null`` -> None, else the text."""
@@ -129,8 +132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(table)
     print(summary(df), flush=True)
-    for row in df[df["status"] != "completed"].itertuples():
-        print(f"{row.status}: {row.path}: {row.error}", file=sys.stderr)
+    not_completed = df[df["status"] != "completed"]
+    for path, status, error in zip(not_completed["path"][:_NAMED], not_completed["status"][:_NAMED],
+                                   not_completed["error"][:_NAMED]):
+        print(f"{status}: {path}: {error}", file=sys.stderr)
+    if len(not_completed) > _NAMED:
+        print(f"... and {len(not_completed) - _NAMED:,} more runs that did not complete (the table lists "
+              "them)", file=sys.stderr)
     unfinished = everything[everything["status"].isin(NO_RECORD)]
     if not unfinished.empty:
         print(_unfinished_line(unfinished, len(everything), left_out=len(unfinished) - df["status"].isin(
@@ -172,7 +180,9 @@ def _unfinished_line(unfinished: pd.DataFrame, total: int, left_out: int) -> str
     folder>, ...``."""
     counts = unfinished["status"].value_counts()
     kinds = ", ".join(f"{counts[s]} {s}" for s in NO_RECORD if s in counts)
-    folders = ", ".join(str(Path(p).parent) for p in unfinished["path"])
+    shown = [str(Path(p).parent) for p in unfinished["path"][:_NAMED]]
+    more = len(unfinished) - len(shown)
+    folders = ", ".join(shown) + (f" and {more:,} more" if more else "")
     n = len(unfinished)
     hidden = f"; {left_out} not matching --where" if left_out else ""
     return (f"error: sweep not finished: {n} of {total} run{'s' * (total != 1)} "

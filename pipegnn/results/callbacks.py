@@ -79,7 +79,11 @@ class FailureSummary(Callback):
         handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
         try:
             sweep_dir.mkdir(parents=True, exist_ok=True)
-            handlers.append(logging.FileHandler(sweep_dir / "sweep.log"))
+            log_file = sweep_dir / "sweep.log"
+            if log_file.is_symlink() or (log_file.exists() and not log_file.is_file()):  # a FIFO hung here
+                lines = [*lines, f"  (not written to {log_file}: it is not a regular file)"]
+            else:
+                handlers.append(logging.FileHandler(log_file))
         except OSError:
             pass
         for h in handlers:

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from pipegnn.jsonfile import read_regular
 
-__all__ = ["MAX_YAML_BYTES", "read_hydra_file"]
+__all__ = ["MAX_RESOLVED_CHARS", "MAX_YAML_BYTES", "read_hydra_file"]
 
 #: The largest Hydra file (``multirun.yaml``, ``.hydra/*.yaml``) a reader parses: Hydra writes a few
 #: kilobytes; OmegaConf builds about 200 bytes of nodes per byte of YAML (a 4 MB plan took 83 s and 814 MB).
@@ -77,10 +77,63 @@ def _inert(value: Any) -> Any:
     return value
 
 
+#: The most characters a Hydra file's values may resolve to, all together: interpolations of
+#: interpolations (``a1: ${a0}${a0}``, twenty lines) double at each step.
+MAX_RESOLVED_CHARS = 1 << 20
+#: An interpolation of one of the file's own keys, whole (``${model.lr}``).
+_REFERENCE = re.compile(r"\$\{([^{}:]+)\}")
+
+
+def _resolved_size(data: Any) -> int:
+    """An upper bound of the characters ``data``'s strings resolve to (each reference of a key counted as
+    what that key resolves to, each once per use; a cycle as unbounded), stopping past
+    `MAX_RESOLVED_CHARS`."""
+    leaves: dict[str, Any] = {}
+
+    def walk(value: Any, prefix: str) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{prefix}{k}.")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{prefix}{i}.")
+        leaves[prefix[:-1]] = value
+
+    walk(data, "")
+    sizes: dict[str, int] = {}
+
+    def size(key: str, depth: int) -> int:
+        if key in sizes:
+            return sizes[key]
+        if depth > 64:  # a cycle, or a chain deeper than any config's
+            return MAX_RESOLVED_CHARS + 1
+        value = leaves.get(key)
+        if not isinstance(value, str):
+            total = len(str(value))
+        else:
+            total = len(value)
+            for ref in _REFERENCE.findall(value):
+                total += size(ref.strip(), depth + 1)
+                if total > MAX_RESOLVED_CHARS:
+                    break
+        sizes[key] = min(total, MAX_RESOLVED_CHARS + 1)
+        return sizes[key]
+
+    total = 0
+    for key, value in leaves.items():
+        if isinstance(value, str):
+            total += size(key, 0)
+            if total > MAX_RESOLVED_CHARS:
+                break
+    return total
+
+
 def _resolved(data: Any) -> Any:
     """``data`` (a Hydra file's plain data) with its interpolations between its own keys resolved
     (``${model.lr}``); one that calls a resolver stays as its text (see `_inert`), and ``data``
-    stays as written where they cannot be resolved."""
+    stays as written where they cannot be resolved, or would resolve to more than `MAX_RESOLVED_CHARS`."""
+    if _resolved_size(data) > MAX_RESOLVED_CHARS:
+        return data
     try:
         return _plain(OmegaConf.create(_inert(data)), resolve=True)
     except Exception:  # noqa: BLE001 - a key that is not there, a cycle (RecursionError), ...

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from pipegnn.atomic import atomic_file
 from pipegnn.errors import ConfigError
 from pipegnn.schema import Config, LoggerConfig, MLflowConfig, TrackerConfig
 
@@ -89,13 +90,14 @@ class CSVLogger:
     def epoch(self, epoch: int, metrics: Mapping[str, float]) -> None:
         self.rows.append({"epoch": epoch, **metrics})
         columns = list(dict.fromkeys(k for row in self.rows for k in row))
-        with open(self.dir / "metrics.csv", "w", newline="") as f:  # rewritten: columns may grow
+        # rewritten (columns may grow) as a whole file replaced: a FIFO at the path never blocks the run
+        with atomic_file(self.dir / "metrics.csv") as f:
             writer = csv.DictWriter(f, columns)
             writer.writeheader()
             writer.writerows(self.rows)
 
     def finish(self, record: Mapping[str, Any], metrics: Mapping[str, float], files: list[Path]) -> None:
-        with open(self.dir / "final.csv", "w", newline="") as f:
+        with atomic_file(self.dir / "final.csv") as f:
             writer = csv.writer(f)
             writer.writerow(["name", "value"])
             writer.writerows([["status", record.get("status")], *sorted(metrics.items())])
@@ -191,8 +193,15 @@ def chosen(settings: LoggerConfig | None) -> dict[str, TrackerConfig]:
 
 
 def check_loggers(settings: LoggerConfig | None) -> None:
-    """Raise ConfigError for a tracker whose package is not installed (the schema knows the trackers)."""
-    for name in chosen(settings):
+    """Raise ConfigError for a tracker whose package is not installed (the schema knows the trackers), or
+    whose ``dir`` lies outside the run's folder (absolute, or climbing out with ``..``: it wrote into
+    another run's folder)."""
+    for name, options in chosen(settings).items():
+        where = Path(str(options.dir))
+        if where.is_absolute() or ".." in where.parts:
+            raise ConfigError(f"logger.{name}.dir={options.dir} lies outside the run's folder (another "
+                              "run's, perhaps): give a folder inside it, e.g. the default, "
+                              f"logger.{name}.dir={name}")
         package = LOGGERS[name].package
         if package is not None and importlib.util.find_spec(package) is None:
             install = "mlflow-skinny sqlalchemy alembic" if name == "mlflow" else package

@@ -46,6 +46,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from pipegnn.atomic import atomic_file
 from pipegnn.jsonfile import file_kind
 from pipegnn.results.hydra_files import read_hydra_file
+from pipegnn.results.records import RECORD_NAME
 
 __all__ = ["JOB_FILE", "LOCK_FILE", "OWNER_FILE", "RUN_FILE", "RUN_LOCK", "FolderTaken", "SweepOwner",
            "check_folder", "claim_job", "claim_run", "take_sweep"]
@@ -79,12 +80,12 @@ def _plan(config: DictConfig | dict[str, Any]) -> dict[str, Any]:
             "sweeper_params": sweeper.get("params")}
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _read_json(path: Path, limit: int = 1 << 20) -> dict[str, Any] | None:
     try:
         with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK)) as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 return {}
-            value = json.loads(f.read(1 << 20) or b"{}")
+            value = json.loads(f.read(limit) or b"{}")
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
@@ -120,7 +121,9 @@ def _not_inside_another(folder: Path, key: str, own_sweep: Path | None = None,
     """Refuse ``folder`` (``key``'s value) when it is a job's folder or lies inside one, or is or lies
     inside a sweep's folder other than ``own_sweep`` (any sweep's, when it is None: a single run; the
     folder itself is a sweep's when it holds an owner, or for a single run a plan, ``multirun.yaml``).
-    ``claiming``: a job's own folder may hold its own claim (which claim_job compares).
+    ``claiming``: a job's own folder may hold its own claim (which claim_job compares). A single run's
+    folder (its claim, ``.pipegnn-run.json``) is refused the same way, but for a single run's own folder
+    (``own_sweep`` None, not ``claiming``: [`claim_run`][pipegnn.training.ownership.claim_run] compares it).
 
     Raises:
         FolderTaken: naming the job or sweep whose folder it is.
@@ -133,6 +136,10 @@ def _not_inside_another(folder: Path, key: str, own_sweep: Path | None = None,
         job = above / JOB_FILE
         if (job.exists() or job.is_symlink()) and not (claiming and above == here):
             raise FolderTaken(f"{key}={folder} {where} the folder of {_describe_job(_read_json(job) or {})}; "
+                              f"give this {what} a folder of its own")
+        run = above / RUN_FILE
+        if (run.exists() or run.is_symlink()) and not (above == here and own is None and not claiming):
+            raise FolderTaken(f"{key}={folder} {where} the folder of {_describe_run(_read_json(run) or {})}; "
                               f"give this {what} a folder of its own")
         if above == own:
             continue
@@ -204,19 +211,12 @@ _SCAN = 10_000
 
 
 def _a_job_inside(folder: Path) -> dict[str, Any] | None:
-    """The claim of a job whose folder lies directly in ``folder`` (the first of its first `_SCAN`
+    """The claim of a job whose folder lies below ``folder`` (at any depth; the first of its first `_SCAN`
     entries), or None."""
-    try:
-        with os.scandir(folder) as entries:
-            for n, entry in enumerate(entries):
-                if n >= _SCAN:
-                    break
-                if entry.is_dir(follow_symlinks=False):
-                    job = _read_json(Path(entry.path) / JOB_FILE)
-                    if job is not None:
-                        return {"num": "?", **job}
-    except OSError:
-        return None
+    for job in _job_folders(folder):
+        claim = _read_json(job / JOB_FILE)
+        if claim is not None:
+            return {"num": "?", **claim}
     return None
 
 
@@ -239,65 +239,120 @@ def check_folder(folder: Path, key: str) -> None:
         raise FolderTaken(f"{key}={folder} cannot be made: {e}") from None
 
 
-#: What a job's ``hydra.sweep.subdir`` must name so that every job gets a folder of its own.
+#: What a job's ``hydra.sweep.subdir`` must name, outside any other interpolation, so that every job gets
+#: a folder of its own (``${hydra.job.override_dirname}`` only while no key is excluded from it).
 _PER_JOB = ("${hydra.job.num}", "${hydra.job.id}", "${hydra.job.override_dirname}")
 
 
+def _top_level(text: str, name: str) -> bool:
+    """Whether ``name`` (an interpolation) occurs in ``text`` outside every other interpolation (in
+    ``${oc.env:X,${hydra.job.num}}`` it is only a default that may not be used)."""
+    start = text.find(name)
+    while start >= 0:
+        if text[:start].count("${") == text[:start].count("}"):
+            return True
+        start = text.find(name, start + 1)
+    return False
+
+
 def _subdir_per_job(config: DictConfig) -> None:
-    """``hydra.sweep.subdir`` as written names each job apart (`_PER_JOB`): Hydra writes a job's
-    ``.hydra`` files and log into its folder before the job can refuse it, so a subdir that may give
-    several jobs one folder (``${chunks}``, ``.``) is refused here, before any job.
+    """``hydra.sweep.subdir`` as written names each job apart (`_PER_JOB`, outside any other
+    interpolation): Hydra writes a job's ``.hydra`` files and log into its folder before the job can refuse
+    it, so a subdir that may give several jobs one folder (``${chunks}``, ``.``, an environment variable
+    that defaults to the job's number, ``${hydra.job.override_dirname}`` with excluded keys) is refused
+    here, before any job.
 
     Raises:
         FolderTaken: naming the subdir and what would do.
     """
     sweep = OmegaConf.to_container(config.hydra.sweep, resolve=False)
-    subdir = sweep.get("subdir") if isinstance(sweep, dict) else None
-    if not any(name in str(subdir) for name in _PER_JOB):
+    subdir = str(sweep.get("subdir") if isinstance(sweep, dict) else None)
+    excluded = OmegaConf.select(config, "hydra.job.config.override_dirname.exclude_keys") or []
+    names = [n for n in _PER_JOB if not (n == "${hydra.job.override_dirname}" and excluded)]
+    if not any(_top_level(subdir, name) for name in names):
         raise FolderTaken(f"hydra.sweep.subdir={subdir} may give several jobs one folder (Hydra writes each "
                           "job's .hydra files there before a job can refuse it): name each job in it, e.g. "
                           f"hydra.sweep.subdir={subdir}_${{hydra.job.num}}, or "
-                          "${hydra.job.override_dirname}")
+                          "${hydra.job.override_dirname} with no excluded keys")
 
 
-def _files_hydra_writes(folder: Path, config: DictConfig) -> list[Path]:
-    """The files Hydra opens in a run's or job's ``folder`` before the run starts: its log and, unless
-    ``hydra.output_subdir`` is null, its ``.hydra/*.yaml``."""
-    files = [folder / f"{config.hydra.job.name}.log"]
-    if config.hydra.output_subdir is not None:
-        files += [folder / str(config.hydra.output_subdir) / f"{name}.yaml"
-                  for name in ("config", "hydra", "overrides")]
-    return files
+def _hydra_paths(folder: Path, config: DictConfig) -> list[tuple[Path, bool]]:
+    """What Hydra opens in a run's or job's ``folder`` before the run starts, each with whether it is a
+    folder: its log and, unless ``hydra.output_subdir`` is null, that folder and its ``.hydra/*.yaml``.
+
+    Raises:
+        FolderTaken: ``hydra.job.name`` or ``hydra.output_subdir`` would take them outside ``folder``
+            (a name with a ``/``; an absolute subdir or one with ``..``).
+    """
+    name, subdir = str(config.hydra.job.name), config.hydra.output_subdir
+    if "/" in name or name in ("", ".", ".."):
+        raise FolderTaken(f"hydra.job.name={name} would put the run's log outside its folder: give it a "
+                          "plain name")
+    paths = [(folder / f"{name}.log", False)]
+    if subdir is not None:
+        if Path(str(subdir)).is_absolute() or ".." in Path(str(subdir)).parts:
+            raise FolderTaken(f"hydra.output_subdir={subdir} lies outside the run's folder (another run's, "
+                              "perhaps): give it a folder inside, e.g. .hydra")
+        paths += [(folder / str(subdir), True)]
+        paths += [(folder / str(subdir) / f"{n}.yaml", False) for n in ("config", "hydra", "overrides")]
+    return paths
 
 
-def _no_other_kind(files: list[Path]) -> None:
-    """Each of ``files`` is a regular file or nothing: a FIFO there hung the run (Hydra opens it and
-    waits), a folder or a link ended in Hydra's traceback or wrote elsewhere.
+def _no_other_kind(paths: list[tuple[Path, bool]]) -> None:
+    """Each of ``paths`` is what Hydra writes there (a regular file, or for a folder a real one) or
+    nothing: a FIFO there hung the run (Hydra opens it and waits), a link wrote into another run's folder,
+    anything else ended in Hydra's traceback.
 
     Raises:
         FolderTaken: naming the first that is not, and what it is.
     """
-    for path in files:
+    for path, folder in paths:
         try:
             mode = os.lstat(path).st_mode
         except OSError:
             continue
-        if not stat.S_ISREG(mode):
-            what = "a link" if stat.S_ISLNK(mode) else file_kind(mode)
-            raise FolderTaken(f"{path} is {what}, where Hydra writes a regular file before the run starts; "
+        if not (stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode)):
+            what = "a link" if stat.S_ISLNK(mode) else "a file" if stat.S_ISREG(mode) else file_kind(mode)
+            kind = "folder" if folder else "regular file"
+            raise FolderTaken(f"{path} is {what}, where Hydra writes a {kind} before the run starts; "
                               "remove it")
 
 
+def _job_folders(sweep_dir: Path) -> list[Path]:
+    """The folders below ``sweep_dir`` that hold a job's claim or Hydra's files (a sweep run again or
+    resumed, ``subdir`` of any depth), and every link to a folder among its entries; at most `_SCAN`
+    entries read."""
+    found: list[Path] = []
+    seen = 0
+    for where, folders, files in os.walk(sweep_dir):
+        seen += len(folders) + len(files)
+        if seen > _SCAN:
+            break
+        here = Path(where)
+        if here != sweep_dir and (JOB_FILE in files or RUN_FILE in files or ".hydra" in folders
+                                  or ".hydra" in files):
+            found.append(here)
+        found += [here / n for n in folders if (here / n).is_symlink()]  # (os.walk lists links to folders)
+    return found
+
+
 def _job_folders_clean(sweep_dir: Path, config: DictConfig) -> None:
-    """The job folders already in ``sweep_dir`` (a sweep run again or resumed; its first `_SCAN` entries)
-    hold nothing but regular files where Hydra writes a job's files (see `_no_other_kind`)."""
-    try:
-        with os.scandir(sweep_dir) as entries:
-            folders = [Path(e.path) for n, e in zip(range(_SCAN), entries) if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return
-    for folder in folders:
-        _no_other_kind(_files_hydra_writes(folder, config))
+    """The job folders already in ``sweep_dir`` hold nothing but what Hydra writes where it writes a job's
+    files (see `_no_other_kind`), and none of its entries is a link (Hydra would write through it, into
+    another sweep's job).
+
+    Raises:
+        FolderTaken: naming the first that does not.
+    """
+    for folder in _job_folders(sweep_dir):
+        if (folder / RUN_FILE).exists():
+            run = _describe_run(_read_json(folder / RUN_FILE) or {})
+            raise FolderTaken(f"{folder} is the folder of {run}: a job of this sweep would write into it; "
+                              "give the sweep another hydra.sweep.dir")
+        if folder.is_symlink():
+            raise FolderTaken(f"{folder} is a link (to {os.readlink(folder)}): a job writing there would "
+                              "write into another folder; remove it")
+        _no_other_kind(_hydra_paths(folder, config))
 
 
 def _subdir_inside(config: DictConfig) -> None:
@@ -359,6 +414,7 @@ def claim_run(folder: str | Path, overrides: list[str], fresh: bool = False) -> 
     folder = Path(folder)
     key = f"hydra.run.dir={folder}"
     check_folder(folder, "hydra.run.dir")
+    made = not (folder / RUN_LOCK).exists()  # a refused run leaves nothing behind, not even its lock
     lock = _lock(folder / RUN_LOCK, key)
     if lock is None:
         running = _read_json(folder / RUN_FILE) or {}
@@ -369,6 +425,15 @@ def claim_run(folder: str | Path, overrides: list[str], fresh: bool = False) -> 
                                   != _job_overrides(overrides)):
             raise FolderTaken(f"{key} holds the record of {_describe_run(other)}; give this run a folder of "
                               "its own (or remove that folder)")
+        record = folder / RECORD_NAME
+        if other is None and (record.exists() or record.is_symlink()):  # a run of before claims: its record's
+            written = _read_json(record, 16 << 20) or {}                # overrides say whose it is, if any
+            theirs = written.get("overrides")
+            same = isinstance(theirs, list) and _job_overrides(theirs) == _job_overrides(overrides)
+            if fresh or not same:
+                raise FolderTaken(f"{key} holds the record of another run ({record}, from before runs "
+                                  "claimed their folders); give this run a folder of its own (or remove that "
+                                  "record)")
         try:
             with atomic_file(folder / RUN_FILE) as f:
                 json.dump({"overrides": list(overrides), "pid": os.getpid(), "host": socket.gethostname(),
@@ -376,6 +441,8 @@ def claim_run(folder: str | Path, overrides: list[str], fresh: bool = False) -> 
         except OSError as e:
             raise FolderTaken(f"{key} cannot take the run's claim, nor its record: {e}") from None
     except BaseException:
+        if made:
+            (folder / RUN_LOCK).unlink(missing_ok=True)
         lock.close()
         raise
     return lock
@@ -435,24 +502,24 @@ class SweepOwner(Callback):
         except Exception as e:  # Hydra turns a callback's Exception into a warning and goes on: stop here
             why = str(e) if isinstance(e, FolderTaken) else f"hydra.sweep.dir={config.hydra.sweep.dir} " \
                 f"cannot be taken: {type(e).__name__}: {e}"
-            log.error("sweep refused: %s", why)
-            raise SystemExit(f"sweep refused: {why}") from None
+            raise SystemExit(f"sweep refused: {why}") from None  # one line on stderr, exit 1
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """A single run claims its folder (``hydra.run.dir``:
         [`claim_run`][pipegnn.training.ownership.claim_run]), or the command stops here with one line,
         before Hydra writes into it (Hydra's own mkdir ended in its traceback)."""
         try:
-            if int(os.environ.get("RANK", "0") or 0) == 0:
-                self.run_lock = _claim_run_folder(config)
-                _no_other_kind(_files_hydra_writes(Path(config.hydra.run.dir), config))
-            else:  # another rank of a pipeline under torchrun: rank 0 claims the folder (and its record)
+            torchrun_rank = os.environ.get("RANK", "0") not in ("", "0") and \
+                OmegaConf.select(config, "engine.launcher") == "external"
+            if torchrun_rank:  # another rank of a pipeline under torchrun: rank 0 claims the folder
                 check_folder(Path(config.hydra.run.dir), "hydra.run.dir")
+            else:
+                self.run_lock = _claim_run_folder(config)
+                _no_other_kind(_hydra_paths(Path(config.hydra.run.dir), config))
         except Exception as e:  # as on_multirun_start: a warning would let the run go on
             why = str(e) if isinstance(e, FolderTaken) else f"hydra.run.dir={config.hydra.run.dir}: " \
                 f"{type(e).__name__}: {e}"
-            log.error("run refused: %s", why)
-            raise SystemExit(f"run refused: {why}") from None
+            raise SystemExit(f"run refused: {why}") from None  # one line on stderr, exit 1
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.run_lock is not None:
@@ -465,9 +532,9 @@ class SweepOwner(Callback):
             self.lock = None
 
 
-def _job_overrides(overrides: list[str]) -> list[str]:
-    """A job's overrides as two runs of one job hold them (``resume`` aside)."""
-    return [o for o in overrides if not o.lstrip("+~").startswith("resume=")]
+def _job_overrides(overrides: list[Any]) -> list[str]:
+    """A job's overrides as two runs of one job hold them (``resume`` aside, in any order)."""
+    return sorted(str(o) for o in overrides if not str(o).lstrip("+~").startswith("resume="))
 
 
 def claim_job(output_dir: str | Path, num: int, overrides: list[str],

@@ -61,12 +61,28 @@ def _unusable(state: Any, config: Config) -> str | None:
         problem = "its epochs are not numbered 0, 1, ... in order"
     if problem is not None:  # a checksum that holds over content no run writes
         return f"its epochs are not a run's: {problem}"
+    trace = state.get("trace")
+    if trace is not None and _json(trace) is None:
+        return "its trace is no JSON text"
+    if not isinstance(state["config"], str) or not isinstance(_json(state["config"]), dict):
+        return "its configuration is no JSON object"
     differs = config_difference(state["config"], config)
     if differs is not None:
         return differs
     if len(state["epochs"]) > config.train.epochs:
         return f"{len(state['epochs'])} finished epochs, more than train.epochs={config.train.epochs}"
     return None
+
+
+def _json(text: Any) -> Any:
+    """The JSON value of the text ``text``, None when it is no text or no JSON (nested too deeply
+    included)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _candidate(config: Config, path: Path) -> tuple[int, dict[str, Any]] | None:
@@ -179,5 +195,4 @@ def resume_from(config: Config, path: str | Path, model: StagedGNN,
         log.warning("resume: a rank's checkpoint of %d finished epochs does not fit its model; the ranks "
                     "agree on another point", point)
     log.info("resume: continuing after epoch %d from %s", len(epochs) - 1, file)
-    trace = state.get("trace")
-    return Resumed(epochs, file, json.loads(trace) if isinstance(trace, str) else None)
+    return Resumed(epochs, file, _json(state.get("trace")))

@@ -494,8 +494,8 @@ def test_a_yaml_alias_bomb_as_a_sweeps_plan_is_an_unreadable_plan(tmp_path: Path
 # --- Every outside file bounded in size and count before it is built ------------------------------------
 
 @pytest.mark.parametrize("sweep_override, reason", [
-    ("train.seed=range(0,1000000)", "plans more than 100,000 jobs (at train.seed, of more than 100,000"),
-    ("train.seed=range(0,1000)", "plans more than 100,000 jobs (at train.seed, of 1,000 values)"),  # product
+    ("train.seed=range(0,1000000)", "plans more than 10,000 jobs (at train.seed, of more than 10,000"),
+    ("train.seed=range(0,1000)", "plans more than 10,000 jobs (at train.seed, of 1,000 values)"),  # product
 ])
 def test_a_plan_of_a_million_jobs_is_unreadable_not_expanded(tmp_path: Path, sweep_override: str,
                                                             reason: str) -> None:

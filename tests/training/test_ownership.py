@@ -75,19 +75,22 @@ def test_a_subdir_that_may_give_jobs_one_folder_stops_the_sweep(tmp_path: Path, 
     assert not sweep.exists() or not any(sweep.iterdir())
 
 
-def test_jobs_sharing_a_folder_after_all_are_refused_with_a_record(tmp_path: Path) -> None:
-    """The job's own claim, behind the sweep's check: ${hydra.job.override_dirname} without the key
-    that tells two jobs apart (excluded) gives them one folder; the second writes no record there."""
+@pytest.mark.parametrize("subdir, extra", [
+    # the job's override_dirname without the key that tells the jobs apart (it overwrote job 0's .hydra)
+    ("x${hydra.job.override_dirname}", ["hydra.job.config.override_dirname.exclude_keys=[train.seed]"]),
+    # the job's number only as the default of a variable that is set (a second case)
+    ("'${oc.env:PX,${hydra.job.num}}'", []),
+])
+def test_a_subdir_naming_jobs_only_in_appearance_stops_the_sweep(tmp_path: Path, subdir: str,
+                                                                extra: list[str]) -> None:
     sweep = tmp_path / "sweep"
-    done = _sweep(tmp_path, "train.seed=0,1", f"hydra.sweep.dir={sweep}",
-                  "hydra.sweep.subdir=x${hydra.job.override_dirname}",
-                  "hydra.job.config.override_dirname.exclude_keys=[train.seed]")
-    assert done.returncode == 1, done.stderr[-3000:]
-    refused = next(sweep.glob("*.job1.refused"))
-    record = json.loads((refused / "result.json").read_text())
-    assert record["status"] == "invalid" and "which job 0 " in record["error"], record["error"]
-    kept = [json.loads(p.read_text()) for p in sweep.glob("*/result.json") if ".refused" not in str(p)]
-    assert [r["status"] for r in kept] == ["completed"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PX": "shared"}
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "train.py"), "-m", *TINY_SYNTHETIC,
+                           "train.epochs=2", "engine=single", "train.seed=0,1", f"hydra.sweep.dir={sweep}",
+                           f"hydra.sweep.subdir={subdir}", *extra], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "may give several jobs one folder" in done.stderr, done.stderr[-3000:]
+    assert not sweep.exists() or not any(sweep.iterdir())
 
 
 def test_a_second_sweep_into_a_sweeps_folder_is_refused(tmp_path: Path) -> None:
@@ -348,3 +351,58 @@ def test_a_fifo_in_a_sweeps_job_folder_stops_the_sweep(tmp_path: Path, sweep_a: 
     done = _sweep(tmp_path, "train.seed=0,1", f"hydra.sweep.dir={copy}", "resume=true")
     assert done.returncode == 1, done.stderr[-3000:]
     assert f"sweep refused: {copy / '1' / 'train.log'} is a FIFO" in done.stderr
+
+
+def test_claims_compare_overrides_in_any_order(tmp_path: Path) -> None:
+    claim_run(tmp_path, ["a=1", "b=2"]).close()
+    claim_run(tmp_path, ["b=2", "a=1", "resume=true"]).close()
+
+
+def _run_once(tmp_path: Path, folder: Path, *overrides: str, env: dict | None = None) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "train.py"), *TINY_SYNTHETIC,
+                           "train.epochs=2", "engine=single", f"hydra.run.dir={folder}", *overrides],
+                          cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def run_a(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished single run (train.seed=0)."""
+    where = tmp_path_factory.mktemp("run_a")
+    _run_once(where, where / "A", "train.seed=0")
+    return where / "A"
+
+
+@pytest.mark.parametrize("how", ["RANK=1 in the environment", "a sweep's job", "a sweep's folder",
+                                 "a run inside it", "its record without a claim"])
+def test_nothing_writes_into_a_single_runs_folder(tmp_path: Path, run_a: Path, how: str) -> None:
+    """A run with RANK=1 set outside torchrun skipped the claim and overwrote the record; a sweep's job
+    (its subdir the run's folder), a sweep whose folder is the run's, a run nested in it, a run into a
+    folder whose record predates claims (the claim removed): each wrote into another run's folder. Each is
+    refused now (exit 1), and the run's files stay as they were."""
+    copy = tmp_path / "A"
+    subprocess.run(["cp", "-a", str(run_a), str(copy)], check=True)
+    before = _records(copy)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if how == "RANK=1 in the environment":
+        env["RANK"] = "1"
+        done = subprocess.run([sys.executable, str(ROOT / "experiments" / "train.py"), *TINY_SYNTHETIC,
+                               "train.epochs=2", "engine=single", "train.seed=21", f"hydra.run.dir={copy}"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    elif how == "a sweep's job":  # the run's folder is where the sweep's job 0 goes
+        (tmp_path / "S").mkdir()
+        copy = copy.rename(tmp_path / "S" / "0")
+        done = _sweep(tmp_path, "train.seed=4,5", f"hydra.sweep.dir={tmp_path / 'S'}")
+    elif how == "a sweep's folder":
+        done = _sweep(tmp_path, "train.seed=4", f"hydra.sweep.dir={copy}")
+    elif how == "a run inside it":
+        done = _single(tmp_path, "train.seed=4", f"hydra.run.dir={copy / 'inner'}")
+    else:
+        for name in (RUN_FILE, RUN_LOCK):
+            (copy / name).unlink()
+        before = _records(copy)
+        done = _single(tmp_path, "train.seed=4", f"hydra.run.dir={copy}")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "refused" in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert _records(copy) == before
