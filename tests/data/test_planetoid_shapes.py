@@ -67,10 +67,12 @@ def _csr_whose_indices_declare_a_huge_array(raw: Path) -> None:
         pickle.dump(m, f, protocol=2)
 
 
-def _shared_neighbour_lists(raw: Path) -> None:
-    shared = list(range(2000))  # one list, every node's: 5.4 M edges from a few KB
+def _shared_neighbour_lists(raw: Path, nodes: int = 2708, shared: int = 2000) -> None:
+    """One list, every node's: 5.4 M edges from a few KB (or, with 100,000 nodes and ids, 10**10 ids
+    that were walked one by one before they were counted)."""
+    common = list(range(shared))
     with open(raw / "ind.cora.graph", "wb") as f:
-        pickle.dump({node: shared for node in range(2708)}, f, protocol=2)
+        pickle.dump({node: common for node in range(nodes)}, f, protocol=2)
 
 
 CASES = {
@@ -97,6 +99,10 @@ CASES = {
     "huge array inside a csr": ("cora", _csr_whose_indices_declare_a_huge_array,
                                 "declares (1000000000000,) of float32"),
     "shared neighbour lists": ("cora", _shared_neighbour_lists, "its nodes share neighbour lists"),
+    "10**10 shared neighbour ids": ("cora", lambda raw: _shared_neighbour_lists(raw, 100_000, 100_000),
+                                    "its nodes share neighbour lists"),
+    "a test.index of 10 M lines": ("cora", lambda raw: (raw / "ind.cora.test.index").write_text(
+        "2000\n" * 10**7), "more than a test.index of this graph holds"),
     # labels that are no one-hot rows would train as class 0; features that are not finite fail late
     "a label row of zeros": ("cora", lambda raw: _repickle(raw, "ally", lambda m: m[5].__setitem__(..., 0)),
                              "ind.cora.ally: row 5 is no one-hot label ([0.0, 0.0, 0.0"),

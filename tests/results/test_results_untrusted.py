@@ -562,3 +562,28 @@ def test_a_folder_whose_name_is_no_utf8_is_a_row_not_a_crash(tmp_path: Path,
     assert main([str(tmp_path), "--columns", "status"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and "cut\\udcfe/result.json: JSONDecodeError" in err
+
+
+def test_interpolations_of_interpolations_are_not_resolved_past_a_bound(tmp_path: Path) -> None:
+    """Twenty lines of ``aN: ${aN-1}${aN-1}`` (400 bytes) in an incomplete job's .hydra/config.yaml made
+    the table run past two minutes (each line doubles); an interpolation cycle (a second case) is no
+    trouble either. Such a file is read as written, at once."""
+    sweep = killed_model_sweep(tmp_path / "sweep")
+    chain = "a0: x\n" + "".join(f'a{i}: "${{a{i - 1}}}${{a{i - 1}}}"\n' for i in range(1, 40))
+    (sweep / "1" / ".hydra" / "config.yaml").write_text(chain + 'b: "${c}"\nc: "${b}"\n')
+    start = time.monotonic()
+    df = load(sweep)
+    assert time.monotonic() - start < _PATIENCE
+    assert df["status"].tolist()[:3] == ["completed", "incomplete", "completed"]
+
+
+def test_a_record_whose_config_holds_a_million_keys_is_unreadable(tmp_path: Path) -> None:
+    """A 6.6 MB result.json (under the size bound) whose config held 480,000 keys ended in a MemoryError
+    (a column per key); a record's config holds at most 10,000 keys now."""
+    from pipegnn.record import MAX_CONFIG_KEYS
+
+    write_record(tmp_path / "0", completed({"chunks": 2, "x": {f"k{i}": 0 for i in range(MAX_CONFIG_KEYS)}}))
+    write_record(tmp_path / "1", completed({"chunks": 2}))
+    df = load(tmp_path)
+    assert df["status"].tolist() == ["unreadable", "completed"]
+    assert "'config' holds more than 10,000 keys" in df["error"].iloc[0]

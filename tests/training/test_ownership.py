@@ -406,3 +406,86 @@ def test_nothing_writes_into_a_single_runs_folder(tmp_path: Path, run_a: Path, h
     assert done.returncode == 1, done.stderr[-3000:]
     assert "refused" in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert _records(copy) == before
+
+
+@pytest.mark.parametrize("how", [".hydra a FIFO", ".hydra a link", "output_subdir outside",
+                                 "job.name outside"])
+def test_hydras_own_folder_and_names_stay_inside_the_run(tmp_path: Path, run_a: Path, how: str) -> None:
+    """RUN/.hydra as a FIFO ended in a traceback; as a link to another run's .hydra, or with
+    hydra.output_subdir or hydra.job.name pointing into another run's folder, the run wrote there. Each
+    is refused in one line, and the other run's files stay as they were."""
+    copy = tmp_path / "A"
+    subprocess.run(["cp", "-a", str(run_a), str(copy)], check=True)
+    before = _records(copy)
+    out = tmp_path / "B"
+    out.mkdir()
+    extra: list[str] = []
+    if how == ".hydra a FIFO":
+        os.mkfifo(out / ".hydra")
+    elif how == ".hydra a link":
+        (out / ".hydra").symlink_to(copy / ".hydra")
+    elif how == "output_subdir outside":
+        extra = [f"hydra.output_subdir={copy / '.hydra'}"]
+    else:
+        extra = ["hydra.job.name=../A/train"]
+    done = _single(tmp_path, "train.seed=11", f"hydra.run.dir={out}", *extra)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "run refused" in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert _records(copy) == before
+
+
+@pytest.mark.parametrize("how", ["jobs one level down", "a link to another sweep's job"])
+def test_a_sweep_never_writes_through_what_its_folder_holds(tmp_path: Path, sweep_a: Path, how: str) -> None:
+    """An orphaned sweep whose jobs lie one level down (subdir g/${hydra.job.num}; plan and owner removed)
+    was taken over; a new sweep's folder holding a link to another sweep's job wrote through it. Both are
+    refused before any job, and nothing of the other sweep changes."""
+    before = _records(sweep_a)
+    sweep = tmp_path / "S"
+    if how == "jobs one level down":
+        (sweep / "g").mkdir(parents=True)
+        for job in ("0", "1"):
+            subprocess.run(["cp", "-a", str(sweep_a / job), str(sweep / "g" / job)], check=True)
+        target, before = sweep / "g", _records(sweep / "g")
+    else:
+        sweep.mkdir()
+        (sweep / "0").symlink_to(sweep_a / "0")
+        target = sweep_a
+    done = _sweep(tmp_path, "train.seed=7,8", f"hydra.sweep.dir={sweep}")
+    assert done.returncode == 1 and "sweep refused" in done.stderr, done.stderr[-3000:]
+    assert _records(target) == before
+
+
+def test_a_fifo_where_a_tracker_writes_never_holds_the_run(tmp_path: Path) -> None:
+    """A FIFO at RUN/csv/metrics.csv held the run at epoch 0; at final.csv, after the record, for ever
+    (SIGTERM ignored). The tracker replaces the path with its file now: the run completes."""
+    from pipegnn import run
+
+    from tests.helpers import make_cfg
+
+    for name in ("metrics.csv", "final.csv"):
+        out = tmp_path / name
+        (out / "csv").mkdir(parents=True)
+        os.mkfifo(out / "csv" / name)
+        record = run(make_cfg("train.epochs=2", "logger=csv"), output_dir=out)
+        assert record["status"] == "completed" and "unwritten" not in record.to_dict(), record["error"]
+        assert (out / "csv" / name).is_file()
+
+
+def test_a_tracker_folder_outside_the_run_is_invalid(tmp_path: Path) -> None:
+    from pipegnn import run
+
+    from tests.helpers import make_cfg
+
+    record = run(make_cfg("train.epochs=2", "logger=csv", f"logger.csv.dir={tmp_path / 'elsewhere'}"),
+                 output_dir=tmp_path / "run")
+    assert record["status"] == "invalid" and "lies outside the run's folder" in record["error"]
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_fifo_at_sweep_log_never_holds_the_sweep(tmp_path: Path) -> None:
+    sweep = tmp_path / "S"
+    sweep.mkdir()
+    os.mkfifo(sweep / "sweep.log")
+    done = _sweep(tmp_path, "train.seed=0", f"hydra.sweep.dir={sweep}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "not written to" in done.stderr and "it is not a regular file" in done.stderr

@@ -239,6 +239,12 @@ _RESEALED = {
     "epochs renumbered": (_renumbered, "its epochs are not numbered 0, 1, ... in order"),
     "an epoch that is text": (lambda s: s["epochs"].__setitem__(0, "x"),
                               "'epochs[0]' is a string, expected an object"),
+    # found by probing: a trace that is no JSON, a configuration nested past the parser or of another shape
+    "a trace that is no JSON": (lambda s: s.update(trace="{not json"), "its trace is no JSON text"),
+    "a configuration nested too deeply": (lambda s: s.update(config="[" * 200_000 + "]" * 200_000),
+                                          "its configuration is no JSON object"),
+    "a configuration that is a list": (lambda s: s.update(config="[1, 2]"),
+                                       "its configuration is no JSON object"),
 }
 
 
