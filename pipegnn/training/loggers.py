@@ -20,6 +20,7 @@ import csv
 import importlib.util
 import logging
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -217,6 +218,13 @@ class Loggers:
         trackers = chosen(config.logger)
         check_loggers(config.logger)
         self.dir = Path(directory)
+        for name, options in trackers.items():  # a link planted in the run's folder wrote into another's
+            where = self.dir
+            for part in Path(str(options.dir)).parts:
+                where = where / part
+                if where.is_symlink():
+                    raise ConfigError(f"logger.{name}.dir: {where} is a link (to {os.readlink(where)}): the "
+                                      "tracker would write into another folder; remove it")
         self.active: dict[str, Any] = {}
         #: The trackers switched off: name -> the error (the record's ``unwritten`` names them).
         self.failures: dict[str, str] = {}

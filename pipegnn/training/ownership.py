@@ -34,6 +34,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import socket
 import stat
 import time
@@ -132,6 +133,8 @@ def _not_inside_another(folder: Path, key: str, own_sweep: Path | None = None,
     own = own_sweep.resolve() if own_sweep is not None else None
     what = "run" if own is None and not claiming else "sweep" if not claiming else "job"
     for above in (here, *here.parents):
+        if not above.is_dir():  # not made yet (or a file: check_folder names it)
+            continue
         where = "is" if above == here else f"lies inside {above}, which is"
         job = above / JOB_FILE
         if (job.exists() or job.is_symlink()) and not (claiming and above == here):
@@ -220,8 +223,9 @@ def _a_job_inside(folder: Path) -> dict[str, Any] | None:
     return None
 
 
-def check_folder(folder: Path, key: str) -> None:
-    """Make ``folder`` (the value of ``key``) unless it is there.
+def check_folder(folder: Path, key: str, make: bool = True) -> None:
+    """Make ``folder`` (the value of ``key``) unless it is there (``make``: else only check that it can
+    be: a refused run makes no folder inside another's).
 
     Raises:
         FolderTaken: ``folder``, or a folder above it, is a file (or it cannot be made); naming it.
@@ -233,6 +237,8 @@ def check_folder(folder: Path, key: str) -> None:
                 raise FolderTaken(f"{key}={folder} {what} a file, not a folder: the run's record has no "
                                   f"place to go; give {key} a folder's path")
             break
+    if not make:
+        return
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -242,6 +248,10 @@ def check_folder(folder: Path, key: str) -> None:
 #: What a job's ``hydra.sweep.subdir`` must name, outside any other interpolation, so that every job gets
 #: a folder of its own (``${hydra.job.override_dirname}`` only while no key is excluded from it).
 _PER_JOB = ("${hydra.job.num}", "${hydra.job.id}", "${hydra.job.override_dirname}")
+
+
+#: An interpolation, with the interpolations nested in it (``${oc.env:X,${hydra.job.num}}`` is one).
+_INTERPOLATION = re.compile(r"\$\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")
 
 
 def _top_level(text: str, name: str) -> bool:
@@ -268,7 +278,16 @@ def _subdir_per_job(config: DictConfig) -> None:
     sweep = OmegaConf.to_container(config.hydra.sweep, resolve=False)
     subdir = str(sweep.get("subdir") if isinstance(sweep, dict) else None)
     excluded = OmegaConf.select(config, "hydra.job.config.override_dirname.exclude_keys") or []
-    names = [n for n in _PER_JOB if not (n == "${hydra.job.override_dirname}" and excluded)]
+    task = [str(o) for o in config.hydra.overrides.task]
+    # override_dirname holds the overrides' values as written: a path in one (cache_root=../../A) climbs out
+    paths = any("/" in o.partition("=")[2] for o in task)
+    names = [n for n in _PER_JOB if not (n == "${hydra.job.override_dirname}" and (excluded or paths))]
+    others = [m for m in _INTERPOLATION.findall(subdir) if m not in _PER_JOB]
+    if others:  # an environment variable, another key, the working directory: anywhere, once resolved
+        raise FolderTaken(f"hydra.sweep.subdir={subdir} names {others[0]}, which may resolve outside the "
+                          "sweep's folder or to one folder for several jobs: name each job's folder with "
+                          f"{', '.join(_PER_JOB)} and plain text only, e.g. "
+                          "hydra.sweep.subdir=${hydra.job.num}")
     if not any(_top_level(subdir, name) for name in names):
         raise FolderTaken(f"hydra.sweep.subdir={subdir} may give several jobs one folder (Hydra writes each "
                           "job's .hydra files there before a job can refuse it): name each job in it, e.g. "
@@ -288,7 +307,7 @@ def _hydra_paths(folder: Path, config: DictConfig) -> list[tuple[Path, bool]]:
     if "/" in name or name in ("", ".", ".."):
         raise FolderTaken(f"hydra.job.name={name} would put the run's log outside its folder: give it a "
                           "plain name")
-    paths = [(folder / f"{name}.log", False)]
+    paths = [(folder / log, False) for log in _log_files(config, name)]
     if subdir is not None:
         if Path(str(subdir)).is_absolute() or ".." in Path(str(subdir)).parts:
             raise FolderTaken(f"hydra.output_subdir={subdir} lies outside the run's folder (another run's, "
@@ -296,6 +315,34 @@ def _hydra_paths(folder: Path, config: DictConfig) -> list[tuple[Path, bool]]:
         paths += [(folder / str(subdir), True)]
         paths += [(folder / str(subdir) / f"{n}.yaml", False) for n in ("config", "hydra", "overrides")]
     return paths
+
+
+#: Where a job log handler's file may be: the run's folder, by a plain name.
+_LOG_IN_FOLDER = re.compile(r"\$\{hydra\.runtime\.output_dir\}/(?P<name>(?:[^/${}]|\$\{hydra\.job\.name\})+)")
+
+
+def _log_files(config: DictConfig, name: str) -> list[str]:
+    """The names of the files Hydra's job logging writes in the run's folder (``hydra.job_logging``'s
+    handlers with a ``filename``; ``train.log`` by default).
+
+    Raises:
+        FolderTaken: a handler's file lies anywhere else (``/elsewhere/train.log``: another run's log).
+    """
+    logging_config = OmegaConf.to_container(config.hydra.job_logging, resolve=False) \
+        if config.hydra.get("job_logging") is not None else None
+    handlers = logging_config.get("handlers") if isinstance(logging_config, dict) else None
+    out = []
+    for handler, settings in (handlers.items() if isinstance(handlers, dict) else ()):
+        filename = settings.get("filename") if isinstance(settings, dict) else None
+        if filename is None:
+            continue
+        m = _LOG_IN_FOLDER.fullmatch(str(filename))
+        if m is None:
+            raise FolderTaken(f"hydra.job_logging.handlers.{handler}.filename={filename} may lie outside the "
+                              "run's folder: name a file in it, e.g. ${hydra.runtime.output_dir}/"
+                              "${hydra.job.name}.log")
+        out.append(m["name"].replace("${hydra.job.name}", name))
+    return out
 
 
 def _no_other_kind(paths: list[tuple[Path, bool]]) -> None:
@@ -463,15 +510,15 @@ def _claim_run_folder(config: DictConfig) -> IO[Any]:
     overrides = [str(o) for o in config.hydra.overrides.task]
     written = OmegaConf.to_container(config.hydra.run, resolve=False)
     timestamped = isinstance(written, dict) and "${now:" in str(written.get("dir"))
+    check_folder(folder, "hydra.run.dir", make=False)
+    _not_inside_another(folder, "hydra.run.dir")  # before anything is made there, nor beside it
+    _no_other_kind(_hydra_paths(folder, config))
     if not timestamped:
-        check_folder(folder, "hydra.run.dir")
-        _not_inside_another(folder, "hydra.run.dir")
         return claim_run(folder, overrides)
     first: FolderTaken | None = None
     for n in range(1, _SIBLINGS + 1):
         here = folder if n == 1 else folder.with_name(f"{folder.name}-{n}")
         try:
-            check_folder(here, "hydra.run.dir")
             _not_inside_another(here, "hydra.run.dir")
             lock = claim_run(here, overrides, fresh=True)
         except FolderTaken as e:
@@ -497,6 +544,7 @@ class SweepOwner(Callback):
         try:
             _subdir_inside(config)
             _subdir_per_job(config)
+            _hydra_paths(Path(config.hydra.sweep.dir), config)  # hydra.job.name, output_subdir, the log
             _job_folders_clean(Path(config.hydra.sweep.dir), config)
             self.lock = take_sweep(config.hydra.sweep.dir, _plan(config))
         except Exception as e:  # Hydra turns a callback's Exception into a warning and goes on: stop here
@@ -509,13 +557,13 @@ class SweepOwner(Callback):
         [`claim_run`][pipegnn.training.ownership.claim_run]), or the command stops here with one line,
         before Hydra writes into it (Hydra's own mkdir ended in its traceback)."""
         try:
-            torchrun_rank = os.environ.get("RANK", "0") not in ("", "0") and \
-                OmegaConf.select(config, "engine.launcher") == "external"
+            rank = os.environ.get("RANK", "0")
+            torchrun_rank = (rank not in ("", "0") and "TORCHELASTIC_RUN_ID" in os.environ
+                             and OmegaConf.select(config, "engine.launcher") == "external")
             if torchrun_rank:  # another rank of a pipeline under torchrun: rank 0 claims the folder
                 check_folder(Path(config.hydra.run.dir), "hydra.run.dir")
             else:
                 self.run_lock = _claim_run_folder(config)
-                _no_other_kind(_hydra_paths(Path(config.hydra.run.dir), config))
         except Exception as e:  # as on_multirun_start: a warning would let the run go on
             why = str(e) if isinstance(e, FolderTaken) else f"hydra.run.dir={config.hydra.run.dir}: " \
                 f"{type(e).__name__}: {e}"

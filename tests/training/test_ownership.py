@@ -70,7 +70,7 @@ def test_a_subdir_that_may_give_jobs_one_folder_stops_the_sweep(tmp_path: Path, 
     sweep = tmp_path / "sweep"
     done = _sweep(tmp_path, "train.seed=0,1", f"hydra.sweep.dir={sweep}", f"hydra.sweep.subdir={subdir}")
     assert done.returncode == 1, done.stderr[-3000:]
-    assert f"sweep refused: hydra.sweep.subdir={subdir} may give several jobs one folder" in done.stderr
+    assert f"sweep refused: hydra.sweep.subdir={subdir} " in done.stderr, done.stderr[-3000:]
     assert "${hydra.job.num}" in done.stderr and "Traceback" not in done.stderr
     assert not sweep.exists() or not any(sweep.iterdir())
 
@@ -80,6 +80,11 @@ def test_a_subdir_that_may_give_jobs_one_folder_stops_the_sweep(tmp_path: Path, 
     ("x${hydra.job.override_dirname}", ["hydra.job.config.override_dirname.exclude_keys=[train.seed]"]),
     # the job's number only as the default of a variable that is set (a second case)
     ("'${oc.env:PX,${hydra.job.num}}'", []),
+    # found by probing again: a variable beside the number (PX=../.. climbs out), the working directory,
+    # override_dirname of values that are paths (cache_root=../../../B)
+    ("'${hydra.job.num}/${oc.env:PX}'", []),
+    ("'${hydra.runtime.cwd}/B/${hydra.job.num}'", []),
+    ("${hydra.job.override_dirname}", ["cache_root=../../../B"]),
 ])
 def test_a_subdir_naming_jobs_only_in_appearance_stops_the_sweep(tmp_path: Path, subdir: str,
                                                                 extra: list[str]) -> None:
@@ -89,8 +94,8 @@ def test_a_subdir_naming_jobs_only_in_appearance_stops_the_sweep(tmp_path: Path,
                            "train.epochs=2", "engine=single", "train.seed=0,1", f"hydra.sweep.dir={sweep}",
                            f"hydra.sweep.subdir={subdir}", *extra], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1 and "may give several jobs one folder" in done.stderr, done.stderr[-3000:]
-    assert not sweep.exists() or not any(sweep.iterdir())
+    assert done.returncode == 1 and "sweep refused: hydra.sweep.subdir=" in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and (not sweep.exists() or not any(sweep.iterdir()))
 
 
 def test_a_second_sweep_into_a_sweeps_folder_is_refused(tmp_path: Path) -> None:
@@ -489,3 +494,43 @@ def test_a_fifo_at_sweep_log_never_holds_the_sweep(tmp_path: Path) -> None:
     done = _sweep(tmp_path, "train.seed=0", f"hydra.sweep.dir={sweep}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "not written to" in done.stderr and "it is not a regular file" in done.stderr
+
+
+@pytest.mark.parametrize("how", ["sweep output_subdir outside", "sweep job.name outside", "log file outside",
+                                 "tracker folder a link", "RANK=1 outside torchrun", "run inside it"])
+def test_what_probing_found_again_writes_nothing_into_another_run(tmp_path: Path, run_a: Path,
+                                                                   how: str) -> None:
+    """A sweep's hydra.output_subdir or hydra.job.name into another run's folder, a job log handler's file
+    there, a tracker folder that is a link to it, RANK=1 with engine.launcher=external outside torchrun,
+    a run inside it (which made its folder there before it was refused): each wrote into the other run's
+    folder. Each is refused (a sweep or run: exit 1; the tracker: an invalid record), and nothing of the
+    other run changes."""
+    copy = tmp_path / "A"
+    subprocess.run(["cp", "-a", str(run_a), str(copy)], check=True)
+    before = _records(copy)
+    out = tmp_path / "B"
+    if how == "sweep output_subdir outside":
+        done = _sweep(tmp_path, "train.seed=1,2", f"hydra.sweep.dir={out}",
+                      "hydra.output_subdir=../../A/.hydra")
+    elif how == "sweep job.name outside":
+        done = _sweep(tmp_path, "train.seed=1,2", f"hydra.sweep.dir={out}", "hydra.job.name=../../A/train")
+    elif how == "log file outside":
+        done = _single(tmp_path, f"hydra.run.dir={out}",
+                       f"hydra.job_logging.handlers.file.filename={copy / 'train.log'}")
+    elif how == "tracker folder a link":
+        out.mkdir()
+        (out / "csv").symlink_to(copy)
+        done = _single(tmp_path, f"hydra.run.dir={out}", "logger=csv")
+        assert json.loads((out / "result.json").read_text())["status"] == "invalid"
+    elif how == "RANK=1 outside torchrun":
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": "1"}
+        done = subprocess.run([sys.executable, str(ROOT / "experiments" / "train.py"), *TINY_SYNTHETIC,
+                               "train.epochs=2", "engine=pipelining", "chunks=2", "engine.launcher=external",
+                               "train.seed=3", f"hydra.run.dir={copy}"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+    else:
+        done = _single(tmp_path, "train.seed=4", f"hydra.run.dir={copy / 'inner'}")
+        assert not (copy / "inner").exists()
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert _records(copy) == before
