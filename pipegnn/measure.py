@@ -18,8 +18,9 @@ import torch
 
 from pipegnn.errors import ConfigError
 
-__all__ = ["address_space_bytes", "allocation_failure", "env_info", "git_sha", "intra_op_threads",
-           "memory_limit", "peak_device_bytes", "peak_rss_bytes", "reset_peaks", "timed"]
+__all__ = ["address_space_bytes", "allocatable_bytes", "allocation_failure", "env_info", "git_sha",
+           "intra_op_threads", "memory_limit", "peak_device_bytes", "peak_rss_bytes", "reset_peaks",
+           "timed"]
 
 _PACKAGES = ("torch", "torch_geometric", "dgl", "torchgpipe", "hydra-core", "pymetis", "numpy")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -164,6 +165,25 @@ def intra_op_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def allocatable_bytes() -> int:
+    """What this process may still allocate: the memory the system has available, or less under an
+    address-space cap (``RLIMIT_AS``: ``train.memory_limit_gb``, ``prlimit``), its headroom above the
+    address space in use."""
+    import psutil
+
+    available = int(psutil.virtual_memory().available)
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except ImportError:
+        return available
+    used = address_space_bytes()
+    if soft == resource.RLIM_INFINITY or used is None:
+        return available
+    return max(0, min(available, soft - used))
 
 
 @contextmanager

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import psutil
 import scipy.sparse as sp
 import torch
 from scipy.sparse.csgraph import connected_components
@@ -40,6 +39,7 @@ from pipegnn.data.download import download_timeout, first_complete, unavailable,
 from pipegnn.data.graph import GRAPH_FILE, Graph, load_saved_graph, save_graph, staging_folder
 from pipegnn.data.splits import draw_split
 from pipegnn.errors import DatasetUnavailable
+from pipegnn.measure import allocatable_bytes
 from pipegnn.schema import StudyGraphConfig
 
 __all__ = ["STUDY_FILES", "STUDY_URL", "StudyFile", "load_study_graph", "read_study_npz"]
@@ -168,11 +168,11 @@ def read_study_npz(path: str | Path, name: str) -> dict[str, np.ndarray]:
                     raise _bad(name, path, f"{key} declares shape {shapes[key][0]}; the row pointers count "
                                            f"{entries} entries")
                 declared += entries * shapes[key][1].itemsize
-        available = psutil.virtual_memory().available
+        available = allocatable_bytes()  # under a process's memory cap too (prlimit, train.memory_limit_gb)
         if declared > available:
             raise _bad(name, path, f"its arrays and dense float32 features ({n} x {f}) need "
                                    f"{declared / 2**30:.1f} GiB, more than the {available / 2**30:.1f} GiB "
-                                   "available")
+                                   "this process may allocate")
         arrays = {**small, **{key: npz[key] for key in _ARRAYS if key not in small}}
     for matrix, cols in (("adj", n), ("attr", f)):
         indices = arrays[f"{matrix}_indices"]

@@ -23,7 +23,7 @@ from pipegnn.results.archive_read import archives_of, entries
 from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, record_of
 from pipegnn.runconfig import comparable_config
 
-__all__ = ["PLACE_KEYS", "Drift", "drift", "recompose"]
+__all__ = ["MAX_OVERRIDES", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift", "drift", "recompose"]
 
 #: Keys that say where and how a run was kept, watched or bounded, not what it computed: where data and
 #: caches live, trackers, resume, checkpoints, caps and deadlines, how processes start, the trace.
@@ -70,6 +70,35 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: value}
 
 
+#: Bounds of the overrides composed: a record's come from a command line.
+MAX_OVERRIDES = 1_000
+MAX_OVERRIDE_CHARS = 4_096
+
+
+def _is_hydra(override: str) -> bool:
+    """Whether ``override`` sets Hydra's own config (``hydra.run.dir``, ``hydra/launcher=...``): where and
+    how a job ran, never what it computed, and nothing composed here (``hydra.searchpath=[pkg://m]`` would
+    import ``m``)."""
+    key = override.lstrip("+~").partition("=")[0].strip()
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
+
+
+def _override_problem(overrides: list[str]) -> str | None:
+    """Why a record's ``overrides`` are not composed (None: they are): more than `MAX_OVERRIDES` or one
+    longer than `MAX_OVERRIDE_CHARS`, or an interpolation in one (``${oc.env:HOME}`` would be resolved:
+    a record never calls a resolver, nor expands chains of interpolations)."""
+    if len(overrides) > MAX_OVERRIDES:
+        return f"more than {MAX_OVERRIDES:,} overrides, more than any command line gives: not composed"
+    for o in overrides:
+        if _is_hydra(o):
+            continue
+        if len(o) > MAX_OVERRIDE_CHARS:
+            return f"an override of {len(o):,} characters (at most {MAX_OVERRIDE_CHARS:,}): not composed"
+        if "${" in o:
+            return f"the override {o[:80]!r} holds an interpolation, which is not resolved here: not composed"
+    return None
+
+
 def drift(record: RunRecord, path: str | Path = "") -> Drift:
     """``record``'s overrides composed at this commit against its ``config`` (see the module doc)."""
     from pipegnn.runconfig import config_container
@@ -77,8 +106,12 @@ def drift(record: RunRecord, path: str | Path = "") -> Drift:
 
     if record.overrides is None:
         return Drift(Path(path), None, {})
+    problem = _override_problem(record.overrides)
+    if problem is not None:
+        return Drift(Path(path), record.overrides, {}, problem)
     try:
-        now = _computed(config_container(compose_config(record.overrides)))
+        now = _computed(config_container(compose_config(
+            [o for o in record.overrides if not _is_hydra(o)])))
     except Exception as e:  # noqa: BLE001 - an override of a key or preset that is gone: named, not raised
         return Drift(Path(path), record.overrides, {}, f"{type(e).__name__}: {str(e).splitlines()[0]}")
     then = _computed(record.config)

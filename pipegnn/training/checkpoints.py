@@ -108,6 +108,22 @@ def training_state(config: Config, model: StagedGNN, optimizer: torch.optim.Opti
             "history": {u.name: u.history.state() for u in model.transforms() if u.history is not None}}
 
 
+def _check_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """Every tensor of the optimizer's state of a parameter (Adam's moments) has that parameter's shape:
+    ``load_state_dict`` does not check it, and a state of another shape failed at the first step, on every
+    resume.
+
+    Raises:
+        ValueError: naming the first that does not.
+    """
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            for key, value in optimizer.state.get(p, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != p.shape:
+                    raise ValueError(f"the optimizer's {key} has shape {tuple(value.shape)}, its parameter "
+                                     f"{tuple(p.shape)}")
+
+
 def restore(state: dict[str, Any], model: StagedGNN,
             optimizer: torch.optim.Optimizer | None) -> list[dict[str, Any]]:
     """Put [`training_state`][pipegnn.training.checkpoints.training_state]'s ``state`` back into ``model`` and
@@ -115,6 +131,7 @@ def restore(state: dict[str, Any], model: StagedGNN,
     model.load_state_dict(state["model"])
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
+        _check_optimizer_state(optimizer)
     torch.set_rng_state(state["rng"]["cpu"])
     if state["rng"]["cuda"]:
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])

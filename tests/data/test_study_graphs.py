@@ -216,3 +216,32 @@ def test_large_arrays_the_row_pointers_do_not_count_are_refused_before_they_are_
     with pytest.raises(DatasetUnavailable, match=r"adj_indices declares shape \(4194304,\); the row pointers "
                                                  r"count 10 entries"):
         load("coauthor_cs", tmp_path, tmp_path / "cache")
+
+
+_UNDER_A_CAP = """
+import resource, sys
+from pathlib import Path
+from pipegnn.data.study_graphs import read_study_npz
+from pipegnn.errors import DatasetUnavailable
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY))
+try:
+    read_study_npz(Path(sys.argv[1]), "amazon_photo")
+except DatasetUnavailable as e:
+    print(e)
+"""
+
+
+def test_declared_features_past_a_processes_memory_cap_are_refused(tmp_path: Path) -> None:
+    """A small file declaring 9 x 300,000,000 features (10 GiB dense) under a 3 GiB address-space cap
+    (prlimit, train.memory_limit_gb): the check compared with the machine's available memory only and
+    the allocation failed inside torch. It is one DatasetUnavailable now, before anything is allocated."""
+    path = place(tmp_path, "amazon_photo", override={"attr_shape": np.array([9, 300_000_000])})
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    done = subprocess.run([sys.executable, "-c", _UNDER_A_CAP, str(path)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "GiB, more than the" in done.stdout and "this process may allocate" in done.stdout, done.stdout

@@ -61,3 +61,18 @@ def test_the_command_line_checks_every_record(tmp_path: Path, capsys: pytest.Cap
     assert f"drifted: {tmp_path / '1' / 'result.json'}: microbatch.targets='train' in it, 'all' now" in err
     assert "3 records: 1 recompose" in out and "1 kept no overrides" in out
     assert [d.path.parent.name for d in recompose(tmp_path)] == ["0", "1", "2"]
+
+
+def test_a_records_overrides_never_import_nor_resolve_anything(tmp_path: Path, monkeypatch) -> None:
+    """Probing found that composing a record's overrides imported a module (hydra.searchpath=[pkg://m])
+    and resolved ${oc.env:HOME} into the error line. Hydra's own overrides are never composed (where a job
+    ran, not what it computed), and an override holding an interpolation is named, not composed."""
+    (tmp_path / "evil_searchpath_module.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    searched = drift(_record(overrides=[*_OVERRIDES, "hydra.searchpath=[pkg://evil_searchpath_module]"]))
+    assert searched.error is None and searched.differs == {} and not (tmp_path / "ran").exists()
+    env = drift(_record(overrides=[*_OVERRIDES, "chunks=${oc.env:HOME}"]))
+    assert env.error is not None and "holds an interpolation" in env.error
+    assert str(Path.home()) not in env.error
+    long = drift(_record(overrides=[*_OVERRIDES, "logger=[" + "1," * 40_000 + "1]"]))
+    assert long.error is not None and "characters (at most 4,096)" in long.error

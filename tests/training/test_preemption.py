@@ -225,6 +225,10 @@ def _epochs_without_val_loss(state: dict) -> None:
         del epoch["val_loss"]
 
 
+def _moment_of_another_shape(state: dict) -> None:
+    state["optimizer"]["state"][0]["exp_avg"] = torch.zeros(7)
+
+
 def _renumbered(state: dict) -> None:
     state["epochs"][0]["epoch"] = 5
 
@@ -245,6 +249,8 @@ _RESEALED = {
                                           "its configuration is no JSON object"),
     "a configuration that is a list": (lambda s: s.update(config="[1, 2]"),
                                        "its configuration is no JSON object"),
+    # and again: Adam's moment of another shape (the first step failed, on every resume)
+    "an optimizer moment of another shape": (_moment_of_another_shape, "the optimizer's exp_avg has shape (7,)"),
 }
 
 
