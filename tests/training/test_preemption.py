@@ -250,7 +250,8 @@ _RESEALED = {
     "a configuration that is a list": (lambda s: s.update(config="[1, 2]"),
                                        "its configuration is no JSON object"),
     # and again: Adam's moment of another shape (the first step failed, on every resume)
-    "an optimizer moment of another shape": (_moment_of_another_shape, "the optimizer's exp_avg has shape (7,)"),
+    "an optimizer moment of another shape": (_moment_of_another_shape,
+                                             "the optimizer's exp_avg has shape (7,)"),
 }
 
 
