@@ -16,6 +16,7 @@ import pytest
 from tests.helpers import ROOT
 
 
+@pytest.mark.slow  # the whole check on CPU: about 2.5 minutes of make test's 10 (make test-all runs it)
 def test_gpu_check_dry_run_leaves_its_two_files_and_every_part_passes(tmp_path: Path) -> None:
     """Every part runs and exits 0 (the `gpu` tests skip without CUDA), OUTDIR holds only the summary and
     one tarball, and the tarball's records are completed runs: the single engine, two pipelining ranks on

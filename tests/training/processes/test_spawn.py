@@ -178,6 +178,7 @@ def test_stuck_workers_time_out(tmp_path: Path, caplog: pytest.LogCaptureFixture
     assert not _still_alive(pids, timeout=10.0)
 
 
+@pytest.mark.slow  # a minute of timeouts waited out (make test-all runs it)
 def test_workers_outlive_the_timeout_while_they_progress_and_stop_themselves_without(tmp_path: Path) -> None:
     """engine.timeout_s bounds the time without progress, not the run: a run training past it (and past
     the workers' own deadline, 5 s later) goes on. A launcher that cannot end its workers then (stopped,
