@@ -15,7 +15,7 @@ import json
 import typing
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping, cast
+from typing import Any, Mapping, Sequence, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
@@ -28,7 +28,7 @@ from pipegnn.schema import (
     config_dir,
 )
 
-__all__ = ["ADDED_KEYS", "VOLATILE_KEYS", "comparable_config", "config_container",
+__all__ = ["ADDED_KEYS", "VOLATILE_KEYS", "comparable_config", "config_container", "drop_keys",
            "group_config", "plain_config", "run_config"]
 
 
@@ -124,6 +124,17 @@ ADDED_KEYS = {("engine", "capture"): "none"}
 def plain_config(value: Any) -> Any:
     """``value`` as JSON would give it back (lists for tuples, str for odd objects)."""
     return json.loads(json.dumps(value, default=str))
+
+
+def drop_keys(plain: dict[str, Any], keys: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """``plain`` (a config's plain form) without each of ``keys`` (paths of names), changed in place."""
+    for *parents, key in keys:
+        section: Any = plain
+        for name in parents:
+            section = section.get(name) if isinstance(section, dict) else None
+        if isinstance(section, dict):
+            section.pop(key, None)
+    return plain
 
 
 def comparable_config(config: Mapping[str, Any] | DictConfig,

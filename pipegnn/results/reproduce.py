@@ -21,7 +21,7 @@ from pipegnn.record import RunRecord
 from pipegnn.results.archive_format import ArchiveError, is_archive
 from pipegnn.results.archive_read import archives_of, entries
 from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, record_of
-from pipegnn.runconfig import comparable_config
+from pipegnn.runconfig import comparable_config, drop_keys
 
 __all__ = ["MAX_OVERRIDES", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift", "drift", "recompose"]
 
@@ -54,14 +54,7 @@ class Drift:
 def _computed(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` flattened to dotted keys, without `PLACE_KEYS` (and the keys every comparison leaves
     out: [`comparable_config`][pipegnn.runconfig.comparable_config])."""
-    plain = comparable_config(json.loads(json.dumps(dict(config), default=str)))
-    for *parents, key in PLACE_KEYS:
-        section: Any = plain
-        for name in parents:
-            section = section.get(name) if isinstance(section, dict) else None
-        if isinstance(section, dict):
-            section.pop(key, None)
-    return _flat(plain)
+    return _flat(drop_keys(comparable_config(json.loads(json.dumps(dict(config), default=str))), PLACE_KEYS))
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipegnn.runconfig import comparable_config, config_container
+from pipegnn.runconfig import comparable_config, config_container, drop_keys
 from pipegnn.schema import Config
 
 __all__ = ["DENSE_FEATURES", "GENERATED_DATASETS", "NON_COMPUTING_KEYS", "PATH_KEYS", "config_difference",
@@ -69,14 +69,9 @@ def _computation(plain: dict[str, Any]) -> dict[str, Any]:
             data["features"] = "dense"
     if isinstance(engine, dict) and engine.get("backend") == "auto":
         engine["backend"] = _resolve_backend(engine) or "auto"
-    for *parents, key in NON_COMPUTING_KEYS:
-        section: Any = plain
-        for name in parents:
-            section = section.get(name) if isinstance(section, dict) else None
-        if isinstance(section, dict):
-            section.pop(key, None)
+    drop_keys(plain, NON_COMPUTING_KEYS)
     for *parents, key in PATH_KEYS:
-        section = plain
+        section: Any = plain
         for name in parents:
             section = section.get(name) if isinstance(section, dict) else None
         if isinstance(section, dict) and isinstance(section.get(key), str) and section[key]:
