@@ -127,7 +127,19 @@ def _refuse(out: str, hc: Any, cfg: DictConfig, error: str) -> dict:
     return record.to_dict()
 
 
+def _no_hydra_log_file(argv: list[str]) -> None:
+    """Hydra configures its own logging (``hydra.hydra_logging``) before any callback can see it: a file
+    handler given there is opened first, wherever it points (another run's folder; a FIFO hung the
+    start). Refused here, in one line, before Hydra starts (the SweepOwner callback refuses one a config
+    sets, once Hydra has opened it)."""
+    for arg in argv:
+        if "hydra_logging" in arg and "filename" in arg:
+            sys.exit(f"run refused: {arg}: Hydra's own log may go to the console only (a file there may be "
+                     "another run's); log into the run's folder through hydra.job_logging")
+
+
 if __name__ == "__main__":
+    _no_hydra_log_file(sys.argv[1:])
     try:
         main()
     except Interrupted as e:  # the run recorded it (status interrupted); a sweep stops here, as Hydra's does

@@ -279,8 +279,12 @@ def _subdir_per_job(config: DictConfig) -> None:
     subdir = str(sweep.get("subdir") if isinstance(sweep, dict) else None)
     excluded = OmegaConf.select(config, "hydra.job.config.override_dirname.exclude_keys") or []
     task = [str(o) for o in config.hydra.overrides.task]
-    # override_dirname holds the overrides' values as written: a path in one (cache_root=../../A) climbs out
-    paths = any("/" in o.partition("=")[2] for o in task)
+    # override_dirname holds the overrides' values as written, joined by its separators: a path in one
+    # (cache_root=../../A), or a separator with a slash (kv_sep=/../../), climbs out
+    separators = OmegaConf.select(config, "hydra.job.config.override_dirname") or {}
+    paths = any("/" in o.partition("=")[2] for o in task) or any(
+        "/" in str(separators.get(k, "")) or "\\" in str(separators.get(k, ""))
+        for k in ("kv_sep", "item_sep"))
     names = [n for n in _PER_JOB if not (n == "${hydra.job.override_dirname}" and (excluded or paths))]
     others = [m for m in _INTERPOLATION.findall(subdir) if m not in _PER_JOB]
     if others:  # an environment variable, another key, the working directory: anywhere, once resolved
@@ -307,6 +311,10 @@ def _hydra_paths(folder: Path, config: DictConfig) -> list[tuple[Path, bool]]:
     if "/" in name or name in ("", ".", ".."):
         raise FolderTaken(f"hydra.job.name={name} would put the run's log outside its folder: give it a "
                           "plain name")
+    if len(f"{name}.log".encode()) > 255:  # Hydra's log handler would fail after the claim
+        raise FolderTaken(f"hydra.job.name is {len(name.encode())} bytes long: its log's name would pass a "
+                          "file name's 255; give it a shorter name")
+    _no_hydra_log_files(config)
     paths = [(folder / log, False) for log in _log_files(config, name)]
     if subdir is not None:
         if Path(str(subdir)).is_absolute() or ".." in Path(str(subdir)).parts:
@@ -343,6 +351,23 @@ def _log_files(config: DictConfig, name: str) -> list[str]:
                               "${hydra.job.name}.log")
         out.append(m["name"].replace("${hydra.job.name}", name))
     return out
+
+
+def _no_hydra_log_files(config: DictConfig) -> None:
+    """Hydra's own logging (``hydra.hydra_logging``) writes to no file: it runs before any run's folder
+    is known, so a file there may lie anywhere (another run's log, a FIFO that hangs the start).
+
+    Raises:
+        FolderTaken: naming the handler and its file.
+    """
+    hydra_logging = OmegaConf.to_container(config.hydra.hydra_logging, resolve=False) \
+        if config.hydra.get("hydra_logging") is not None else None
+    handlers = hydra_logging.get("handlers") if isinstance(hydra_logging, dict) else None
+    for handler, settings in (handlers.items() if isinstance(handlers, dict) else ()):
+        if isinstance(settings, dict) and settings.get("filename") is not None:
+            raise FolderTaken(f"hydra.hydra_logging.handlers.{handler}.filename={settings['filename']}: "
+                              "Hydra's own log may go to the console only (a file there may be another "
+                              "run's); log into the run's folder through hydra.job_logging")
 
 
 def _no_other_kind(paths: list[tuple[Path, bool]]) -> None:
@@ -468,6 +493,9 @@ def claim_run(folder: str | Path, overrides: list[str], fresh: bool = False) -> 
         raise FolderTaken(f"{key} is in use by {_describe_run(running)}; give this run a folder of its own")
     try:
         other = _read_json(folder / RUN_FILE)
+        if other is not None and _alive_elsewhere(other):  # its lock deleted under it
+            raise FolderTaken(f"{key} is in use by {_describe_run(other)} (its lock was removed); give this "
+                              "run a folder of its own")
         if other is not None and (fresh or _job_overrides(list(other.get("overrides") or []))
                                   != _job_overrides(overrides)):
             raise FolderTaken(f"{key} holds the record of {_describe_run(other)}; give this run a folder of "
@@ -495,6 +523,20 @@ def claim_run(folder: str | Path, overrides: list[str], fresh: bool = False) -> 
     return lock
 
 
+def _alive_elsewhere(claim: dict[str, Any]) -> bool:
+    """Whether the run of ``claim`` is another process still running on this host."""
+    pid = claim.get("pid")
+    if claim.get("host") != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
 #: The most folders ``<dir>-2``, ``<dir>-3``, ... a timestamped run tries before it is refused.
 _SIBLINGS = 100
 
@@ -506,7 +548,7 @@ def _claim_run_folder(config: DictConfig) -> IO[Any]:
     Raises:
         FolderTaken: the folder is taken (not timestamped), or no ``<dir>-N`` is free.
     """
-    folder = Path(config.hydra.run.dir)
+    folder = Path(os.path.normpath(str(config.hydra.run.dir)))  # R1/x/.. is R1 (and makes no R1/x)
     overrides = [str(o) for o in config.hydra.overrides.task]
     written = OmegaConf.to_container(config.hydra.run, resolve=False)
     timestamped = isinstance(written, dict) and "${now:" in str(written.get("dir"))

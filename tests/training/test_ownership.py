@@ -534,3 +534,50 @@ def test_what_probing_found_again_writes_nothing_into_another_run(tmp_path: Path
     assert done.returncode == 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert _records(copy) == before
+
+
+@pytest.mark.parametrize("how", ["Hydra's own log into it", "override_dirname separators",
+                                 "a path through it", "a name too long for a log"])
+def test_what_probing_found_a_third_time_writes_nothing(tmp_path: Path, run_a: Path, how: str) -> None:
+    """hydra.hydra_logging's file handler into another run's folder (or a FIFO: a hang), override_dirname
+    whose separator holds '/../..' (jobs' folders outside the sweep), a run folder spelt through the other
+    run's (A/x/..: it made A/x), a job name whose log passes 255 bytes (Hydra's traceback after the claim,
+    which stayed): each is refused in one line, and nothing is made or changed."""
+    copy = tmp_path / "A"
+    subprocess.run(["cp", "-a", str(run_a), str(copy)], check=True)
+    before = _records(copy)
+    out = tmp_path / "B"
+    if how == "Hydra's own log into it":
+        done = _single(tmp_path, f"hydra.run.dir={out}", "+hydra.hydra_logging.handlers.f={class:logging."
+                       f"FileHandler,filename:{copy / 'hl.log'}}}", "+hydra.hydra_logging.root.handlers=[f]")
+    elif how == "override_dirname separators":
+        done = _sweep(tmp_path, "train.seed=1,2", f"hydra.sweep.dir={out}",
+                      "hydra.sweep.subdir=${hydra.job.override_dirname}",
+                      'hydra.job.config.override_dirname.kv_sep="/../../KV/"')
+        assert not (tmp_path / "KV").exists()
+    elif how == "a path through it":
+        done = _single(tmp_path, "train.seed=4", f"hydra.run.dir={copy}/x/..")
+        assert not (copy / "x").exists()
+    else:
+        done = _single(tmp_path, f"hydra.run.dir={out}", f"hydra.job.name={'x' * 300}")
+        assert not (out / RUN_FILE).exists()
+    assert done.returncode == 1 and "refused" in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and not (out.exists() and any(out.iterdir()))
+    assert _records(copy) == before
+
+
+def test_a_live_runs_claim_holds_though_its_lock_is_removed(tmp_path: Path) -> None:
+    """Removing a running run's lock let a second run write into its folder beside it: the claim names a
+    live process on this host, which holds the folder still."""
+    import socket
+
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / RUN_FILE).write_text(json.dumps({"overrides": ["train.seed=0"], "pid": live.pid,
+                                                     "host": socket.gethostname()}))
+        with pytest.raises(FolderTaken, match=rf"in use by the run of pid {live.pid} .*its lock was removed"):
+            claim_run(tmp_path, ["train.seed=0"])
+    finally:
+        live.kill()
+        live.wait()
+    claim_run(tmp_path, ["train.seed=0"]).close()  # once it ended: the same run again
