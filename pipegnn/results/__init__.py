@@ -59,7 +59,8 @@ _EXPORTS = {
     "hydra_files": ("MAX_RESOLVED_CHARS", "MAX_YAML_BYTES", "read_hydra_file"),
     "resume_check": ("VOLATILE_KEYS", "comparable_config", "completed_record"),
     "callbacks": ("EpochProgress", "FailureSummary", "exit_code"),
-    "reproduce": ("MAX_OVERRIDES", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift", "drift", "recompose"),
+    "reproduce": ("MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift",
+                  "drift", "recompose"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -62,8 +62,9 @@ MAX_KEY_CHARS = 1024
 MAX_KEY_PARTS = 32
 #: The most bytes one file of an archive takes when a run's files allow (a larger archive is split).
 MAX_PART_BYTES = 2 << 20
-#: The most parts a header may count.
-MAX_PARTS = 1 << 12
+#: The most parts a header may count (512 MiB of compressed records; each part's header is read with every
+#: other's: 4,096 parts took minutes).
+MAX_PARTS = 256
 
 
 class ArchiveError(JSONFileError):

@@ -23,7 +23,8 @@ from pipegnn.results.archive_read import archives_of, entries
 from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, record_of
 from pipegnn.runconfig import comparable_config, drop_keys
 
-__all__ = ["MAX_OVERRIDES", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift", "drift", "recompose"]
+__all__ = ["MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift", "drift",
+           "recompose"]
 
 #: Keys that say where and how a run was kept, watched or bounded, not what it computed: where data and
 #: caches live, trackers, resume, checkpoints, caps and deadlines, how processes start, the trace.
@@ -66,6 +67,8 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 #: Bounds of the overrides composed: a record's come from a command line.
 MAX_OVERRIDES = 1_000
 MAX_OVERRIDE_CHARS = 4_096
+#: ... and of all of them together (Hydra's parser took minutes over 999 lists of 2,000 items).
+MAX_OVERRIDES_CHARS = 65_536
 
 
 def _is_hydra(override: str) -> bool:
@@ -82,6 +85,9 @@ def _override_problem(overrides: list[str]) -> str | None:
     a record never calls a resolver, nor expands chains of interpolations)."""
     if len(overrides) > MAX_OVERRIDES:
         return f"more than {MAX_OVERRIDES:,} overrides, more than any command line gives: not composed"
+    total = sum(len(str(o)) for o in overrides)
+    if total > MAX_OVERRIDES_CHARS:
+        return f"overrides of {total:,} characters (at most {MAX_OVERRIDES_CHARS:,} in all): not composed"
     for o in overrides:
         if _is_hydra(o):
             continue

@@ -112,6 +112,15 @@ def _incomplete(directory: Path) -> Job:
                         if not str(k).startswith("hydra/")})
 
 
+def _is_dir(path: Path) -> bool:
+    """Whether ``path`` is a folder; False for a path no folder can have (a name past 255 bytes, which a
+    plan's ``${hydra.job.override_dirname}`` of long values gives)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def _missing(sweep_dir: Path, started: Iterable[Path]) -> list[Job]:
     """The planned jobs of the sweep in ``sweep_dir`` that none of the ``started`` job folders ran: a
     job whose folder exists bare (no ``.hydra/``, as with ``hydra.output_subdir=null``, nor record) is
@@ -130,7 +139,7 @@ def _missing(sweep_dir: Path, started: Iterable[Path]) -> list[Job]:
     for num, (overrides, directory) in enumerate(planned):
         if tuple(overrides) in ran or place_of(directory) in started:
             continue
-        if (directory.is_dir() and not (directory / ".hydra").exists()
+        if (_is_dir(directory) and not (directory / ".hydra").exists()
                 and not is_entry(directory / RECORD_NAME)):
             job = _incomplete(directory)
             job.num, job.overrides = num, " ".join(overrides)

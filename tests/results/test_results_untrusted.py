@@ -587,3 +587,15 @@ def test_a_record_whose_config_holds_a_million_keys_is_unreadable(tmp_path: Path
     df = load(tmp_path)
     assert df["status"].tolist() == ["unreadable", "completed"]
     assert "'config' holds more than 10,000 keys" in df["error"].iloc[0]
+
+
+def test_a_planned_folder_name_no_file_system_holds_is_a_missing_job(tmp_path: Path) -> None:
+    """A plan whose ${hydra.job.override_dirname} of long values names a folder past 255 bytes ended the
+    table in an OSError (File name too long); such a job is missing, at once."""
+    sweep = _finished_but_one(tmp_path)
+    plan = OmegaConf.load(sweep / "multirun.yaml")
+    plan.hydra.sweep.subdir = "${hydra.job.override_dirname}"
+    plan.hydra.overrides.task = [*plan.hydra.overrides.task, "+note=" + "x" * 300]
+    OmegaConf.save(plan, sweep / "multirun.yaml")
+    df = load(sweep)
+    assert "missing" in df["status"].tolist(), df[["path", "status"]]
