@@ -301,8 +301,9 @@ def test_a_run_into_a_taken_folder_is_refused_in_one_line(tmp_path: Path, how: s
     held = None
     if how == "held":
         held = claim_run(out, ["train.seed=9"])
-    elif how == "claimed":
-        claim_run(out, ["train.seed=9"]).close()
+    elif how == "claimed":  # by a run that has ended (a live claimant holds the folder: see below)
+        subprocess.run([sys.executable, "-c", "import sys; from pipegnn.training.ownership import claim_run; "
+                        "claim_run(sys.argv[1], ['train.seed=9']).close()", str(out)], check=True, cwd=ROOT)
     else:
         (out / RUN_LOCK).mkdir()
     before = _records(out)
