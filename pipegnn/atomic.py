@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-__all__ = ["atomic_file", "atomic_path", "clean_stale_temporaries"]
+__all__ = ["atomic_file", "atomic_path", "clean_stale_temporaries", "process_alive"]
 
 #: A temporary file's name: its target's name, the writer's host (dots as underscores) and pid, a random part.
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<host>[^.]+)-(?P<pid>\d+)\.[^.]+")
@@ -32,7 +32,8 @@ def _host() -> str:
     return socket.gethostname().replace(".", "_")  # one field of the name
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -55,7 +56,7 @@ def clean_stale_temporaries(folder: Path, name: str | None = None) -> list[Path]
     for path in candidates:
         m = _TEMPORARY.fullmatch(path.name)
         if m is None or (name is not None and m["name"] != name) or m["host"] != _host() \
-                or _alive(int(m["pid"])):
+                or process_alive(int(m["pid"])):
             continue
         if path.is_symlink() or not path.is_file():  # a writer's temporary is a regular file
             continue

@@ -44,7 +44,7 @@ from typing import IO, Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from pipegnn.atomic import atomic_file
+from pipegnn.atomic import atomic_file, process_alive
 from pipegnn.jsonfile import file_kind
 from pipegnn.results.hydra_files import read_hydra_file
 from pipegnn.results.records import RECORD_NAME
@@ -528,13 +528,7 @@ def _alive_elsewhere(claim: dict[str, Any]) -> bool:
     pid = claim.get("pid")
     if claim.get("host") != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid():
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process
-        return True
-    return True
+    return process_alive(pid)
 
 
 #: The most folders ``<dir>-2``, ``<dir>-3``, ... a timestamped run tries before it is refused.
