@@ -30,7 +30,8 @@ try:
     from omegaconf import DictConfig, OmegaConf
 
     from pipegnn import results, schema
-    from pipegnn.training.ownership import FolderTaken, claim_job
+    from pipegnn.errors import FolderTaken
+    from pipegnn.training.ownership import claim_job
     from pipegnn.training.preemption import Interrupted
 except ImportError as missing:  # e.g. a bare `python` outside the venv: say which interpreter has them
     venv = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"

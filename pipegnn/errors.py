@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-__all__ = ["ConfigError", "DatasetUnavailable", "check_choice", "check_positive_finite", "check_positive_int"]
+__all__ = ["ConfigError", "DatasetUnavailable", "FolderTaken", "check_choice", "check_positive_finite",
+           "check_positive_int"]
 
 
 class ConfigError(ValueError):
@@ -13,6 +14,11 @@ class ConfigError(ValueError):
 
 class DatasetUnavailable(ConfigError):
     """Dataset files are missing and cannot be downloaded; the message says what to fetch and where."""
+
+
+class FolderTaken(RuntimeError):
+    """A run's, a sweep's or a job's folder belongs to another run, sweep or job, or what Hydra would write
+    there lies elsewhere (named in the message); the command stops before anything is written."""
 
 
 def check_choice(value: Any, valid: Sequence[str], key: str) -> None:

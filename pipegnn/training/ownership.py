@@ -20,6 +20,8 @@
   overrides, ``resume`` aside) claimed, is never written into: a timestamped ``hydra.run.dir`` (the default,
   ``${now:...}``) moves to the first free ``<dir>-2``, ``<dir>-3``, ...; any other is refused with one line
   naming the first run. A folder where the lock cannot be made (read-only, say) is refused the same way.
+- What Hydra writes before a run or job starts (``.hydra``, the job log, a sweep's subdirs) is checked by
+  [`pipegnn.training.hydra_writes`][pipegnn.training.hydra_writes] before Hydra writes it.
 - [`claim_job`][pipegnn.training.ownership.claim_job]: a job claims its output folder (``.pipegnn-job.json``:
   the job's number and overrides and its sweep's folder, created only if absent) before it runs; a folder
   that another job claimed (another number, or other overrides, ``resume`` aside), of this sweep
@@ -34,7 +36,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import socket
 import stat
 import time
@@ -45,12 +46,13 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from pipegnn.atomic import atomic_file, process_alive
-from pipegnn.jsonfile import file_kind
+from pipegnn.errors import FolderTaken
 from pipegnn.results.hydra_files import read_hydra_file
 from pipegnn.results.records import RECORD_NAME
+from pipegnn.training.hydra_writes import check_kinds, check_subdir_inside, check_subdir_per_job, hydra_paths
 
-__all__ = ["JOB_FILE", "LOCK_FILE", "OWNER_FILE", "RUN_FILE", "RUN_LOCK", "FolderTaken", "SweepOwner",
-           "check_folder", "claim_job", "claim_run", "take_sweep"]
+__all__ = ["JOB_FILE", "LOCK_FILE", "OWNER_FILE", "RUN_FILE", "RUN_LOCK", "SweepOwner", "check_folder",
+           "claim_job", "claim_run", "take_sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +62,6 @@ JOB_FILE = ".pipegnn-job.json"
 RUN_FILE = ".pipegnn-run.json"
 RUN_LOCK = ".pipegnn-run.lock"
 PLAN_FILE = "multirun.yaml"
-
-
-class FolderTaken(RuntimeError):
-    """A sweep's or a job's folder belongs to another sweep or job (named in the message)."""
 
 
 def _plan(config: DictConfig | dict[str, Any]) -> dict[str, Any]:
@@ -245,151 +243,6 @@ def check_folder(folder: Path, key: str, make: bool = True) -> None:
         raise FolderTaken(f"{key}={folder} cannot be made: {e}") from None
 
 
-#: What a job's ``hydra.sweep.subdir`` must name, outside any other interpolation, so that every job gets
-#: a folder of its own (``${hydra.job.override_dirname}`` only while no key is excluded from it).
-_PER_JOB = ("${hydra.job.num}", "${hydra.job.id}", "${hydra.job.override_dirname}")
-
-
-#: An interpolation, with the interpolations nested in it (``${oc.env:X,${hydra.job.num}}`` is one).
-_INTERPOLATION = re.compile(r"\$\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")
-
-
-def _top_level(text: str, name: str) -> bool:
-    """Whether ``name`` (an interpolation) occurs in ``text`` outside every other interpolation (in
-    ``${oc.env:X,${hydra.job.num}}`` it is only a default that may not be used)."""
-    start = text.find(name)
-    while start >= 0:
-        if text[:start].count("${") == text[:start].count("}"):
-            return True
-        start = text.find(name, start + 1)
-    return False
-
-
-def _subdir_per_job(config: DictConfig) -> None:
-    """``hydra.sweep.subdir`` as written names each job apart (`_PER_JOB`, outside any other
-    interpolation): Hydra writes a job's ``.hydra`` files and log into its folder before the job can refuse
-    it, so a subdir that may give several jobs one folder (``${chunks}``, ``.``, an environment variable
-    that defaults to the job's number, ``${hydra.job.override_dirname}`` with excluded keys) is refused
-    here, before any job.
-
-    Raises:
-        FolderTaken: naming the subdir and what would do.
-    """
-    sweep = OmegaConf.to_container(config.hydra.sweep, resolve=False)
-    subdir = str(sweep.get("subdir") if isinstance(sweep, dict) else None)
-    excluded = OmegaConf.select(config, "hydra.job.config.override_dirname.exclude_keys") or []
-    task = [str(o) for o in config.hydra.overrides.task]
-    # override_dirname holds the overrides' values as written, joined by its separators: a path in one
-    # (cache_root=../../A), or a separator with a slash (kv_sep=/../../), climbs out
-    separators = OmegaConf.select(config, "hydra.job.config.override_dirname") or {}
-    paths = any("/" in o.partition("=")[2] for o in task) or any(
-        "/" in str(separators.get(k, "")) or "\\" in str(separators.get(k, ""))
-        for k in ("kv_sep", "item_sep"))
-    names = [n for n in _PER_JOB if not (n == "${hydra.job.override_dirname}" and (excluded or paths))]
-    others = [m for m in _INTERPOLATION.findall(subdir) if m not in _PER_JOB]
-    if others:  # an environment variable, another key, the working directory: anywhere, once resolved
-        raise FolderTaken(f"hydra.sweep.subdir={subdir} names {others[0]}, which may resolve outside the "
-                          "sweep's folder or to one folder for several jobs: name each job's folder with "
-                          f"{', '.join(_PER_JOB)} and plain text only, e.g. "
-                          "hydra.sweep.subdir=${hydra.job.num}")
-    if not any(_top_level(subdir, name) for name in names):
-        raise FolderTaken(f"hydra.sweep.subdir={subdir} may give several jobs one folder (Hydra writes each "
-                          "job's .hydra files there before a job can refuse it): name each job in it, e.g. "
-                          f"hydra.sweep.subdir={subdir}_${{hydra.job.num}}, or "
-                          "${hydra.job.override_dirname} with no excluded keys")
-
-
-def _hydra_paths(folder: Path, config: DictConfig) -> list[tuple[Path, bool]]:
-    """What Hydra opens in a run's or job's ``folder`` before the run starts, each with whether it is a
-    folder: its log and, unless ``hydra.output_subdir`` is null, that folder and its ``.hydra/*.yaml``.
-
-    Raises:
-        FolderTaken: ``hydra.job.name`` or ``hydra.output_subdir`` would take them outside ``folder``
-            (a name with a ``/``; an absolute subdir or one with ``..``).
-    """
-    name, subdir = str(config.hydra.job.name), config.hydra.output_subdir
-    if "/" in name or name in ("", ".", ".."):
-        raise FolderTaken(f"hydra.job.name={name} would put the run's log outside its folder: give it a "
-                          "plain name")
-    if len(f"{name}.log".encode()) > 255:  # Hydra's log handler would fail after the claim
-        raise FolderTaken(f"hydra.job.name is {len(name.encode())} bytes long: its log's name would pass a "
-                          "file name's 255; give it a shorter name")
-    _no_hydra_log_files(config)
-    paths = [(folder / log, False) for log in _log_files(config, name)]
-    if subdir is not None:
-        if Path(str(subdir)).is_absolute() or ".." in Path(str(subdir)).parts:
-            raise FolderTaken(f"hydra.output_subdir={subdir} lies outside the run's folder (another run's, "
-                              "perhaps): give it a folder inside, e.g. .hydra")
-        paths += [(folder / str(subdir), True)]
-        paths += [(folder / str(subdir) / f"{n}.yaml", False) for n in ("config", "hydra", "overrides")]
-    return paths
-
-
-#: Where a job log handler's file may be: the run's folder, by a plain name.
-_LOG_IN_FOLDER = re.compile(r"\$\{hydra\.runtime\.output_dir\}/(?P<name>(?:[^/${}]|\$\{hydra\.job\.name\})+)")
-
-
-def _log_files(config: DictConfig, name: str) -> list[str]:
-    """The names of the files Hydra's job logging writes in the run's folder (``hydra.job_logging``'s
-    handlers with a ``filename``; ``train.log`` by default).
-
-    Raises:
-        FolderTaken: a handler's file lies anywhere else (``/elsewhere/train.log``: another run's log).
-    """
-    logging_config = OmegaConf.to_container(config.hydra.job_logging, resolve=False) \
-        if config.hydra.get("job_logging") is not None else None
-    handlers = logging_config.get("handlers") if isinstance(logging_config, dict) else None
-    out = []
-    for handler, settings in (handlers.items() if isinstance(handlers, dict) else ()):
-        filename = settings.get("filename") if isinstance(settings, dict) else None
-        if filename is None:
-            continue
-        m = _LOG_IN_FOLDER.fullmatch(str(filename))
-        if m is None:
-            raise FolderTaken(f"hydra.job_logging.handlers.{handler}.filename={filename} may lie outside the "
-                              "run's folder: name a file in it, e.g. ${hydra.runtime.output_dir}/"
-                              "${hydra.job.name}.log")
-        out.append(m["name"].replace("${hydra.job.name}", name))
-    return out
-
-
-def _no_hydra_log_files(config: DictConfig) -> None:
-    """Hydra's own logging (``hydra.hydra_logging``) writes to no file: it runs before any run's folder
-    is known, so a file there may lie anywhere (another run's log, a FIFO that hangs the start).
-
-    Raises:
-        FolderTaken: naming the handler and its file.
-    """
-    hydra_logging = OmegaConf.to_container(config.hydra.hydra_logging, resolve=False) \
-        if config.hydra.get("hydra_logging") is not None else None
-    handlers = hydra_logging.get("handlers") if isinstance(hydra_logging, dict) else None
-    for handler, settings in (handlers.items() if isinstance(handlers, dict) else ()):
-        if isinstance(settings, dict) and settings.get("filename") is not None:
-            raise FolderTaken(f"hydra.hydra_logging.handlers.{handler}.filename={settings['filename']}: "
-                              "Hydra's own log may go to the console only (a file there may be another "
-                              "run's); log into the run's folder through hydra.job_logging")
-
-
-def _no_other_kind(paths: list[tuple[Path, bool]]) -> None:
-    """Each of ``paths`` is what Hydra writes there (a regular file, or for a folder a real one) or
-    nothing: a FIFO there hung the run (Hydra opens it and waits), a link wrote into another run's folder,
-    anything else ended in Hydra's traceback.
-
-    Raises:
-        FolderTaken: naming the first that is not, and what it is.
-    """
-    for path, folder in paths:
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            continue
-        if not (stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode)):
-            what = "a link" if stat.S_ISLNK(mode) else "a file" if stat.S_ISREG(mode) else file_kind(mode)
-            kind = "folder" if folder else "regular file"
-            raise FolderTaken(f"{path} is {what}, where Hydra writes a {kind} before the run starts; "
-                              "remove it")
-
-
 def _job_folders(sweep_dir: Path) -> list[Path]:
     """The folders below ``sweep_dir`` that hold a job's claim or Hydra's files (a sweep run again or
     resumed, ``subdir`` of any depth), and every link to a folder among its entries; at most `_SCAN`
@@ -410,7 +263,7 @@ def _job_folders(sweep_dir: Path) -> list[Path]:
 
 def _job_folders_clean(sweep_dir: Path, config: DictConfig) -> None:
     """The job folders already in ``sweep_dir`` hold nothing but what Hydra writes where it writes a job's
-    files (see `_no_other_kind`), and none of its entries is a link (Hydra would write through it, into
+    files (see `check_kinds`), and none of its entries is a link (Hydra would write through it, into
     another sweep's job).
 
     Raises:
@@ -424,25 +277,7 @@ def _job_folders_clean(sweep_dir: Path, config: DictConfig) -> None:
         if folder.is_symlink():
             raise FolderTaken(f"{folder} is a link (to {os.readlink(folder)}): a job writing there would "
                               "write into another folder; remove it")
-        _no_other_kind(_hydra_paths(folder, config))
-
-
-def _subdir_inside(config: DictConfig) -> None:
-    """A job's folder lies inside its sweep's: ``hydra.sweep.subdir`` as written may be neither absolute
-    nor climb out (``..``). Hydra writes a job's ``.hydra`` files and log before the job can refuse a
-    folder, so a subdir into another sweep's folders is refused here, before any job.
-
-    Raises:
-        FolderTaken: naming the subdir.
-    """
-    sweep = OmegaConf.to_container(config.hydra.sweep, resolve=False)
-    if not isinstance(sweep, dict):
-        return
-    subdir = sweep.get("subdir")
-    if isinstance(subdir, str) and (os.path.isabs(subdir) or ".." in Path(subdir).parts):
-        raise FolderTaken(f"hydra.sweep.subdir={subdir} lies outside hydra.sweep.dir={sweep.get('dir')} (in "
-                          "another sweep's folders, perhaps): give each job a folder inside its sweep's, "
-                          "e.g. hydra.sweep.subdir=${hydra.job.num}")
+        check_kinds(hydra_paths(folder, config))
 
 
 def _describe_run(run: dict[str, Any]) -> str:
@@ -548,7 +383,7 @@ def _claim_run_folder(config: DictConfig) -> IO[Any]:
     timestamped = isinstance(written, dict) and "${now:" in str(written.get("dir"))
     check_folder(folder, "hydra.run.dir", make=False)
     _not_inside_another(folder, "hydra.run.dir")  # before anything is made there, nor beside it
-    _no_other_kind(_hydra_paths(folder, config))
+    check_kinds(hydra_paths(folder, config))
     if not timestamped:
         return claim_run(folder, overrides)
     first: FolderTaken | None = None
@@ -578,9 +413,9 @@ class SweepOwner(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            _subdir_inside(config)
-            _subdir_per_job(config)
-            _hydra_paths(Path(config.hydra.sweep.dir), config)  # hydra.job.name, output_subdir, the log
+            check_subdir_inside(config)
+            check_subdir_per_job(config)
+            hydra_paths(Path(config.hydra.sweep.dir), config)  # hydra.job.name, output_subdir, the log
             _job_folders_clean(Path(config.hydra.sweep.dir), config)
             self.lock = take_sweep(config.hydra.sweep.dir, _plan(config))
         except Exception as e:  # Hydra turns a callback's Exception into a warning and goes on: stop here

@@ -184,7 +184,7 @@ def resume_from(config: Config, path: str | Path, model: StagedGNN,
         why: str | None = None
         try:
             epochs = restore(state, model, optimizer)
-        except Exception as e:  # noqa: BLE001 - content of another shape (an optimizer state "x": AttributeError)
+        except Exception as e:  # noqa: BLE001 - content of another shape (an optimizer state "x")
             why = f"its state does not fit this model: {type(e).__name__}: {str(e).splitlines()[0]}"
         if _all_ranks(why is None):
             break

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from pipegnn.errors import FolderTaken
 from pipegnn.training.ownership import (
     JOB_FILE,
     OWNER_FILE,
     RUN_FILE,
     RUN_LOCK,
-    FolderTaken,
     claim_job,
     claim_run,
     take_sweep,
