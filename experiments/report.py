@@ -162,7 +162,7 @@ def report(sweep: Path, out: Path) -> int:
         else:
             print(f"{sweep.name}: job {job.directory} has no record ({job.status})", file=sys.stderr)
     packed, records = pack_records(sweep, out)
-    df = results.load(packed)
+    df = results.load(packed[0])  # every part's
     unreadable = df[df["status"] == results.UNREADABLE]
     for row in unreadable.itertuples():
         print(f"{sweep.name}: unreadable record {row.path}: {row.error}", file=sys.stderr)
@@ -180,11 +180,10 @@ def report(sweep: Path, out: Path) -> int:
     for name in figures_of(sweep.name):
         plot, kwargs = FIGURES[name]
         results.draw(plot, df, out / name, **kwargs)
-    listed = [archive.read(part, keep=()) for part in packed]
-    traces = {out / key for part in listed for key in part.paths if Path(key).name == TRACE_NAME}
+    listed = archive.read(packed[0], keep=())  # every part's
+    traces = {out / key for key in listed.paths if Path(key).name == TRACE_NAME}
     # every trace that could not be packed (not JSON; a FIFO, a link to a device: not a regular file)
-    broken = {out / key: why for part in listed for key, why in part.unreadable.items()
-              if Path(key).name == TRACE_NAME}
+    broken = {out / key: why for key, why in listed.unreadable.items() if Path(key).name == TRACE_NAME}
     for trace, why in broken.items():
         print(f"{sweep.name}: unreadable trace: {trace}: {why}", file=sys.stderr)
     run = timeline_run(df, traces)

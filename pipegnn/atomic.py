@@ -32,6 +32,19 @@ def _host() -> str:
     return socket.gethostname().replace(".", "_")  # one field of the name
 
 
+def _umask() -> int:
+    """This process's umask, read where Linux says it (``os.umask`` alone sets it too, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def process_alive(pid: int) -> bool:
     """Whether process ``pid`` runs on this host (another user's counts)."""
     try:
@@ -78,7 +91,10 @@ def atomic_path(path: str | Path) -> Iterator[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temporaries(path.parent, path.name)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_host()}-{os.getpid()}.", dir=path.parent)
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would replace the file as others cannot read it
+    finally:
+        os.close(fd)
     try:
         yield tmp
         os.replace(tmp, path)

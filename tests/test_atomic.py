@@ -70,3 +70,20 @@ def test_a_live_writers_and_another_hosts_temporaries_stay(tmp_path: Path) -> No
         assert clean_stale_temporaries(tmp_path) == [] and Path(mine).exists()
     assert other_host.exists() and not Path(mine).exists()
     assert os.path.basename(mine).startswith(".result.json.")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+@pytest.mark.parametrize("name, write", [("checkpoint-rank0.pt", _checkpoint), ("result.json", _record),
+                                         ("plan-0123.pt", _plan)])
+def test_a_file_written_atomically_has_the_mode_any_write_gives(
+        tmp_path: Path, name: str, write: Callable[[Path], None], umask: int) -> None:
+    """A temporary file is made 0600 (mkstemp), and replacing the target with it kept that: records and
+    checkpoints others could not read. It has the mode an ordinary write gives (0666 less the umask)."""
+    old = os.umask(umask)
+    try:
+        write(tmp_path / name)
+        (tmp_path / "plain").write_text("")
+    finally:
+        os.umask(old)
+    assert (tmp_path / name).stat().st_mode & 0o777 == (tmp_path / "plain").stat().st_mode & 0o777 \
+        == 0o666 & ~umask

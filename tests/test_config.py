@@ -182,6 +182,11 @@ def test_a_bad_choice_in_a_plain_config_is_invalid_before_training(tmp_path: Pat
     (["microbatch.halo=none", "microbatch.evaluation=layerwise"],
      "microbatch.evaluation=layerwise evaluates on the full graph, and microbatch.halo=none evaluates its "
      "own induced subgraphs"),
+    # widths past any memory: were `oom` records from inside torch
+    (["model=gcn", "model.hidden=1000000000000"], "model.hidden=1000000000000: the model's weights need at "
+                                                 "least "),
+    (["model.hidden=1000000", "model.heads=1000000"], "model.hidden=1000000, model.heads=1000000: the "
+                                                     "model's weights need at least "),
 ])
 def test_bad_numbers_are_invalid_before_training(tmp_path: Path, overrides: list[str], message: str) -> None:
     """A bad number is an ``invalid`` run naming the key, the value and what is valid, not torch's words

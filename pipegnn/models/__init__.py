@@ -5,6 +5,7 @@ from typing import Any, Mapping
 
 from pipegnn.choices import FirstTransform, HaloDropout, ModelName, Precision, names
 from pipegnn.errors import ConfigError, check_positive_int
+from pipegnn.measure import allocatable_bytes
 from pipegnn.models.base import FIRST_TRANSFORMS, UNITS_PER_LAYER, StagedGNN, layerwise
 from pipegnn.models.gat import gat_layers
 from pipegnn.models.gcn import gcn_layers
@@ -61,6 +62,25 @@ def model_stack(model: ModelConfig, in_dim: int, num_classes: int) -> Stack:
                       f"valid: {', '.join(MODELS)}")
 
 
+def _check_weights(config: ModelConfig, specs: Stack) -> None:
+    """That the model's dense weights (at least ``in_dim x product_width`` a layer, and the input and
+    output Linears, in float32) fit in what this process can still allocate: a width far past memory
+    (``model.hidden=10**12``) is an invalid run naming it, not an allocation failure inside torch.
+
+    Raises:
+        ConfigError: naming the widths, the bytes needed and the bytes there are.
+    """
+    dense = [s for s in (specs.input, specs.output) if s is not None]
+    need = 4 * (sum(s.in_dim * s.product_width for s in specs.layers)
+                + sum(s.in_dim * s.out_features for s in dense))
+    room = allocatable_bytes()
+    if need > room:
+        heads = f", model.heads={config.heads}" if isinstance(config, GATConfig) else ""
+        raise ConfigError(f"model.hidden={config.hidden}{heads}: the model's weights need at least {need:,} "
+                          f"bytes, more than this process can still allocate ({room:,}); use a smaller "
+                          "model.hidden" + (" or model.heads" if heads else ""))
+
+
 def units_per_layer(model: ModelConfig | Mapping[str, Any]) -> list[int]:
     """Pipeline units of every layer of the ``model`` config (typed, or its keys over the model's YAML),
     known before any graph is loaded: the counts do not depend on the input and output widths."""
@@ -84,5 +104,6 @@ def build_model(model: ModelConfig | Mapping[str, Any], backend: Any, features: 
     later with ``StagedGNN.set_features``)."""
     config: ModelConfig = group_config("model", model)
     specs = model_stack(config, features.shape[1], num_classes)
+    _check_weights(config, specs)
     return StagedGNN(specs, backend.with_aggregation(config.aggregation), config.name, features, history,
                      first_transform, precision, halo_dropout, refresh_only)

@@ -59,12 +59,13 @@ from pipegnn.results.archive_format import (
     is_archive,
     part_name,
 )
-from pipegnn.results.archive_read import Entry, Packed, entries, parts, read, unpack
+from pipegnn.results.archive_read import Entry, Packed, archives_of, entries, parts, read, unpack
 from pipegnn.results.records import RECORD_NAME, find_records, is_entry
 
 __all__ = ["ARCHIVE_NAME", "EPOCH_DECIMALS", "EPOCH_STAGE_KEYS", "FILE_NAMES", "MAX_FILES",
            "MAX_INFLATED_BYTES", "MAX_KEY_CHARS", "MAX_KEY_PARTS", "MAX_LINE_BYTES", "MAX_PARTS",
-           "MAX_PART_BYTES", "ArchiveError", "Entry", "Packed", "entries", "find_archives", "is_archive",
+           "MAX_PART_BYTES", "ArchiveError", "Entry", "Packed", "archives_of", "entries", "find_archives",
+           "is_archive",
            "pack", "part_name", "parts", "read", "run_files", "unpack"]
 
 #: Fixed, so that packing the same files gives the same bytes.
@@ -100,7 +101,8 @@ def pack(archive: str | Path, files: Mapping[str, str | Path], part_bytes: int =
     Raises:
         ValueError: ``archive`` is not named ``*.jsonl.gz`` (what readers take for an archive, and what its
             parts' names are made from), or a key is not one of a run's files by a relative path of plain
-            names (see [`archive_format`][pipegnn.results.archive_format]), or names a folder of another key.
+            names (see [`archive_format`][pipegnn.results.archive_format]), or names a folder of another key,
+            or the files are more than `MAX_FILES` or inflate past `MAX_INFLATED_BYTES` (nothing written).
         OSError: the archive cannot be written (naming it).
     """
     if not is_archive(archive):
@@ -121,6 +123,10 @@ def pack(archive: str | Path, files: Mapping[str, str | Path], part_bytes: int =
         except (OSError, ValueError) as e:  # not a regular file (a FIFO, a device), gone, too large
             entry = {"path": key, "unreadable": f"{type(e).__name__}: {e}"}
         lines.append(json.dumps(entry, separators=(",", ":")).encode() + b"\n")
+    inflated = sum(map(len, lines))
+    if len(lines) > MAX_FILES or inflated > MAX_INFLATED_BYTES:  # more than any reader takes: not written
+        raise ValueError(f"{archive}: {len(lines):,} files of {inflated:,} bytes, more than an archive holds "
+                         f"({MAX_FILES:,} files, {MAX_INFLATED_BYTES:,} bytes inflated, in all its parts)")
     runs = [PurePosixPath(key).parent for key in sorted(files, key=_order)]
     split = _split(lines, runs, part_bytes)
     for number, data in enumerate(split, 1):
@@ -230,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             files = run_files(folder, beside=(TRACE_NAME,))
             pack(archive, files)
             split = parts(archive)
-            unreadable = {k: v for part in split for k, v in read(part, keep=()).unreadable.items()}
+            unreadable = read(archive, keep=()).unreadable  # every part's
             into = f"{len(split)} parts, {archive.name} to {split[-1].name}" if len(split) > 1 else "one file"
             print(f"packed {len(files)} files of {folder} into {archive} ({into}, "
                   f"{sum(p.stat().st_size for p in split):,} bytes)")

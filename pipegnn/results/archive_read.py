@@ -4,12 +4,13 @@ Reading parses JSON only: nothing an archive holds can run code. It reads a regu
 never makes it wait) and inflates it as a stream, twice (the checks, then the entries), holding one line
 at a time: at most `MAX_LINE_BYTES` a line, `MAX_INFLATED_BYTES` in all, and no line past the
 header's count of files (at most `MAX_FILES`), so that a small file that inflates to gigabytes is
-refused early, never read into memory. Every key is checked as
-[`archive_format`][pipegnn.results.archive_format] says. Any damage (a cut or corrupt gzip stream, a bound
-passed, a line that is not JSON or not an entry, such a key, a wrong count or checksum) is one
-[`ArchiveError`][pipegnn.results.archive_format.ArchiveError] naming the archive;
-[`unpack`][pipegnn.results.archive_read.unpack] writes nothing from such an archive, nor any file that a link
-in the destination would take outside it.
+refused early, never read into memory. An archive named by its first part is every part: the bounds hold
+over all of them together, and its keys are in order, never twice, never a folder of another, across the
+parts. Every key is checked as [`archive_format`][pipegnn.results.archive_format] says. Any damage (a cut
+or corrupt gzip stream, a bound passed, a line that is not JSON or not an entry, such a key, a wrong count
+or checksum) is one [`ArchiveError`][pipegnn.results.archive_format.ArchiveError] naming the archive (the
+part); [`unpack`][pipegnn.results.archive_read.unpack] writes nothing from such an archive, nor any file
+that a link in the destination would take outside it.
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import gzip
 import itertools
 import json
 import os
+import re
 import zlib
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Callable, Collection, Generator, Iterator
@@ -37,7 +40,6 @@ from pipegnn.results.archive_format import (
     _order,
     _part_problem,
     find_archives,
-    is_archive,
     part_name,
 )
 from pipegnn.results.records import is_entry, write_record
@@ -79,22 +81,30 @@ def _parse(archive: Path, number: int, line: bytes) -> Any:
         raise ArchiveError(archive, f"line {number}: {type(e).__name__}: {e}") from None
 
 
-def _lines(archive: Path, raw: BinaryIO) -> Generator[bytes, None, None]:
+@dataclass
+class _Inflated:
+    """The bytes inflated so far from the parts of one archive, read in one pass (the bound is the whole
+    archive's, not each part's: 12 parts of 2.5 MB in all inflated to 2.6 GB, each within it)."""
+    total: int = 0
+
+
+def _lines(archive: Path, raw: BinaryIO, inflated: _Inflated | None = None) -> Generator[bytes, None, None]:
     """The inflated lines of the open ``archive`` (``raw``) from its start, each with its newline (the
     last one may lack it), inflated as they are read, within `MAX_LINE_BYTES` and
-    `MAX_INFLATED_BYTES`."""
+    `MAX_INFLATED_BYTES` (with ``inflated``: counted with the archive's other parts read before)."""
     raw.seek(0)
-    total = 0
+    inflated = _Inflated() if inflated is None else inflated
     try:
         with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
             while line := stream.readline(MAX_LINE_BYTES + 1):
-                total += len(line)
+                inflated.total += len(line)
                 if len(line) > MAX_LINE_BYTES:
                     raise ArchiveError(archive, f"a line inflates to more than {MAX_LINE_BYTES:,} bytes, "
                                                 "more than any run's file: not read (a decompression bomb?)")
-                if total > MAX_INFLATED_BYTES:
-                    raise ArchiveError(archive, f"inflates to more than {MAX_INFLATED_BYTES:,} bytes, more "
-                                                "than a sweep's records: not read (a decompression bomb?)")
+                if inflated.total > MAX_INFLATED_BYTES:
+                    raise ArchiveError(archive, f"the archive (all its parts) inflates to more than "
+                                                f"{MAX_INFLATED_BYTES:,} bytes, more than a sweep's records: "
+                                                "not read (a decompression bomb?)")
                 yield line
     except (EOFError, OSError, zlib.error) as e:  # cut short; not gzip (BadGzipFile) or a bad CRC; corrupt
         raise ArchiveError(archive, f"not a whole gzip stream ({type(e).__name__}: {e})") from None
@@ -130,9 +140,13 @@ def _part_header(file: Path) -> dict[str, Any]:
 def _check_parts(archive: Path, header: dict[str, Any]) -> None:
     """That every part of the split archive of which ``archive`` (with ``header``) is one is beside it,
     each with the same count of parts and the same ``whole``, and that no part follows the last."""
-    if "parts" not in header:
+    if "parts" not in header:  # read alone: a part 2 beside it would be listed with it, and not read
+        if is_entry(after := part_name(archive, 2)):
+            raise ArchiveError(archive, f"{after.name} is beside it, but the archive is not split: a part "
+                                        "left from an earlier pack, or of another archive; not read")
         return
     part, count = header["part"], header["parts"]
+    files = header["files"]
     first = _first_part(archive, part)
     if first is None:
         raise ArchiveError(archive, f"part {part} of {count} of a split archive, named otherwise than that "
@@ -156,14 +170,21 @@ def _check_parts(archive: Path, header: dict[str, Any]) -> None:
         if [theirs.get(k) for k in ("part", "parts", "whole")] != [other, count, header["whole"]]:
             raise ArchiveError(archive, f"part {part} of {count}: {file.name} is not part {other} of the "
                                         "same archive (its part fields differ): parts of two packs; not read")
+        files += theirs["files"]
+    if files > MAX_FILES:
+        raise ArchiveError(archive, f"part {part} of {count}: the parts' headers count {files:,} files in "
+                                    f"all, more than {MAX_FILES:,}: not read")
 
 
-def _checked(archive: Path, raw: BinaryIO) -> int:
-    """The number of files in the open ``archive`` (``raw``), once the gzip stream, the bounds, the header,
-    the count of lines and their checksum hold (one pass over the inflated stream), and, in a split
-    archive, every other part is beside it (`_check_parts`)."""
-    lines = _lines(archive, raw)
+def _checked(archive: Path, raw: BinaryIO, inflated: _Inflated, siblings: bool = True) -> int:
+    """The number of files in the open ``archive`` (``raw``), once the header, and in a split archive every
+    other part's beside it (`_check_parts`, before any line; not ``siblings``: the first part's check, read
+    with it, said so), then the gzip stream, the bounds (counted in ``inflated`` with the parts read
+    before), the count of lines and their checksum hold (one pass over the inflated stream)."""
+    lines = _lines(archive, raw, inflated)
     header = _header(archive, lines)
+    if siblings:  # before the lines: every part's header, their count of files in all
+        _check_parts(archive, header)
     files = header["files"]
     count, whole = 0, True
 
@@ -183,7 +204,6 @@ def _checked(archive: Path, raw: BinaryIO) -> int:
     if checksum != stored:
         raise ArchiveError(archive, f"content checksum {checksum}, the header says {stored!r}: "
                                     "the archive was damaged after it was packed")
-    _check_parts(archive, header)
     return count
 
 
@@ -204,53 +224,72 @@ def parts(archive: str | Path) -> list[Path]:
 
 
 def archives_of(root: str | Path) -> list[Path]:
-    """The archives below the folder ``root``; every part of the archive ``root`` names by its first part;
-    ``root`` itself for a later part, or an archive whose header cannot be read (its reader says why)."""
-    if not (is_archive(root) and Path(root).is_file()):
-        return find_archives(root)
-    try:
-        return parts(root)
-    except (ArchiveError, OSError):
-        return [Path(root)]
+    """The archives below the folder ``root``, each named once (by its first part, which
+    [`entries`][pipegnn.results.archive_read.entries] reads whole: a later part is listed only where no
+    first part of its name is beside it, to be named as damaged); ``root`` itself when it is an archive."""
+    found = find_archives(root)
+    listed = set(found)
+    return [file for file in found if not _later_part(file, listed)]
+
+
+def _later_part(file: Path, listed: set[Path]) -> bool:
+    """Whether ``file`` is named as a later part of an archive whose first part is in ``listed``."""
+    number = re.fullmatch(r".*-([0-9]+)\.jsonl\.gz", file.name)
+    part = int(number.group(1)) if number is not None else 1
+    return part > 1 and _first_part(file, part) in listed
+
+
+def _read_parts(archive: Path) -> list[Path]:
+    """The files read for ``archive``: every part of a split archive named by its first part (see
+    [`parts`][pipegnn.results.archive_read.parts]), or a later part alone."""
+    return parts(archive) if _part_header(archive).get("part", 1) == 1 else [archive]
 
 
 def entries(archive: str | Path) -> Iterator[Entry]:
-    """Each file of ``archive``, in order, one at a time (a reader keeps what it needs). The whole archive
-    is checked first (gzip stream, bounds, header, count, checksum: one pass over the inflated stream),
-    each line as it comes (a second pass).
+    """Each file of ``archive``, in order, one at a time (a reader keeps what it needs): of every part when
+    it is the first part of a split archive, of that part alone when it is a later one. The whole archive
+    is checked first (every part's gzip stream, header, count, checksum, and the bounds over all of them:
+    one pass over the inflated streams), each line as it comes (a second pass), the order of keys and the
+    clash of a file with a folder across the parts.
 
     Raises:
         ArchiveError: (a ValueError) naming the archive: the gzip stream is cut or corrupt, it inflates
             past `MAX_INFLATED_BYTES` or a line past `MAX_LINE_BYTES`, the header is not an
             archive's, the lines are not the header's count or checksum, or a line is not JSON, not an
-            entry, or its key is not a run's file below the archive's folder (see
+            entry, or its key is out of order, again, a folder of another key, or not a run's file below
+            the archive's folder (see
             [`archive_format`][pipegnn.results.archive_format]) (its number named; the entries before it
             have come).
         OSError: the file cannot be read (FileNotFoundError: there is none; NotRegularFileError: it is a
             FIFO, a folder, a device).
     """
     archive = Path(archive)
-    with open_regular(archive) as raw:
-        _checked(archive, raw)
-        lines = _lines(archive, raw)
-        next(lines)  # the header
+    with ExitStack() as opened:
+        # each part opened once: the file checked is the file read
+        files = [(part, opened.enter_context(open_regular(part))) for part in _read_parts(archive)]
+        inflated = _Inflated()
+        for number, (part, raw) in enumerate(files):
+            _checked(part, raw, inflated, siblings=number == 0)
         previous = None
-        files: set[str] = set()
+        keys: set[str] = set()
         folders: set[str] = set()
-        for number, line in zip(itertools.count(2), lines):
-            entry = _parse(archive, number, line)
-            problem = _check_key(entry.get("path")) if isinstance(entry, dict) else "not a JSON object"
-            if problem is None and not (set(entry) == {"path", "json"} or (
-                    set(entry) == {"path", "unreadable"} and isinstance(entry["unreadable"], str))):
-                problem = "not an entry (path and json, or path and unreadable)"
-            if problem is None and previous is not None and _order(entry["path"]) <= _order(previous):
-                problem = f"path {entry['path']!r} out of order or again"  # so that no file is listed twice
-            if problem is None:
-                problem = _clash(entry["path"], files, folders)
-            if problem is not None:
-                raise ArchiveError(archive, f"line {number}: {problem}")
-            previous = entry["path"]
-            yield Entry(entry["path"], entry.get("json"), entry.get("unreadable"))
+        for part, raw in files:
+            lines = _lines(part, raw)
+            next(lines)  # the header
+            for number, line in zip(itertools.count(2), lines):
+                entry = _parse(part, number, line)
+                problem = _check_key(entry.get("path")) if isinstance(entry, dict) else "not a JSON object"
+                if problem is None and not (set(entry) == {"path", "json"} or (
+                        set(entry) == {"path", "unreadable"} and isinstance(entry["unreadable"], str))):
+                    problem = "not an entry (path and json, or path and unreadable)"
+                if problem is None and previous is not None and _order(entry["path"]) <= _order(previous):
+                    problem = f"path {entry['path']!r} out of order or again"  # no file listed twice
+                if problem is None:
+                    problem = _clash(entry["path"], keys, folders)
+                if problem is not None:
+                    raise ArchiveError(part, f"line {number}: {problem}")
+                previous = entry["path"]
+                yield Entry(entry["path"], entry.get("json"), entry.get("unreadable"))
 
 
 def read(archive: str | Path, keep: Callable[[str], bool] | Collection[str] | None = None) -> Packed:
@@ -291,29 +330,22 @@ def unpack(archive: str | Path, dest: str | Path,
         OSError: a file cannot be written (naming it).
     """
     wanted = keep if keep is None or callable(keep) else set(keep).__contains__
-    first = _part_header(Path(archive)).get("part", 1) == 1
-    files = parts(archive) if first else [Path(archive)]
-    listed = [read(part, keep=()) for part in files]  # every line of every part checked, no value kept
+    archive = Path(archive)
+    listed = read(archive, keep=())  # every line of every part checked, no value kept
     try:
         root = Path(dest).resolve()
     except (OSError, RuntimeError) as e:  # a link loop (RuntimeError before Python 3.13)
         raise ArchiveError(archive, f"cannot write below {dest}: {type(e).__name__}: {e}: nothing written"
                            ) from None
     name_max, path_max = _name_limits(root)
-    places: dict[str, Path] = {}
-    unreadable: dict[str, str] = {}
-    for part, packed in zip(files, listed):
-        unreadable |= packed.unreadable
-        for key in packed.paths:
-            if key not in packed.unreadable and (wanted is None or wanted(key)):
-                places[key] = _place(part, dest, root, key, name_max, path_max)
+    places = {key: _place(archive, dest, root, key, name_max, path_max) for key in listed.paths
+              if key not in listed.unreadable and (wanted is None or wanted(key))}
     written = []
-    for part in files:
-        for entry in entries(part):
-            if entry.path in places:
-                file = places[entry.path]
-                written.append(write_record(file.parent, entry.value, file.name))
-    return written, unreadable
+    for entry in entries(archive):
+        if entry.path in places:
+            file = places[entry.path]
+            written.append(write_record(file.parent, entry.value, file.name))
+    return written, dict(listed.unreadable)
 
 
 def _place(archive: Path, dest: str | Path, root: Path, key: str, name_max: int, path_max: int) -> Path:

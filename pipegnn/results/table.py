@@ -185,8 +185,8 @@ def _archive_rows(archive: Path, seen: set[Path]) -> list[dict[str, Any]]:
             places.add(place_of(file))
             rows.append(_record_row(file, entry.value) if entry.unreadable is None
                         else _unreadable_row(file, entry.unreadable))
-    except ArchiveError as e:
-        return [_unreadable_row(archive, e.reason)]
+    except ArchiveError as e:  # naming the part, when another part of the archive is damaged
+        return [_unreadable_row(archive, e.reason if e.path == archive else f"{e.path.name}: {e.reason}")]
     except OSError as e:
         return [_unreadable_row(archive, f"{type(e).__name__}: {e}")]
     seen |= places

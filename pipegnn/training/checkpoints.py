@@ -21,6 +21,8 @@ import torch
 
 from pipegnn.atomic import atomic_file
 from pipegnn.integrity import seal
+from pipegnn.jsonfile import open_regular
+from pipegnn.measure import allocatable_bytes
 from pipegnn.schema import Config
 from pipegnn.training.resume_config import config_key
 
@@ -86,11 +88,23 @@ def save(path: str | Path, state: dict[str, Any], keep_previous: bool = False) -
 
 def load(path: str | Path) -> dict[str, Any] | None:
     """The state [`save`][pipegnn.training.checkpoints.save] wrote at ``path`` (None when there is none), read
-    with ``weights_only=True``: tensors and plain containers, nothing that runs code."""
+    with ``weights_only=True``: tensors and plain containers, nothing that runs code.
+
+    Raises:
+        ValueError: the file is larger than this process can still allocate (a checkpoint in a writable
+            folder may be anything: a sparse file of 20 GB, a storage declared that large), before it is
+            read.
+        OSError: it cannot be read.
+    """
     path = Path(path)
     if not path.is_file():
         return None
-    return torch.load(path, map_location="cpu", weights_only=True)
+    with open_regular(path) as f:  # the file measured is the file read
+        size, room = os.fstat(f.fileno()).st_size, allocatable_bytes()
+        if size > room:
+            raise ValueError(f"{path} holds {size:,} bytes, more than this process can still allocate "
+                             f"({room:,}): not read")
+        return torch.load(f, map_location="cpu", weights_only=True)
 
 
 def training_state(config: Config, model: StagedGNN, optimizer: torch.optim.Optimizer | None,

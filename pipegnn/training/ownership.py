@@ -49,6 +49,7 @@ from pipegnn.atomic import atomic_file, process_alive
 from pipegnn.errors import FolderTaken
 from pipegnn.results.hydra_files import read_hydra_file
 from pipegnn.results.records import RECORD_NAME
+from pipegnn.results.sweep_plan import MAX_PLANNED_JOBS
 from pipegnn.training.hydra_writes import check_kinds, check_subdir_inside, check_subdir_per_job, hydra_paths
 
 __all__ = ["JOB_FILE", "LOCK_FILE", "OWNER_FILE", "RUN_FILE", "RUN_LOCK", "SweepOwner", "check_folder",
@@ -207,13 +208,17 @@ def take_sweep(sweep_dir: str | Path, plan: dict[str, Any]) -> IO[Any]:
     return lock
 
 
-#: The most entries of a sweep's folder read when looking for its jobs' claims.
-_SCAN = 10_000
+#: The most entries of a sweep's folder read when looking for its jobs' claims: 64 for each job of the
+#: largest sweep a plan may hold (a job's folder holds about ten); a folder holding more is refused, not
+#: read in part (a job past the part read would go unseen).
+_SCAN = 64 * MAX_PLANNED_JOBS
 
 
 def _a_job_inside(folder: Path) -> dict[str, Any] | None:
-    """The claim of a job whose folder lies below ``folder`` (at any depth; the first of its first `_SCAN`
-    entries), or None."""
+    """The claim of a job whose folder lies below ``folder`` (at any depth; the first), or None.
+
+    Raises:
+        FolderTaken: ``folder`` holds more than `_SCAN` entries."""
     for job in _job_folders(folder):
         claim = _read_json(job / JOB_FILE)
         if claim is not None:
@@ -245,14 +250,21 @@ def check_folder(folder: Path, key: str, make: bool = True) -> None:
 
 def _job_folders(sweep_dir: Path) -> list[Path]:
     """The folders below ``sweep_dir`` that hold a job's claim or Hydra's files (a sweep run again or
-    resumed, ``subdir`` of any depth), and every link to a folder among its entries; at most `_SCAN`
-    entries read."""
+    resumed, ``subdir`` of any depth), and every link to a folder among its entries.
+
+    Raises:
+        FolderTaken: it holds more than `_SCAN` entries (more than a sweep writes: which of them are jobs
+            of another sweep, or links, cannot be told without reading them all).
+    """
     found: list[Path] = []
     seen = 0
     for where, folders, files in os.walk(sweep_dir):
         seen += len(folders) + len(files)
         if seen > _SCAN:
-            break
+            raise FolderTaken(f"hydra.sweep.dir={sweep_dir} holds more than {_SCAN:,} files and folders, "
+                              f"more than a sweep of {MAX_PLANNED_JOBS:,} jobs writes: not read further, so "
+                              "this sweep cannot tell whether another sweep's jobs are among them; give it "
+                              "another hydra.sweep.dir")
         here = Path(where)
         if here != sweep_dir and (JOB_FILE in files or RUN_FILE in files or ".hydra" in folders
                                   or ".hydra" in files):
@@ -433,6 +445,7 @@ class SweepOwner(Callback):
                              and OmegaConf.select(config, "engine.launcher") == "external")
             if torchrun_rank:  # another rank of a pipeline under torchrun: rank 0 claims the folder
                 check_folder(Path(config.hydra.run.dir), "hydra.run.dir")
+                _hydra_writes_nothing(config)
             else:
                 self.run_lock = _claim_run_folder(config)
         except Exception as e:  # as on_multirun_start: a warning would let the run go on
@@ -449,6 +462,22 @@ class SweepOwner(Callback):
         if self.lock is not None:
             self.lock.close()
             self.lock = None
+
+
+def _hydra_writes_nothing(config: DictConfig) -> None:
+    """Another rank of a pipeline under torchrun writes none of Hydra's files (``.hydra/``, the job's log
+    file) into the run's folder: rank 0 claims it and writes them. Were rank 0 refused (a folder another
+    run holds), the other ranks' files would have replaced that run's; their log goes to the console."""
+    with read_write(config.hydra), open_dict(config.hydra):
+        config.hydra.output_subdir = None
+        logging_config = config.hydra.job_logging
+        handlers = logging_config.get("handlers") or {}
+        files = [name for name in handlers if "filename" in handlers[name]]
+        for name in files:
+            del handlers[name]
+        for holder in (logging_config.get("root"), *(logging_config.get("loggers") or {}).values()):
+            if holder is not None and holder.get("handlers") is not None:
+                holder.handlers = [h for h in holder.handlers if h not in files]
 
 
 def _job_overrides(overrides: list[Any]) -> list[str]:

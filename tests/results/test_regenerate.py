@@ -83,9 +83,8 @@ def _sweep(preset: Path, sweeps: Path) -> Path:
         shutil.copytree(preset / "records", sweep)
         return sweep
     unpacked = sweeps / f"{preset.name}.unpacked"
-    for part in archive.parts(packed):
-        keys = archive.read(part, keep=()).paths
-        assert all(key.startswith("records/") for key in keys), f"{part}: a file outside records/"
+    keys = archive.read(packed, keep=()).paths  # every part's
+    assert all(key.startswith("records/") for key in keys), f"{packed}: a file outside records/"
     _, unreadable = archive.unpack(packed, unpacked)  # every part's
     assert not unreadable, f"{packed}: files that were not JSON when packed cannot be unpacked: {unreadable}"
     (unpacked / "records").rename(sweep)

@@ -207,8 +207,12 @@ def test_a_large_archive_is_split_into_parts_of_whole_runs(many: Path, tmp_path:
     assert sorted(p.name for p in split[0].parent.iterdir()) == sorted(p.name for p in split)
     if count < 12:  # else each run's part is larger than the bound
         assert all(p.stat().st_size <= part_bytes for p in split)
-    paths = [archive.read(p).paths for p in split]
+    paths = [[json.loads(line)["path"] for line in gzip.decompress(p.read_bytes()).splitlines()[1:]]
+             for p in split]  # each part's keys
     assert [key for keys in paths for key in keys] == list(archive.read(whole).paths)  # in order
+    assert archive.read(split[0]).paths == archive.read(whole).paths  # the first part reads them all
+    if count > 1:
+        assert list(archive.read(split[-1]).paths) == paths[-1]  # a later part alone: its own
     runs = [{key.rsplit("/", 1)[0] for key in keys} for keys in paths]
     assert sum(map(len, runs)) == 12  # a run's record and trace in one part
     headers = [json.loads(gzip.decompress(p.read_bytes()).split(b"\n")[0]) for p in split]
@@ -428,6 +432,10 @@ def test_find_archives_takes_the_names_a_pack_writes(tmp_path: Path) -> None:
     for name in names:
         (tmp_path / name).write_bytes(b"")
     assert sorted(p.name for p in archive.find_archives(tmp_path)) == sorted(names[:3])
+    # each archive once, by its first part (read whole)
+    assert [p.name for p in archive.archives_of(tmp_path)] == ["records.jsonl.gz"]
+    (tmp_path / "records.jsonl.gz").unlink()  # later parts without it: each named, to be read as damaged
+    assert [p.name for p in archive.archives_of(tmp_path)] == ["records-2.jsonl.gz", "records-10.jsonl.gz"]
 
 
 def test_no_committed_archive_file_passes_the_bound() -> None:

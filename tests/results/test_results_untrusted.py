@@ -545,6 +545,106 @@ def test_an_archive_counting_a_million_files_is_refused_before_its_lines(tmp_pat
         archive.read(packed)
 
 
+def _line(key: str, value: Any) -> bytes:
+    return json.dumps({"path": key, "json": value}).encode() + b"\n"
+
+
+def _split_archive(first: Path, parts: list[list[bytes]], files: list[int] | None = None) -> list[Path]:
+    """An archive split into ``parts`` (each its lines), with headers that fit each part (their counts of
+    files ``files`` when given) and one ``whole``: as a packer that checked nothing across its parts would
+    write it."""
+    whole = stream_checksum([line for lines in parts for line in lines])
+    written = []
+    for number, lines in enumerate(parts, 1):
+        header = {"format": "pipegnn.records", "version": 1, "checksum": stream_checksum(lines),
+                  "files": len(lines) if files is None else files[number - 1], "part": number,
+                  "parts": len(parts), "whole": whole}
+        path = archive.part_name(first, number)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(gzip.compress(json.dumps(header).encode() + b"\n" + b"".join(lines)))
+        written.append(path)
+    return written
+
+
+@pytest.mark.parametrize("keys, problem", [
+    ([["records/0/result.json"], ["records/0/result.json"]],
+     "line 2: path 'records/0/result.json' out of order or again"),
+    ([["x/result.json", "y/result.json"], ["y/result.json/trace.json"]],
+     "line 2: path 'y/result.json/trace.json' puts a folder where the path 'y/result.json' is a file"),
+])
+def test_a_key_again_or_a_folder_of_another_across_parts_is_a_damaged_archive(
+        tmp_path: Path, keys: list[list[str]], problem: str) -> None:
+    """The keys of a split archive were checked within each part: a key in two parts was written twice by
+    --unpack (the second silently replacing the first), and a key that is a folder of another part's key
+    failed halfway (errno 17, files written). The parts are one archive: refused before anything is
+    written, naming the part."""
+    split = _split_archive(tmp_path / "sent" / ARCHIVE_NAME,
+                           [[_line(key, COMPLETED_RECORD) for key in part] for part in keys])
+    with pytest.raises(ArchiveError) as raised:
+        archive.unpack(split[0], tmp_path / "out")
+    assert raised.value.path == split[1] and raised.value.reason == problem
+    assert not (tmp_path / "out").exists()
+    done = subprocess.run([sys.executable, "-m", "pipegnn.results.archive", "--unpack", str(split[0]),
+                           str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, env=ENV)
+    assert done.returncode == 2 and done.stderr == f"error: {split[1]}: {problem}\n"
+    assert not (tmp_path / "out").exists()
+    df = load(split[0].parent)
+    assert df[["path", "status", "error"]].values.tolist() == [
+        [str(split[0]), "unreadable", f"{split[1].name}: {problem}"]]
+
+
+def test_a_split_archive_is_bounded_over_all_its_parts(tmp_path: Path) -> None:
+    """Each part of a split archive was bounded on its own: 12 parts of 2.5 MB in all inflated to 2.6 GB
+    (pyarrow's MemoryError), and --unpack wrote 803 MB from 830 KB. The bounds are the whole archive's:
+    three parts of 100 MiB each (each within `MAX_INFLATED_BYTES`) are one unreadable row, --unpack
+    writes nothing (here with at most 3 GiB of address space); and parts whose headers count more than
+    `MAX_FILES` files in all are refused before a line is read."""
+    filler = "x" * ((8 << 20) - 100)  # a line just within MAX_LINE_BYTES
+    lines = [[_line(f"records/{p}{i:02d}/result.json", filler) for i in range(12)] for p in range(1, 4)]
+    assert all(100 << 20 < sum(map(len, part)) < archive.MAX_INFLATED_BYTES for part in lines)
+    split = _split_archive(tmp_path / "sent" / ARCHIVE_NAME, lines)
+    assert sum(p.stat().st_size for p in split) < 4 << 20
+    reason = (f"the archive (all its parts) inflates to more than {archive.MAX_INFLATED_BYTES:,} bytes, more "
+              "than a sweep's records: not read (a decompression bomb?)")
+    done = _limited("pipegnn.results", str(split[0].parent), "--columns", "status")
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1 and f"unreadable: {split[0]}: {split[2].name}: {reason}" in done.stderr
+    done = _limited("pipegnn.results.archive", "--unpack", str(split[0]), str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr == f"error: {split[2]}: {reason}\n"
+    assert not (tmp_path / "out").exists()
+    # counted files: 2 x 40,000, each within MAX_FILES, no line needed
+    counted = _split_archive(tmp_path / "counted" / ARCHIVE_NAME, [[], []], files=[40_000, 40_000])
+    with pytest.raises(ArchiveError) as raised:
+        archive.read(counted[0])
+    assert raised.value.path == counted[0] and raised.value.reason == (
+        f"part 1 of 2: the parts' headers count 80,000 files in all, more than {archive.MAX_FILES:,}: "
+        "not read")
+
+
+def test_a_pack_holding_more_than_a_reader_takes_is_refused_unwritten(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What readers refuse is never written: more files than `MAX_FILES` (here 3, of 4) is one error."""
+    for job in range(4):
+        write_record(tmp_path / "sweep" / "records" / str(job), COMPLETED_RECORD)
+    monkeypatch.setattr(archive, "MAX_FILES", 3)
+    with pytest.raises(ValueError, match="4 files of [0-9,]+ bytes, more than an archive holds \\(3 files"):
+        archive.pack(tmp_path / "out" / ARCHIVE_NAME, archive.run_files(tmp_path / "sweep"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_part_beside_an_archive_that_is_not_split_is_damage_not_ignored(tmp_path: Path) -> None:
+    """An archive is read by its first part: a ``records-2.jsonl.gz`` beside one that is not split (left
+    from an earlier pack, or copied in) is named, not silently left unread."""
+    packed = _archive(tmp_path / "sent" / ARCHIVE_NAME, [("records/0/result.json", COMPLETED_RECORD)])
+    _archive(tmp_path / "sent" / "records-2.jsonl.gz", [("records/1/result.json", COMPLETED_RECORD)])
+    reason = "records-2.jsonl.gz is beside it, but the archive is not split: a part left from an earlier pack"
+    with pytest.raises(ArchiveError) as raised:
+        archive.read(packed)
+    assert raised.value.path == packed and raised.value.reason.startswith(reason)
+    df = load(packed.parent)
+    assert df["status"].tolist() == ["unreadable"] and df["error"][0].startswith(reason)
+
+
 def test_a_folder_whose_name_is_no_utf8_is_a_row_not_a_crash(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """A run folder named with bytes that are no UTF-8 trained, but the table died in pyarrow

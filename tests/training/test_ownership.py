@@ -274,6 +274,29 @@ def test_a_sweep_whose_plan_and_owner_are_lost_is_not_taken_over(tmp_path: Path,
     assert _records(copy) == before
 
 
+def test_a_job_past_what_is_scanned_is_never_unseen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep folder whose plan and owner are lost was scanned for its jobs' claims up to 10,000 entries,
+    and a job past them went unseen (the folder taken over). A folder holding more than the scan reads is
+    refused now, naming the bound (here 200 entries, a job folder after 300 files); one within it is
+    read whole."""
+    from pipegnn.training import ownership
+
+    monkeypatch.setattr(ownership, "_SCAN", 200)
+    folder = tmp_path / "S"
+    (folder / "many").mkdir(parents=True)
+    for i in range(300):
+        (folder / "many" / f"{i}.txt").write_text("")
+    (folder / "z" / "job").mkdir(parents=True)
+    (folder / "z" / "job" / JOB_FILE).write_text(json.dumps({"num": 7, "overrides": ["train.seed=9"]}))
+    with pytest.raises(FolderTaken, match=f"hydra.sweep.dir={folder} holds more than 200 files and folders"):
+        take_sweep(folder, _PLAN)
+    assert not (folder / OWNER_FILE).exists()
+    for i in range(150):
+        (folder / "many" / f"{i}.txt").unlink()
+    with pytest.raises(FolderTaken, match="of a sweep whose plan .* are gone"):
+        take_sweep(folder, _PLAN)
+
+
 def test_runs_in_one_second_get_their_own_folders(tmp_path: Path) -> None:
     """A timestamped hydra.run.dir (the default's ${now:...}) that a live run holds (the issue's example)
     or that a finished run claimed (a second case): the run writes into <dir>-2, <dir>-3."""
@@ -498,14 +521,17 @@ def test_a_fifo_at_sweep_log_never_holds_the_sweep(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["sweep output_subdir outside", "sweep job.name outside", "log file outside",
-                                 "tracker folder a link", "RANK=1 outside torchrun", "run inside it"])
+                                 "tracker folder a link", "RANK=1 outside torchrun", "rank 1 under torchrun",
+                                 "run inside it"])
 def test_what_probing_found_again_writes_nothing_into_another_run(tmp_path: Path, run_a: Path,
                                                                    how: str) -> None:
     """A sweep's hydra.output_subdir or hydra.job.name into another run's folder, a job log handler's file
     there, a tracker folder that is a link to it, RANK=1 with engine.launcher=external outside torchrun,
-    a run inside it (which made its folder there before it was refused): each wrote into the other run's
-    folder. Each is refused (a sweep or run: exit 1; the tracker: an invalid record), and nothing of the
-    other run changes."""
+    rank 1 of a torchrun pipeline whose rank 0 was refused the folder (its .hydra/ and train.log replaced
+    the other run's; it ends here at an invalid value, as it would at rank 0's absence), a run inside it
+    (which made its folder there before it was refused): each wrote into the other run's folder. Each is
+    refused (a sweep or run: exit 1; the tracker: an invalid record), and nothing of the other run
+    changes."""
     copy = tmp_path / "A"
     subprocess.run(["cp", "-a", str(run_a), str(copy)], check=True)
     before = _records(copy)
@@ -523,12 +549,15 @@ def test_what_probing_found_again_writes_nothing_into_another_run(tmp_path: Path
         (out / "csv").symlink_to(copy)
         done = _single(tmp_path, f"hydra.run.dir={out}", "logger=csv")
         assert json.loads((out / "result.json").read_text())["status"] == "invalid"
-    elif how == "RANK=1 outside torchrun":
+    elif how in ("RANK=1 outside torchrun", "rank 1 under torchrun"):
         env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": "1"}
+        if how == "rank 1 under torchrun":  # rank 0 was refused the folder: rank 1 must write nothing there
+            env["TORCHELASTIC_RUN_ID"] = "probe"
         done = subprocess.run([sys.executable, str(ROOT / "experiments" / "train.py"), *TINY_SYNTHETIC,
                                "train.epochs=2", "engine=pipelining", "chunks=2", "engine.launcher=external",
-                               "train.seed=3", f"hydra.run.dir={copy}"], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=300)
+                               "train.seed=3", f"hydra.run.dir={copy}",
+                               *(["chunks=0"] if how == "rank 1 under torchrun" else [])],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     else:
         done = _single(tmp_path, "train.seed=4", f"hydra.run.dir={copy / 'inner'}")
         assert not (copy / "inner").exists()

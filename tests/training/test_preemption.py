@@ -110,6 +110,33 @@ def test_a_damaged_checkpoint_is_never_run_and_costs_only_the_resume(
     assert Path(f"{path}.unusable").is_file()
 
 
+@pytest.mark.parametrize("size", ["sparse", "room"])
+def test_a_checkpoint_larger_than_memory_allows_is_set_aside_unread(
+        tmp_path: Path, size: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint is an outside file (a writable run folder): one larger than this process can still
+    allocate (a sparse file past the memory there is; a whole checkpoint, with 1 KB of room) is set aside
+    before torch reads it, naming its size, and the run trains from epoch 0."""
+    from pipegnn.measure import allocatable_bytes
+    from pipegnn.training import checkpoints
+
+    cfg = ["model.dropout=0", "train.checkpoint_every=1", "train.epochs=2"]
+    path = checkpoint_path(tmp_path)
+    if size == "sparse":
+        with open(path, "wb") as f:
+            f.truncate(allocatable_bytes() + (1 << 30))
+    else:
+        run(make_cfg(*cfg), output_dir=tmp_path)
+        previous_path(path).unlink()  # (else the run resumes from the one before)
+        monkeypatch.setattr(checkpoints, "allocatable_bytes", lambda: 1000)
+    held = path.stat().st_size
+    record = run(make_cfg(*cfg, "resume=true"), output_dir=tmp_path)
+    assert record["status"] == "completed" and "resumed" not in record, record["error"]
+    assert [e["epoch"] for e in record["epochs"]] == [0, 1]
+    assert (f"cannot be resumed from (it cannot be read: ValueError: {path} holds {held:,} bytes, more than "
+            "this process can still allocate (") in caplog.text
+    assert Path(f"{path}.unusable").stat().st_size == held
+
+
 @pytest.mark.parametrize("content", ["list", "no optimizer", "flipped bytes", "more epochs"])
 def test_a_checkpoint_with_the_wrong_content_is_set_aside(tmp_path: Path, content: str,
                                                           caplog: pytest.LogCaptureFixture) -> None:
