@@ -73,128 +73,203 @@ def fit(cfg: Config, trainee: Trainee, record: RunRecord,
     ``train.monitor``), filling ``record``'s ``epochs``, ``final``, timing medians and ``pipeline``
     figures; with ``state_path``, resume from the checkpoint there (``resume=true``) and save one every
     ``train.checkpoint_every``."""
-    graph, model, engine, store = trainee.graph, trainee.model, trainee.engine, trainee.store
-    train_plan, train_ids = trainee.training.plan, trainee.training.ids
-    eval_plan, eval_ids = trainee.evaluation.plan, trainee.evaluation.ids
-    train_cfg = cfg.train
-    captured = cfg.engine.capture is Capture.cuda_graph
-    optimizer = _optimizer(model, train_cfg, capturable=captured)
-    every = train_cfg.checkpoint_every
-    epochs = record.epochs
-    if cfg.resume and state_path is not None:
-        restored = resume_from(cfg, state_path, model, optimizer)
-        epochs.extend(restored.epochs)
-        if epochs:
-            record.resumed = {"checkpoint": str(restored.file), "epochs_restored": len(epochs)}
-            record.trace = restored.trace
-        if on_epoch is not None:  # a spawned pipeline's launcher keeps them (and its deadlines move)
-            for entry in epochs:
-                on_epoch(entry)
-    out = engine.output_device
-    # Targets outside the training split are computed (targets=all) but not in the loss.
-    train_labels = torch.where(graph.train_mask[train_plan.targets], graph.y[train_plan.targets],
-                               IGNORE).to(out)
-    num_labelled = int(graph.train_mask[train_plan.targets].sum())
-    historical = train_plan.halo == Halo.historical
-    eval_labels = graph.y[eval_plan.targets].to(out)
-    masks = {s: getattr(graph, f"{s}_mask")[eval_plan.targets].to(out) for s in ("train", "val", "test")}
-    trace_epoch = cfg.engine.trace_epoch
-    if trace_epoch is not None:
-        trace_epoch = min(trace_epoch, train_cfg.epochs - 1)
-    patience, monitor = train_cfg.patience, train_cfg.monitor
-    replayed = (Replayed(engine, optimizer, train_ids, train_labels, num_labelled, eval_ids)
-                if captured else None)
-    # A resumed run that had stopped early trains no further (its checkpoint holds the stopping epoch).
-    start = train_cfg.epochs if epochs and stops(epochs, patience, monitor) else len(epochs)
-    if trace_epoch is not None and trace_epoch < start < train_cfg.epochs and record.trace is None:
-        log.info("resume: the checkpoint holds no trace of epoch %d; tracing epoch %d", trace_epoch, start)
-        trace_epoch = start  # (a checkpoint of an older version, or one saved before the traced epoch)
-    if start > len(epochs):
-        log.info("resume: the checkpoint's run stopped early after epoch %d (train.patience=%s); nothing to "
-                 "train", epochs[-1]["epoch"], patience)
-    drawing = None if trainee.sampler is None else DrawAhead(trainee.sampler, cfg.microbatch.draw_ahead)
+    loop = _Loop(cfg, trainee, record, on_epoch, state_path)  # the optimizer; a checkpoint's epochs back
     try:
-        for epoch in range(start, train_cfg.epochs):
-            model.train()
-            if optimizer is not None and replayed is None:
-                optimizer.zero_grad(set_to_none=True)
-            before = store.read_stats() if store is not None else None  # feature file reads so far
-            with timed(engine.devices) as step:
-                # sampled halos: this epoch's neighbourhoods (what is left of their draw is part of the step)
-                drawn = _draw(trainee, drawing, epoch, train_cfg.epochs)
-                model.tick()  # a new step for the caches (ages count steps; per-node masks drawn anew)
-                if replayed is not None:  # the optimizer's step is part of the recorded step
-                    loss = replayed.train_step()
-                else:
-                    loss = engine.train_step(train_ids, train_labels, num_labelled)
-                    if optimizer is not None:
-                        optimizer.step()
-            boxes = engine.step_boxes()
-            history = engine.history_per_stage(model) if historical else None
-            trained = store.read_stats() if store is not None else None
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"training loss is {loss} at epoch {epoch}")
-            model.eval()
-            with timed(engine.devices) as evaluation:
-                # Layer-wise evaluation (historical halos: which also refreshes every cached row).
-                if eval_plan.halo == Halo.historical:
-                    logits = engine.refresh(model, eval_ids)
-                else:
-                    logits = engine.predict(eval_ids) if replayed is None else replayed.predict()
-                logits = logits.to(out)
-                correct = logits.argmax(1) == eval_labels
-            acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
-            val_loss = float(F.cross_entropy(logits[masks["val"]].float(), eval_labels[masks["val"]]))
-            epochs.append({"epoch": epoch, "train_loss": loss, **acc, "val_loss": val_loss,
-                           "epoch_time_s": step.seconds, "eval_time_s": evaluation.seconds,
-                           **(epoch_figures(history) if history is not None else {}), **drawn,
-                           "ended_at": time.time()})  # wall clock, for the run's wall_times
-            if store is not None:
-                assert before is not None and trained is not None  # read from the store
-                epochs[-1]["feature_reads"] = _feature_reads(before, trained, store.read_stats())
-            if boxes is not None:
-                epochs[-1]["pipeline"] = step_figures(boxes, engine.info)
-                if epoch == trace_epoch:
-                    record.trace = chrome_trace(boxes, engine.info, epoch)
-            if on_epoch is not None:
-                on_epoch(epochs[-1])
-            log.info("epoch %3d  loss %.4f  train %.3f  val %.3f (loss %.4f)  test %.3f  epoch %.3fs  "
-                     "eval %.3fs", epoch, loss, acc["train_acc"], acc["val_acc"], val_loss, acc["test_acc"],
-                     step.seconds, evaluation.seconds, extra=EPOCH_LINE)
-            if every is not None and state_path is not None and (epoch + 1) % every == 0:
-                with signals_deferred():  # a signal now waits for the save: record and checkpoint agree
-                    save(state_path, training_state(cfg, model, optimizer, epochs, record.trace),
-                         keep_previous=True)
-            if stops(epochs, patience, monitor):
-                best = best_epoch(epochs, monitor)
-                log.info("early stop after epoch %d: %s not better than %.4f (epoch %d) for %d epochs",
-                         epoch, monitor, best[monitor], best["epoch"], patience)
+        for epoch in range(loop.start, cfg.train.epochs):
+            step = loop.train(epoch)  # this epoch's draw (sampled halos), forward, backward, optimizer
+            evaluation = loop.evaluate()  # every node's outputs (historical halos: the caches refreshed)
+            loop.keep(epoch, step, evaluation)  # the epoch's entry, trace, log line; on_epoch
+            loop.checkpoint(epoch)  # every train.checkpoint_every epochs
+            if loop.stops():  # train.patience epochs without a better train.monitor
                 break
     finally:
-        if drawing is not None:
-            drawing.close()
-    # per training step and evaluation pass, the mean over the epochs that read a feature file (a run resumed
-    # from a checkpoint of data.features=memory has none before it)
-    reads = [e["feature_reads"] for e in epochs if "feature_reads" in e]
-    if store is not None and reads:
-        features = record.features if record.features is not None else {}
-        record.features = features
-        for key in reads[-1]:
-            features[f"{key}_mean"] = statistics.mean(r[key] for r in reads if key in r)
-    # the first epoch is a warm-up; with a captured step, so is the second (it records the graph)
-    timed_epochs = final_figures(record, train_cfg, timed_from=2 if replayed is not None else 1)
-    best = best_epoch(epochs, monitor)
-    last = epochs[-1]
-    if historical:
-        record.microbatch["history_per_stage"] = stage_medians(timed_epochs)
-    record.pipeline = {**engine.info.as_dict(), "timeline": engine.timeline is not None,
-                          **medians(e["pipeline"] for e in timed_epochs if "pipeline" in e)}
-    log.info("done: test accuracy %.3f at the best validation epoch (%d, validation %s %.3f; the figure "
-             "results report), %.3f at the last; median epoch %.4fs", best["test_acc"], best["epoch"],
-             "accuracy" if monitor is Monitor.val_acc else "loss", best[monitor], last["test_acc"],
-             record.timing["epoch_time_median_s"])
-    if "makespan_s" in record.pipeline:
-        _log_figures(record.pipeline)
+        loop.close()
+    loop.summarise()  # the run's final figures and medians
+
+
+@dataclass
+class _Step:
+    """One epoch's training step as measured: its loss and time, the draw's figures (sampled halos), the
+    engine's boxes (a timeline), the caches' figures (historical halos), feature file reads (before the
+    step, after it)."""
+
+    loss: float
+    seconds: float
+    drawn: dict[str, Any]
+    boxes: Any
+    history: Any
+    reads: tuple[dict[str, int], dict[str, int]] | None
+
+
+class _Loop:
+    """What the epochs of one run share, set up once (optimizer, labels and masks on the output device, a
+    checkpoint's epochs, the captured step, the draw ahead), and the parts of an epoch, in the order
+    [`fit`][pipegnn.training.epochs.fit] calls them."""
+
+    def __init__(self, cfg: Config, trainee: Trainee, record: RunRecord,
+                 on_epoch: Callable[[dict[str, Any]], Any] | None, state_path: Path | None) -> None:
+        self.cfg, self.trainee, self.record, self.on_epoch, self.state_path = \
+            cfg, trainee, record, on_epoch, state_path
+        graph, model, engine = trainee.graph, trainee.model, trainee.engine
+        train_plan, eval_plan = trainee.training.plan, trainee.evaluation.plan
+        train_cfg = cfg.train
+        captured = cfg.engine.capture is Capture.cuda_graph
+        self.optimizer = _optimizer(model, train_cfg, capturable=captured)
+        epochs = record.epochs
+        if cfg.resume and state_path is not None:
+            restored = resume_from(cfg, state_path, model, self.optimizer)
+            epochs.extend(restored.epochs)
+            if epochs:
+                record.resumed = {"checkpoint": str(restored.file), "epochs_restored": len(epochs)}
+                record.trace = restored.trace
+            if on_epoch is not None:  # a spawned pipeline's launcher keeps them (and its deadlines move)
+                for entry in epochs:
+                    on_epoch(entry)
+        self.out = out = engine.output_device
+        # Targets outside the training split are computed (targets=all) but not in the loss.
+        self.train_labels = torch.where(graph.train_mask[train_plan.targets], graph.y[train_plan.targets],
+                                        IGNORE).to(out)
+        self.num_labelled = int(graph.train_mask[train_plan.targets].sum())
+        self.historical = train_plan.halo == Halo.historical
+        self.eval_labels = graph.y[eval_plan.targets].to(out)
+        self.masks = {s: getattr(graph, f"{s}_mask")[eval_plan.targets].to(out)
+                      for s in ("train", "val", "test")}
+        trace_epoch = cfg.engine.trace_epoch
+        if trace_epoch is not None:
+            trace_epoch = min(trace_epoch, train_cfg.epochs - 1)
+        self.patience, self.monitor = train_cfg.patience, train_cfg.monitor
+        self.replayed = (Replayed(engine, self.optimizer, trainee.training.ids, self.train_labels,
+                                  self.num_labelled, trainee.evaluation.ids) if captured else None)
+        # A resumed run that had stopped early trains no further (its checkpoint holds the stopping epoch).
+        self.start = (train_cfg.epochs if epochs and stops(epochs, self.patience, self.monitor)
+                      else len(epochs))
+        if trace_epoch is not None and trace_epoch < self.start < train_cfg.epochs and record.trace is None:
+            log.info("resume: the checkpoint holds no trace of epoch %d; tracing epoch %d", trace_epoch,
+                     self.start)
+            trace_epoch = self.start  # (an older version's checkpoint, or one saved before the traced epoch)
+        self.trace_epoch = trace_epoch
+        if self.start > len(epochs):
+            log.info("resume: the checkpoint's run stopped early after epoch %d (train.patience=%s); nothing "
+                     "to train", epochs[-1]["epoch"], self.patience)
+        self.drawing = (None if trainee.sampler is None
+                        else DrawAhead(trainee.sampler, cfg.microbatch.draw_ahead))
+
+    def train(self, epoch: int) -> _Step:
+        """Epoch ``epoch``'s training step."""
+        model, engine, store, optimizer = (self.trainee.model, self.trainee.engine, self.trainee.store,
+                                           self.optimizer)
+        model.train()
+        if optimizer is not None and self.replayed is None:
+            optimizer.zero_grad(set_to_none=True)
+        before = store.read_stats() if store is not None else None  # feature file reads so far
+        with timed(engine.devices) as step:
+            # sampled halos: this epoch's neighbourhoods (what is left of their draw is part of the step)
+            drawn = _draw(self.trainee, self.drawing, epoch, self.cfg.train.epochs)
+            model.tick()  # a new step for the caches (ages count steps; per-node masks drawn anew)
+            if self.replayed is not None:  # the optimizer's step is part of the recorded step
+                loss = self.replayed.train_step()
+            else:
+                loss = engine.train_step(self.trainee.training.ids, self.train_labels, self.num_labelled)
+                if optimizer is not None:
+                    optimizer.step()
+        boxes = engine.step_boxes()
+        history = engine.history_per_stage(model) if self.historical else None
+        reads = None if store is None or before is None else (before, store.read_stats())
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"training loss is {loss} at epoch {epoch}")
+        return _Step(loss, step.seconds, drawn, boxes, history, reads)
+
+    def evaluate(self) -> dict[str, Any]:
+        """The accuracies, the validation loss and the evaluation's time."""
+        model, engine = self.trainee.model, self.trainee.engine
+        eval_ids = self.trainee.evaluation.ids
+        model.eval()
+        with timed(engine.devices) as evaluation:
+            # Layer-wise evaluation (historical halos: which also refreshes every cached row).
+            if self.trainee.evaluation.plan.halo == Halo.historical:
+                logits = engine.refresh(model, eval_ids)
+            else:
+                logits = engine.predict(eval_ids) if self.replayed is None else self.replayed.predict()
+            logits = logits.to(self.out)
+            correct = logits.argmax(1) == self.eval_labels
+        masks = self.masks
+        acc = {f"{s}_acc": float(correct[m].float().mean()) for s, m in masks.items()}
+        val_loss = float(F.cross_entropy(logits[masks["val"]].float(), self.eval_labels[masks["val"]]))
+        return {**acc, "val_loss": val_loss, "eval_time_s": evaluation.seconds}
+
+    def keep(self, epoch: int, step: _Step, evaluation: dict[str, Any]) -> None:
+        """Epoch ``epoch``'s entry in the record (with its trace, when it is the traced epoch), given to
+        ``on_epoch`` and logged."""
+        record, engine, store = self.record, self.trainee.engine, self.trainee.store
+        acc = {k: v for k, v in evaluation.items() if k.endswith("_acc")}
+        record.epochs.append({"epoch": epoch, "train_loss": step.loss, **acc,
+                              "val_loss": evaluation["val_loss"], "epoch_time_s": step.seconds,
+                              "eval_time_s": evaluation["eval_time_s"],
+                              **(epoch_figures(step.history) if step.history is not None else {}),
+                              **step.drawn, "ended_at": time.time()})  # wall clock, for the run's wall_times
+        entry = record.epochs[-1]
+        if store is not None:
+            assert step.reads is not None  # read from the store
+            entry["feature_reads"] = _feature_reads(*step.reads, store.read_stats())
+        if step.boxes is not None:
+            entry["pipeline"] = step_figures(step.boxes, engine.info)
+            if epoch == self.trace_epoch:
+                record.trace = chrome_trace(step.boxes, engine.info, epoch)
+        if self.on_epoch is not None:
+            self.on_epoch(entry)
+        log.info("epoch %3d  loss %.4f  train %.3f  val %.3f (loss %.4f)  test %.3f  epoch %.3fs  "
+                 "eval %.3fs", epoch, step.loss, acc["train_acc"], acc["val_acc"], evaluation["val_loss"],
+                 acc["test_acc"], step.seconds, evaluation["eval_time_s"], extra=EPOCH_LINE)
+
+    def checkpoint(self, epoch: int) -> None:
+        """The training state saved after epoch ``epoch``, every ``train.checkpoint_every`` epochs."""
+        every = self.cfg.train.checkpoint_every
+        if every is not None and self.state_path is not None and (epoch + 1) % every == 0:
+            with signals_deferred():  # a signal now waits for the save: record and checkpoint agree
+                save(self.state_path, training_state(self.cfg, self.trainee.model, self.optimizer,
+                                                     self.record.epochs, self.record.trace),
+                     keep_previous=True)
+
+    def stops(self) -> bool:
+        """Whether early stopping ends the run here (logged)."""
+        epochs = self.record.epochs
+        if not stops(epochs, self.patience, self.monitor):
+            return False
+        best = best_epoch(epochs, self.monitor)
+        log.info("early stop after epoch %d: %s not better than %.4f (epoch %d) for %d epochs",
+                 epochs[-1]["epoch"], self.monitor, best[self.monitor], best["epoch"], self.patience)
+        return True
+
+    def close(self) -> None:
+        if self.drawing is not None:
+            self.drawing.close()
+
+    def summarise(self) -> None:
+        """The run's final figures, medians over the timed epochs and pipeline figures, logged."""
+        record, engine, store, monitor = self.record, self.trainee.engine, self.trainee.store, self.monitor
+        epochs = record.epochs
+        # per training step and evaluation pass, the mean over the epochs that read a feature file (a run
+        # resumed from a checkpoint of data.features=memory has none before it)
+        reads = [e["feature_reads"] for e in epochs if "feature_reads" in e]
+        if store is not None and reads:
+            features = record.features if record.features is not None else {}
+            record.features = features
+            for key in reads[-1]:
+                features[f"{key}_mean"] = statistics.mean(r[key] for r in reads if key in r)
+        # the first epoch is a warm-up; with a captured step, so is the second (it records the graph)
+        timed_epochs = final_figures(record, self.cfg.train, timed_from=2 if self.replayed is not None else 1)
+        best = best_epoch(epochs, monitor)
+        last = epochs[-1]
+        if self.historical:
+            record.microbatch["history_per_stage"] = stage_medians(timed_epochs)
+        record.pipeline = {**engine.info.as_dict(), "timeline": engine.timeline is not None,
+                           **medians(e["pipeline"] for e in timed_epochs if "pipeline" in e)}
+        log.info("done: test accuracy %.3f at the best validation epoch (%d, validation %s %.3f; the figure "
+                 "results report), %.3f at the last; median epoch %.4fs", best["test_acc"], best["epoch"],
+                 "accuracy" if monitor is Monitor.val_acc else "loss", best[monitor], last["test_acc"],
+                 record.timing["epoch_time_median_s"])
+        if "makespan_s" in record.pipeline:
+            _log_figures(record.pipeline)
 
 
 def _draw(trainee: Trainee, drawing: DrawAhead | None, epoch: int, last: int) -> dict[str, Any]:
