@@ -117,8 +117,11 @@ def _problem(e: Any, prefix: str = "") -> str:
 #: Top-level config keys that do not change what a run computes, ignored when resuming.
 VOLATILE_KEYS = ("resume",)
 #: Config keys added after records were written, with the value that trains as those records did: a
-#: config holding that value compares equal to one without the key, so a resumed sweep keeps its jobs.
-ADDED_KEYS = {("engine", "capture"): "none"}
+#: config holding that value compares equal to one without the key, so a resumed sweep keeps its jobs and
+#: an older record recomposes (``python -m pipegnn.results --recompose``). ``microbatch.draw_ahead``
+#: changes when an epoch's neighbourhoods are drawn, never what is drawn (the same losses: a test).
+ADDED_KEYS = {("engine", "capture"): "none", ("data", "edges"): "memory", ("microbatch", "fanouts"): None,
+              ("microbatch", "evaluation"): "plan", ("microbatch", "draw_ahead"): True}
 
 
 def plain_config(value: Any) -> Any:

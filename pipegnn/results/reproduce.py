@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from pipegnn.record import RunRecord
 from pipegnn.results.archive_format import ArchiveError, is_archive
@@ -24,7 +24,7 @@ from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load
 from pipegnn.runconfig import comparable_config, drop_keys
 
 __all__ = ["MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift", "drift",
-           "recompose"]
+           "computed_keys", "recompose", "sweep_jobs"]
 
 #: Keys that say where and how a run was kept, watched or bounded, not what it computed: where data and
 #: caches live, trackers, resume, checkpoints, caps and deadlines, how processes start, the trace.
@@ -52,7 +52,7 @@ class Drift:
     error: str | None = None
 
 
-def _computed(config: Mapping[str, Any]) -> dict[str, Any]:
+def computed_keys(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` flattened to dotted keys, without `PLACE_KEYS` (and the keys every comparison leaves
     out: [`comparable_config`][pipegnn.runconfig.comparable_config])."""
     return _flat(drop_keys(comparable_config(json.loads(json.dumps(dict(config), default=str))), PLACE_KEYS))
@@ -109,11 +109,11 @@ def drift(record: RunRecord, path: str | Path = "") -> Drift:
     if problem is not None:
         return Drift(Path(path), record.overrides, {}, problem)
     try:
-        now = _computed(config_container(compose_config(
+        now = computed_keys(config_container(compose_config(
             [o for o in record.overrides if not _is_hydra(o)])))
     except Exception as e:  # noqa: BLE001 - an override of a key or preset that is gone: named, not raised
         return Drift(Path(path), record.overrides, {}, f"{type(e).__name__}: {str(e).splitlines()[0]}")
-    then = _computed(record.config)
+    then = computed_keys(record.config)
     keys = sorted(k for k in then.keys() | now.keys() if then.get(k, _ABSENT) != now.get(k, _ABSENT))
     return Drift(Path(path), record.overrides, {k: (then.get(k, _ABSENT), now.get(k, _ABSENT)) for k in keys})
 
@@ -141,6 +141,21 @@ def _records(root: Path) -> Iterator[tuple[Path, RunRecord | str]]:
                     yield file, str(e)
         except (ArchiveError, OSError) as e:
             yield archive, str(e)
+
+
+def sweep_jobs(command: Sequence[str], params: Mapping[str, Any] | None = None) -> list[list[str]]:
+    """The overrides of each job of the sweep that ``command`` (a ``-m`` command line's overrides) ran
+    over the preset's ``hydra.sweeper.params`` (``params``), as Hydra's basic sweeper expands them, in
+    its order of jobs (job ``n`` is item ``n``): the params first, the command line overriding a key of
+    theirs in its place, Hydra's own overrides (``hydra.*``) left out, as a job's record keeps them. What
+    rebuilds the overrides of a record written before records kept them, from its sweep's command."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from pipegnn.results.sweep_plan import expand_jobs
+
+    lines = [f"{key}={value}" for key, value in (params or {}).items()] + list(command)
+    return expand_jobs(OverridesParser.create().parse_overrides([o for o in lines if not _is_hydra(o)]),
+                       Path("the command"))
 
 
 def recompose(root: str | Path) -> list[Drift]:

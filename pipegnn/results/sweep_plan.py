@@ -20,7 +20,7 @@ from pipegnn.jsonfile import NotRegularFileError
 from pipegnn.results.hydra_files import _RESOLVER_CALL, _get, _inert, read_hydra_file
 from pipegnn.runconfig import plain_config
 
-__all__ = ["MAX_PLANNED_JOBS", "SweepPlanError", "planned_jobs"]
+__all__ = ["MAX_PLANNED_JOBS", "SweepPlanError", "expand_jobs", "planned_jobs"]
 
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 #: The most jobs a sweep's plan is expanded into (Hydra's basic sweeper runs them one by one: a plan of
@@ -96,7 +96,7 @@ def _plan(sweep_dir: Path) -> tuple[dict[str, Any], list[tuple[list[str], Path]]
         raise SweepPlanError(f"{marker}: its overrides cannot be read ({type(e).__name__}: "
                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
     try:
-        jobs = _expand(overrides, marker)
+        jobs = expand_jobs(overrides, marker)
     except SweepPlanError:
         raise
     except Exception:  # noqa: BLE001 - overrides that need the config to expand (a glob): unknown here
@@ -104,7 +104,7 @@ def _plan(sweep_dir: Path) -> tuple[dict[str, Any], list[tuple[list[str], Path]]
     return cfg, [(job, sweep_dir / subdir) for job, subdir in zip(jobs, _subdirs(cfg, jobs, parser))]
 
 
-def _expand(overrides: list[Any], marker: Path) -> list[list[str]]:
+def expand_jobs(overrides: list[Any], marker: Path) -> list[list[str]]:
     """The jobs of parsed ``overrides`` as Hydra's basic sweeper expands them: each key's values (a
     sweep's, or the one value), the last override of a key winning its place, their product in order.
     Restated from Hydra's public override API: the sweeper's own expansion is in a private module. A plan

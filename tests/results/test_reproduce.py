@@ -10,11 +10,13 @@ import pytest
 from pipegnn.record import RunRecord, Status
 from pipegnn.results import write_record
 from pipegnn.results.__main__ import main
-from pipegnn.results.reproduce import drift, recompose
+from pipegnn.results.reproduce import drift, recompose, sweep_jobs
 from pipegnn.runconfig import config_container
 from pipegnn.schema import compose_config
 
-from tests.helpers import TINY_SYNTHETIC
+from tests.helpers import ROOT, TINY_SYNTHETIC
+
+REFERENCE = ROOT / "results" / "reference"
 
 _OVERRIDES = [*TINY_SYNTHETIC, "train.epochs=3", "chunks=2", "microbatch.halo=historical"]
 
@@ -84,3 +86,30 @@ def test_overrides_past_their_total_bound_are_named_not_composed() -> None:
     many = [f"+x{i}=[{','.join(['1'] * 1990)}]" for i in range(900)]
     gone = drift(_record(overrides=[*_OVERRIDES, *many]))
     assert gone.error is not None and "(at most 65,536 in all)" in gone.error
+
+
+def test_a_sweeps_jobs_expand_as_hydras_basic_sweeper_does() -> None:
+    """The preset's sweeper params first, the command line overriding a key of theirs in its place (the
+    last value wins), Hydra's own overrides left out; job n is item n of the product."""
+    jobs = sweep_jobs(["model=gcn,gat", "train.seed=0,1", "hydra.sweep.dir=x"],
+                      {"chunks": "1,2", "model": "sage"})
+    assert len(jobs) == 8 and jobs[0] == ["chunks=1", "model=gcn", "train.seed=0"]
+    assert jobs[3] == ["chunks=1", "model=gat", "train.seed=1"] and jobs[4][0] == "chunks=2"
+
+
+def _reference_presets() -> list[str]:
+    return sorted(p.name for p in REFERENCE.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("preset", _reference_presets())
+def test_every_reference_is_reproduced_by_its_preset_at_this_commit(preset: str) -> None:
+    """Every committed reference's records keep their overrides (those of records written before records
+    kept them backfilled exactly: experiments/backfill_overrides.py), and each composes at this commit to
+    the configuration the record holds, on every key that changes what a run computes. A reference that
+    no longer does lives in results/archive/, beside the commit that reproduces it."""
+    drifts = recompose(REFERENCE / preset)
+    assert drifts, f"{preset}: no record"
+    kept_none = [str(d.path) for d in drifts if d.overrides is None]
+    assert not kept_none, f"{preset}: {len(kept_none)} records keep no overrides, e.g. {kept_none[0]}"
+    drifted = {str(d.path): d.error or d.differs for d in drifts if d.error or d.differs}
+    assert not drifted, f"{preset}: {len(drifted)} records drift, e.g. {next(iter(drifted.items()))}"
