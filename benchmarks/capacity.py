@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from pipegnn import run  # noqa: E402
-from pipegnn.schema import compose_config  # noqa: E402
+from pipegnn.config.schema import compose_config  # noqa: E402
 
 #: model name in the table: overrides.
 MODELS = {"gcn2": ["model=gcn2"], "residual_gcn": ["model=gcn", "model.residual=true"]}

@@ -19,11 +19,11 @@ import time
 import torch
 
 from pipegnn.backends import get_backend
+from pipegnn.config.schema import compose_config
 from pipegnn.data import load_graph
 from pipegnn.engines import IGNORE, SingleEngine
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
-from pipegnn.schema import compose_config
 
 
 def median_step(step, steps: int) -> float:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipegnn import run
-from pipegnn.schema import compose_config
+from pipegnn.config.schema import compose_config
 
 #: The defaults before the change, as overrides: the generator's (50-word documents at signal 0.07) and,
 #: for GAT, the GAT paper's PubMed settings it used on this graph (lr 0.01, weight decay 0.001, 8 output

@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from pipegnn import run
-from pipegnn.schema import compose_config
+from pipegnn.config.schema import compose_config
 
 #: micro-batched case: overrides (the full batch is ``chunks=1 microbatch.halo=none``).
 CASES = {f"{halo} k={k}": [f"chunks={k}", f"microbatch.halo={halo}", "data.features=disk",

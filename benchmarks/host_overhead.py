@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_step import profile_steps  # noqa: E402 - a sibling benchmark: the per-step profiling
 
 from pipegnn import run  # noqa: E402
+from pipegnn.config.schema import compose_config  # noqa: E402
 from pipegnn.data import load_graph  # noqa: E402
 from pipegnn.hostcalls import HostCalls  # noqa: E402
-from pipegnn.schema import compose_config  # noqa: E402
 
 #: model: config overrides.
 MODELS = {"GAT 2": ["model=gat"], "GCNII 16": ["model=gcn2", "model.layers=16"],

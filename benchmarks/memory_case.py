@@ -52,9 +52,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     import pipegnn.training.rank as rank
     from pipegnn import run
+    from pipegnn.config.schema import compose_config
     from pipegnn.measure import peak_rss_bytes, reset_peaks
     from pipegnn.results import write_record
-    from pipegnn.schema import compose_config
 
     cfg = OmegaConf.to_container(compose_config(spec["overrides"]), resolve=True)
     for dotted, value in spec.get("set", {}).items():  # keys the typed schema may not know yet

@@ -33,7 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipegnn import run
-from pipegnn.schema import compose_config
+from pipegnn.config.schema import compose_config
 
 FULL = ["engine=single", "chunks=1", "microbatch.halo=none"]
 SUITES = {

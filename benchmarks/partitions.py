@@ -21,12 +21,12 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from pipegnn.backends import get_backend
+from pipegnn.config.schema import compose_config
 from pipegnn.data import Graph, load_graph
 from pipegnn.errors import ConfigError, check_choice
 from pipegnn.microbatch.halo import HALOS
 from pipegnn.microbatch.partition import PARTITIONERS
 from pipegnn.microbatch.plan import ComputationGraph, PlanSpec, build_plan
-from pipegnn.schema import compose_config
 
 __all__ = ["main", "plan_table"]
 

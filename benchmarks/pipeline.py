@@ -31,11 +31,11 @@ import torch
 
 from pipegnn import run
 from pipegnn.backends import get_backend
+from pipegnn.config.schema import compose_config
 from pipegnn.data import load_graph
 from pipegnn.engines import IGNORE, GPipeEngine, SingleEngine
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
-from pipegnn.schema import compose_config
 
 CHUNKS = (1, 2, 4, 8, 16, 32)
 #: name: (overrides, schedule or None); pipelining cases need k >= 2 for 1F1B.

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipegnn import run
-from pipegnn.schema import compose_config
+from pipegnn.config.schema import compose_config
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 FULL = ["engine=single", "chunks=1", "microbatch.halo=none"]

@@ -27,8 +27,8 @@ import torch
 from torch.profiler import ProfilerAction, profile
 
 from pipegnn import run
+from pipegnn.config.schema import compose_config
 from pipegnn.engines import Engine, Replayed
-from pipegnn.schema import compose_config
 
 #: case name: overrides.
 CASES = {

@@ -42,7 +42,7 @@ from torch_geometric.datasets import Planetoid
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
 from pipegnn import run
-from pipegnn.schema import compose_config
+from pipegnn.config.schema import compose_config
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 PUBLISHED = {("cora", "gcn"): 0.815, ("citeseer", "gcn"): 0.703, ("cora", "gat"): 0.830,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipegnn import run
-from pipegnn.schema import compose_config
+from pipegnn.config.schema import compose_config
 
 DATASETS = ("amazon_computers", "coauthor_physics")
 MODELS = ("gcn", "gat")

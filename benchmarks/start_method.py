@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 from pipegnn import run
-from pipegnn.schema import compose_config
+from pipegnn.config.schema import compose_config
 from pipegnn.training.processes import spawn
 
 METHODS = ("forkserver", "forkserver (CUDA)", "spawn")

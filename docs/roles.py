@@ -1,7 +1,7 @@
 """Sphinx cross-reference roles (``:func:`run_config```) left in the package's docstrings and comments.
 
 The API pages (mkdocstrings) would show such a role as raw text, which ``mkdocs build --strict`` does not
-notice; references are mkdocstrings' Markdown links (``[`run_config`][pipegnn.runconfig.run_config]``),
+notice; references are mkdocstrings' Markdown links (``[`run_config`][pipegnn.config.typed.run_config]``),
 which it does check. ``docs/gen_api_pages.py`` stops the build on a role; ``tests/test_docstring_refs.py``
 runs the same scan in ``make test``.
 """

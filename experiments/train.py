@@ -29,7 +29,8 @@ try:
     from hydra.types import RunMode
     from omegaconf import DictConfig, OmegaConf
 
-    from pipegnn import results, schema
+    from pipegnn import results
+    from pipegnn.config import schema
     from pipegnn.errors import FolderTaken
     from pipegnn.training.ownership import claim_job
     from pipegnn.training.preemption import Interrupted

@@ -43,7 +43,7 @@ from pathlib import Path
 from types import NoneType, UnionType
 from typing import Any, Callable
 
-from pipegnn.choices import StrEnum
+from pipegnn.config.choices import StrEnum
 
 __all__ = ["COMBINE", "COMPLETED_ACCURACIES", "LAUNCHER", "MAX_CONFIG_KEYS", "OPTIONAL", "RANK0",
            "RANK0_IF_COMPLETED",

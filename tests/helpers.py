@@ -22,13 +22,13 @@ from torch_geometric.utils import coalesce
 
 from pipegnn import run
 from pipegnn.backends import get_backend
+from pipegnn.config.schema import compose_config
 from pipegnn.data import Graph
 from pipegnn.engines import GPipeEngine, SingleEngine
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import StagedGNN
 from pipegnn.results.records import write_record
 from pipegnn.results.rows import flatten
-from pipegnn.schema import compose_config
 from pipegnn.timeline import PipelineInfo
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """A misspelt key fails at composition naming the nearest valid key and every valid key of its node
-(pipegnn.composition), through compose_config and through experiments/train.py, single run and sweep."""
+(pipegnn.config.key_hints), through compose_config and through experiments/train.py, single run and sweep."""
 from __future__ import annotations
 
 import subprocess
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hydra.errors import ConfigCompositionException
 
-from pipegnn.schema import compose_config
+from pipegnn.config.schema import compose_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

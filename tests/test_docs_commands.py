@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pipegnn.schema import compose_config
+from pipegnn.config.schema import compose_config
 
 from tests.helpers import ROOT
 

@@ -21,9 +21,9 @@ def test_role_lines_finds_roles_in_docstrings_and_comments() -> None:
     source = (
         'def f():\n'
         '    """Calls :func:`g` and\n'
-        '    :class:`~pipegnn.schema.Config`; [`h`][pipegnn.h] and ``:not a role``."""\n'
+        '    :class:`~pipegnn.config.schema.Config`; [`h`][pipegnn.h] and ``:not a role``."""\n'
         '    # see :py:meth:`Engine.step`\n'
         '    return ":mod:`x`"\n'
     )
-    assert roles.role_lines(source) == [(2, ":func:`g`"), (3, ":class:`~pipegnn.schema.Config`"),
+    assert roles.role_lines(source) == [(2, ":func:`g`"), (3, ":class:`~pipegnn.config.schema.Config`"),
                                         (4, ":py:meth:`Engine.step`"), (5, ":mod:`x`")]

@@ -10,8 +10,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
+from pipegnn.config.schema import compose_config
 from pipegnn.errors import ConfigError
-from pipegnn.schema import compose_config
 from pipegnn.training.launch import check_run
 
 from tests.helpers import CONF, TINY_SYNTHETIC, cli, make_cfg

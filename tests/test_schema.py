@@ -1,10 +1,10 @@
-"""pipegnn.schema: the config folder, from $PIPEGNN_CONF or the checkout, and composing with it."""
+"""pipegnn.config.schema: the config folder, from $PIPEGNN_CONF or the checkout, and composing with it."""
 from __future__ import annotations
 
 import pytest
 
+from pipegnn.config.schema import compose_config, config_dir
 from pipegnn.errors import ConfigError
-from pipegnn.schema import compose_config, config_dir
 
 from tests.helpers import CONF, make_cfg
 
@@ -30,9 +30,9 @@ def test_run_config_types_every_group_by_its_name(overrides: list[str], model: s
     its own too), every choice its enum member; the same from the composed config and its plain form."""
     from omegaconf import OmegaConf
 
-    from pipegnn.choices import Halo, Targets
-    from pipegnn.runconfig import run_config
-    from pipegnn.schema import Config
+    from pipegnn.config.choices import Halo, Targets
+    from pipegnn.config.schema import Config
+    from pipegnn.config.typed import run_config
 
     composed = make_cfg(*overrides)
     cfg = run_config(composed)
@@ -53,7 +53,7 @@ def test_config_container_is_what_records_hold() -> None:
 
     from omegaconf import OmegaConf
 
-    from pipegnn.runconfig import config_container, run_config
+    from pipegnn.config.typed import config_container, run_config
 
     composed = make_cfg("model=gcn2", "microbatch.halo=historical")
     plain = config_container(composed)
@@ -67,9 +67,9 @@ def test_config_container_is_what_records_hold() -> None:
 def test_group_config_fills_from_the_option_yaml() -> None:
     """One group's node from a few keys: the rest from ``conf/<group>/<name>.yaml``; a typo or a bad
     choice is one ConfigError naming the key."""
-    from pipegnn.choices import Aggregation
-    from pipegnn.runconfig import group_config
-    from pipegnn.schema import GATConfig
+    from pipegnn.config.choices import Aggregation
+    from pipegnn.config.schema import GATConfig
+    from pipegnn.config.typed import group_config
 
     gat = group_config("model", {"name": "gat", "hidden": 4, "heads": 2})
     assert isinstance(gat, GATConfig)
@@ -88,7 +88,7 @@ def test_every_choice_has_its_implementation() -> None:
     """Each choice the config offers maps to what implements it: a schedule class, a framework adapter,
     a dataset loader."""
     from pipegnn.backends import get_backend
-    from pipegnn.choices import FrameworkName, Schedule, names
+    from pipegnn.config.choices import FrameworkName, Schedule, names
     from pipegnn.data import DATASETS, LARGE_NAMES
     from pipegnn.data.planetoid import PLANETOID_NAMES
     from pipegnn.data.study_graphs import STUDY_FILES

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from pipegnn import run
-from pipegnn.config import check_config
+from pipegnn.config.checks import check_config
+from pipegnn.config.typed import run_config
 from pipegnn.errors import ConfigError
-from pipegnn.runconfig import run_config
 from pipegnn.sparse import csr_rows, is_csr, sparse_dropout, to_csr
 
 from tests.helpers import make_cfg

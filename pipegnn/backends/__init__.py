@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from pipegnn.backends.base import AGGREGATIONS, KINDS, Adapter, aggregations, check_aggregation
 from pipegnn.backends.pyg import PygBackend
-from pipegnn.choices import FrameworkName, names
+from pipegnn.config.choices import FrameworkName, names
 from pipegnn.errors import check_choice
 from pipegnn.models.spec import LayerSpec
 

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from torch import nn
 
-from pipegnn.choices import Aggregation, ModelName, names
+from pipegnn.config.choices import Aggregation, ModelName, names
 from pipegnn.errors import ConfigError, check_choice
 
 __all__ = ["AGGREGATIONS", "KINDS", "NORMALISED", "Adapter", "TakenOut", "aggregations", "check_aggregation",

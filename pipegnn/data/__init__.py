@@ -34,7 +34,9 @@ from typing import Any, Mapping
 
 import torch
 
-from pipegnn.choices import DatasetName, Storage, names
+from pipegnn.config.choices import DatasetName, Storage, names
+from pipegnn.config.schema import DatasetConfig, PubmedTopologyConfig, StudyGraphConfig, SyntheticConfig
+from pipegnn.config.typed import group_config
 from pipegnn.data.features import STORAGE, FeatureMeta, cached_store
 from pipegnn.data.graph import Graph
 from pipegnn.data.graph_store import EdgeMeta
@@ -48,8 +50,6 @@ from pipegnn.data.synthetic import (
     topology_key,
 )
 from pipegnn.errors import ConfigError
-from pipegnn.runconfig import group_config
-from pipegnn.schema import DatasetConfig, PubmedTopologyConfig, StudyGraphConfig, SyntheticConfig
 from pipegnn.sparse import to_csr
 
 __all__ = ["DATASETS", "EDGES_DIR", "FEATURES_DIR", "STORAGE", "Graph", "SyntheticSpec", "load_graph",
@@ -74,7 +74,7 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
         dataset: the typed ``dataset`` config, or its keys (``name`` plus, for synthetic graphs,
             SyntheticSpec fields; for pubmed_topology the features' ``seed``; for the study's graphs
             the split), the rest from the dataset's YAML
-            ([`pipegnn.runconfig.group_config`][pipegnn.runconfig.group_config]).
+            ([`pipegnn.config.typed.group_config`][pipegnn.config.typed.group_config]).
         root: read-only folder with raw files in each loader's layout (``<Name>/raw/...``), or None.
         cache: folder where loaders keep downloads and processed graphs (may be read-only, except
             with ``features="disk"``, which writes its feature file there).

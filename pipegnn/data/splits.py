@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pipegnn.choices import Split
+from pipegnn.config.choices import Split
 from pipegnn.errors import ConfigError
 
 __all__ = ["draw_split"]

@@ -35,12 +35,12 @@ import scipy.sparse as sp
 import torch
 from scipy.sparse.csgraph import connected_components
 
+from pipegnn.config.schema import StudyGraphConfig
 from pipegnn.data.download import download_timeout, first_complete, unavailable, unreadable
 from pipegnn.data.graph import GRAPH_FILE, Graph, load_saved_graph, save_graph, staging_folder
 from pipegnn.data.splits import draw_split
 from pipegnn.errors import DatasetUnavailable
 from pipegnn.measure import allocatable_bytes
-from pipegnn.schema import StudyGraphConfig
 
 __all__ = ["STUDY_FILES", "STUDY_URL", "StudyFile", "load_study_graph", "read_study_npz"]
 

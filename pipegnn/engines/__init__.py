@@ -7,7 +7,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pipegnn.choices import Schedule
+from pipegnn.config.choices import Schedule
+from pipegnn.config.schema import (
+    EngineConfig,
+    GPipeEngineConfig,
+    PipeliningEngineConfig,
+    SingleEngineConfig,
+    StagedEngineConfig,
+)
 from pipegnn.engines.balance import (
     AUTO,
     auto_balance,
@@ -25,13 +32,6 @@ from pipegnn.engines.gpipe import GPipeEngine
 from pipegnn.engines.pipelining import SCHEDULES, PipeliningEngine
 from pipegnn.engines.single import SingleEngine
 from pipegnn.models.base import StagedGNN
-from pipegnn.schema import (
-    EngineConfig,
-    GPipeEngineConfig,
-    PipeliningEngineConfig,
-    SingleEngineConfig,
-    StagedEngineConfig,
-)
 
 __all__ = ["AUTO", "IGNORE", "SCHEDULES", "Engine", "GPipeEngine", "PipeliningEngine", "Replayed",
            "SingleEngine", "build_engine", "check_engine", "even_balance", "exact_loss", "parse_device",

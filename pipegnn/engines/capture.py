@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pipegnn.choices import Aggregation, Evaluation, FrameworkName, Halo, Precision, Storage
+from pipegnn.config.choices import Aggregation, Evaluation, FrameworkName, Halo, Precision, Storage
+from pipegnn.config.schema import Config, SingleEngineConfig
 from pipegnn.engines.base import Engine
-from pipegnn.schema import Config, SingleEngineConfig
 
 __all__ = ["Replayed", "capture_problems"]
 

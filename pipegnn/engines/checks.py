@@ -3,13 +3,8 @@ checks of a pipeline (devices against the model's units, schedules against chunk
 a captured step needs), beside the engines they protect."""
 from __future__ import annotations
 
-from pipegnn.choices import Capture, Schedule
-from pipegnn.engines.balance import even_balance, unit_balance
-from pipegnn.engines.base import parse_device
-from pipegnn.engines.capture import capture_problems
-from pipegnn.errors import ConfigError, check_positive_finite, check_positive_int
-from pipegnn.models import UNITS_PER_LAYER, units_per_layer
-from pipegnn.schema import (
+from pipegnn.config.choices import Capture, Schedule
+from pipegnn.config.schema import (
     Config,
     EngineConfig,
     LoaderEngineConfig,
@@ -17,6 +12,11 @@ from pipegnn.schema import (
     SingleEngineConfig,
     StagedEngineConfig,
 )
+from pipegnn.engines.balance import even_balance, unit_balance
+from pipegnn.engines.base import parse_device
+from pipegnn.engines.capture import capture_problems
+from pipegnn.errors import ConfigError, check_positive_finite, check_positive_int
+from pipegnn.models import UNITS_PER_LAYER, units_per_layer
 
 __all__ = ["check_engine"]
 

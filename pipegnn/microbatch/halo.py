@@ -24,7 +24,7 @@ import psutil
 import torch
 from torch import Tensor
 
-from pipegnn.choices import Halo, names
+from pipegnn.config.choices import Halo, names
 
 __all__ = ["HALOS", "Column", "InCSR", "MicroBatch", "exact_block", "historical_block", "naive_block"]
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from pipegnn.choices import HaloDropout, names
+from pipegnn.config.choices import HaloDropout, names
 from pipegnn.dropout import fill_mask_
 from pipegnn.hostcalls import read_on_host
 

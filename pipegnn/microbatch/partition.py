@@ -19,7 +19,7 @@ import torch
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 from torch import Tensor
 
-from pipegnn.choices import Partitioner, names
+from pipegnn.config.choices import Partitioner, names
 from pipegnn.edges import undirected_csr
 
 __all__ = ["PARTITIONERS", "partition", "reuse_partition"]

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
-from pipegnn.choices import Halo, Partitioner
+from pipegnn.config.choices import Halo, Partitioner
 from pipegnn.microbatch.halo import HALOS, InCSR, MicroBatch, exact_block, historical_block, naive_block
 from pipegnn.microbatch.partition import partition, reuse_partition
 from pipegnn.microbatch.sample import NeighbourSampler

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pipegnn.choices import FirstTransform, HaloDropout, ModelName, Precision, names
+from pipegnn.config.choices import FirstTransform, HaloDropout, ModelName, Precision, names
+from pipegnn.config.schema import GATConfig, GCN2Config, ModelConfig
+from pipegnn.config.typed import group_config
 from pipegnn.errors import ConfigError, check_positive_int
 from pipegnn.measure import allocatable_bytes
 from pipegnn.models.base import FIRST_TRANSFORMS, UNITS_PER_LAYER, StagedGNN, layerwise
@@ -15,8 +17,6 @@ from pipegnn.models.sage import sage_layers
 from pipegnn.models.spec import LayerSpec, Stack
 from pipegnn.models.transform import Transform
 from pipegnn.models.units import Propagate, Readout, Unit
-from pipegnn.runconfig import group_config
-from pipegnn.schema import GATConfig, GCN2Config, ModelConfig
 
 __all__ = ["FIRST_TRANSFORMS", "MODELS", "PRECISIONS", "UNITS_PER_LAYER", "LayerSpec", "Propagate",
            "Readout", "Stack", "StagedGNN", "Transform", "Unit", "build_model", "check_model", "layerwise",
@@ -92,10 +92,9 @@ def build_model(model: ModelConfig | Mapping[str, Any], backend: Any, features: 
                 precision: Precision = Precision.fp32,
                 halo_dropout: HaloDropout = HaloDropout.read, refresh_only: bool = False) -> StagedGNN:
     """A StagedGNN for the ``model`` config (typed, or its keys over the model's YAML:
-    [`pipegnn.runconfig.group_config`][pipegnn.runconfig.group_config]), built with ``backend``'s layers (with
-    history caches for historical micro-batching when ``history``, their dropout by ``halo_dropout``; for
-    layer-wise evaluation alone with ``refresh_only``) at
-    ``precision`` (``train.precision``).
+    [`group_config`][pipegnn.config.typed.group_config]), built with ``backend``'s layers (with history
+    caches for historical micro-batching when ``history``, their dropout by ``halo_dropout``; for layer-wise
+    evaluation alone with ``refresh_only``) at ``precision`` (``train.precision``).
     ``model.aggregation`` selects the adapter's aggregation (``backend.with_aggregation``).
 
     ``features`` sizes the model (``shape``, ``dtype``) and feeds its first unit: the feature Tensor, a

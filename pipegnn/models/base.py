@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator, overload
 import torch
 from torch import Tensor, nn
 
-from pipegnn.choices import FirstTransform, names
+from pipegnn.config.choices import FirstTransform, names
 from pipegnn.hostcalls import read_on_host
 from pipegnn.microbatch.current import computing
 from pipegnn.microbatch.halo import MicroBatch

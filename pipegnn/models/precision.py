@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-from pipegnn.choices import Precision, names
+from pipegnn.config.choices import Precision, names
 from pipegnn.errors import check_choice
 
 __all__ = ["PRECISIONS", "active_autocast_dtype", "autocast", "autocast_dtype", "dtype_name"]

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from pipegnn.config.compare import comparable_config, drop_keys
 from pipegnn.record import RunRecord
 from pipegnn.results.archive_format import ArchiveError, is_archive
 from pipegnn.results.archive_read import archives_of, entries
 from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, record_of
-from pipegnn.runconfig import comparable_config, drop_keys
 
 __all__ = ["MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift", "drift",
            "computed_keys", "recompose", "sweep_jobs"]
@@ -54,7 +54,7 @@ class Drift:
 
 def computed_keys(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` flattened to dotted keys, without `PLACE_KEYS` (and the keys every comparison leaves
-    out: [`comparable_config`][pipegnn.runconfig.comparable_config])."""
+    out: [`comparable_config`][pipegnn.config.compare.comparable_config])."""
     return _flat(drop_keys(comparable_config(json.loads(json.dumps(dict(config), default=str))), PLACE_KEYS))
 
 
@@ -100,8 +100,8 @@ def _override_problem(overrides: list[str]) -> str | None:
 
 def drift(record: RunRecord, path: str | Path = "") -> Drift:
     """``record``'s overrides composed at this commit against its ``config`` (see the module doc)."""
-    from pipegnn.runconfig import config_container
-    from pipegnn.schema import compose_config
+    from pipegnn.config.schema import compose_config
+    from pipegnn.config.typed import config_container
 
     if record.overrides is None:
         return Drift(Path(path), None, {})

@@ -2,7 +2,8 @@
 
 [`completed_record`][pipegnn.results.resume_check.completed_record]: with ``resume=true`` a job whose output
 directory already holds a ``completed`` record of the same configuration (compared as
-[`comparable_config`][pipegnn.runconfig.comparable_config] makes it) is skipped (``experiments/train.py``).
+[`comparable_config`][pipegnn.config.compare.comparable_config] makes it) is skipped
+(``experiments/train.py``).
 """
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig
 
+from pipegnn.config.compare import VOLATILE_KEYS, comparable_config
 from pipegnn.record import RunRecord, Status
 from pipegnn.results.records import RECORD_NAME, RecordError, is_entry, load_record
-from pipegnn.runconfig import VOLATILE_KEYS, comparable_config
 
 __all__ = ["VOLATILE_KEYS", "comparable_config", "completed_record"]
 
@@ -29,8 +30,8 @@ def completed_record(output_dir: str | Path, config: Mapping[str, Any] | DictCon
                      ) -> tuple[RunRecord | None, str]:
     """The record to keep when resuming: ``output_dir/result.json`` (read as every record is,
     [`load_record`][pipegnn.results.records.load_record]) if it is ``completed`` and was made with the same
-    config (see [`comparable_config`][pipegnn.runconfig.comparable_config]), else None; with the reason either
-    way (logged by the caller)."""
+    config (see [`comparable_config`][pipegnn.config.compare.comparable_config]), else None; with the reason
+    either way (logged by the caller)."""
     path = Path(output_dir) / RECORD_NAME
     if not is_entry(path):
         return None, "no previous record"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from pipegnn.config.compare import plain_config
 from pipegnn.results.hydra_files import MAX_YAML_BYTES as MAX_YAML_BYTES
 from pipegnn.results.hydra_files import _get, _resolved, read_hydra_file
 from pipegnn.results.records import (
@@ -38,7 +39,6 @@ from pipegnn.results.resume_check import comparable_config as comparable_config
 from pipegnn.results.resume_check import completed_record as completed_record
 from pipegnn.results.sweep_plan import SweepPlanError, _plan, _settings
 from pipegnn.results.sweep_plan import planned_jobs as planned_jobs
-from pipegnn.runconfig import plain_config
 
 __all__ = ["INCOMPLETE", "Job", "sweep_jobs", "unrecorded_jobs"]
 

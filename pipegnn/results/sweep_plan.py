@@ -16,9 +16,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from pipegnn.config.compare import plain_config
 from pipegnn.jsonfile import NotRegularFileError
 from pipegnn.results.hydra_files import _RESOLVER_CALL, _get, _inert, read_hydra_file
-from pipegnn.runconfig import plain_config
 
 __all__ = ["MAX_PLANNED_JOBS", "SweepPlanError", "expand_jobs", "planned_jobs"]
 

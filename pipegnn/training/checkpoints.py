@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pipegnn.atomic import atomic_file
+from pipegnn.config.schema import Config
 from pipegnn.integrity import seal
 from pipegnn.jsonfile import open_regular
 from pipegnn.measure import allocatable_bytes
-from pipegnn.schema import Config
 from pipegnn.training.resume_config import config_key
 
 if TYPE_CHECKING:

@@ -24,12 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pipegnn.choices import FrameworkName, Halo, ModelName
+from pipegnn.config.choices import FrameworkName, Halo, ModelName
+from pipegnn.config.schema import Config
 from pipegnn.data import load_graph
 from pipegnn.errors import ConfigError
 from pipegnn.measure import timed
 from pipegnn.record import RunRecord
-from pipegnn.schema import Config
 from pipegnn.training.epochs import EPOCH_LINE, RUN_LOG, final_figures, stops
 from pipegnn.training.targets import check_splits
 

@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pipegnn.choices import Capture, Halo, Monitor
-from pipegnn.config import TTA_FRACTION
+from pipegnn.config.checks import TTA_FRACTION
+from pipegnn.config.choices import Capture, Halo, Monitor
+from pipegnn.config.schema import Config, TrainConfig
 from pipegnn.data import Graph
 from pipegnn.data.features import DiskFeatureStore
 from pipegnn.engines import IGNORE, Engine, Replayed
@@ -26,7 +27,6 @@ from pipegnn.microbatch.draw_ahead import DrawAhead
 from pipegnn.microbatch.traffic import epoch_figures, stage_medians
 from pipegnn.models import StagedGNN
 from pipegnn.record import RunRecord
-from pipegnn.schema import Config, TrainConfig
 from pipegnn.timeline import chrome_trace, medians, step_figures
 from pipegnn.training.checkpoints import save, training_state
 from pipegnn.training.preemption import signals_deferred

@@ -15,8 +15,10 @@ import torch.distributed as dist
 from omegaconf import DictConfig
 
 from pipegnn.backends.base import check_aggregation
-from pipegnn.choices import Launcher
-from pipegnn.config import check_config, memory_limit_bytes
+from pipegnn.config.checks import check_config, memory_limit_bytes
+from pipegnn.config.choices import Launcher
+from pipegnn.config.schema import Config, LoaderEngineConfig, PipeliningEngineConfig
+from pipegnn.config.typed import config_container, run_config
 from pipegnn.data.features import files_opened
 from pipegnn.engines import check_engine
 from pipegnn.errors import ConfigError
@@ -32,8 +34,6 @@ from pipegnn.measure import (
 from pipegnn.models import check_model
 from pipegnn.record import RunRecord, Status
 from pipegnn.results.records import probe_record_folder, write_record
-from pipegnn.runconfig import config_container, run_config
-from pipegnn.schema import Config, LoaderEngineConfig, PipeliningEngineConfig
 from pipegnn.timeline import TRACE_NAME
 from pipegnn.training.checkpoints import checkpoint_path, previous_path
 from pipegnn.training.dgl_loader import check_loader, train_loader
@@ -207,8 +207,8 @@ def _then(first: Callable[[dict[str, Any]], Any],
 
 def check_run(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
     """Everything about ``cfg`` that can be checked before the graph is loaded: types and choices
-    ([`pipegnn.runconfig.run_config`][pipegnn.runconfig.run_config]), the general keys
-    ([`pipegnn.config.check_config`][pipegnn.config.check_config]), the model
+    ([`pipegnn.config.typed.run_config`][pipegnn.config.typed.run_config]), the general keys
+    ([`pipegnn.config.checks.check_config`][pipegnn.config.checks.check_config]), the model
     ([`pipegnn.models.check_model`][pipegnn.models.check_model]) and the framework's aggregation for it, the
     engine ([`pipegnn.engines.check_engine`][pipegnn.engines.check_engine]) and a pipelining run's processes
     ([`check_launch`][pipegnn.training.processes.group.check_launch]). Returns the typed config.

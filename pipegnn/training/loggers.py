@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from pipegnn.atomic import atomic_file
+from pipegnn.config.schema import Config, LoggerConfig, MLflowConfig, TrackerConfig
 from pipegnn.errors import ConfigError
-from pipegnn.schema import Config, LoggerConfig, MLflowConfig, TrackerConfig
 
 __all__ = ["ARTIFACTS", "LOGGERS", "CSVLogger", "Loggers", "MLflowLogger", "TensorBoardLogger",
            "check_loggers", "chosen", "epoch_metrics", "final_metrics", "flat_params"]

@@ -14,7 +14,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from pipegnn.backends import get_backend
-from pipegnn.choices import EdgeStorage, EngineName, FirstTransform, Halo, Storage, Targets
+from pipegnn.config.choices import EdgeStorage, EngineName, FirstTransform, Halo, Storage, Targets
+from pipegnn.config.schema import Config, EngineConfig, PipeliningEngineConfig, StagedEngineConfig
 from pipegnn.data import Graph, load_graph, split_summary
 from pipegnn.data.features import DiskFeatureStore, FeatureRows, partition_ordered
 from pipegnn.data.graph_store import cached_graph_store, csc
@@ -39,7 +40,6 @@ from pipegnn.microbatch.halo import InCSR
 from pipegnn.models import build_model, model_stack
 from pipegnn.models.precision import autocast_dtype, dtype_name
 from pipegnn.record import RunRecord
-from pipegnn.schema import Config, EngineConfig, PipeliningEngineConfig, StagedEngineConfig
 from pipegnn.sparse import is_csr
 from pipegnn.timeline import PipelineInfo
 from pipegnn.training.checkpoints import checkpoint_path

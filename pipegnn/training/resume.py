@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 import torch.distributed as dist
 
+from pipegnn.config.schema import Config
 from pipegnn.integrity import unsealed
 from pipegnn.record import epochs_problem
-from pipegnn.schema import Config
 from pipegnn.training.checkpoints import load, previous_path, restore, training_state
 from pipegnn.training.resume_config import config_difference
 

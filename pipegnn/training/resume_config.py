@@ -13,8 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipegnn.runconfig import comparable_config, config_container, drop_keys
-from pipegnn.schema import Config
+from pipegnn.config.compare import comparable_config, drop_keys
+from pipegnn.config.schema import Config
+from pipegnn.config.typed import config_container
 
 __all__ = ["DENSE_FEATURES", "GENERATED_DATASETS", "NON_COMPUTING_KEYS", "PATH_KEYS", "config_difference",
            "config_key"]
@@ -48,7 +49,7 @@ def _resolve_backend(engine: dict[str, Any]) -> str | None:
     """``engine.backend=auto`` as the run resolves it (gloo on CPU, nccl where every rank has its own
     GPU), or None when it cannot be resolved here."""
     try:
-        from pipegnn.runconfig import group_config
+        from pipegnn.config.typed import group_config
         from pipegnn.training.processes.backend import dist_backend
 
         return dist_backend(group_config("engine", engine))
@@ -82,7 +83,7 @@ def _computation(plain: dict[str, Any]) -> dict[str, Any]:
 def config_key(config: Config) -> str:
     """What a checkpoint must have been made with to be resumed: the resolved config as JSON, without
     the keys that do not change what a run computes (`NON_COMPUTING_KEYS` and those of
-    [`pipegnn.runconfig.comparable_config`][pipegnn.runconfig.comparable_config]), paths resolved
+    [`pipegnn.config.compare.comparable_config`][pipegnn.config.compare.comparable_config]), paths resolved
     (`PATH_KEYS`)."""
     return json.dumps(_computation(comparable_config(config_container(config))), sort_keys=True)
 

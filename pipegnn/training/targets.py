@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pipegnn.choices import Evaluation, Halo
+from pipegnn.config.choices import Evaluation, Halo
+from pipegnn.config.schema import Config
 from pipegnn.data import Graph
 from pipegnn.errors import ConfigError
-from pipegnn.schema import Config
 
 __all__ = ["check_splits", "check_targets", "eval_targets", "layerwise"]
 

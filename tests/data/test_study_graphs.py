@@ -14,11 +14,11 @@ import scipy.sparse as sp
 import torch
 from torch_geometric.utils import is_undirected
 
+from pipegnn.config.typed import group_config
 from pipegnn.data import load_graph, split_summary, study_graphs
 from pipegnn.data.graph import GRAPH_FILE
 from pipegnn.data.study_graphs import STUDY_FILES
 from pipegnn.errors import ConfigError, DatasetUnavailable
-from pipegnn.runconfig import group_config
 
 SHARED = Path(os.environ.get("PIPEGNN_DATA", Path(__file__).parents[3] / "shared" / "datasets"))
 

@@ -10,13 +10,13 @@ from omegaconf import OmegaConf
 
 from pipegnn import run
 from pipegnn.backends import get_backend
+from pipegnn.config.schema import Config
+from pipegnn.config.typed import run_config
 from pipegnn.engines import IGNORE, Replayed, SingleEngine
 from pipegnn.engines.capture import capture_problems
 from pipegnn.errors import ConfigError
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
-from pipegnn.runconfig import run_config
-from pipegnn.schema import Config
 from pipegnn.training.launch import check_run
 
 from tests.helpers import assert_close, make_cfg, random_graph

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pipegnn import run
-from pipegnn.choices import Halo, Partitioner
+from pipegnn.config.choices import Halo, Partitioner
 from pipegnn.data import Graph
 from pipegnn.microbatch import ComputationGraph, MicroBatchPlan, PlanSpec, cached_plan, plan_key
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from pipegnn.config.schema import compose_config
+from pipegnn.config.typed import config_container
 from pipegnn.record import RunRecord, Status
 from pipegnn.results import write_record
 from pipegnn.results.__main__ import main
 from pipegnn.results.reproduce import drift, recompose, sweep_jobs
-from pipegnn.runconfig import config_container
-from pipegnn.schema import compose_config
 
 from tests.helpers import ROOT, TINY_SYNTHETIC
 

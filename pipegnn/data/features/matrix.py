@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import FeatureStore
 
-from pipegnn.choices import Storage, names
+from pipegnn.config.choices import Storage, names
 from pipegnn.data.features.files import ATTR, GROUP, FeatureFileError
 
 __all__ = ["STORAGE", "FeatureMeta", "FeatureRows"]

@@ -10,8 +10,8 @@ import os
 
 import torch
 
-from pipegnn.choices import DistBackend, Launcher
-from pipegnn.schema import PipeliningEngineConfig
+from pipegnn.config.choices import DistBackend, Launcher
+from pipegnn.config.schema import PipeliningEngineConfig
 
 __all__ = ["dist_backend", "ranks_per_node", "shared_devices"]
 

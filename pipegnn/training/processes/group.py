@@ -11,11 +11,11 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from pipegnn.choices import DistBackend, Launcher
+from pipegnn.config.choices import DistBackend, Launcher
+from pipegnn.config.schema import Config, PipeliningEngineConfig
 from pipegnn.engines.base import parse_device
 from pipegnn.errors import ConfigError
 from pipegnn.measure import peak_device_bytes, peak_rss_bytes
-from pipegnn.schema import Config, PipeliningEngineConfig
 from pipegnn.training.processes.backend import dist_backend, shared_devices
 
 __all__ = ["check_launch", "gather_memory", "is_secondary_rank", "process_group"]

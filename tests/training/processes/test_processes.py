@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
+from pipegnn.config.schema import PipeliningEngineConfig
+from pipegnn.config.typed import group_config, run_config
 from pipegnn.errors import ConfigError
-from pipegnn.runconfig import group_config, run_config
-from pipegnn.schema import PipeliningEngineConfig
 from pipegnn.training.launch import check_run
 from pipegnn.training.processes.backend import dist_backend, shared_devices
 from pipegnn.training.processes.group import check_launch

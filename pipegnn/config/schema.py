@@ -2,22 +2,22 @@
 
 The YAML files under ``conf/`` stay the source of every default; these dataclasses only give the keys
 and their types (fields are ``MISSING``, filled from the YAML; ``None`` only for an optional key a
-YAML may leave out; every choice an enum of [`pipegnn.choices`][pipegnn.choices]), so that composition itself
-rejects a misspelt key (``model.hiden=8``), a value of the wrong type (``chunks=abc``) or one that is not
-among its key's choices (``microbatch.halo=fancy``) with Hydra's error. They are also the runtime type of a
-run's config ([`pipegnn.runconfig.run_config`][pipegnn.runconfig.run_config]).
+YAML may leave out; every choice an enum of [`pipegnn.config.choices`][pipegnn.config.choices]), so that
+composition itself rejects a misspelt key (``model.hiden=8``), a value of the wrong type (``chunks=abc``) or
+one that is not among its key's choices (``microbatch.halo=fancy``) with Hydra's error. They are also the
+runtime type of a run's config ([`run_config`][pipegnn.config.typed.run_config]).
 
 Checks that involve several fields (balance vs layers, chunks vs targets, ...) are made beside what
 they protect ([`pipegnn.training.launch.check_run`][pipegnn.training.launch.check_run] runs them all), which
 record them as ``invalid`` runs with one clear message.
 
-Call [`register`][pipegnn.schema.register] before composing (``experiments/train.py`` does at import, the
-tests' ``make_cfg`` does too); without it everything composes as before, untyped. The schemas are stored under
-``schema/<group>/<option>`` and ``conf/config.yaml`` pulls each one in *before* the option's YAML
-(``optional schema/model@model: ${model}``), so the YAML's values fill the schema (Hydra's merge order
-for "structured config schema for YAML files", without touching the option files). An option without
-a schema (e.g. a newly added dataset preset) composes untyped; Hydra's struct mode
-still rejects misspelt keys there, only the types go unchecked.
+Call [`register`][pipegnn.config.schema.register] before composing (``experiments/train.py`` does at
+import, the tests' ``make_cfg`` does too); without it everything composes as before, untyped. The schemas
+are stored under ``schema/<group>/<option>`` and ``conf/config.yaml`` pulls each one in *before* the
+option's YAML (``optional schema/model@model: ${model}``), so the YAML's values fill the schema (Hydra's
+merge order for "structured config schema for YAML files", without touching the option files). An option
+without a schema (e.g. a newly added dataset preset) composes untyped; Hydra's struct mode still rejects
+misspelt keys there, only the types go unchecked.
 
 Registered (ConfigStore group: names):
 
@@ -38,7 +38,7 @@ from typing import Any, List, Optional, Sequence
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from pipegnn.choices import (
+from pipegnn.config.choices import (
     STUDY_GRAPHS,
     Aggregation,
     Capture,
@@ -280,7 +280,7 @@ class LoggerConfig:
 class Config:
     """The primary config (``conf/config.yaml``). The group nodes are ``Any`` at composition because each
     group option brings its own schema (a GAT has heads, a GCN has not); in a run's config
-    ([`run_config`][pipegnn.runconfig.run_config]) they hold that schema's object."""
+    ([`run_config`][pipegnn.config.typed.run_config]) they hold that schema's object."""
 
     dataset: Any = MISSING
     model: Any = MISSING
@@ -296,7 +296,7 @@ class Config:
 
 
 #: Each config group's schema by the ``name`` of its node: the option of that name composes on it, and a
-#: run's config ([`pipegnn.runconfig.run_config`][pipegnn.runconfig.run_config]) types a node by its name (a
+#: run's config ([`run_config`][pipegnn.config.typed.run_config]) types a node by its name (a
 #: preset such as ``dataset=synthetic_density``, which has no schema of its own, by ``synthetic``).
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "dataset": {**{name: DatasetConfig for name in DatasetName},
@@ -329,7 +329,7 @@ def config_dir() -> Path:
     from pipegnn.errors import ConfigError
 
     env = os.environ.get("PIPEGNN_CONF")
-    folder = Path(env) if env else Path(__file__).resolve().parent.parent / "conf"
+    folder = Path(env) if env else Path(__file__).resolve().parents[2] / "conf"
     if not (folder / "config.yaml").is_file():
         raise ConfigError(f"no config.yaml in {folder}: pipegnn's configs are the source checkout's conf/ "
                           "folder; set $PIPEGNN_CONF to it")
@@ -351,14 +351,15 @@ def layerwise_unless_none(halo: str) -> str:
     return "plan" if halo == "none" else "layerwise"
 
 
-# Registered at import: every module that reads a run config (pipegnn.config) imports this one.
+# Registered at import: every module that reads a run config (pipegnn.config.checks) imports this one.
 OmegaConf.register_new_resolver("targets_for_halo", targets_for_halo, replace=True)
 OmegaConf.register_new_resolver("layerwise_unless_none", layerwise_unless_none, replace=True)
 
 
 def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
-    """The run configuration Hydra composes from [`config_dir`][pipegnn.schema.config_dir] with ``overrides``
-    (schemas registered), as ``experiments/train.py`` would, for scripts, benchmarks and tests."""
+    """The run configuration Hydra composes from [`config_dir`][pipegnn.config.schema.config_dir] with
+    ``overrides`` (schemas registered), as ``experiments/train.py`` would, for scripts, benchmarks and
+    tests."""
     from hydra import compose, initialize_config_dir
 
     register()
@@ -369,10 +370,10 @@ def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = Fa
 def register() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent; call before composing), and make a
     misspelt key's composition error name the valid keys
-    ([`pipegnn.composition.install`][pipegnn.composition.install])."""
+    ([`pipegnn.config.key_hints.install`][pipegnn.config.key_hints.install])."""
     from hydra.core.config_store import ConfigStore
 
-    from pipegnn.composition import install
+    from pipegnn.config.key_hints import install
 
     install()
 

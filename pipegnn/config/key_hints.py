@@ -3,13 +3,12 @@
 (`difflib`), e.g. ``did you mean model.hidden? model's keys: name, layers, hidden, ...``.
 
 Hydra composes inside ``hydra.main`` (and ``hydra.compose``), where no hook of the app can see the
-error before Hydra prints it, so [`install`][pipegnn.composition.install] wraps the loader's
+error before Hydra prints it, so [`install`][pipegnn.config.key_hints.install] wraps the loader's
 ``load_configuration`` (the one entry of a run's, a sweep's and each sweep job's composition): a
 ``ConfigCompositionException`` caused by an unknown key is raised again with
-[`key_hint`][pipegnn.composition.key_hint]'s line added, its cause (OmegaConf's error, which Hydra prints
-beneath) unchanged. [`pipegnn.schema.register`][pipegnn.schema.register] installs it, so
-``experiments/train.py`` and [`pipegnn.schema.compose_config`][pipegnn.schema.compose_config] both give the
-hint.
+[`key_hint`][pipegnn.config.key_hints.key_hint]'s line added, its cause (OmegaConf's error, which Hydra
+prints beneath) unchanged. [`register`][pipegnn.config.schema.register] installs it, so
+``experiments/train.py`` and [`compose_config`][pipegnn.config.schema.compose_config] both give the hint.
 """
 from __future__ import annotations
 
@@ -53,7 +52,7 @@ def _hint(node: Any, key: str, full_key: str) -> str:
 
 def install() -> None:
     """Wrap Hydra's ``ConfigLoaderImpl.load_configuration`` so that its composition errors about an
-    unknown key carry [`key_hint`][pipegnn.composition.key_hint]'s line (idempotent; a Hydra without that
+    unknown key carry [`key_hint`][pipegnn.config.key_hints.key_hint]'s line (idempotent; a Hydra without that
     method is left as it is)."""
     try:
         from hydra._internal.config_loader_impl import ConfigLoaderImpl

@@ -1,7 +1,7 @@
 """Checks of a run config's general keys (``chunks``, ``microbatch``, ``train``), made before any
 training, each failing with one clear message. Types and choices are the schemas' work
-([`pipegnn.runconfig.run_config`][pipegnn.runconfig.run_config]); what a model, an engine or a pipeline's
-processes need is checked beside them ([`pipegnn.models.check_model`][pipegnn.models.check_model],
+([`run_config`][pipegnn.config.typed.run_config]); what a model, an engine or a pipeline's processes
+need is checked beside them ([`pipegnn.models.check_model`][pipegnn.models.check_model],
 [`pipegnn.engines.check_engine`][pipegnn.engines.check_engine],
 [`pipegnn.training.processes.group.check_launch`][pipegnn.training.processes.group.check_launch])."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipegnn.choices import Evaluation, Halo, HaloDropout, Precision, Storage
+from pipegnn.config.choices import Evaluation, Halo, HaloDropout, Precision, Storage
+from pipegnn.config.schema import Config, TrainConfig
 from pipegnn.errors import ConfigError, check_positive_finite, check_positive_int
-from pipegnn.schema import Config, TrainConfig
 
 __all__ = ["TTA_FRACTION", "check_config", "memory_limit_bytes"]
 

@@ -1,40 +1,36 @@
-"""A run's config as one typed object, and as records keep and compare it.
+"""A run's config as one typed object, and as records keep it.
 
-[`run_config`][pipegnn.runconfig.run_config] turns a composed config (or its plain form) into a
-[`Config`][pipegnn.schema.Config] whose group nodes are their schema's objects, chosen by each node's
-``name``; [`group_config`][pipegnn.runconfig.group_config] types one group's node from a few keys over its
-option's YAML. [`config_container`][pipegnn.runconfig.config_container] gives a config back as records and
-checkpoints keep it, [`comparable_config`][pipegnn.runconfig.comparable_config] as two runs of the same
-computation hold it (what ``resume=true`` compares). OmegaConf's complaints become one
-[`ConfigError`][pipegnn.errors.ConfigError] naming the key and what is valid.
+[`run_config`][pipegnn.config.typed.run_config] turns a composed config (or its plain form) into a
+[`Config`][pipegnn.config.schema.Config] whose group nodes are their schema's objects, chosen by each node's
+``name``; [`group_config`][pipegnn.config.typed.group_config] types one group's node from a few keys over its
+option's YAML. [`config_container`][pipegnn.config.typed.config_container] gives a config back as records and
+checkpoints keep it (how two of them compare: [`compare`][pipegnn.config.compare]). OmegaConf's complaints
+become one [`ConfigError`][pipegnn.errors.ConfigError] naming the key and what is valid.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import typing
 from enum import Enum
-from pathlib import Path
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, Mapping, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from pipegnn.errors import ConfigError
-from pipegnn.schema import (
+from pipegnn.config.schema import (
     GROUP_SCHEMAS,
     Config,
     LoggerConfig,
     config_dir,
 )
+from pipegnn.errors import ConfigError
 
-__all__ = ["ADDED_KEYS", "VOLATILE_KEYS", "comparable_config", "config_container", "drop_keys",
-           "group_config", "plain_config", "run_config"]
+__all__ = ["config_container", "group_config", "run_config"]
 
 
 def run_config(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
     """The typed run config of ``cfg`` (a composed config or its plain form): a
-    [`Config`][pipegnn.schema.Config] whose group nodes are their schema's objects (``cfg.model`` a
+    [`Config`][pipegnn.config.schema.Config] whose group nodes are their schema's objects (``cfg.model`` a
     `GATConfig` for a GAT), every choice its enum member, every interpolation resolved.
 
     Raises:
@@ -70,7 +66,7 @@ def group_config(group: str, node: Any) -> Any:
     A typed node is returned as it is.
 
     Raises:
-        ConfigError: as [`run_config`][pipegnn.runconfig.run_config].
+        ConfigError: as [`run_config`][pipegnn.config.typed.run_config].
     """
     if not isinstance(node, (Mapping, DictConfig)):
         return node
@@ -112,58 +108,3 @@ def _problem(e: Any, prefix: str = "") -> str:
         if isinstance(kind, type) and issubclass(kind, Enum):
             return f"{key}={e.value!r} is not valid; valid: {', '.join(m.value for m in kind)}"
     return f"{key}: {str(e.msg).splitlines()[0]}"
-
-
-#: Top-level config keys that do not change what a run computes, ignored when resuming.
-VOLATILE_KEYS = ("resume",)
-#: Config keys added after records were written, with the value that trains as those records did: a
-#: config holding that value compares equal to one without the key, so a resumed sweep keeps its jobs and
-#: an older record recomposes (``python -m pipegnn.results --recompose``). ``microbatch.draw_ahead``
-#: changes when an epoch's neighbourhoods are drawn, never what is drawn (the same losses: a test).
-ADDED_KEYS = {("engine", "capture"): "none", ("data", "edges"): "memory", ("microbatch", "fanouts"): None,
-              ("microbatch", "evaluation"): "plan", ("microbatch", "draw_ahead"): True}
-
-
-def plain_config(value: Any) -> Any:
-    """``value`` as JSON would give it back (lists for tuples, str for odd objects)."""
-    return json.loads(json.dumps(value, default=str))
-
-
-def drop_keys(plain: dict[str, Any], keys: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """``plain`` (a config's plain form) without each of ``keys`` (paths of names), changed in place."""
-    for *parents, key in keys:
-        section: Any = plain
-        for name in parents:
-            section = section.get(name) if isinstance(section, dict) else None
-        if isinstance(section, dict):
-            section.pop(key, None)
-    return plain
-
-
-def comparable_config(config: Mapping[str, Any] | DictConfig,
-                      output_dir: str | Path | None = None) -> dict[str, Any]:
-    """The resolved config as two runs of the same computation hold it, to compare a sweep's job with
-    its record: without `VOLATILE_KEYS` (nor `ADDED_KEYS` at their old behaviour's value);
-    string values that contain the job's output directory (a path embedding Hydra's timestamp) have it
-    replaced by ``<output_dir>``."""
-    if isinstance(config, DictConfig):
-        config = _container(config)
-    plain = {k: v for k, v in plain_config(dict(config)).items() if k not in VOLATILE_KEYS}
-    for (*parents, key), value in ADDED_KEYS.items():
-        section: dict[str, Any] | None = plain
-        for name in parents:
-            section = section.get(name) if isinstance(section, dict) else None
-        if isinstance(section, dict) and section.get(key, value) == value:
-            section.pop(key, None)
-    if output_dir is None:
-        return plain
-    out = str(Path(output_dir).resolve())
-
-    def strip(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: strip(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [strip(x) for x in v]
-        return v.replace(out, "<output_dir>") if isinstance(v, str) else v
-
-    return strip(plain)

@@ -1,6 +1,6 @@
 """The choices a run's config offers, one ``StrEnum`` per key: the schemas
-([`pipegnn.schema`][pipegnn.schema]) type their fields with them, so that composition rejects a value that is
-not one of them, and the packages that implement a choice take their names from here.
+([`pipegnn.config.schema`][pipegnn.config.schema]) type their fields with them, so that composition
+rejects a value that is not one of them, and the packages that implement a choice take their names from here.
 
 Each member's name is its value (the YAML spelling), which is what OmegaConf matches a string against,
 and a ``StrEnum`` member is a ``str``: it compares equal to its spelling and is written to JSON as it.
