@@ -7,7 +7,7 @@ that ran their sweep (results/README's), and check that they are exact.
 
 Each record's job ``records/[SWEEP/]N/result.json`` gets job N's overrides of the sweep the command
 (without ``-m``) ran over its preset's ``hydra.sweeper.params`` at the record's own commit
-([`sweep_jobs`][pipegnn.results.reproduce.sweep_jobs], as Hydra's basic sweeper expands them). They are
+([`command_jobs`][pipegnn.results.reproduce.command_jobs], as Hydra's basic sweeper expands them). They are
 exact when composing them with the presets of the record's own commit (its ``env.git_sha``, read from
 git, run in a subprocess) gives the configuration the record holds, on the keys that change what a run
 computes (records that no sweep made, a benchmark's: ``--jobs``, a JSON object of each record's key and
@@ -34,7 +34,7 @@ import yaml
 from pipegnn.record import RunRecord
 from pipegnn.results import archive, write_record
 from pipegnn.results.records import record_of
-from pipegnn.results.reproduce import computed_keys, drift, sweep_jobs
+from pipegnn.results.reproduce import command_jobs, computed_keys, drift
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         record = record_of(value, packed.parent / key)
         sha = record.env["git_sha"]
-        jobs = sweep_jobs(command, _params(sha, command))
+        jobs = command_jobs(command, _params(sha, command))
         number = int(key[len(prefix):].split("/")[0])
         if number >= len(jobs):
             raise SystemExit(f"{key}: job {number}, but the command makes {len(jobs)} jobs")

@@ -24,7 +24,7 @@ from pipegnn.results.archive_read import archives_of, entries
 from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, record_of
 
 __all__ = ["MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift", "drift",
-           "computed_keys", "recompose", "sweep_jobs"]
+           "command_jobs", "computed_keys", "recompose"]
 
 #: Keys that say where and how a run was kept, watched or bounded, not what it computed: where data and
 #: caches live, trackers, resume, checkpoints, caps and deadlines, how processes start, the trace.
@@ -143,7 +143,7 @@ def _records(root: Path) -> Iterator[tuple[Path, RunRecord | str]]:
             yield archive, str(e)
 
 
-def sweep_jobs(command: Sequence[str], params: Mapping[str, Any] | None = None) -> list[list[str]]:
+def command_jobs(command: Sequence[str], params: Mapping[str, Any] | None = None) -> list[list[str]]:
     """The overrides of each job of the sweep that ``command`` (a ``-m`` command line's overrides) ran
     over the preset's ``hydra.sweeper.params`` (``params``), as Hydra's basic sweeper expands them, in
     its order of jobs (job ``n`` is item ``n``): the params first, the command line overriding a key of

@@ -12,7 +12,7 @@ from pipegnn.config.typed import config_container
 from pipegnn.record import RunRecord, Status
 from pipegnn.results import write_record
 from pipegnn.results.__main__ import main
-from pipegnn.results.reproduce import drift, recompose, sweep_jobs
+from pipegnn.results.reproduce import command_jobs, drift, recompose
 
 from tests.helpers import ROOT, TINY_SYNTHETIC
 
@@ -91,7 +91,7 @@ def test_overrides_past_their_total_bound_are_named_not_composed() -> None:
 def test_a_sweeps_jobs_expand_as_hydras_basic_sweeper_does() -> None:
     """The preset's sweeper params first, the command line overriding a key of theirs in its place (the
     last value wins), Hydra's own overrides left out; job n is item n of the product."""
-    jobs = sweep_jobs(["model=gcn,gat", "train.seed=0,1", "hydra.sweep.dir=x"],
+    jobs = command_jobs(["model=gcn,gat", "train.seed=0,1", "hydra.sweep.dir=x"],
                       {"chunks": "1,2", "model": "sage"})
     assert len(jobs) == 8 and jobs[0] == ["chunks=1", "model=gcn", "train.seed=0"]
     assert jobs[3] == ["chunks=1", "model=gat", "train.seed=1"] and jobs[4][0] == "chunks=2"
