@@ -54,7 +54,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from pipegnn import run
     from pipegnn.config.schema import compose_config
     from pipegnn.measure import peak_rss_bytes, reset_peaks
-    from pipegnn.results import write_record
+    from pipegnn.runs.record_writes import write_record
 
     cfg = OmegaConf.to_container(compose_config(spec["overrides"]), resolve=True)
     for dotted, value in spec.get("set", {}).items():  # keys the typed schema may not know yet

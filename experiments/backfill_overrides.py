@@ -31,10 +31,11 @@ from typing import Any, Sequence
 
 import yaml
 
-from pipegnn.record import RunRecord
-from pipegnn.results import archive, write_record
-from pipegnn.results.records import record_of
+from pipegnn.results import archive
+from pipegnn.results.record_files import record_of
 from pipegnn.results.reproduce import command_jobs, computed_keys, drift
+from pipegnn.run_record import RunRecord
+from pipegnn.runs.record_writes import write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 

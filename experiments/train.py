@@ -10,7 +10,7 @@ SIGINT ends the running job with its record (status interrupted), then the comma
 signal's number (143, 130); with ``resume=true`` a job that left a checkpoint (``train.checkpoint_every``)
 continues from it.
 
-A sweep's folder belongs to one sweep (``pipegnn.training.ownership``: the ``SweepOwner`` callback of
+A sweep's folder belongs to one sweep (``pipegnn.runs.ownership``: the ``SweepOwner`` callback of
 conf/config.yaml): a second sweep started into a folder where one runs, or
 whose plan is another sweep's, is refused before it writes anything (exit 1); a job whose folder another
 job of the sweep claimed (``hydra.sweep.subdir`` the same for several jobs) writes nothing there and is
@@ -29,10 +29,11 @@ try:
     from hydra.types import RunMode
     from omegaconf import DictConfig, OmegaConf
 
-    from pipegnn import results
     from pipegnn.config import schema
     from pipegnn.errors import FolderTaken
-    from pipegnn.training.ownership import claim_job
+    from pipegnn.runs.callbacks import EpochProgress, exit_code
+    from pipegnn.runs.ownership import claim_job
+    from pipegnn.runs.resume_check import completed_record
     from pipegnn.training.preemption import Interrupted
 except ImportError as missing:  # e.g. a bare `python` outside the venv: say which interpreter has them
     venv = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
@@ -82,14 +83,14 @@ def main(cfg: DictConfig) -> dict:
     if multirun and not any(isinstance(f, _OverlapOncePerSweep) for f in train_log.filters):
         train_log.addFilter(_OverlapOncePerSweep())
     if cfg.resume:
-        record, reason = results.completed_record(out, cfg)
+        record, reason = completed_record(out, cfg)
         if record is not None:
             log.info("%sskipped: completed (record in %s)", job, out)
             return record
         log.info("%sresume: running (%s)", job, reason)
     # A progress bar over epochs on an interactive terminal, for jobs run in this process.
     bar = sys.stderr.isatty() and "BasicLauncher" in str(hc.launcher.get("_target_", ""))
-    with results.EpochProgress(int(cfg.train.epochs), enabled=bar,
+    with EpochProgress(int(cfg.train.epochs), enabled=bar,
                                desc=f"job {hc.job.num}" if multirun else "epochs") as progress:
         record = run(cfg, output_dir=out, choices=hc.runtime.choices, on_epoch=progress,
                      overrides=list(hc.overrides.task))
@@ -113,8 +114,8 @@ def _refuse(out: str, hc: Any, cfg: DictConfig, error: str) -> dict:
     """The record of a job whose folder another job claimed: ``invalid``, written beside that folder
     (``<folder>.job<num>.refused``), or where that folder lies outside this sweep's folder (another
     sweep's, say), in this sweep's (``<hydra.sweep.dir>/job<num>.refused``): never into another sweep's."""
-    from pipegnn.record import RunRecord, Status
-    from pipegnn.results.records import write_record
+    from pipegnn.run_record import RunRecord, Status
+    from pipegnn.runs.record_writes import write_record
 
     log.error("job %s: %s", hc.job.num, error)
     _refused.append(error)
@@ -150,4 +151,4 @@ if __name__ == "__main__":
     if _refused:
         log.error("%d job(s) wrote no record: their folder is another job's:\n  %s", len(_refused),
                   "\n  ".join(_refused))
-    sys.exit(1 if _single_failed or _refused else results.exit_code())
+    sys.exit(1 if _single_failed or _refused else exit_code())

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pipegnn.data import Graph
-from pipegnn.results.records import write_record
+from pipegnn.runs.record_writes import write_record
 
 from tests.helpers import COMPLETED_RECORD, failed_record, invalid_record, random_graph, shared_datasets
 

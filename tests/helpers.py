@@ -27,8 +27,8 @@ from pipegnn.data import Graph
 from pipegnn.engines import GPipeEngine, SingleEngine
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import StagedGNN
-from pipegnn.results.records import write_record
 from pipegnn.results.rows import flatten
+from pipegnn.runs.record_writes import write_record
 from pipegnn.timeline import PipelineInfo
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,7 +40,7 @@ def _checkpoint(path: Path) -> None:
 
 
 def _record(path: Path) -> None:
-    from pipegnn.results.records import write_record
+    from pipegnn.runs.record_writes import write_record
 
     write_record(path.parent, {"status": "completed"}, path.name)
 

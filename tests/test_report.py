@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipegnn.results import archive, load, load_record, write_record
+from pipegnn.results import archive, load, load_record
+from pipegnn.runs.record_writes import write_record
 
 from tests.helpers import ROOT
 

@@ -1,6 +1,7 @@
-"""After training: result records, the runs table, its statistics and figures, and sweeps on disk.
+"""After training: result records read back, the runs table, its statistics and figures, and sweeps on disk
+(what a run writes and claims, and the Hydra callbacks, are the run side's: [`pipegnn.runs`][pipegnn.runs]).
 
-- [`records`][pipegnn.results.records]: one ``result.json`` per run, written atomically, found, read, checked;
+- [`record_files`][pipegnn.results.record_files]: each run's ``result.json`` found, read, checked;
 - [`archive`][pipegnn.results.archive]: a sweep's records (and traces) as one ``records.jsonl.gz`` (in
   parts past 2 MiB), which [`load`][pipegnn.results.table.load] reads as it reads the files; used through
   its module (``archive.pack``, ``archive.read``, ``archive.unpack``: short names that would be ambiguous
@@ -22,15 +23,14 @@
   ([`plot_time_to_accuracy_vs_memory`][pipegnn.results.tta_plot.plot_time_to_accuracy_vs_memory]);
 - [`sweep`][pipegnn.results.sweep]: a sweep's jobs on disk; [`sweep_plan`][pipegnn.results.sweep_plan]: the
   jobs its ``multirun.yaml`` planned; [`hydra_files`][pipegnn.results.hydra_files]: Hydra's files read as
-  data; [`resume_check`][pipegnn.results.resume_check]: whether a resumed job keeps its record;
-  [`callbacks`][pipegnn.results.callbacks]: the end-of-sweep failure summary and the progress bar;
+  data;
   [`reproduce`][pipegnn.results.reproduce]: records' overrides composed at this commit against their config;
 - ``python -m pipegnn.results``: the command line ([`pipegnn.results.__main__`][pipegnn.results.__main__]; not
   re-exported: no library module imports a command-line tool).
 
 In a notebook: ``from pipegnn import results; df = results.load("multirun/...")``. Every name below
-is importable from here; each is loaded with its module on first use, so that importing one module
-(``pipegnn.training.launch`` writes records) pulls in neither matplotlib nor Hydra.
+is importable from here; each is loaded with its module on first use, so that importing one module pulls
+in neither matplotlib nor Hydra.
 """
 from __future__ import annotations
 
@@ -40,9 +40,8 @@ from typing import Any
 #: The public names of each module (but [`archive`][pipegnn.results.archive] and its parts), all re-exported
 #: here.
 _EXPORTS = {
-    "records": ("MAX_RECORD_BYTES", "RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file",
-                "check_record", "find_records", "is_entry", "load_record", "natural_key", "place_of",
-                "probe_record_folder", "record_of", "write_record"),
+    "record_files": ("MAX_RECORD_BYTES", "RECORD_NAME", "RecordError", "check_record", "find_records",
+                     "is_entry", "load_record", "natural_key", "place_of", "record_of"),
     "rows": ("COLUMNS", "INTEGER_COLUMNS", "flatten", "integers"),
     "table": ("NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "column",
               "format_table", "load", "select"),
@@ -57,8 +56,6 @@ _EXPORTS = {
     "sweep": ("INCOMPLETE", "Job", "sweep_jobs", "unrecorded_jobs"),
     "sweep_plan": ("MAX_PLANNED_JOBS", "SweepPlanError", "planned_jobs"),
     "hydra_files": ("MAX_RESOLVED_CHARS", "MAX_YAML_BYTES", "read_hydra_file"),
-    "resume_check": ("VOLATILE_KEYS", "comparable_config", "completed_record"),
-    "callbacks": ("EpochProgress", "FailureSummary", "exit_code"),
     "reproduce": ("MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift",
                   "drift", "recompose"),
 }

@@ -20,10 +20,10 @@ import pandas as pd
 
 from pipegnn.results.figures import draw
 from pipegnn.results.leaderboard_plot import plot_leaderboard
-from pipegnn.results.records import RECORD_NAME
 from pipegnn.results.rows import integers
 from pipegnn.results.stats import LEADERBOARD_SETTINGS, leaderboard, summary
 from pipegnn.results.table import NO_RECORD, TABLE_COLUMNS, format_table, load, select
+from pipegnn.run_record import RECORD_NAME
 
 __all__ = ["main"]
 

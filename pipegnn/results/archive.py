@@ -5,7 +5,7 @@ Each file is keyed by its path relative to the archive's folder (``records/3/res
 [`pipegnn.results.load`][pipegnn.results.table.load] reads an archive as it reads the files it holds: the same
 rows, each row's ``path`` the file's place were the archive unpacked
 (``python -m pipegnn.results.archive --unpack ARCHIVE DEST`` puts it there, written as
-[`write_record`][pipegnn.results.records.write_record] writes every record and trace, so byte for byte the
+[`write_record`][pipegnn.runs.record_writes.write_record] writes every record and trace, so byte for byte the
 files the runs wrote, but for what `_compact_epochs` drops).
 
 This module packs ([`pack`][pipegnn.results.archive.pack]) and is the command line; the format, its bounds and
@@ -60,7 +60,7 @@ from pipegnn.results.archive_format import (
     part_name,
 )
 from pipegnn.results.archive_read import Entry, Packed, archives_of, entries, parts, read, unpack
-from pipegnn.results.records import RECORD_NAME, find_records, is_entry
+from pipegnn.results.record_files import RECORD_NAME, find_records, is_entry
 
 __all__ = ["ARCHIVE_NAME", "EPOCH_DECIMALS", "EPOCH_STAGE_KEYS", "FILE_NAMES", "MAX_FILES",
            "MAX_INFLATED_BYTES", "MAX_KEY_CHARS", "MAX_KEY_PARTS", "MAX_LINE_BYTES", "MAX_PARTS",
@@ -79,8 +79,9 @@ EPOCH_STAGE_KEYS = ("busy_s",)
 def run_files(folder: str | Path, beside: Sequence[str] = (), under: str = "") -> dict[str, Path]:
     """Every ``result.json`` below ``folder`` and each file named in ``beside`` (``trace.json``) next to it,
     keyed by its path relative to ``folder`` below ``under`` (``records`` gives ``records/3/result.json``).
-    Every entry of those names but a folder is one ([`is_entry`][pipegnn.results.records.is_entry]: a FIFO,
-    a link to a device or to nothing), which [`pack`][pipegnn.results.archive.pack] packs as unreadable."""
+    Every entry of those names but a folder is one ([`is_entry`][pipegnn.results.record_files.is_entry]: a
+    FIFO, a link to a device or to nothing), which [`pack`][pipegnn.results.archive.pack] packs as
+    unreadable."""
     folder = Path(folder)
     files = {}
     for record in find_records(folder):

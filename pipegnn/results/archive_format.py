@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pipegnn.jsonfile import JSONFileError
-from pipegnn.results.records import RECORD_NAME, find_named, natural_key
+from pipegnn.results.record_files import RECORD_NAME, find_named, natural_key
 
 __all__ = ["ARCHIVE_NAME", "FILE_NAMES", "MAX_FILES", "MAX_INFLATED_BYTES", "MAX_KEY_CHARS", "MAX_KEY_PARTS",
            "MAX_LINE_BYTES", "MAX_PARTS", "MAX_PART_BYTES", "ArchiveError", "find_archives", "is_archive",

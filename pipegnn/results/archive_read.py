@@ -42,7 +42,8 @@ from pipegnn.results.archive_format import (
     find_archives,
     part_name,
 )
-from pipegnn.results.records import is_entry, write_record
+from pipegnn.results.record_files import is_entry
+from pipegnn.runs.record_writes import write_record
 
 __all__ = ["Entry", "Packed", "archives_of", "entries", "parts", "read", "unpack"]
 
@@ -316,7 +317,7 @@ def unpack(archive: str | Path, dest: str | Path,
            keep: Callable[[str], bool] | Collection[str] | None = None) -> tuple[list[Path], dict[str, str]]:
     """Write the files of ``archive`` (of every part when it is the first part of a split archive, a later
     part's alone; those ``keep`` accepts, see [`read`][pipegnn.results.archive_read.read]) below ``dest``,
-    each at its key, as [`write_record`][pipegnn.results.records.write_record] writes it.
+    each at its key, as [`write_record`][pipegnn.runs.record_writes.write_record] writes it.
     Returns the files written and the ones that could not be (unreadable when packed: key -> why).
 
     Nothing is written until every part has been read and checked (see

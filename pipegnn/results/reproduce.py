@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from pipegnn.config.compare import comparable_config, drop_keys
-from pipegnn.record import RunRecord
 from pipegnn.results.archive_format import ArchiveError, is_archive
 from pipegnn.results.archive_read import archives_of, entries
-from pipegnn.results.records import RECORD_NAME, RecordError, find_records, load_record, record_of
+from pipegnn.results.record_files import RECORD_NAME, RecordError, find_records, load_record, record_of
+from pipegnn.run_record import RunRecord
 
 __all__ = ["MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift", "drift",
            "command_jobs", "computed_keys", "recompose"]

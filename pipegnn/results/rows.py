@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from pipegnn.record import RunRecord, Status
+from pipegnn.run_record import RunRecord, Status
 
 __all__ = ["COLUMNS", "INTEGER_COLUMNS", "flatten", "integers"]
 
@@ -138,10 +138,10 @@ def _leaves(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def flatten(record: RunRecord | Mapping[str, Any], path: str | Path | None = None) -> dict[str, Any]:
-    """One flat row of a record (a JSON value is read by [`from_dict`][pipegnn.record.RunRecord.from_dict],
-    whose RecordFormatError it raises): the `COLUMNS` (NaN or None when the record lacks them, as
-    failed and invalid runs do), ``pipeline_stage<s>_busy_s`` for every stage of its ``pipeline``
-    section, then ``cfg.<dotted key>`` for every config leaf."""
+    """One flat row of a record (a JSON value is read by
+    [`from_dict`][pipegnn.run_record.RunRecord.from_dict], whose RecordFormatError it raises): the `COLUMNS`
+    (NaN or None when the record lacks them, as failed and invalid runs do), ``pipeline_stage<s>_busy_s`` for
+    every stage of its ``pipeline`` section, then ``cfg.<dotted key>`` for every config leaf."""
     record = record if isinstance(record, RunRecord) else RunRecord.from_dict(record, path)
     cfg, choices, final, timing, mb, memory = (record.config, record.choices, record.final, record.timing,
                                                record.microbatch, record.memory)

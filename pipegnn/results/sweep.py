@@ -7,12 +7,12 @@ wrote no ``result.json``) and ``missing`` (planned by the sweep's ``multirun.yam
 
 What a sweep planned is [`sweep_plan`][pipegnn.results.sweep_plan]'s; Hydra's files are read as data only
 ([`hydra_files`][pipegnn.results.hydra_files]: reading a sweep runs nothing its files name); the check that
-lets ``resume=true`` skip a completed job is [`resume_check`][pipegnn.results.resume_check]'s. Their public
-names are importable from here too, as they were before they moved: `completed_record`,
-`comparable_config`, `VOLATILE_KEYS`, `planned_jobs`, `SweepPlanError`, `MAX_YAML_BYTES`.
+lets ``resume=true`` skip a completed job is [`resume_check`][pipegnn.runs.resume_check]'s, on the run
+side. `planned_jobs`, `SweepPlanError` and `MAX_YAML_BYTES` are importable from here too, as they were before
+they moved.
 
 The end-of-sweep failure summary and the progress bar are in
-[`pipegnn.results.callbacks`][pipegnn.results.callbacks].
+[`pipegnn.runs.callbacks`][pipegnn.runs.callbacks].
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Any, Iterable
 from pipegnn.config.compare import plain_config
 from pipegnn.results.hydra_files import MAX_YAML_BYTES as MAX_YAML_BYTES
 from pipegnn.results.hydra_files import _get, _resolved, read_hydra_file
-from pipegnn.results.records import (
+from pipegnn.results.record_files import (
     RECORD_NAME,
     RecordError,
     find_records,
@@ -34,9 +34,6 @@ from pipegnn.results.records import (
     natural_key,
     place_of,
 )
-from pipegnn.results.resume_check import VOLATILE_KEYS as VOLATILE_KEYS
-from pipegnn.results.resume_check import comparable_config as comparable_config
-from pipegnn.results.resume_check import completed_record as completed_record
 from pipegnn.results.sweep_plan import SweepPlanError, _plan, _settings
 from pipegnn.results.sweep_plan import planned_jobs as planned_jobs
 

@@ -26,10 +26,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from pipegnn.record import RunRecord, Status
 from pipegnn.results.archive_format import ArchiveError, is_archive
 from pipegnn.results.archive_read import archives_of, entries
-from pipegnn.results.records import (
+from pipegnn.results.record_files import (
     RECORD_NAME,
     RecordError,
     find_records,
@@ -39,11 +38,12 @@ from pipegnn.results.records import (
     record_of,
 )
 from pipegnn.results.rows import COLUMNS, flatten
+from pipegnn.run_record import RunRecord, Status
 
 __all__ = ["NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "column", "format_table",
            "load", "select"]
 
-#: Statuses a run writes in its record ([`Status`][pipegnn.record.Status]).
+#: Statuses a run writes in its record ([`Status`][pipegnn.run_record.Status]).
 STATUSES = tuple(s.value for s in Status)
 #: Status of a row whose record file cannot be used (not valid JSON, or not shaped like a record).
 UNREADABLE = "unreadable"
@@ -104,8 +104,8 @@ def load(path: str | Path | Iterable[str | Path],
     archive is one ``unreadable`` row, its ``path`` the archive.
 
     A file that is not valid JSON or not shaped like a record (see
-    [`check_record`][pipegnn.results.records.check_record]) becomes a row with status ``unreadable`` and the
-    reason as its error. With ``jobs`` (the default), each directory also gets one row per job of a Hydra
+    [`check_record`][pipegnn.results.record_files.check_record]) becomes a row with status ``unreadable`` and
+    the reason as its error. With ``jobs`` (the default), each directory also gets one row per job of a Hydra
     sweep below it without a record (statuses `NO_RECORD`): ``incomplete``, a job folder with ``.hydra/`` but
     no ``result.json`` (its config columns come from ``.hydra/config.yaml``), and ``missing``, a job the
     sweep's ``multirun.yaml`` planned that has no folder (only the columns its overrides set). Keep

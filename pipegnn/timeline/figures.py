@@ -25,7 +25,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-from pipegnn.timeline.record import BUSY, COMMUNICATION, Box
+from pipegnn.timeline.boxes import BUSY, COMMUNICATION, Box
 
 __all__ = ["PipelineInfo", "medians", "step_figures", "theoretical_bubble"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from pipegnn.jsonfile import JSONFileError, read_json
+from pipegnn.timeline.boxes import Box
 from pipegnn.timeline.figures import PipelineInfo
-from pipegnn.timeline.record import Box
 
 __all__ = ["TRACE_NAME", "chrome_trace", "load_trace"]
 

@@ -29,7 +29,7 @@ from pipegnn.config.schema import Config
 from pipegnn.data import load_graph
 from pipegnn.errors import ConfigError
 from pipegnn.measure import timed
-from pipegnn.record import RunRecord
+from pipegnn.run_record import RunRecord
 from pipegnn.training.epochs import EPOCH_LINE, RUN_LOG, final_figures, stops
 from pipegnn.training.targets import check_splits
 

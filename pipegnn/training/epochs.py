@@ -26,7 +26,7 @@ from pipegnn.microbatch import MicroBatchPlan, NeighbourSampler
 from pipegnn.microbatch.draw_ahead import DrawAhead
 from pipegnn.microbatch.traffic import epoch_figures, stage_medians
 from pipegnn.models import StagedGNN
-from pipegnn.record import RunRecord
+from pipegnn.run_record import RunRecord
 from pipegnn.timeline import chrome_trace, medians, step_figures
 from pipegnn.training.checkpoints import save, training_state
 from pipegnn.training.preemption import signals_deferred

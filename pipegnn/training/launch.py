@@ -32,8 +32,8 @@ from pipegnn.measure import (
     reset_peaks,
 )
 from pipegnn.models import check_model
-from pipegnn.record import RunRecord, Status
-from pipegnn.results.records import probe_record_folder, write_record
+from pipegnn.run_record import RunRecord, Status
+from pipegnn.runs.record_writes import probe_record_folder, write_record
 from pipegnn.timeline import TRACE_NAME
 from pipegnn.training.checkpoints import checkpoint_path, previous_path
 from pipegnn.training.dgl_loader import check_loader, train_loader
@@ -54,7 +54,7 @@ def run(cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = Non
         on_epoch: Callable[[dict[str, Any]], Any] | None = None,
         state_dir: str | Path | None = None, overrides: Sequence[str] | None = None) -> RunRecord:
     """Train and evaluate one configuration and return its result record
-    ([`RunRecord`][pipegnn.record.RunRecord]).
+    ([`RunRecord`][pipegnn.run_record.RunRecord]).
 
     Never raises for a failing run: an invalid configuration, an out-of-memory error or any other
     exception becomes the record's ``status`` (``invalid``, ``oom``, ``failed``) and ``error``. A
@@ -150,7 +150,7 @@ def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | 
 
 def _probe(output_dir: str | Path) -> None:
     """The record's folder takes a record
-    ([`probe_record_folder`][pipegnn.results.records.probe_record_folder]), or the run is invalid before it
+    ([`probe_record_folder`][pipegnn.runs.record_writes.probe_record_folder]), or the run is invalid before it
     trains."""
     try:
         probe_record_folder(output_dir)

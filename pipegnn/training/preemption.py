@@ -17,7 +17,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from pipegnn.record import RunRecord
+from pipegnn.run_record import RunRecord
 
 __all__ = ["SIGNALS", "Guard", "Interrupted", "interruptible", "signals_deferred"]
 

@@ -39,7 +39,7 @@ from pipegnn.microbatch import (
 from pipegnn.microbatch.halo import InCSR
 from pipegnn.models import build_model, model_stack
 from pipegnn.models.precision import autocast_dtype, dtype_name
-from pipegnn.record import RunRecord
+from pipegnn.run_record import RunRecord
 from pipegnn.sparse import is_csr
 from pipegnn.timeline import PipelineInfo
 from pipegnn.training.checkpoints import checkpoint_path

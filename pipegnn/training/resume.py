@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from pipegnn.config.schema import Config
 from pipegnn.integrity import unsealed
-from pipegnn.record import epochs_problem
+from pipegnn.run_record import epochs_problem
 from pipegnn.training.checkpoints import load, previous_path, restore, training_state
 from pipegnn.training.resume_config import config_difference
 

@@ -1,12 +1,12 @@
 """Completed records as a completed run leaves them, for the tests of pipegnn.results: a record with
 ``status: completed`` counts as completed only with an epoch and the final accuracies
-(:func:`pipegnn.record.completion_problem`)."""
+(:func:`pipegnn.run_record.completion_problem`)."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from pipegnn.results.records import write_record
+from pipegnn.runs.record_writes import write_record
 
 from tests.helpers import killed_variant_sweep
 

@@ -9,10 +9,10 @@ import pytest
 
 from pipegnn.config.schema import compose_config
 from pipegnn.config.typed import config_container
-from pipegnn.record import RunRecord, Status
-from pipegnn.results import write_record
 from pipegnn.results.__main__ import main
 from pipegnn.results.reproduce import command_jobs, drift, recompose
+from pipegnn.run_record import RunRecord, Status
+from pipegnn.runs.record_writes import write_record
 
 from tests.helpers import ROOT, TINY_SYNTHETIC
 

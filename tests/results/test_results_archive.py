@@ -13,8 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipegnn.results import archive, load, write_record
+from pipegnn.results import archive, load
 from pipegnn.results.archive import ARCHIVE_NAME, ArchiveError
+from pipegnn.runs.record_writes import write_record
 
 from tests.helpers import ROOT
 

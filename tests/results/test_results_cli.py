@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from pipegnn.results.__main__ import _arrow_safe, _parse_value, main
-from pipegnn.results.records import write_record
 from pipegnn.results.table import load
+from pipegnn.runs.record_writes import write_record
 
 from tests.helpers import COMPLETED_RECORD, RECORD_CONFIG, ROOT, killed_model_sweep, results_cli
 

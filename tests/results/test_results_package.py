@@ -29,8 +29,8 @@ def test_every_public_name_of_every_module_is_exported() -> None:
 
 def test_importing_a_module_loads_no_other_module_of_the_package() -> None:
     """``pipegnn.training.launch`` writes records: that pulls in neither pandas, matplotlib nor Hydra."""
-    code = ("import sys, pipegnn.results.records; "
+    code = ("import sys, pipegnn.results.record_files; "
             "print(sorted(m for m in sys.modules if m.startswith(('pipegnn.results', 'pandas', 'matplotlib', "
             "'hydra'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['pipegnn.results', 'pipegnn.results.records']"
+    assert out.strip() == "['pipegnn.results', 'pipegnn.results.record_files']"

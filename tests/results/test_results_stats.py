@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from pipegnn.results.__main__ import main
-from pipegnn.results.records import write_record
 from pipegnn.results.stats import device_type, leaderboard, relative, setup_label, summarize, summary
 from pipegnn.results.table import load
+from pipegnn.runs.record_writes import write_record
 
 from tests.helpers import make_frame, make_record, seeded_record
 

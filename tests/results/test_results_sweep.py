@@ -7,9 +7,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from pipegnn.record import Status
-from pipegnn.results.records import write_record
-from pipegnn.results.sweep import completed_record, planned_jobs, sweep_jobs
+from pipegnn.results.sweep import planned_jobs, sweep_jobs
+from pipegnn.run_record import Status
+from pipegnn.runs.record_writes import write_record
+from pipegnn.runs.resume_check import completed_record
 
 from tests.helpers import make_cfg
 from tests.results.completed import FINISHED, completed, killed_sweep
@@ -110,7 +111,7 @@ def test_sweep_jobs_name_the_jobs_a_killed_sweep_left_without_a_record(tmp_path:
 def test_a_key_added_since_a_record_keeps_its_job_at_the_old_behaviour() -> None:
     """engine.capture arrived after the committed records: a config with its old behaviour (none)
     compares equal to a record's config without the key, and any other value does not."""
-    from pipegnn.results.sweep import comparable_config
+    from pipegnn.config.compare import comparable_config
 
     now = OmegaConf.to_container(make_cfg("engine=single"), resolve=True)
     before = {**now, "engine": {k: v for k, v in now["engine"].items() if k != "capture"}}

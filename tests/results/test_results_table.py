@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from pipegnn import run
-from pipegnn.record import RecordFormatError
-from pipegnn.results.records import write_record
 from pipegnn.results.rows import COLUMNS, flatten
 from pipegnn.results.stats import summary
 from pipegnn.results.table import format_table, load, select
+from pipegnn.run_record import RecordFormatError
+from pipegnn.runs.record_writes import write_record
 
 from tests.helpers import (
     COMPLETED_RECORD,

@@ -24,11 +24,13 @@ from omegaconf import OmegaConf
 
 from pipegnn.integrity import stream_checksum
 from pipegnn.jsonfile import NotRegularFileError
-from pipegnn.results import archive, load, load_record, write_record
+from pipegnn.results import archive, load, load_record
 from pipegnn.results.__main__ import main
 from pipegnn.results.archive import ARCHIVE_NAME, ArchiveError
-from pipegnn.results.records import RecordError
-from pipegnn.results.sweep import completed_record, sweep_jobs
+from pipegnn.results.record_files import RecordError
+from pipegnn.results.sweep import sweep_jobs
+from pipegnn.runs.record_writes import write_record
+from pipegnn.runs.resume_check import completed_record
 
 from tests.helpers import COMPLETED_RECORD, ROOT, killed_model_sweep, make_cfg
 from tests.results.completed import FINISHED, completed
@@ -680,7 +682,7 @@ def test_interpolations_of_interpolations_are_not_resolved_past_a_bound(tmp_path
 def test_a_record_whose_config_holds_a_million_keys_is_unreadable(tmp_path: Path) -> None:
     """A 6.6 MB result.json (under the size bound) whose config held 480,000 keys ended in a MemoryError
     (a column per key); a record's config holds at most 10,000 keys now."""
-    from pipegnn.record import MAX_CONFIG_KEYS
+    from pipegnn.run_record import MAX_CONFIG_KEYS
 
     write_record(tmp_path / "0", completed({"chunks": 2, "x": {f"k{i}": 0 for i in range(MAX_CONFIG_KEYS)}}))
     write_record(tmp_path / "1", completed({"chunks": 2}))

@@ -1,6 +1,6 @@
 """What a spawned pipeline's run records of its workers: which rank's failure its error names, and
 what it takes from rank 0's record (the record type's rule:
-[`pipegnn.record.RunRecord.combine`][pipegnn.record.RunRecord.combine]).
+[`pipegnn.run_record.RunRecord.combine`][pipegnn.run_record.RunRecord.combine]).
 
 When a worker fails the others usually fail at once with a lost connection to the dead peer, so the
 cause named is, in this order: a rank that found the configuration invalid or ran out of memory; a rank
@@ -15,7 +15,7 @@ import signal
 from typing import Any, Mapping, Sequence
 
 from pipegnn.errors import ConfigError
-from pipegnn.record import RunRecord
+from pipegnn.run_record import RunRecord
 from pipegnn.training.preemption import Interrupted
 
 __all__ = ["LOST_PEER", "WorkerFailed", "death", "failure", "merge"]
@@ -73,7 +73,7 @@ def failure(exits: list[tuple[int, int]], results: dict[int, dict[str, Any]]) ->
 def merge(record: RunRecord, worker: Mapping[str, Any] | None,
           epochs: Sequence[dict[str, Any]], completed: bool) -> None:
     """Rank 0's record (``worker``, as it came through its pipe; None: rank 0 reported nothing) into
-    the launcher's ``record``, in place, by [`RunRecord.combine`][pipegnn.record.RunRecord.combine]:
+    the launcher's ``record``, in place, by [`RunRecord.combine`][pipegnn.run_record.RunRecord.combine]:
     the fields rank 0 fills (its memory only when the run ``completed``: after a failure the launcher
     records its own), and the ``epochs`` rank 0 streamed while it ran if it could not report them all."""
     combined = RunRecord.combine(record, worker, epochs, completed)

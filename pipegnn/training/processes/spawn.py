@@ -56,7 +56,7 @@ import torch.multiprocessing as mp
 
 from pipegnn.config.schema import Config, PipeliningEngineConfig
 from pipegnn.measure import peak_rss_bytes
-from pipegnn.record import RunRecord
+from pipegnn.run_record import RunRecord
 from pipegnn.training.preemption import Interrupted
 from pipegnn.training.processes.backend import dist_backend
 from pipegnn.training.processes.outcome import WorkerFailed, failure, merge

@@ -6,7 +6,7 @@ import signal
 from typing import Any
 
 from pipegnn.errors import ConfigError
-from pipegnn.record import RunRecord, Status
+from pipegnn.run_record import RunRecord, Status
 from pipegnn.training.preemption import Interrupted
 from pipegnn.training.processes.outcome import WorkerFailed, failure, merge
 

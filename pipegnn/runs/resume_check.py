@@ -1,6 +1,6 @@
 """The resume check of a sweep's job: whether the record in its output directory can be kept.
 
-[`completed_record`][pipegnn.results.resume_check.completed_record]: with ``resume=true`` a job whose output
+[`completed_record`][pipegnn.runs.resume_check.completed_record]: with ``resume=true`` a job whose output
 directory already holds a ``completed`` record of the same configuration (compared as
 [`comparable_config`][pipegnn.config.compare.comparable_config] makes it) is skipped
 (``experiments/train.py``).
@@ -13,8 +13,8 @@ from typing import Any, Mapping
 from omegaconf import DictConfig
 
 from pipegnn.config.compare import VOLATILE_KEYS, comparable_config
-from pipegnn.record import RunRecord, Status
-from pipegnn.results.records import RECORD_NAME, RecordError, is_entry, load_record
+from pipegnn.results.record_files import RECORD_NAME, RecordError, is_entry, load_record
+from pipegnn.run_record import RunRecord, Status
 
 __all__ = ["VOLATILE_KEYS", "comparable_config", "completed_record"]
 
@@ -29,9 +29,9 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
 def completed_record(output_dir: str | Path, config: Mapping[str, Any] | DictConfig
                      ) -> tuple[RunRecord | None, str]:
     """The record to keep when resuming: ``output_dir/result.json`` (read as every record is,
-    [`load_record`][pipegnn.results.records.load_record]) if it is ``completed`` and was made with the same
-    config (see [`comparable_config`][pipegnn.config.compare.comparable_config]), else None; with the reason
-    either way (logged by the caller)."""
+    [`load_record`][pipegnn.results.record_files.load_record]) if it is ``completed`` and was made with the
+    same config (see [`comparable_config`][pipegnn.config.compare.comparable_config]), else None; with the
+    reason either way (logged by the caller)."""
     path = Path(output_dir) / RECORD_NAME
     if not is_entry(path):
         return None, "no previous record"

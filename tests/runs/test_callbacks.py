@@ -1,4 +1,4 @@
-"""The callbacks of experiments/train.py (pipegnn/results/callbacks.py): the end-of-sweep failure summary
+"""The callbacks of experiments/train.py (pipegnn/runs/callbacks.py): the end-of-sweep failure summary
 and its exit code, the progress bar over epochs. (Whole sweeps through the command line: test_sweeps.py.)"""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from pipegnn import run
-from pipegnn.results.callbacks import EpochProgress, FailureSummary, exit_code
+from pipegnn.runs.callbacks import EpochProgress, FailureSummary, exit_code
 
 from tests.helpers import make_cfg
 from tests.results.completed import killed_sweep

@@ -1,12 +1,12 @@
 """Callbacks of ``experiments/train.py``: the end-of-sweep failure summary and the progress bar.
 
-- [`FailureSummary`][pipegnn.results.callbacks.FailureSummary]: a Hydra callback (registered in
+- [`FailureSummary`][pipegnn.runs.callbacks.FailureSummary]: a Hydra callback (registered in
   ``conf/config.yaml``) that, once every job of a sweep has returned, reads the jobs' records from the sweep
   directory, so it works with any launcher (the basic one runs jobs in this process, joblib and SLURM in
   others), names every job that did not complete (number, overrides, status, error) on stderr and in
-  ``<sweep dir>/sweep.log``, and sets [`exit_code`][pipegnn.results.callbacks.exit_code], which
+  ``<sweep dir>/sweep.log``, and sets [`exit_code`][pipegnn.runs.callbacks.exit_code], which
   ``experiments/train.py`` exits with.
-- [`EpochProgress`][pipegnn.results.callbacks.EpochProgress]: a tqdm bar over epochs, fed by the trainer's
+- [`EpochProgress`][pipegnn.runs.callbacks.EpochProgress]: a tqdm bar over epochs, fed by the trainer's
   per-epoch log lines.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from pipegnn.results.records import RECORD_NAME
 from pipegnn.results.sweep import Job, sweep_jobs
+from pipegnn.run_record import RECORD_NAME
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -37,7 +37,7 @@ def exit_code() -> int:
 
 class FailureSummary(Callback):
     """After a sweep: name each job that did not complete and make
-    [`exit_code`][pipegnn.results.callbacks.exit_code] non-zero.
+    [`exit_code`][pipegnn.runs.callbacks.exit_code] non-zero.
 
     Runs in the process that launched the sweep, after every job returned (with failures captured in
     the records, the jobs return normally and Hydra calls ``on_multirun_end``). It reads the records

@@ -2,7 +2,7 @@
 the jobs' subfolders of a sweep), kept inside that folder and checked before Hydra writes: Hydra writes them
 before any job can refuse its folder, so whatever could put them elsewhere (a subdir naming an environment
 variable, a job name with a ``/``, a log handler's file) or hang them (a FIFO) is refused here, naming it.
-Used by [`pipegnn.training.ownership`][pipegnn.training.ownership]'s callbacks.
+Used by [`pipegnn.runs.ownership`][pipegnn.runs.ownership]'s callbacks.
 """
 from __future__ import annotations
 

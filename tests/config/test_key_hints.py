@@ -11,7 +11,7 @@ from hydra.errors import ConfigCompositionException
 
 from pipegnn.config.schema import compose_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("override, nearest, node", [

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipegnn.errors import FolderTaken
-from pipegnn.training.ownership import (
+from pipegnn.runs.ownership import (
     JOB_FILE,
     OWNER_FILE,
     RUN_FILE,
@@ -279,7 +279,7 @@ def test_a_job_past_what_is_scanned_is_never_unseen(tmp_path: Path, monkeypatch:
     and a job past them went unseen (the folder taken over). A folder holding more than the scan reads is
     refused now, naming the bound (here 200 entries, a job folder after 300 files); one within it is
     read whole."""
-    from pipegnn.training import ownership
+    from pipegnn.runs import ownership
 
     monkeypatch.setattr(ownership, "_SCAN", 200)
     folder = tmp_path / "S"
@@ -325,7 +325,7 @@ def test_a_run_into_a_taken_folder_is_refused_in_one_line(tmp_path: Path, how: s
     if how == "held":
         held = claim_run(out, ["train.seed=9"])
     elif how == "claimed":  # by a run that has ended (a live claimant holds the folder: see below)
-        subprocess.run([sys.executable, "-c", "import sys; from pipegnn.training.ownership import claim_run; "
+        subprocess.run([sys.executable, "-c", "import sys; from pipegnn.runs.ownership import claim_run; "
                         "claim_run(sys.argv[1], ['train.seed=9']).close()", str(out)], check=True, cwd=ROOT)
     else:
         (out / RUN_LOCK).mkdir()

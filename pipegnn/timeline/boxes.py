@@ -105,7 +105,7 @@ class Timeline:
         return event
 
     def add(self, stage: int, micro_batch: int, kind: str, start: Any, end: Any) -> None:
-        """Record one box between two stamps of [`now`][pipegnn.timeline.record.Timeline.now]."""
+        """Record one box between two stamps of [`now`][pipegnn.timeline.boxes.Timeline.now]."""
         if self.recording:
             self._pending.append((stage, micro_batch, kind, start, end))
             if isinstance(end, float):

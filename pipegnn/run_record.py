@@ -1,32 +1,32 @@
-"""The result record of one run (``result.json``): [`RunRecord`][pipegnn.record.RunRecord], the one type a
-run's record is written as ([`RunRecord.to_dict`][pipegnn.record.RunRecord.to_dict]) and read back as
-([`RunRecord.from_dict`][pipegnn.record.RunRecord.from_dict], which migrates older versions), with the rule by
-which a spawned pipeline's run combines its ranks' records
-([`RunRecord.combine`][pipegnn.record.RunRecord.combine]).
+"""The result record of one run (``result.json``): [`RunRecord`][pipegnn.run_record.RunRecord], the one type a
+run's record is written as ([`RunRecord.to_dict`][pipegnn.run_record.RunRecord.to_dict]) and read back as
+([`RunRecord.from_dict`][pipegnn.run_record.RunRecord.from_dict], which migrates older versions), with the
+rule by which a spawned pipeline's run combines its ranks' records
+([`RunRecord.combine`][pipegnn.run_record.RunRecord.combine]).
 
-This module imports nothing from [`pipegnn.training`][pipegnn.training] (which writes records) nor from
+This module imports nothing from [`pipegnn.runs`][pipegnn.runs] (which writes records) nor from
 [`pipegnn.results`][pipegnn.results] (which reads them), so that both can import it.
 
 Versions (the key ``record_version``; a record without it is version 1):
 
 - 1: the records written before the key existed (every committed reference record). Its readers let a
   section be absent or null, and ``status`` be any string.
-- 2: ``record_version`` first; ``status`` one of [`Status`][pipegnn.record.Status]; the fields every record
-  has present (``error`` null when there is none); an optional section absent, never null.
+- 2: ``record_version`` first; ``status`` one of [`Status`][pipegnn.run_record.Status]; the fields
+  every record has present (``error`` null when there is none); an optional section absent, never null.
 
-[`migrate`][pipegnn.record.migrate] brings a version-1 record to version 2: ``record_version`` added, a field
-every record has that is absent or null given its empty value (``error`` null, ``epochs`` [], a section {}),
-an optional section that is null left out. Nothing else differs: a version-1 record of a run holds the
+[`migrate`][pipegnn.run_record.migrate] brings a version-1 record to version 2: ``record_version`` added, a
+field every record has that is absent or null given its empty value (``error`` null, ``epochs`` [], a section
+{}), an optional section that is null left out. Nothing else differs: a version-1 record of a run holds the
 same keys and values as the version-2 record of the same run.
 
 Reading is checked: a key that is no field, a value of the wrong type (each field's annotation), or a
 few shapes inside sections that the runs table relies on, is one
-[`RecordFormatError`][pipegnn.record.RecordFormatError] naming the key (and the file, when the caller gives
-it); so is a record of a newer version than this code knows.
+[`RecordFormatError`][pipegnn.run_record.RecordFormatError] naming the key (and the file, when the caller
+gives it); so is a record of a newer version than this code knows.
 
 A record read from a file is ``completed`` only when its fields say so
-([`completion_problem`][pipegnn.record.completion_problem], which
-[`pipegnn.results.records.record_of`][pipegnn.results.records.record_of] applies to every record file and
+([`completion_problem`][pipegnn.run_record.completion_problem], which
+[`record_of`][pipegnn.results.record_files.record_of] applies to every record file and
 archive line): at least one epoch, each accuracy of ``final`` (`COMPLETED_ACCURACIES`), and every epoch's
 ``train_acc``, ``val_acc`` and ``test_acc``, each a number from 0 to 1, and all of ``train.epochs``' epochs
 unless it stopped early (``final.stopped_epoch``). A ``completed`` record without them is malformed (the
@@ -46,9 +46,11 @@ from typing import Any, Callable
 from pipegnn.config.choices import StrEnum
 
 __all__ = ["COMBINE", "COMPLETED_ACCURACIES", "LAUNCHER", "MAX_CONFIG_KEYS", "OPTIONAL", "RANK0",
-           "RANK0_IF_COMPLETED",
-           "RECORD_VERSION", "RecordFormatError", "RunRecord", "Status", "completion_problem",
-           "epochs_problem", "migrate"]
+           "RANK0_IF_COMPLETED", "RECORD_NAME", "RECORD_VERSION", "RecordFormatError", "RunRecord", "Status",
+           "completion_problem", "epochs_problem", "migrate"]
+
+#: A run's record's file name, in the run's output folder.
+RECORD_NAME = "result.json"
 
 #: The version of the records this code writes (and the newest it reads).
 RECORD_VERSION = 2
@@ -68,7 +70,7 @@ class Status(StrEnum):
 
 
 #: Field metadata key: where a spawned pipeline's run record takes the field from
-#: ([`RunRecord.combine`][pipegnn.record.RunRecord.combine]).
+#: ([`RunRecord.combine`][pipegnn.run_record.RunRecord.combine]).
 COMBINE = "combine"
 #: ... the launcher's own value (the process that started the workers).
 LAUNCHER = "launcher"
@@ -101,8 +103,8 @@ class RunRecord(Mapping[str, Any]):
     section is a JSON object (its content is the section's writer's: see ``docs/records.md``).
 
     Each field's ``metadata[COMBINE]`` says where a spawned pipeline's run takes it from
-    ([`combine`][pipegnn.record.RunRecord.combine]), ``metadata[OPTIONAL]`` whether None leaves it out
-    ([`to_dict`][pipegnn.record.RunRecord.to_dict]).
+    ([`combine`][pipegnn.run_record.RunRecord.combine]), ``metadata[OPTIONAL]`` whether None leaves it out
+    ([`to_dict`][pipegnn.run_record.RunRecord.to_dict]).
 
     Read-only, a record is also a mapping of its written form (``record["status"] == "completed"``,
     ``record.get("pipeline")``), for readers written against the JSON; a writer sets the fields.
@@ -148,13 +150,13 @@ class RunRecord(Mapping[str, Any]):
     #: The files beside the record that could not be written (``trace.json``, the trackers' files): name ->
     #: the error. The record is written first and alone, so their failure never costs it.
     unwritten: dict[str, str] | None = field(default=None, metadata=_meta(LAUNCHER, True))
-    #: The order of the keys the record was read with ([`from_dict`][pipegnn.record.RunRecord.from_dict]),
-    #: which [`to_dict`][pipegnn.record.RunRecord.to_dict] keeps.
+    #: The order of the keys the record was read with ([`from_dict`][pipegnn.run_record.RunRecord.from_dict]),
+    #: which [`to_dict`][pipegnn.run_record.RunRecord.to_dict] keeps.
     _order: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as written (JSON-ready): ``record_version`` first, then the fields in their order
-        (a record read by [`from_dict`][pipegnn.record.RunRecord.from_dict]: in the order read), optional
+        (a record read by [`from_dict`][pipegnn.run_record.RunRecord.from_dict]: in the order read), optional
         sections that are None left out. The sections are the record's own objects, not copies."""
         out: dict[str, Any] = {}
         for f in _FIELDS:
@@ -169,7 +171,7 @@ class RunRecord(Mapping[str, Any]):
 
     @classmethod
     def from_dict(cls, d: Any, path: str | Path | None = None) -> RunRecord:
-        """The record in ``d`` (a record's JSON value, of any version: [`migrate`][pipegnn.record.migrate]
+        """The record in ``d`` (a record's JSON value, of any version: [`migrate`][pipegnn.run_record.migrate]
         brings it to `RECORD_VERSION`). The record shares ``d``'s sections.
 
         Raises:
@@ -246,7 +248,7 @@ def completion_problem(record: RunRecord) -> str | None:
     when it does, or when its status is another): no epoch, or an accuracy of ``final``
     (`COMPLETED_ACCURACIES`) or of any epoch (``train_acc``, ``val_acc``, ``test_acc``) that is absent or no
     number from 0 to 1. Phrased as
-    [`RecordFormatError`][pipegnn.record.RecordFormatError]'s reasons are (``malformed record: ...``)."""
+    [`RecordFormatError`][pipegnn.run_record.RecordFormatError]'s reasons are (``malformed record: ...``)."""
     if record.status is not Status.COMPLETED:
         return None
     if not record.epochs:
@@ -345,7 +347,7 @@ _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_
 
 def _check(d: dict[str, Any], path: str | Path | None) -> None:
     """``d`` (a current record) holds the record's keys, each of its field's type, and the shapes the
-    runs table relies on; else [`RecordFormatError`][pipegnn.record.RecordFormatError] naming the first
+    runs table relies on; else [`RecordFormatError`][pipegnn.run_record.RecordFormatError] naming the first
     problem."""
     def bad(problem: str, key: str) -> RecordFormatError:
         return RecordFormatError(f"malformed record: {problem}", key, path)

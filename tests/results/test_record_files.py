@@ -1,4 +1,5 @@
-"""Result records on disk (pipegnn/results/records.py): found, read, checked, each error naming its file."""
+"""Result records on disk (pipegnn/results/record_files.py): found, read, checked, each error naming its
+file."""
 from __future__ import annotations
 
 import subprocess
@@ -9,7 +10,8 @@ import pytest
 import torch
 
 from pipegnn import run
-from pipegnn.results.records import RecordError, find_records, load_record, write_record
+from pipegnn.results.record_files import RecordError, find_records, load_record
+from pipegnn.runs.record_writes import write_record
 from pipegnn.training.checkpoints import save
 
 from tests.helpers import make_cfg

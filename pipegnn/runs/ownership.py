@@ -1,6 +1,6 @@
 """Who a sweep's folder and a job's folder belong to, so that no sweep or job writes over another's.
 
-- [`SweepOwner`][pipegnn.training.ownership.SweepOwner]: a Hydra callback (``conf/config.yaml``'s
+- [`SweepOwner`][pipegnn.runs.ownership.SweepOwner]: a Hydra callback (``conf/config.yaml``'s
   ``hydra.callbacks``) that, before the sweeper writes its plan (``multirun.yaml``), takes ``hydra.sweep.dir``
   for this sweep: it holds an exclusive lock (``flock``) on ``.pipegnn-sweep.lock`` there for as long as the
   sweep runs (the kernel lets it go when the process ends, however it ends) and writes the owner,
@@ -14,15 +14,15 @@
 - A single run's ``hydra.run.dir`` (and a sweep's folder) that is a file, or lies under one, stops the
   command before Hydra makes it, with one line naming it (exit 1); so does a ``hydra.run.dir`` that is, or
   lies inside, a sweep's folder or a job's.
-- [`claim_run`][pipegnn.training.ownership.claim_run]: a single run claims its folder before Hydra writes
+- [`claim_run`][pipegnn.runs.ownership.claim_run]: a single run claims its folder before Hydra writes
   into it: a lock (``.pipegnn-run.lock``, held while the run lives) and a claim (``.pipegnn-run.json``: pid,
   host, start, the run's overrides). A folder whose lock another run holds, or that another run (other
   overrides, ``resume`` aside) claimed, is never written into: a timestamped ``hydra.run.dir`` (the default,
   ``${now:...}``) moves to the first free ``<dir>-2``, ``<dir>-3``, ...; any other is refused with one line
   naming the first run. A folder where the lock cannot be made (read-only, say) is refused the same way.
 - What Hydra writes before a run or job starts (``.hydra``, the job log, a sweep's subdirs) is checked by
-  [`pipegnn.training.hydra_writes`][pipegnn.training.hydra_writes] before Hydra writes it.
-- [`claim_job`][pipegnn.training.ownership.claim_job]: a job claims its output folder (``.pipegnn-job.json``:
+  [`pipegnn.runs.hydra_writes`][pipegnn.runs.hydra_writes] before Hydra writes it.
+- [`claim_job`][pipegnn.runs.ownership.claim_job]: a job claims its output folder (``.pipegnn-job.json``:
   the job's number and overrides and its sweep's folder, created only if absent) before it runs; a folder
   that another job claimed (another number, or other overrides, ``resume`` aside), of this sweep
   (``hydra.sweep.subdir`` resolving to one folder for several jobs) or of another sweep, or that lies
@@ -48,9 +48,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from pipegnn.atomic import atomic_file, process_alive
 from pipegnn.errors import FolderTaken
 from pipegnn.results.hydra_files import read_hydra_file
-from pipegnn.results.records import RECORD_NAME
 from pipegnn.results.sweep_plan import MAX_PLANNED_JOBS
-from pipegnn.training.hydra_writes import check_kinds, check_subdir_inside, check_subdir_per_job, hydra_paths
+from pipegnn.run_record import RECORD_NAME
+from pipegnn.runs.hydra_writes import check_kinds, check_subdir_inside, check_subdir_per_job, hydra_paths
 
 __all__ = ["JOB_FILE", "LOCK_FILE", "OWNER_FILE", "RUN_FILE", "RUN_LOCK", "SweepOwner", "check_folder",
            "claim_job", "claim_run", "take_sweep"]
@@ -103,7 +103,7 @@ def _describe(owner: dict[str, Any]) -> str:
 
 def _plan_file(path: Path) -> dict[str, Any] | None:
     """The plan of the sweep whose ``multirun.yaml`` is at ``path`` as
-    [`take_sweep`][pipegnn.training.ownership.take_sweep] compares it (with ``plan``: the file); None when
+    [`take_sweep`][pipegnn.runs.ownership.take_sweep] compares it (with ``plan``: the file); None when
     there is none; one that cannot be read is nobody's plan (it compares unequal to every sweep)."""
     if not (path.exists() or path.is_symlink()):
         return None
@@ -123,7 +123,7 @@ def _not_inside_another(folder: Path, key: str, own_sweep: Path | None = None,
     folder itself is a sweep's when it holds an owner, or for a single run a plan, ``multirun.yaml``).
     ``claiming``: a job's own folder may hold its own claim (which claim_job compares). A single run's
     folder (its claim, ``.pipegnn-run.json``) is refused the same way, but for a single run's own folder
-    (``own_sweep`` None, not ``claiming``: [`claim_run`][pipegnn.training.ownership.claim_run] compares it).
+    (``own_sweep`` None, not ``claiming``: [`claim_run`][pipegnn.runs.ownership.claim_run] compares it).
 
     Raises:
         FolderTaken: naming the job or sweep whose folder it is.
@@ -417,7 +417,7 @@ def _claim_run_folder(config: DictConfig) -> IO[Any]:
 
 class SweepOwner(Callback):
     """Takes the sweep's folder before the sweeper writes its plan
-    ([`take_sweep`][pipegnn.training.ownership.take_sweep]), lets it go after the last job."""
+    ([`take_sweep`][pipegnn.runs.ownership.take_sweep]), lets it go after the last job."""
 
     def __init__(self) -> None:
         self.lock: IO[Any] | None = None
@@ -437,7 +437,7 @@ class SweepOwner(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """A single run claims its folder (``hydra.run.dir``:
-        [`claim_run`][pipegnn.training.ownership.claim_run]), or the command stops here with one line,
+        [`claim_run`][pipegnn.runs.ownership.claim_run]), or the command stops here with one line,
         before Hydra writes into it (Hydra's own mkdir ended in its traceback)."""
         try:
             rank = os.environ.get("RANK", "0")

@@ -1,4 +1,4 @@
-"""The result record (pipegnn/record.py): its written form, the migration of older versions, the errors
+"""The result record (pipegnn/run_record.py): its written form, the migration of older versions, the errors
 of a record that cannot be read, the rule that combines a spawned pipeline's records, and every
 committed record read through it."""
 from __future__ import annotations
@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from pipegnn.record import (
+from pipegnn.results import archive
+from pipegnn.results.record_files import RecordError, find_records, load_record, record_of
+from pipegnn.run_record import (
     COMBINE,
     LAUNCHER,
     OPTIONAL,
@@ -23,8 +25,7 @@ from pipegnn.record import (
     Status,
     migrate,
 )
-from pipegnn.results import archive
-from pipegnn.results.records import RecordError, find_records, load_record, record_of, write_record
+from pipegnn.runs.record_writes import write_record
 
 from tests.helpers import ROOT
 

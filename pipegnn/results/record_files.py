@@ -1,77 +1,28 @@
-"""Result records on disk: one ``result.json`` per run, written atomically, found, read and checked.
+"""Result records on disk: one ``result.json`` per run, found, read and checked (written:
+[`pipegnn.runs.record_writes`][pipegnn.runs.record_writes]).
 
-What a record holds, its versions and its checks: [`pipegnn.record.RunRecord`][pipegnn.record.RunRecord].
+What a record holds, its versions and its checks: [`RunRecord`][pipegnn.run_record.RunRecord].
 
 This module knows files only; [`pipegnn.results.table`][pipegnn.results.table] aggregates records into tables
 and [`pipegnn.results.sweep`][pipegnn.results.sweep] matches them with a sweep's jobs.
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
 from pathlib import Path
 from typing import Any, Callable
 
-from pipegnn.atomic import atomic_file
 from pipegnn.jsonfile import JSONFileError, read_regular
-from pipegnn.record import RecordFormatError, RunRecord, completion_problem
+from pipegnn.run_record import RECORD_NAME, RecordFormatError, RunRecord, completion_problem
 
-__all__ = ["MAX_RECORD_BYTES", "RECORD_NAME", "RECORD_ROOM", "RecordError", "atomic_file", "check_record",
-           "find_records", "is_entry", "load_record", "natural_key", "place_of", "probe_record_folder",
-           "record_of", "write_record"]
+__all__ = ["MAX_RECORD_BYTES", "RECORD_NAME", "RecordError", "check_record", "find_records", "is_entry",
+           "load_record", "natural_key", "place_of", "record_of"]
 
-RECORD_NAME = "result.json"
-
-#: Room a record needs, which [`probe_record_folder`][pipegnn.results.records.probe_record_folder] checks (a
-#: long run's record, every epoch's entry, is some hundreds of KiB).
-RECORD_ROOM = 1 << 20
 #: The largest record file a reader reads (a long run's is some hundreds of KiB; an archive's line, which
 #: holds one, has the same bound): a larger one is unreadable, never loaded.
 MAX_RECORD_BYTES = 8 << 20
-
-
-def probe_record_folder(directory: str | Path, name: str = RECORD_NAME) -> None:
-    """Check, before a run trains, that ``directory/<name>`` can be written: not a folder, and room for
-    `RECORD_ROOM` bytes in a writable folder (a probe file, written, synced and removed).
-
-    Raises:
-        OSError: naming the file and the cause (IsADirectoryError, PermissionError, No space left...).
-    """
-    path = Path(directory) / name
-    if path.is_dir():
-        raise IsADirectoryError(errno.EISDIR,
-                                f"{path} is a folder, so the run's record cannot be written there")
-    probe = Path(directory) / f".{name}.probe-{os.getpid()}"
-    try:
-        probe.parent.mkdir(parents=True, exist_ok=True)
-        with open(probe, "wb") as f:
-            f.write(bytes(RECORD_ROOM))
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as e:
-        raise OSError(e.errno, f"{path} could not be written: {e.strerror or e}") from e
-    finally:
-        probe.unlink(missing_ok=True)
-
-
-def write_record(directory: str | Path, record: RunRecord | dict[str, Any],
-                 name: str = RECORD_NAME) -> Path:
-    """Write ``record`` (a [`RunRecord`][pipegnn.record.RunRecord] as
-    [`to_dict`][pipegnn.record.RunRecord.to_dict] gives it, or any JSON value: a trace) as
-    ``directory/<name>`` (``result.json``) atomically (a reader never sees half a file).
-
-    Raises:
-        OSError: naming the file and the cause.
-    """
-    path = Path(directory) / name
-    if isinstance(record, RunRecord):  # else default=str would write its repr
-        record = record.to_dict()
-    with atomic_file(path) as f:
-        json.dump(record, f, indent=2, default=str)
-        f.write("\n")
-    return path
 
 
 class RecordError(JSONFileError):
@@ -82,14 +33,15 @@ class RecordError(JSONFileError):
 
 
 def check_record(record: Any) -> RunRecord:
-    """``record`` (a record's JSON value, of any version) as a [`RunRecord`][pipegnn.record.RunRecord], else
-    [`RecordFormatError`][pipegnn.record.RecordFormatError] (a ValueError) naming the first problem: not a
-    JSON object, a key that is no field of a record, a value of the wrong type (``status`` one of the
+    """``record`` (a record's JSON value, of any version) as a [`RunRecord`][pipegnn.run_record.RunRecord],
+    else [`RecordFormatError`][pipegnn.run_record.RecordFormatError] (a ValueError) naming the first problem:
+    not a JSON object, a key that is no field of a record, a value of the wrong type (``status`` one of the
     statuses, ``error`` and ``traceback`` strings or null, each section an object, ``epochs`` and
     ``pipeline.stages`` arrays of objects, ``choices`` values scalars), a newer version than this code reads,
     or a ``completed`` record without what a completed run writes
-    ([`completion_problem`][pipegnn.record.completion_problem]: no epoch, or an accuracy absent or no number
-    from 0 to 1). A version-1 record may lack sections (see [`migrate`][pipegnn.record.migrate])."""
+    ([`completion_problem`][pipegnn.run_record.completion_problem]: no epoch, or an accuracy absent or no
+    number from 0 to 1). A version-1 record may lack sections (see
+    [`migrate`][pipegnn.run_record.migrate])."""
     record = RunRecord.from_dict(record)
     problem = completion_problem(record)
     if problem is not None:
@@ -99,14 +51,14 @@ def check_record(record: Any) -> RunRecord:
 
 def load_record(path: str | Path) -> RunRecord:
     """Read one record (a ``result.json`` file or the directory holding it), migrated to the current
-    version ([`from_dict`][pipegnn.record.RunRecord.from_dict]).
+    version ([`from_dict`][pipegnn.run_record.RunRecord.from_dict]).
 
     Only a regular file is read ([`open_regular`][pipegnn.jsonfile.open_regular]: a FIFO in its place
     never makes the reader wait).
 
     Raises:
         RecordError: (a ValueError) naming the file: not valid JSON, not shaped like a record (see
-            [`check_record`][pipegnn.results.records.check_record]), or of a newer version than this code
+            [`check_record`][pipegnn.results.record_files.check_record]), or of a newer version than this code
             reads.
         OSError: the file cannot be read (FileNotFoundError: there is none; NotRegularFileError: it is a
             FIFO, a folder, a device).
@@ -129,7 +81,7 @@ def load_record(path: str | Path) -> RunRecord:
 
 def record_of(value: Any, path: str | Path) -> RunRecord:
     """``value``, read from ``path`` (a file, or its place in a records archive), as a record (see
-    [`check_record`][pipegnn.results.records.check_record]): every record file and archive line is read
+    [`check_record`][pipegnn.results.record_files.check_record]): every record file and archive line is read
     through here, so a ``completed`` record counts as completed only when its fields say so.
 
     Raises:
@@ -145,7 +97,7 @@ def record_of(value: Any, path: str | Path) -> RunRecord:
 def find_records(path: str | Path) -> list[Path]:
     """Every ``result.json`` below ``path`` (recursively, in natural order: job 2 before job 10);
     ``path`` itself when it is a file. Below a folder, every entry so named but a folder
-    ([`is_entry`][pipegnn.results.records.is_entry]: a FIFO or a link loop too, which a reader names as
+    ([`is_entry`][pipegnn.results.record_files.is_entry]: a FIFO or a link loop too, which a reader names as
     unreadable). Temporary ``.result.json.*.tmp`` files are never matched.
 
     Raises:
@@ -157,8 +109,9 @@ def find_records(path: str | Path) -> list[Path]:
 def find_named(path: str | Path, name: str | Callable[[str], Any],
                accept: Callable[[Path], bool] = Path.is_file) -> list[Path]:
     """Every entry called ``name`` (or whose name the predicate ``name`` takes) below the folder ``path``
-    that is no folder (recursively, in natural order; see [`is_entry`][pipegnn.results.records.is_entry]);
-    ``path`` itself when it is a file that ``accept`` takes.
+    that is no folder (recursively, in natural order; see
+    [`is_entry`][pipegnn.results.record_files.is_entry]); ``path`` itself when it is a file that ``accept``
+    takes.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.

@@ -1,0 +1,64 @@
+"""A run's record written: ``result.json`` (and any JSON file beside it: a trace) written atomically, and
+the check, before a run trains, that it can be.
+
+What a record holds: [`pipegnn.run_record.RunRecord`][pipegnn.run_record.RunRecord]; reading records back is
+[`pipegnn.results.record_files`][pipegnn.results.record_files]'s.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pipegnn.atomic import atomic_file
+from pipegnn.run_record import RECORD_NAME, RunRecord
+
+__all__ = ["RECORD_ROOM", "probe_record_folder", "write_record"]
+
+#: Room a record needs, which [`probe_record_folder`][pipegnn.runs.record_writes.probe_record_folder] checks
+#: (a long run's record, every epoch's entry, is some hundreds of KiB).
+RECORD_ROOM = 1 << 20
+
+
+def probe_record_folder(directory: str | Path, name: str = RECORD_NAME) -> None:
+    """Check, before a run trains, that ``directory/<name>`` can be written: not a folder, and room for
+    `RECORD_ROOM` bytes in a writable folder (a probe file, written, synced and removed).
+
+    Raises:
+        OSError: naming the file and the cause (IsADirectoryError, PermissionError, No space left...).
+    """
+    path = Path(directory) / name
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR,
+                                f"{path} is a folder, so the run's record cannot be written there")
+    probe = Path(directory) / f".{name}.probe-{os.getpid()}"
+    try:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(bytes(RECORD_ROOM))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise OSError(e.errno, f"{path} could not be written: {e.strerror or e}") from e
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def write_record(directory: str | Path, record: RunRecord | dict[str, Any],
+                 name: str = RECORD_NAME) -> Path:
+    """Write ``record`` (a [`RunRecord`][pipegnn.run_record.RunRecord] as
+    [`to_dict`][pipegnn.run_record.RunRecord.to_dict] gives it, or any JSON value: a trace) as
+    ``directory/<name>`` (``result.json``) atomically (a reader never sees half a file).
+
+    Raises:
+        OSError: naming the file and the cause.
+    """
+    path = Path(directory) / name
+    if isinstance(record, RunRecord):  # else default=str would write its repr
+        record = record.to_dict()
+    with atomic_file(path) as f:
+        json.dump(record, f, indent=2, default=str)
+        f.write("\n")
+    return path
