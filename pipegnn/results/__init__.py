@@ -54,10 +54,10 @@ _EXPORTS = {
     "leaderboard_plot": ("plot_leaderboard",),
     "tta_plot": ("plot_time_to_accuracy_vs_memory", "setting_label"),
     "sweep": ("INCOMPLETE", "Job", "sweep_jobs", "unrecorded_jobs"),
-    "sweep_plan": ("MAX_PLANNED_JOBS", "SweepPlanError", "planned_jobs"),
+    "sweep_plan": ("MAX_PLANNED_JOBS", "SweepPlanError", "expand_jobs", "planned_jobs"),
     "hydra_files": ("MAX_RESOLVED_CHARS", "MAX_YAML_BYTES", "read_hydra_file"),
     "reproduce": ("MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift",
-                  "drift", "recompose"),
+                  "command_jobs", "computed_keys", "drift", "recompose"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
