@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-__all__ = ["atomic_file", "atomic_path", "clean_stale_temporaries", "process_alive"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: A temporary file's name: its target's name, the writer's host (dots as underscores) and pid, a random part.
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<host>[^.]+)-(?P<pid>\d+)\.[^.]+")

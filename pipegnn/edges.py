@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["sorted_unique", "undirected_csr"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def sorted_unique(keys: Tensor) -> Tensor:

@@ -4,8 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-__all__ = ["ConfigError", "DatasetUnavailable", "FolderTaken", "check_choice", "check_positive_finite",
-           "check_positive_int"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 class ConfigError(ValueError):

@@ -17,7 +17,7 @@ from torch import Tensor
 from torch._C._profiler import _ExperimentalConfig
 from torch.profiler import profile, record_function
 
-__all__ = ["HOST_READ", "SYNC_OPS", "HostCalls", "count_calls", "read_on_host"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: The profiler label of [`read_on_host`][pipegnn.hostcalls.read_on_host].
 HOST_READ = "pipegnn::read_on_host"

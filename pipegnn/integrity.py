@@ -15,8 +15,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["BLOCK_BYTES", "CHECKSUM", "content_checksum", "crc32", "file_checksum", "seal", "stream_checksum",
-           "unsealed"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: The key under which a stored state keeps its own checksum.
 CHECKSUM = "checksum"

@@ -16,8 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
-__all__ = ["MAX_JSON_BYTES", "JSONFileError", "NotRegularFileError", "file_kind", "open_regular",
-           "parse_json", "read_json", "read_regular"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: The largest JSON file [`read_json`][pipegnn.jsonfile.read_json] reads (a traced epoch's timeline of a
 #: deep pipeline is a few MB).

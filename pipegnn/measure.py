@@ -18,9 +18,7 @@ import torch
 
 from pipegnn.errors import ConfigError
 
-__all__ = ["address_space_bytes", "allocatable_bytes", "allocation_failure", "env_info", "git_sha",
-           "intra_op_threads", "memory_limit", "peak_device_bytes", "peak_rss_bytes", "reset_peaks",
-           "timed"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 _PACKAGES = ("torch", "torch_geometric", "dgl", "torchgpipe", "hydra-core", "pymetis", "numpy")
 _CLEAR_REFS = Path("/proc/self/clear_refs")

@@ -45,9 +45,7 @@ from typing import Any, Callable
 
 from pipegnn.config.choices import StrEnum
 
-__all__ = ["COMBINE", "COMPLETED_ACCURACIES", "LAUNCHER", "MAX_CONFIG_KEYS", "OPTIONAL", "RANK0",
-           "RANK0_IF_COMPLETED", "RECORD_NAME", "RECORD_VERSION", "RecordFormatError", "RunRecord", "Status",
-           "completion_problem", "epochs_problem", "migrate"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: A run's record's file name, in the run's output folder.
 RECORD_NAME = "result.json"

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from pipegnn.dropout import dropout
 
-__all__ = ["csr_rows", "is_csr", "sparse_dropout", "to_csr"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def is_csr(x: object) -> bool:

@@ -31,8 +31,7 @@ from pipegnn.config.choices import FrameworkName, names
 from pipegnn.errors import check_choice
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["AGGREGATIONS", "FRAMEWORKS", "KINDS", "Adapter", "Backend", "aggregations", "check_aggregation",
-           "get_backend"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 FRAMEWORKS = names(FrameworkName)
 

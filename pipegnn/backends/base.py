@@ -13,8 +13,7 @@ from torch import nn
 from pipegnn.config.choices import Aggregation, ModelName, names
 from pipegnn.errors import ConfigError, check_choice
 
-__all__ = ["AGGREGATIONS", "KINDS", "NORMALISED", "Adapter", "TakenOut", "aggregations", "check_aggregation",
-           "check_kind"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: ``model.aggregation`` values (which ones a framework offers per model:
 #: [`aggregations`][pipegnn.backends.base.aggregations]).

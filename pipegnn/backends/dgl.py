@@ -26,7 +26,7 @@ from pipegnn.backends.base import NORMALISED, Adapter, TakenOut, check_aggregati
 from pipegnn.models.sage import SAGETransform, neighbour_and_root  # noqa: E402
 from pipegnn.models.spec import LayerSpec  # noqa: E402
 
-__all__ = ["BlockGCN2Conv", "DglBackend", "HeadReducedGATConv", "SplitSAGEConv", "WeightTransform"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 WEIGHT = "w"  # edata key of a block's edge weights
 

@@ -23,7 +23,7 @@ from pipegnn.models.precision import active_autocast_dtype
 from pipegnn.models.sage import SAGETransform, neighbour_and_root
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["PygBackend", "SplitSAGEConv", "sparse_adjacency"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def sparse_adjacency(edge_index: Tensor, edge_weight: Tensor | None, num_src: int, num_dst: int) -> Tensor:

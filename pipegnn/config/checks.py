@@ -13,7 +13,7 @@ from pipegnn.config.choices import Evaluation, Halo, HaloDropout, Precision, Sto
 from pipegnn.config.schema import Config, TrainConfig
 from pipegnn.errors import ConfigError, check_positive_finite, check_positive_int
 
-__all__ = ["TTA_FRACTION", "check_config", "memory_limit_bytes"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: Time-to-accuracy target without ``train.target_val_acc``: this fraction of the run's best validation
 #: accuracy.

@@ -24,10 +24,7 @@ else:  # Python 3.10: the same behaviour from the str mix-in
         def __str__(self) -> str:
             return str(self.value)
 
-__all__ = ["STUDY_GRAPHS", "StrEnum", "Aggregation", "Capture", "Checkpoint", "DatasetName", "DistBackend",
-           "EdgeStorage", "EngineName", "Evaluation",
-           "FirstTransform", "FrameworkName", "Halo", "HaloDropout", "Launcher", "ModelName", "Monitor",
-           "Partitioner", "Precision", "Schedule", "Split", "StartMethod", "Storage", "Targets", "names"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def names(choice: type[StrEnum]) -> tuple[str, ...]:

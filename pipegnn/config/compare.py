@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["ADDED_KEYS", "VOLATILE_KEYS", "comparable_config", "drop_keys", "plain_config"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 #: Top-level config keys that do not change what a run computes, ignored when resuming.

@@ -16,7 +16,7 @@ import difflib
 import functools
 from typing import Any
 
-__all__ = ["install", "key_hint"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 _MARK = "_pipegnn_key_hint"
 

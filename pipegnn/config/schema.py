@@ -64,12 +64,7 @@ from pipegnn.config.choices import (
     Targets,
 )
 
-__all__ = ["GROUP_SCHEMAS", "SCHEMAS", "Config", "DataConfig", "DatasetConfig", "EngineConfig",
-           "FrameworkConfig", "GATConfig", "GCN2Config", "GPipeEngineConfig", "LoaderEngineConfig",
-           "LoggerConfig", "MLflowConfig", "MicrobatchConfig", "ModelConfig", "PipeliningEngineConfig",
-           "PubmedTopologyConfig", "SingleEngineConfig", "StagedEngineConfig", "StudyGraphConfig",
-           "SyntheticConfig", "TrackerConfig", "TrainConfig", "compose_config", "config_dir",
-           "layerwise_unless_none", "register", "targets_for_halo"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 # Postponed annotations (from __future__) are resolved by OmegaConf through typing.get_type_hints, so
 # the typing names above must stay importable from this module.

@@ -25,7 +25,7 @@ from pipegnn.config.schema import (
 )
 from pipegnn.errors import ConfigError
 
-__all__ = ["config_container", "group_config", "run_config"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def run_config(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:

@@ -52,8 +52,7 @@ from pipegnn.data.synthetic import (
 from pipegnn.errors import ConfigError
 from pipegnn.sparse import to_csr
 
-__all__ = ["DATASETS", "EDGES_DIR", "FEATURES_DIR", "STORAGE", "Graph", "SyntheticSpec", "load_graph",
-           "make_synthetic", "split_summary"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: Folder of the feature files under a dataset cache (``data.cache``).
 FEATURES_DIR = "features"

@@ -11,7 +11,7 @@ from typing import Iterator
 
 from pipegnn.errors import DatasetUnavailable
 
-__all__ = ["DOWNLOAD_TIMEOUT_S", "download_timeout", "first_complete", "unavailable", "unreadable"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: Seconds a download may wait on one connect or read before it counts as failed (offline machines
 #: whose firewall drops packets would otherwise hang for minutes).

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pipegnn.data.features import FeatureMeta
     from pipegnn.data.graph_store import EdgeMeta
 
-__all__ = ["GRAPH_FILE", "Graph", "load_saved_graph", "save_graph", "staging_folder"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

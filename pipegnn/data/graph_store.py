@@ -42,7 +42,7 @@ from pipegnn.data.features.files import DTYPES, OpenFiles, pread_full, regular_o
 from pipegnn.integrity import file_checksum, stream_checksum
 from pipegnn.jsonfile import read_json
 
-__all__ = ["GAP", "DiskGraphStore", "EdgeColumn", "EdgeMeta", "GraphFileError", "cached_graph_store", "csc"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

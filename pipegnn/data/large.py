@@ -28,8 +28,7 @@ from pipegnn.data.download import download_timeout, first_complete, unavailable,
 from pipegnn.data.graph import GRAPH_FILE, Graph, load_saved_graph, save_graph, staging_folder
 from pipegnn.errors import DatasetUnavailable
 
-__all__ = ["OGB_DATASETS", "OGB_URLS", "REDDIT_FILES", "load_large", "load_ogb",
-           "load_reddit"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

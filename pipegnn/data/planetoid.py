@@ -58,8 +58,7 @@ from pipegnn.data.planetoid_checks import (
 from pipegnn.errors import DatasetUnavailable
 from pipegnn.jsonfile import file_kind
 
-__all__ = ["PLANETOID_NAMES", "PUBMED_TOPOLOGY_FILES", "load_planetoid", "load_pubmed_topology",
-           "raw_file_names", "read_planetoid", "read_raw"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

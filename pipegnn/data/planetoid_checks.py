@@ -12,8 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["PUBLISHED_SHAPES", "check_adjacency", "check_array_state", "check_features", "check_labels",
-           "check_neighbour_count", "check_shape", "check_split"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: The shapes of the published raw files (rows, columns; ``test.index``: its number of ids) and each
 #: graph's number of nodes: a raw file of another shape is refused before it is densified.

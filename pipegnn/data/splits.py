@@ -16,7 +16,7 @@ from torch import Tensor
 from pipegnn.config.choices import Split
 from pipegnn.errors import ConfigError
 
-__all__ = ["draw_split"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def draw_split(y: Tensor, split: Split | str, seed: int, *, train_per_class: int, val_per_class: int,

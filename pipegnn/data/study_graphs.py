@@ -42,7 +42,7 @@ from pipegnn.data.splits import draw_split
 from pipegnn.errors import DatasetUnavailable
 from pipegnn.measure import allocatable_bytes
 
-__all__ = ["STUDY_FILES", "STUDY_URL", "StudyFile", "load_study_graph", "read_study_npz"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,7 @@ from pipegnn.engines.pipelining import SCHEDULES, PipeliningEngine
 from pipegnn.engines.single import SingleEngine
 from pipegnn.models.base import StagedGNN
 
-__all__ = ["AUTO", "IGNORE", "SCHEDULES", "Engine", "GPipeEngine", "PipeliningEngine", "Replayed",
-           "SingleEngine", "build_engine", "check_engine", "even_balance", "exact_loss", "parse_device",
-           "per_stage_balance", "stage_units", "unit_balance"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def build_engine(engine: EngineConfig, model: StagedGNN, train_ids: Tensor) -> Engine:

@@ -39,8 +39,7 @@ from pipegnn.errors import ConfigError
 from pipegnn.microbatch.current import computing
 from pipegnn.models.base import StagedGNN
 
-__all__ = ["AUTO", "auto_balance", "even_balance", "mask_draw_costs", "measure_unit_costs",
-           "per_stage_balance", "stage_units", "unit_balance"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 AUTO = "auto"
 

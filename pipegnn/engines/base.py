@@ -13,7 +13,7 @@ from pipegnn.models.base import StagedGNN
 from pipegnn.models.transform import Transform
 from pipegnn.timeline import Box, PipelineInfo, Timeline
 
-__all__ = ["IGNORE", "Engine", "exact_loss", "parse_device"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: Label of targets that are computed but not part of the loss.
 IGNORE = -1

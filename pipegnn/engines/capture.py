@@ -24,7 +24,7 @@ from pipegnn.config.choices import Aggregation, Evaluation, FrameworkName, Halo,
 from pipegnn.config.schema import Config, SingleEngineConfig
 from pipegnn.engines.base import Engine
 
-__all__ = ["Replayed", "capture_problems"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def capture_problems(cfg: Config) -> list[str]:

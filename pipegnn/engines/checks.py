@@ -18,7 +18,7 @@ from pipegnn.engines.capture import capture_problems
 from pipegnn.errors import ConfigError, check_positive_finite, check_positive_int
 from pipegnn.models import UNITS_PER_LAYER, units_per_layer
 
-__all__ = ["check_engine"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: The longest ``engine.timeout_s`` (about 31 years; a ``datetime.timedelta`` holds at most 1e9 days).
 TIMEOUT_MAX_S = 1e9

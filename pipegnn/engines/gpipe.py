@@ -14,7 +14,7 @@ from pipegnn.microbatch.current import resolving
 from pipegnn.models.base import StagedGNN
 from pipegnn.timeline import HookProbe, PipelineInfo, Timeline
 
-__all__ = ["GPipeEngine", "SAME_DEVICE_NOTE"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 SAME_DEVICE_NOTE = ("torchgpipe runs all partitions on one device in one worker thread, one after "
                     "another: stages on the same device never overlap (on CPU, use engine=pipelining: "

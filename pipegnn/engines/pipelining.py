@@ -48,7 +48,7 @@ from pipegnn.models.base import StagedGNN
 from pipegnn.models.transform import Transform
 from pipegnn.timeline import Box, PipelineInfo, Timeline
 
-__all__ = ["SCHEDULES", "PipeliningEngine"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved1f1b": ScheduleInterleaved1F1B}
 

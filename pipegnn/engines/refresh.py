@@ -21,7 +21,7 @@ from pipegnn.models.base import StagedGNN, layerwise
 from pipegnn.models.transform import Transform
 from pipegnn.models.units import Unit
 
-__all__ = ["gather_history_traffic", "refresh_stage_by_stage"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 @torch.no_grad()

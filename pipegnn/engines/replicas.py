@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.distributed.device_mesh import init_device_mesh
 
-__all__ = ["Replicas"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 class Replicas:

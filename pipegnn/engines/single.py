@@ -11,7 +11,7 @@ from pipegnn.microbatch.current import computing
 from pipegnn.models.base import StagedGNN
 from pipegnn.timeline import HookProbe, PipelineInfo, Timeline
 
-__all__ = ["SingleEngine"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 class SingleEngine(Engine):

@@ -31,7 +31,7 @@ from pipegnn.microbatch.current import computing
 from pipegnn.models.base import StagedGNN, Unit
 from pipegnn.timeline import Timeline
 
-__all__ = ["PipeStage", "StaticShapes", "TimedStage", "own_stages", "transport_device"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def transport_device(device: torch.device, group: Any = None) -> torch.device:

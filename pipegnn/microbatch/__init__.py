@@ -6,6 +6,4 @@ from pipegnn.microbatch.partition import PARTITIONERS, partition
 from pipegnn.microbatch.plan import ComputationGraph, MicroBatchPlan, PlanSpec, PlanStats, build_plan
 from pipegnn.microbatch.sample import NeighbourSampler
 
-__all__ = ["HALO_DROPOUTS", "HALOS", "PARTITIONERS", "ComputationGraph", "History", "MicroBatch",
-           "MicroBatchPlan", "NeighbourSampler", "PlanSpec", "PlanStats", "build_plan", "cached_plan",
-           "partition", "plan_key"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)

@@ -25,7 +25,7 @@ from pipegnn.integrity import seal, unsealed
 from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.microbatch.plan import ComputationGraph, MicroBatchPlan, PlanSpec, PlanStats, build_plan
 
-__all__ = ["cached_plan", "plan_key"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

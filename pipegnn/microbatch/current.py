@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 
 from torch import Tensor
 
-__all__ = ["Resolver", "computing", "current", "resolving"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: Given the id tensor a unit received, the id of the micro-batch it computes.
 Resolver = Callable[[Tensor], int]

@@ -13,7 +13,7 @@ import torch
 from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.microbatch.sample import NeighbourSampler
 
-__all__ = ["DrawAhead", "Drawn"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 @dataclass(frozen=True)

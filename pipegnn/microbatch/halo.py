@@ -26,7 +26,7 @@ from torch import Tensor
 
 from pipegnn.config.choices import Halo, names
 
-__all__ = ["HALOS", "Column", "InCSR", "MicroBatch", "exact_block", "historical_block", "naive_block"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 HALOS = names(Halo)
 

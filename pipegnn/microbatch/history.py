@@ -16,7 +16,7 @@ from pipegnn.config.choices import HaloDropout, names
 from pipegnn.dropout import fill_mask_
 from pipegnn.hostcalls import read_on_host
 
-__all__ = ["HALO_DROPOUTS", "History"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: ``microbatch.halo_dropout``: ``read`` (every read of a halo row draws its own input dropout mask, as
 #: GNNAutoScale does) or ``node`` (one mask per node and step, as full-graph training draws it).

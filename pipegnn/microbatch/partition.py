@@ -22,7 +22,7 @@ from torch import Tensor
 from pipegnn.config.choices import Partitioner, names
 from pipegnn.edges import undirected_csr
 
-__all__ = ["PARTITIONERS", "partition", "reuse_partition"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 PARTITIONERS = names(Partitioner)
 

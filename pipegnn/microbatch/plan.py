@@ -11,7 +11,7 @@ from pipegnn.microbatch.halo import HALOS, InCSR, MicroBatch, exact_block, histo
 from pipegnn.microbatch.partition import partition, reuse_partition
 from pipegnn.microbatch.sample import NeighbourSampler
 
-__all__ = ["ComputationGraph", "MicroBatchPlan", "PlanSpec", "PlanStats", "build_plan"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: tensors have no truth value (compared by identity)

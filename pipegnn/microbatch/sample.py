@@ -39,7 +39,7 @@ from torch import Tensor
 
 from pipegnn.microbatch.halo import Column, InCSR, MicroBatch
 
-__all__ = ["NeighbourSampler", "SampleStream", "epoch_generator", "sampled_block"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 @dataclass(frozen=True)

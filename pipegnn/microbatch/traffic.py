@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-__all__ = ["epoch_figures", "per_stage", "stage_medians"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 _COUNTS = ("pulled_rows", "pushed_rows", "pulled_bytes", "pushed_bytes")
 

@@ -8,19 +8,17 @@ from pipegnn.config.schema import GATConfig, GCN2Config, ModelConfig
 from pipegnn.config.typed import group_config
 from pipegnn.errors import ConfigError, check_positive_int
 from pipegnn.measure import allocatable_bytes
-from pipegnn.models.base import FIRST_TRANSFORMS, UNITS_PER_LAYER, StagedGNN, layerwise
+from pipegnn.models.base import FIRST_TRANSFORMS, StagedGNN, layerwise
 from pipegnn.models.gat import gat_layers
 from pipegnn.models.gcn import gcn_layers
 from pipegnn.models.gcn2 import gcn2_stack
 from pipegnn.models.precision import PRECISIONS
 from pipegnn.models.sage import sage_layers
-from pipegnn.models.spec import LayerSpec, Stack
+from pipegnn.models.spec import UNITS_PER_LAYER, LayerSpec, Stack
 from pipegnn.models.transform import Transform
 from pipegnn.models.units import Propagate, Readout, Unit
 
-__all__ = ["FIRST_TRANSFORMS", "MODELS", "PRECISIONS", "UNITS_PER_LAYER", "LayerSpec", "Propagate",
-           "Readout", "Stack", "StagedGNN", "Transform", "Unit", "build_model", "check_model", "layerwise",
-           "model_stack", "units_per_layer"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 MODELS = names(ModelName)
 

@@ -24,11 +24,11 @@ from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.microbatch.history import History
 from pipegnn.microbatch.plan import MicroBatchPlan
 from pipegnn.models.precision import autocast_dtype
-from pipegnn.models.spec import UNITS_PER_LAYER, LayerSpec, Stack
+from pipegnn.models.spec import LayerSpec, Stack
 from pipegnn.models.transform import Transform
 from pipegnn.models.units import Propagate, Readout, Unit
 
-__all__ = ["FIRST_TRANSFORMS", "UNITS_PER_LAYER", "StagedGNN", "layerwise"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: ``microbatch.first_transform``: ``once_per_step`` (the first layer's transform runs once per step
 #: over every row the step's micro-batches read, each micro-batch gathers its rows) or

@@ -11,7 +11,7 @@ from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.models.units import TensorList
 from pipegnn.sparse import csr_rows, is_csr
 
-__all__ = ["FeatureSource"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 class FeatureSource(nn.Module):

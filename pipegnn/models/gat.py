@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pipegnn.models.spec import LayerSpec, with_residual
 
-__all__ = ["gat_layers"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def gat_layers(in_dim: int, num_classes: int, *, hidden: int = 8, heads: int = 8, out_heads: int = 1,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pipegnn.models.spec import LayerSpec, with_residual
 
-__all__ = ["gcn_layers"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def gcn_layers(in_dim: int, num_classes: int, *, hidden: int = 16, layers: int = 2,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pipegnn.models.spec import LayerSpec, Stack
 
-__all__ = ["gcn2_stack"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def gcn2_stack(in_dim: int, num_classes: int, *, hidden: int = 64, layers: int = 64, dropout: float = 0.6,

@@ -10,7 +10,7 @@ from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.microbatch.history import History
 from pipegnn.models.units import TensorList, put
 
-__all__ = ["HaloHistory"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 class HaloHistory(nn.Module):

@@ -26,7 +26,7 @@ import torch
 from pipegnn.config.choices import Precision, names
 from pipegnn.errors import check_choice
 
-__all__ = ["PRECISIONS", "active_autocast_dtype", "autocast", "autocast_dtype", "dtype_name"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: ``train.precision`` values.
 PRECISIONS = names(Precision)

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from pipegnn.models.spec import LayerSpec, with_residual
 
-__all__ = ["SAGETransform", "neighbour_and_root", "sage_layers"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def sage_layers(in_dim: int, num_classes: int, *, hidden: int = 16, layers: int = 2,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-__all__ = ["UNITS_PER_LAYER", "LayerSpec", "Stack", "with_residual"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: Units of every message-passing layer: transform, propagate.
 UNITS_PER_LAYER = 2

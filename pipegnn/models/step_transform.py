@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from pipegnn.models.units import TensorList
 
-__all__ = ["RowTransform", "StepTransform"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: Transformed rows of distinct node ids (in ascending order when they are all the nodes).
 RowTransform = Callable[[Tensor], Tensor]

@@ -21,7 +21,7 @@ from pipegnn.models.step_transform import StepTransform
 from pipegnn.models.units import Unit, put
 from pipegnn.sparse import is_csr, sparse_dropout
 
-__all__ = ["Transform"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 class Transform(Unit):

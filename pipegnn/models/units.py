@@ -48,7 +48,7 @@ from pipegnn.microbatch.halo import MicroBatch
 from pipegnn.models.precision import autocast
 from pipegnn.models.spec import LayerSpec
 
-__all__ = ["Propagate", "Readout", "TensorList", "Unit", "put"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"elu": F.elu, "relu": F.relu}
 

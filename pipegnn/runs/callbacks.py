@@ -25,7 +25,7 @@ from pipegnn.run_record import RECORD_NAME
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-__all__ = ["EpochProgress", "FailureSummary", "exit_code"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 _failed: list[Job] = []
 

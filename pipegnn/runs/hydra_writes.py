@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipegnn.errors import FolderTaken
 from pipegnn.jsonfile import file_kind
 
-__all__ = ["check_kinds", "check_subdir_inside", "check_subdir_per_job", "hydra_paths"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 #: What a job's ``hydra.sweep.subdir`` must name, outside any other interpolation, so that every job gets

@@ -52,8 +52,7 @@ from pipegnn.results.sweep_plan import MAX_PLANNED_JOBS
 from pipegnn.run_record import RECORD_NAME
 from pipegnn.runs.hydra_writes import check_kinds, check_subdir_inside, check_subdir_per_job, hydra_paths
 
-__all__ = ["JOB_FILE", "LOCK_FILE", "OWNER_FILE", "RUN_FILE", "RUN_LOCK", "SweepOwner", "check_folder",
-           "claim_job", "claim_run", "take_sweep"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

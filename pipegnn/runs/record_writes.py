@@ -15,7 +15,7 @@ from typing import Any
 from pipegnn.atomic import atomic_file
 from pipegnn.run_record import RECORD_NAME, RunRecord
 
-__all__ = ["RECORD_ROOM", "probe_record_folder", "write_record"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: Room a record needs, which [`probe_record_folder`][pipegnn.runs.record_writes.probe_record_folder] checks
 #: (a long run's record, every epoch's entry, is some hundreds of KiB).

@@ -12,11 +12,11 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig
 
-from pipegnn.config.compare import VOLATILE_KEYS, comparable_config
+from pipegnn.config.compare import comparable_config
 from pipegnn.results.record_files import RECORD_NAME, RecordError, is_entry, load_record
 from pipegnn.run_record import RunRecord, Status
 
-__all__ = ["VOLATILE_KEYS", "comparable_config", "completed_record"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:

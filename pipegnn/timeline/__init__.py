@@ -10,5 +10,4 @@ from pipegnn.timeline.boxes import Box, HookProbe, Timeline
 from pipegnn.timeline.figures import PipelineInfo, medians, step_figures, theoretical_bubble
 from pipegnn.timeline.trace import TRACE_NAME, chrome_trace, load_trace
 
-__all__ = ["Box", "HookProbe", "PipelineInfo", "TRACE_NAME", "Timeline", "chrome_trace", "load_trace",
-           "medians", "step_figures", "theoretical_bubble"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)

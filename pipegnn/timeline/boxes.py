@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from pipegnn.microbatch.current import current
 
-__all__ = ["BUSY", "Box", "COMMUNICATION", "HookProbe", "KINDS", "Timeline"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: Kinds of boxes; those in `BUSY` are a stage's busy time, those in `COMMUNICATION` waits.
 KINDS = ("forward", "backward", "recompute", "shared_forward", "shared_backward", "recv_forward",

@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 from pipegnn.timeline.boxes import BUSY, COMMUNICATION, Box
 
-__all__ = ["PipelineInfo", "medians", "step_figures", "theoretical_bubble"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def theoretical_bubble(schedule: str, lanes: int, chunks: int, per_lane: int = 1) -> float:

@@ -16,7 +16,7 @@ from pipegnn.jsonfile import JSONFileError, read_json
 from pipegnn.timeline.boxes import Box
 from pipegnn.timeline.figures import PipelineInfo
 
-__all__ = ["TRACE_NAME", "chrome_trace", "load_trace"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 TRACE_NAME = "trace.json"
 _NAMES = {"forward": "F", "backward": "B", "recompute": "R", "recv_forward": "recv F",

@@ -29,7 +29,7 @@ from pipegnn.training.resume_config import config_key
 if TYPE_CHECKING:
     from pipegnn.models import StagedGNN
 
-__all__ = ["checkpoint_path", "load", "previous_path", "restore", "save", "training_state"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def checkpoint_path(directory: str | Path, rank: int = 0) -> Path:

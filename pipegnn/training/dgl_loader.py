@@ -33,7 +33,7 @@ from pipegnn.run_record import RunRecord
 from pipegnn.training.epochs import EPOCH_LINE, RUN_LOG, final_figures, stops
 from pipegnn.training.targets import check_splits
 
-__all__ = ["check_loader", "train_loader"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(RUN_LOG)
 

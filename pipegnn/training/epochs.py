@@ -32,8 +32,7 @@ from pipegnn.training.checkpoints import save, training_state
 from pipegnn.training.preemption import signals_deferred
 from pipegnn.training.resume import resume_from
 
-__all__ = ["EPOCH_LINE", "Pass", "Trainee", "best_epoch", "final_figures", "fit", "stops", "time_to_accuracy",
-           "wall_times"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: The run's log: launch, rank and epochs log under one name, which train.log's lines keep.
 RUN_LOG = "pipegnn.train"

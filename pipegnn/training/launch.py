@@ -44,7 +44,7 @@ from pipegnn.training.processes.group import check_launch, gather_memory, is_sec
 from pipegnn.training.processes.spawn import spawn
 from pipegnn.training.rank import train_rank
 
-__all__ = ["check_run", "run", "run_rank"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(RUN_LOG)
 

@@ -29,8 +29,7 @@ from pipegnn.atomic import atomic_file
 from pipegnn.config.schema import Config, LoggerConfig, MLflowConfig, TrackerConfig
 from pipegnn.errors import ConfigError
 
-__all__ = ["ARTIFACTS", "LOGGERS", "CSVLogger", "Loggers", "MLflowLogger", "TensorBoardLogger",
-           "check_loggers", "chosen", "epoch_metrics", "final_metrics", "flat_params"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

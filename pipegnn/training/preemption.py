@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 from pipegnn.run_record import RunRecord
 
-__all__ = ["SIGNALS", "Guard", "Interrupted", "interruptible", "signals_deferred"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: The signals that end a run with a record.
 SIGNALS = (signal.SIGTERM, signal.SIGINT)

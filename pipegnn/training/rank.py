@@ -46,7 +46,7 @@ from pipegnn.training.checkpoints import checkpoint_path
 from pipegnn.training.epochs import RUN_LOG, Pass, Trainee, fit
 from pipegnn.training.targets import check_targets, eval_targets, layerwise
 
-__all__ = ["train_rank"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(RUN_LOG)
 

@@ -33,7 +33,7 @@ from pipegnn.training.resume_config import config_difference
 if TYPE_CHECKING:
     from pipegnn.models import StagedGNN
 
-__all__ = ["Resumed", "resume", "resume_from"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

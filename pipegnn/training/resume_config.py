@@ -17,8 +17,7 @@ from pipegnn.config.compare import comparable_config, drop_keys
 from pipegnn.config.schema import Config
 from pipegnn.config.typed import config_container
 
-__all__ = ["DENSE_FEATURES", "GENERATED_DATASETS", "NON_COMPUTING_KEYS", "PATH_KEYS", "config_difference",
-           "config_key"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 #: Config keys that do not change what a run computes (when it stops, what it records or reports, where

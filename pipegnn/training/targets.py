@@ -10,7 +10,7 @@ from pipegnn.config.schema import Config
 from pipegnn.data import Graph
 from pipegnn.errors import ConfigError
 
-__all__ = ["check_splits", "check_targets", "eval_targets", "layerwise"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def layerwise(halo: Halo, evaluation: Evaluation) -> bool:

@@ -14,5 +14,4 @@ from pipegnn.data.features.files import ATTR, GROUP, FeatureFileError
 from pipegnn.data.features.matrix import STORAGE, FeatureMeta, FeatureRows
 from pipegnn.data.features.store import DiskFeatureStore, files_opened
 
-__all__ = ["ATTR", "GROUP", "STORAGE", "DiskFeatureStore", "FeatureFileError", "FeatureMeta", "FeatureRows",
-           "cached_store", "files_opened", "partition_ordered"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)

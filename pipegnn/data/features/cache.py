@@ -34,7 +34,7 @@ from pipegnn.data.features.files import ATTR, FORMAT, GROUP, read_sidecar
 from pipegnn.data.features.store import DiskFeatureStore
 from pipegnn.errors import ConfigError
 
-__all__ = ["cached_store", "partition_ordered"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

@@ -39,9 +39,7 @@ from pipegnn.jsonfile import read_json
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ATTR", "DTYPES", "FORMAT", "GROUP", "FeatureFileError", "OpenFiles", "paths", "pread_full",
-           "read_position", "read_sidecar", "regular_or_absent", "remove_files", "reseal", "runs",
-           "stored_tensors", "verify_files", "write_files"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: Group and attribute name of the node features in a store.
 GROUP, ATTR = "node", "x"

@@ -15,7 +15,7 @@ from torch_geometric.data import FeatureStore
 from pipegnn.config.choices import Storage, names
 from pipegnn.data.features.files import ATTR, GROUP, FeatureFileError
 
-__all__ = ["STORAGE", "FeatureMeta", "FeatureRows"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: ``data.features``: where the node features are kept while training.
 STORAGE = names(Storage)

@@ -52,7 +52,7 @@ from pipegnn.data.features.files import (
 )
 from pipegnn.data.features.matrix import FeatureMeta
 
-__all__ = ["DiskFeatureStore", "files_opened"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 _opened = 0  # feature files this process opened for reading (see files_opened)
 

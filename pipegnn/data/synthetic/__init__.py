@@ -42,8 +42,7 @@ from pipegnn.data.synthetic.topology import TOPOLOGY_VERSION, community_edges
 from pipegnn.integrity import stream_checksum
 from pipegnn.jsonfile import read_json
 
-__all__ = ["DEFAULT_AVG_DEGREE", "DrawnEdges", "SyntheticSpec", "feature_key", "load_drawn", "make_synthetic",
-           "save_drawn", "topology_key"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from pipegnn.data.synthetic.spec import SyntheticSpec
 
-__all__ = ["class_topics", "feature_key", "feature_matrix", "feature_rows", "idf_weights", "skip_features"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 _FEATURE_BLOCK = 65536  # nodes per block (fixes the random stream: keep)
 _FEATURES_VERSION = 1  # bump when the feature values of a spec change (keys cached feature files)

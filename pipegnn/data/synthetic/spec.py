@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from pipegnn.errors import ConfigError
 
-__all__ = ["DEFAULT_AVG_DEGREE", "SyntheticSpec"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 DEFAULT_AVG_DEGREE = 4.5  # PubMed's 88,648 directed edges over 19,717 nodes
 

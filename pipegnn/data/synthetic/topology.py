@@ -16,7 +16,7 @@ from pipegnn.data.synthetic.spec import SyntheticSpec
 from pipegnn.edges import sorted_unique
 from pipegnn.errors import ConfigError
 
-__all__ = ["TOPOLOGY_VERSION", "community_edges"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import torch
 from pipegnn.config.choices import DistBackend, Launcher
 from pipegnn.config.schema import PipeliningEngineConfig
 
-__all__ = ["dist_backend", "ranks_per_node", "shared_devices"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def ranks_per_node(engine: PipeliningEngineConfig) -> int:

@@ -18,7 +18,7 @@ from pipegnn.errors import ConfigError
 from pipegnn.measure import peak_device_bytes, peak_rss_bytes
 from pipegnn.training.processes.backend import dist_backend, shared_devices
 
-__all__ = ["check_launch", "gather_memory", "is_secondary_rank", "process_group"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 
 def check_launch(engine: PipeliningEngineConfig) -> None:

@@ -18,7 +18,7 @@ from pipegnn.errors import ConfigError
 from pipegnn.run_record import RunRecord
 from pipegnn.training.preemption import Interrupted
 
-__all__ = ["LOST_PEER", "WorkerFailed", "death", "failure", "merge"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 #: A reported error with one of these only says that the rank lost its peer (which failed first).
 LOST_PEER = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",

@@ -65,7 +65,7 @@ from pipegnn.training.processes.watch import GRACE_S, Deadline, Outbox, guard
 if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext, SpawnContext
 
-__all__ = ["FORKSERVER_PRELOAD", "forkserver_preload", "spawn"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger(__name__)
 

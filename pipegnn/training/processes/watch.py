@@ -14,7 +14,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["GRACE_S", "ORPHANED", "Deadline", "Outbox", "guard"]
+__all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 log = logging.getLogger("pipegnn.training.processes.spawn")  # the launcher's logger: one name in the logs
 
