@@ -251,8 +251,9 @@ def historical_block(csr: InCSR, targets: Tensor, num_layers: int) -> MicroBatch
                       sources=[n] * num_layers)
 
 
-def naive_block(csr: InCSR, targets: Tensor, others: Tensor, num_layers: int) -> MicroBatch:
-    """The poster's micro-batch: the subgraph induced by one part; edges from other parts are lost."""
+def none_block(csr: InCSR, targets: Tensor, others: Tensor, num_layers: int) -> MicroBatch:
+    """A micro-batch of ``microbatch.halo=none`` (the poster's): the subgraph induced by one part; edges
+    from other parts are lost."""
     local = csr.local
     all_nodes = torch.cat([targets, others])
     local[all_nodes] = torch.arange(all_nodes.numel(), dtype=local.dtype)

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from pipegnn.config.choices import Halo, Partitioner
-from pipegnn.microbatch.halo import HALOS, InCSR, MicroBatch, exact_block, historical_block, naive_block
+from pipegnn.microbatch.halo import HALOS, InCSR, MicroBatch, exact_block, historical_block, none_block
 from pipegnn.microbatch.partition import partition, reuse_partition
 from pipegnn.microbatch.sample import NeighbourSampler
 
@@ -208,7 +208,7 @@ def _blocks(csr: InCSR, part: Tensor, targets: Tensor, spec: PlanSpec) -> list[M
     out = []
     for p in range(chunks):
         members = order[(bounds[p - 1] if p else 0):bounds[p]]
-        out.append(naive_block(csr, members[is_target[members]], members[~is_target[members]],
+        out.append(none_block(csr, members[is_target[members]], members[~is_target[members]],
                                num_layers))
     return out
 

@@ -50,8 +50,8 @@ _NAMES = {"setup": "devices", "cfg.model.layers": "layers", "cfg.model.hidden": 
           "cfg.microbatch.halo_dropout": "halo dropout"}
 #: Axis labels of the x values plot_scaling accepts by name.
 _SCALING_X = {"num_nodes": "graph nodes", "num_edges": "graph edges", "cfg.model.hidden": "hidden size"}
-_HALO = {"none": "naive (no halo)", "exact": "exact halo", "historical": "historical halo",
-         "sampled": "sampled halo"}
+#: Halo modes in the order their lines take (each labelled by its name, as the config spells it).
+_HALO_ORDER = ("none", "exact", "historical", "sampled")
 _CHUNKS_LABEL = "micro-batches per step (chunks)"
 _METRIC_LABELS = {
     "epoch_time_median_s": "median epoch time (s)",
@@ -75,8 +75,8 @@ class NoData(ValueError):
 
 def _label(key: str, value: Any, bare: Sequence[str] = ("framework", "setup", "partition")) -> str:
     """A setting's value as shown in a legend (``bare`` keys without their name) or a title."""
-    if key == "halo" and value in _HALO:
-        return _HALO[value]
+    if key == "halo" and value in _HALO_ORDER:
+        return f"halo={value}"
     if _missing(value):
         value = "-"
     elif isinstance(value, float) and value.is_integer():
@@ -131,9 +131,9 @@ def _figure(panels: int, rows_per_panel: int = 1, max_cols: int = 3) -> tuple[Fi
 
 def _line_labels(data: pd.DataFrame, lines: Sequence[str]) -> tuple[pd.Series, dict[str, str]]:
     """Each row's legend label (its values of ``lines``) and a colour per label, fixed across panels
-    (halo modes in the order naive, exact, historical; other values sorted)."""
+    (halo modes in the order none, exact, historical, sampled; other values sorted)."""
     def rank(row: tuple) -> tuple:
-        return tuple((list(_HALO).index(v) if k == "halo" and v in _HALO else len(_HALO), str(v))
+        return tuple((_HALO_ORDER.index(v) if k == "halo" and v in _HALO_ORDER else len(_HALO_ORDER), str(v))
                      for k, v in zip(lines, row))
     rows = list(zip(*(data[k] for k in lines)))
     labels = pd.Series([", ".join(_label(k, v) for k, v in zip(lines, row)) for row in rows],
@@ -242,10 +242,10 @@ def plot_epoch_time_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, 
 
 def plot_accuracy_vs_chunks(df: pd.DataFrame, path: str | Path | None = None, *,
                             metric: str = "test_acc", where: Mapping[str, Any] | None = None) -> Figure:
-    """Accuracy (%) against chunks, one line per halo mode (naive, exact, historical) with error bars
+    """Accuracy (%) against chunks, one line per halo mode (none, exact, historical) with error bars
     over seeds, beside full batch's (chunks=1 without a halo: a grey band, mean +- std, in every panel of
     its settings with micro-batched runs, whatever the partitioner and targets): the poster's accuracy loss
-    under naive chunking and its fix."""
+    under chunks without halos (``halo=none``) and its fix."""
     return _vs_chunks(df, path, where, y=metric, lines=["halo"], pool=[], scale=100.0,
                       title="Accuracy vs micro-batches", legend="halo mode",
                       ylabel=_METRIC_LABELS.get(metric, f"{metric} (%)"), full_batch=True)

@@ -65,7 +65,7 @@ def test_plot_accuracy_vs_chunks_lines_per_halo_with_error_bars(tmp_path: Path) 
                for h in ("exact", "historical", "none") for i, c in enumerate((1, 4, 16)) for s in (0, 1, 2)]
     fig = plot_accuracy_vs_chunks(make_frame(*records), tmp_path / "a.png")
     (ax,) = fig.axes
-    assert legend_texts(ax) == ["full batch (chunks=1)", "naive (no halo)", "exact halo", "historical halo"]
+    assert legend_texts(ax) == ["full batch (chunks=1)", "halo=none", "halo=exact", "halo=historical"]
     assert len(ax.lines) == 4 and ax.get_ylabel() == "test accuracy (%)"
     assert fig.get_suptitle() == "Accuracy vs micro-batches (mean ± std over 3 seeds)"
     np.testing.assert_allclose(ax.lines[0].get_ydata(), [82.0, 82.0])  # full batch: naive at chunks=1
@@ -86,7 +86,7 @@ def test_full_batch_is_drawn_in_every_partitioners_panel() -> None:
                for s in (0, 1, 2)]
     records += [make_record(halo=h, chunks=8, partition=p, seed=s, test_acc=0.5)
                 for h in ("none", "exact") for p in ("metis", "sequential") for s in (0, 1)]
-    # historical halos computing every node of their parts: full batch computes every node too
+    # halo=historicals computing every node of their parts: full batch computes every node too
     records += [make_record(halo="historical", chunks=8, partition="metis", seed=s, test_acc=0.7,
                             targets="all") for s in (0, 1)]
     records += [make_record(dataset="citeseer", num_nodes=3327, halo="exact", chunks=c, partition=p,
@@ -115,7 +115,7 @@ def test_plot_time_to_accuracy_leaves_out_runs_that_never_reached_it(tmp_path: P
     (ax,) = fig.axes
     assert ax.get_ylabel() == "time to accuracy (s of training)"
     assert fig.get_suptitle() == "Time to accuracy vs micro-batches (mean ± std over 2 seeds)"
-    assert legend_texts(ax) == ["exact halo", "historical halo"]
+    assert legend_texts(ax) == ["halo=exact", "halo=historical"]
     np.testing.assert_allclose(ax.lines[0].get_ydata(), [1.5, 4.5])  # exact: mean of seeds 0, 1
     np.testing.assert_allclose(ax.lines[1].get_ydata(), [2.5, 8.5])
     _png(tmp_path / "t.png", 1, 1)
@@ -128,14 +128,14 @@ def test_panels_split_settings_that_vary_off_the_axes(tmp_path: Path) -> None:
                        epoch_time_median_s=0.2) for c in (1, 2)]
     fig = plot_epoch_time_vs_chunks(make_frame(*records))
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles == ["citeseer (3327 nodes) / gat\nexact halo", "cora (2708 nodes) / gat\nexact halo",
-                      "cora (2708 nodes) / gat\nnaive (no halo)"]
+    assert titles == ["citeseer (3327 nodes) / gat\nhalo=exact", "cora (2708 nodes) / gat\nhalo=exact",
+                      "cora (2708 nodes) / gat\nhalo=none"]
     assert [len(ax.lines) for ax in fig.axes] == [1, 2, 2]
     fig = plot_accuracy_vs_chunks(make_frame(*records), where={"dataset": "cora"})
     assert [ax.get_title() for ax in fig.axes] == ["cora (2708 nodes) / gat\ndgl",
                                                    "cora (2708 nodes) / gat\npyg"]
     assert [legend_texts(ax) for ax in fig.axes] == [
-        ["full batch (chunks=1)", "naive (no halo)", "exact halo"]] * 2
+        ["full batch (chunks=1)", "halo=none", "halo=exact"]] * 2
     # the colour of a halo mode is the same in every panel
     assert fig.axes[0].lines[1].get_color() == fig.axes[1].lines[1].get_color()
     fig.savefig(tmp_path / "p.png")

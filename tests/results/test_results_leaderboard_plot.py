@@ -25,7 +25,7 @@ def test_plot_leaderboard_one_row_per_setting_and_the_published_band(tmp_path: P
     fig = plot_leaderboard(make_frame(*records), tmp_path / "b.png", reference={"cora": (85.5, 0.5)})
     citeseer, cora = fig.axes
     assert [t.get_text() for t in cora.get_yticklabels()] == [
-        "gpipe, cpu,cpu, k=4, exact halo (3 seeds)", "single, cpu, k=1, naive (no halo) (3 seeds)"]
+        "gpipe, cpu,cpu, k=4, halo=exact (3 seeds)", "single, cpu, k=1, halo=none (3 seeds)"]
     (xs, ys), = [line.get_data() for line in cora.lines if line.get_marker() == "o"]
     np.testing.assert_allclose(xs, [83.0, 85.0])  # means of 82, 83, 84 and 84, 85, 86
     bars = [c for c in cora.collections if isinstance(c, LineCollection)]

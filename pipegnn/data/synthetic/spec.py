@@ -29,7 +29,7 @@ class SyntheticSpec:
         num_nodes: number of nodes.
         avg_degree: mean number of directed edges per node (both directions of an undirected edge count).
             More edges give every node more neighbours to average over: easier for message passing, and
-            a wider gap between exact and naive (halo-free) micro-batches.
+            a wider gap between exact and halo-free (``halo=none``) micro-batches.
         density: directed edges / (num_nodes * (num_nodes - 1)); alternative to ``avg_degree``: set at
             most one of them (neither: ``avg_degree`` = 4.5, PubMed's).
         num_features: vocabulary size of the bag-of-words features; each class's topic is a tenth of it.
