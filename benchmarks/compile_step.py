@@ -18,12 +18,7 @@ import time
 
 import torch
 
-from pipegnn.backends import get_backend
-from pipegnn.config.schema import compose_config
-from pipegnn.data import load_graph
-from pipegnn.engines import IGNORE, SingleEngine
-from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
-from pipegnn.models import build_model
+from pipegnn import build, compose_config
 
 
 def median_step(step, steps: int) -> float:
@@ -40,18 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=8)
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args(argv)
-    cfg = compose_config(["dataset=cora", "model=gat"])
-    graph = load_graph(cfg.dataset, cfg.data.root, cfg.data.cache)
-    torch.manual_seed(0)
-    backend = get_backend("pyg")
-    model = build_model({**cfg.model, "dropout": 0.0}, backend, graph.x, graph.num_classes)
-    edges, weight = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
-    plan = build_plan(ComputationGraph(edges, graph.num_nodes, weight), torch.arange(graph.num_nodes),
-                      PlanSpec(args.chunks, 2, partitioner="metis"))
-    ids = model.attach(plan)
-    engine = SingleEngine(model, torch.device("cpu"), args.chunks, timeline=False)
-    labels = torch.where(graph.train_mask, graph.y, IGNORE)[plan.targets]
-    labelled = int(graph.train_mask.sum())
+    trainee = build(compose_config(["dataset=cora", "model=gat", "model.dropout=0", f"chunks={args.chunks}",
+                                    "microbatch.targets=all", "microbatch.partition=metis", "engine=single",
+                                    "engine.timeline=false", "engine.trace_epoch=null"]))
+    engine, ids = trainee.engine, trainee.training.ids
+    labels, labelled = trainee.train_labels()
 
     def step() -> float:
         return engine.train_step(ids, labels, labelled)

@@ -27,15 +27,9 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import torch
 
-from pipegnn import run
-from pipegnn.backends import get_backend
+from pipegnn import build, run
 from pipegnn.config.schema import compose_config
-from pipegnn.data import load_graph
-from pipegnn.engines import IGNORE, GPipeEngine, SingleEngine
-from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
-from pipegnn.models import build_model
 
 CHUNKS = (1, 2, 4, 8, 16, 32)
 #: name: (overrides, schedule or None); pipelining cases need k >= 2 for 1F1B.
@@ -75,19 +69,12 @@ def _case(name: str, k: int, args: argparse.Namespace, out: Path | None, extra: 
 def _step_overhead(engine_name: str, args: argparse.Namespace, k: int = 8) -> dict:
     """Median training-step time of one engine (k micro-batches) with the timeline recording and not,
     alternating ``args.overhead_steps`` times in this process."""
-    cfg = compose_config([f"dataset={args.dataset}", *args.overrides])
-    graph = load_graph(cfg.dataset, cfg.data.root, cfg.data.cache)
-    backend = get_backend("pyg")
-    model = build_model(cfg.model, backend, graph.x, graph.num_classes)
-    edge_index, weight = backend.computation_graph(cfg.model.name, graph.edge_index, graph.num_nodes)
-    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), graph.split("all"),
-                      PlanSpec(k, model.num_layers))
-    ids = model.attach(plan)
-    cpu = torch.device("cpu")
-    engine = (SingleEngine(model, cpu, k) if engine_name == "single"
-              else GPipeEngine(model, [cpu, cpu], [2, 2], k))
-    labels = torch.where(graph.train_mask[plan.targets], graph.y[plan.targets], IGNORE)
-    count = int(graph.train_mask[plan.targets].sum())
+    engine_overrides = (["engine=single"] if engine_name == "single"
+                        else ["engine=gpipe", "engine.devices=[cpu,cpu]", "engine.balance=[2,2]"])
+    trainee = build(compose_config([f"dataset={args.dataset}", *args.overrides, f"chunks={k}",
+                                    "microbatch.targets=all", *engine_overrides]))
+    model, engine, ids = trainee.model, trainee.engine, trainee.training.ids
+    labels, count = trainee.train_labels()
     timeline, times = engine.timeline, {True: [], False: []}
     for i in range(2 * args.overhead_steps + 2):
         on = i % 2 == 0

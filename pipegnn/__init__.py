@@ -2,7 +2,8 @@
 
 What a user calls: [`run`][pipegnn.training.launch.run] (one run of a config, its record returned),
 [`compose_config`][pipegnn.config.schema.compose_config] (a run's config from the presets and overrides, as
-``experiments/train.py`` composes it), the errors a bad input raises, and the analysis package
+``experiments/train.py`` composes it), [`build`][pipegnn.training.launch.build] (a run's pieces from a
+config: graph, plans, staged model, engine), the errors a bad input raises, and the analysis package
 [`pipegnn.results`][pipegnn.results] (records read back, tables, figures; its archives:
 [`pipegnn.results.archive`][pipegnn.results.archive]). Every other module is internal (its ``__all__`` is
 empty, as torchgpipe's internal modules': its names may change from one commit to the next; the changelog
@@ -16,7 +17,7 @@ from typing import Any
 
 from pipegnn.errors import ConfigError, DatasetUnavailable
 
-__all__ = ["ConfigError", "DatasetUnavailable", "compose_config", "run"]
+__all__ = ["ConfigError", "DatasetUnavailable", "build", "compose_config", "run"]
 __version__ = "0.1.0"
 
 #: What every entry point imports (a run, a sweep, reading results), by import name: an interpreter
@@ -48,6 +49,9 @@ def __getattr__(name: str) -> Any:
     if name == "run":
         from pipegnn.training.launch import run
         return run
+    if name == "build":
+        from pipegnn.training.launch import build
+        return build
     if name == "compose_config":
         from pipegnn.config.schema import compose_config
         return compose_config

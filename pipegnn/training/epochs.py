@@ -65,6 +65,14 @@ class Trainee:
     store: DiskFeatureStore | None = None
     sampler: NeighbourSampler | None = None
 
+    def train_labels(self) -> tuple[Tensor, int]:
+        """The training pass's targets' labels on the engine's output device, `IGNORE` for targets
+        outside the training split (``targets=all`` computes them, the loss leaves them out), and how many
+        are labelled: what ``engine.train_step(training.ids, *train_labels())`` takes."""
+        targets, mask = self.training.plan.targets, self.graph.train_mask
+        labels = torch.where(mask[targets], self.graph.y[targets], IGNORE).to(self.engine.output_device)
+        return labels, int(mask[targets].sum())
+
 
 def fit(cfg: Config, trainee: Trainee, record: RunRecord,
         on_epoch: Callable[[dict[str, Any]], Any] | None = None, state_path: Path | None = None) -> None:
@@ -125,10 +133,7 @@ class _Loop:
                 for entry in epochs:
                     on_epoch(entry)
         self.out = out = engine.output_device
-        # Targets outside the training split are computed (targets=all) but not in the loss.
-        self.train_labels = torch.where(graph.train_mask[train_plan.targets], graph.y[train_plan.targets],
-                                        IGNORE).to(out)
-        self.num_labelled = int(graph.train_mask[train_plan.targets].sum())
+        self.train_labels, self.num_labelled = trainee.train_labels()
         self.historical = train_plan.halo == Halo.historical
         self.eval_labels = graph.y[eval_plan.targets].to(out)
         self.masks = {s: getattr(graph, f"{s}_mask")[eval_plan.targets].to(out)

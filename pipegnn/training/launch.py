@@ -37,12 +37,12 @@ from pipegnn.runs.record_writes import probe_record_folder, write_record
 from pipegnn.timeline import TRACE_NAME
 from pipegnn.training.checkpoints import checkpoint_path, previous_path
 from pipegnn.training.dgl_loader import check_loader, train_loader
-from pipegnn.training.epochs import RUN_LOG, wall_times
+from pipegnn.training.epochs import RUN_LOG, Trainee, wall_times
 from pipegnn.training.loggers import Loggers
 from pipegnn.training.preemption import Interrupted, interruptible
 from pipegnn.training.processes.group import check_launch, gather_memory, is_secondary_rank, process_group
 from pipegnn.training.processes.spawn import spawn
-from pipegnn.training.rank import train_rank
+from pipegnn.training.rank import build_trainee, train_rank
 
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
@@ -203,6 +203,22 @@ def _then(first: Callable[[dict[str, Any]], Any],
         if then is not None:
             then(entry)
     return both
+
+
+def build(cfg: Config | DictConfig | Mapping[str, Any]) -> Trainee:
+    """A run's pieces from its config, built as [`run`][pipegnn.training.launch.run] builds them before
+    its first epoch: the graph, the training and evaluation plans, the staged model with them attached and
+    the engine (a [`Trainee`][pipegnn.training.epochs.Trainee]). One training step of it is
+    ``trainee.engine.train_step(trainee.training.ids, *trainee.train_labels())``; benchmarks and tests
+    build from it rather than by hand. The config is checked first, as a run checks it; an engine of
+    several processes (``engine=pipelining``) is built only inside its process group (one rank's pieces).
+
+    Raises:
+        ConfigError: naming the bad key, its value and what would be valid.
+    """
+    config = check_run(cfg)
+    scratch = RunRecord(status=Status.INVALID, config={}, choices={}, env={})  # set-up figures, not kept
+    return build_trainee(config, scratch)
 
 
 def check_run(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:

@@ -1,6 +1,6 @@
 """One process's part of a run: load the graph, build the plans and the staged model, build the engine
-(this process's rank of a pipeline), train through the epoch loop
-([`pipegnn.training.epochs`][pipegnn.training.epochs]), filling the run's record."""
+(this process's rank of a pipeline: [`build_trainee`][pipegnn.training.rank.build_trainee]), train through
+the epoch loop ([`pipegnn.training.epochs`][pipegnn.training.epochs]), filling the run's record."""
 from __future__ import annotations
 
 import dataclasses
@@ -56,6 +56,25 @@ def train_rank(cfg: Config, record: RunRecord,
                state_dir: str | Path | None = None) -> list[torch.device]:
     """This process's part of the run (every part of it but a pipeline's other ranks), filling
     ``record``; returns the devices it trained on."""
+    trainee = build_trainee(cfg, record)
+    model, engine, eval_ids = trainee.model, trainee.engine, trainee.evaluation.ids
+    with memory_limit(_stage_limit(cfg.engine, record)):  # engine.memory_limit_gb: a device's memory
+        if cfg.microbatch.halo is Halo.historical:
+            model.eval()
+            with timed(engine.devices) as fill:
+                engine.refresh(model, eval_ids)
+            record.timing["history_fill_s"] = fill.seconds
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        fit(cfg, trainee, record, on_epoch, None if state_dir is None else checkpoint_path(state_dir, rank))
+    return engine.devices
+
+
+def build_trainee(cfg: Config, record: RunRecord) -> Trainee:
+    """This process's pieces of the run of the checked config ``cfg``: the graph (loaded, its targets
+    checked), the training and evaluation plans (and the sampler of sampled halos), the staged model with
+    them attached, and the engine (this process's rank of a pipeline); ``record`` gets what setting them
+    up measured (the dataset's, the model's, the plans' and the features' sections, set-up times and
+    peak memory). [`pipegnn.build`][pipegnn.training.launch.build] checks a config and calls it."""
     mb, storage, precision = cfg.microbatch, cfg.data.features, cfg.train.precision
     torch.manual_seed(cfg.train.seed)
     with timed() as loading:  # a synthetic graph is generated here (with disk: its feature file)
@@ -127,19 +146,9 @@ def train_rank(cfg: Config, record: RunRecord,
     record.memory["setup_peak_rss_bytes"] = peak_rss_bytes()  # loading, plans, model and engine
     reset_peaks(engine.devices)
     record.timing.update(setup_s=loading.seconds + modelling.seconds, load_s=loading.seconds,
-                            microbatch_build_s=build.seconds,
-                         features_order_s=order_s)
-    with memory_limit(_stage_limit(cfg.engine, record)):  # engine.memory_limit_gb: a device's memory
-        if halo is Halo.historical:
-            model.eval()
-            with timed(engine.devices) as fill:
-                engine.refresh(model, eval_ids)
-            record.timing["history_fill_s"] = fill.seconds
-        rank = dist.get_rank() if dist.is_initialized() else 0
-        trainee = Trainee(graph, model, engine, Pass(train_plan, train_ids), Pass(eval_plan, eval_ids), store,
-                          sampler)
-        fit(cfg, trainee, record, on_epoch, None if state_dir is None else checkpoint_path(state_dir, rank))
-    return engine.devices
+                         microbatch_build_s=build.seconds, features_order_s=order_s)
+    return Trainee(graph, model, engine, Pass(train_plan, train_ids), Pass(eval_plan, eval_ids), store,
+                   sampler)
 
 
 def _stage_limit(engine: EngineConfig, record: RunRecord) -> int | None:

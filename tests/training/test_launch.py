@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipegnn import run
+from pipegnn import ConfigError, build, run
 from pipegnn.results import STATUSES
 
 from tests.helpers import ROOT, make_cfg
@@ -271,3 +271,24 @@ def test_a_file_beside_the_record_never_costs_it(tmp_path: Path) -> None:
     assert written["unwritten"]["trace.json"].startswith("IsADirectoryError")
     assert "final.csv" in written["unwritten"]["logger csv"]
     assert "trace" not in (written.get("pipeline") or {})
+
+
+@pytest.mark.parametrize("overrides", [("engine=single", "chunks=4"),
+                                       ("engine=gpipe", "chunks=2", "microbatch.halo=historical")])
+def test_build_gives_the_pieces_a_run_trains(overrides: tuple[str, ...]) -> None:
+    """``pipegnn.build`` builds what a run builds before its first epoch: one training step of its pieces
+    gives the loss of the run's first epoch (dropout 0, the same seed), and a bad config is refused as a run
+    refuses it."""
+    cfg = make_cfg("model.dropout=0", *overrides)
+    trainee = build(cfg)
+    if trainee.training.plan.halo == "historical":  # as the run fills the caches before its first step
+        trainee.model.eval()
+        trainee.engine.refresh(trainee.model, trainee.evaluation.ids)
+    trainee.model.train()
+    trainee.model.tick()
+    loss = trainee.engine.train_step(trainee.training.ids, *trainee.train_labels())
+    record = run(cfg)
+    assert record["status"] == "completed", record["error"]
+    assert math.isclose(loss, record["epochs"][0]["train_loss"], rel_tol=1e-6)
+    with pytest.raises(ConfigError, match="chunks must be an integer >= 1, got 0"):
+        build(make_cfg("chunks=0"))
