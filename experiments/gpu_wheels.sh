@@ -2,8 +2,8 @@
 # Fetch, where PyPI is reachable, the wheels a CUDA machine without a package index needs to run pipegnn
 # (README, "On a GPU"): the pinned packages of requirements.txt that such a machine's usual image (CUDA
 # torch, torch-geometric, numpy, scipy, pandas, matplotlib, psutil, pytest, PyYAML) lacks, for its Python;
-# and into DIR/datasets the real graph the GPU check trains (Coauthor Physics' .npz, 3.6 MB, from
-# $PIPEGNN_DATA), so that it travels with the checkout.
+# and into DIR/datasets the real graphs the GPU check trains (Amazon Computers' and Coauthor Physics'
+# .npz, 3.4 and 3.6 MB, from $PIPEGNN_DATA), so that they travel with the checkout.
 #   experiments/gpu_wheels.sh [DIR] [PYTHON_VERSION]      (defaults: .whl, 3.12; `make gpu-wheels
 #                                                          GPU_PYTHON=3.11` for another Python)
 # antlr4-python3-runtime (hydra's parser runtime) has no wheel on PyPI: it is built here (pure Python).
@@ -22,11 +22,12 @@ done
 "$py" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$pyver" --implementation cp \
   "${platforms[@]}" -d "$dir" "$(pin hydra-core)" "$(pin omegaconf)" "$(pin torchgpipe)" "$(pin pymetis)"
 "$py" -m pip wheel --quiet --no-deps -w "$dir" antlr4-python3-runtime==4.9.3
-physics=Coauthor/Physics/raw/ms_academic_phy.npz
-if [[ -f "${PIPEGNN_DATA:-}/$physics" ]]; then
-  mkdir -p "$dir/datasets/$(dirname $physics)"
-  cp "$PIPEGNN_DATA/$physics" "$dir/datasets/$physics"
-else
-  echo "note: ${PIPEGNN_DATA:-\$PIPEGNN_DATA}/$physics not found; the GPU check's real graph will download or fail" >&2
-fi
+for graph in Amazon/Computers/raw/amazon_electronics_computers.npz Coauthor/Physics/raw/ms_academic_phy.npz; do
+  if [[ -f "${PIPEGNN_DATA:-}/$graph" ]]; then
+    mkdir -p "$dir/datasets/$(dirname $graph)"
+    cp "$PIPEGNN_DATA/$graph" "$dir/datasets/$graph"
+  else
+    echo "note: ${PIPEGNN_DATA:-\$PIPEGNN_DATA}/$graph not found; the GPU check's real graph will download or fail" >&2
+  fi
+done
 ls -1R "$dir"
