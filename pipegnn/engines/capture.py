@@ -41,8 +41,9 @@ def capture_problems(cfg: Config) -> list[str]:
         problems.append("engine.timeline=true: the timeline reads host clocks between micro-batches; "
                         "set engine.timeline=false")
     if cfg.microbatch.halo is Halo.historical:
-        problems.append("microbatch.halo=historical: the history caches count ages and draw masks on the "
-                        "host every step")
+        problems.append("microbatch.halo=historical: its step is not recorded yet (the caches' step "
+                        "counter and ages live on the device; the layer-wise refresh that evaluates it is "
+                        "not recorded)")
     elif cfg.microbatch.evaluation is Evaluation.layerwise:
         problems.append("microbatch.evaluation=layerwise: the recorded evaluation is the plan's; set "
                         "microbatch.evaluation=plan")

@@ -38,17 +38,26 @@ class History(nn.Module):
 
     rows: Tensor  # buffers
     written: Tensor
+    steps: Tensor
+    ages: Tensor
 
     def __init__(self, num_nodes: int, dim: int, dtype: torch.dtype = torch.float32,
                  node_dropout: float = 0.0):
         super().__init__()
         self.register_buffer("rows", torch.zeros(num_nodes, dim, dtype=dtype), persistent=False)
         self.register_buffer("written", torch.full((num_nodes,), -1, dtype=torch.long), persistent=False)
+        # The step counter on the device too, and the summed ages of the rows pulled this step: a step's
+        # writes and reads of them are device operations only (no value of the host's baked into a
+        # recorded step, no host read), set at `tick`, outside the step; read once per step by whoever
+        # reports (`age_sum`).
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long), persistent=False)
+        self.register_buffer("ages", torch.zeros((), dtype=torch.long), persistent=False)
         self.step = 0
         self._filled = False  # every row written at least once
-        # micro-batch -> (sum of ages, on the device: read once per step, by whoever reports; rows) this step
-        self._ages: dict[int, tuple[Tensor, int]] = {}
-        self._pushed: dict[int, int] = {}  # micro-batch -> rows pushed this step
+        self._aged: set[int] = set()  # micro-batches whose pulled rows' ages are counted this step
+        # micro-batch -> rows pulled, rows pushed (in a step: the same every step, plans being fixed)
+        self._pulled: dict[int, int] = {}
+        self._pushed: dict[int, int] = {}
         self.node_dropout = node_dropout
         # this step's dropout mask, kept entries already scaled (0 or 1 / (1 - p) per node and feature, in
         # the rows' dtype, as torch's dropout builds its noise: a read is one index_select and one product),
@@ -66,6 +75,7 @@ class History(nn.Module):
         self.rows.copy_(state["rows"])
         self.written.copy_(state["written"])
         self.step = int(state["step"])
+        self.steps.fill_(self.step)
         self._filled = False  # checked again on the next read
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "History":
@@ -78,8 +88,9 @@ class History(nn.Module):
         is drawn again: now with ``draw`` (a pipeline stage waiting for its first micro-batch), else at
         the node's first read in the step."""
         self.step += 1
-        self._ages.clear()
-        self._pushed.clear()
+        self.steps.fill_(self.step)  # (a host value written, not read: no wait)
+        self.ages.zero_()
+        self._aged.clear()
         if draw:
             self.draw_masks()
 
@@ -93,7 +104,7 @@ class History(nn.Module):
         """Store fresh embeddings ``h`` of ``nodes`` (``micro_batch``, when given: counted once per
         micro-batch and step toward [`traffic`][pipegnn.microbatch.history.History.traffic])."""
         self.rows.index_copy_(0, nodes, h.detach().to(self.rows.dtype))
-        self.written.index_fill_(0, nodes, self.step)
+        self.written.index_put_((nodes,), self.steps)  # the device's step: index_fill_ reads it on the host
         if micro_batch is not None:
             self._pushed[micro_batch] = nodes.numel()
 
@@ -113,9 +124,10 @@ class History(nn.Module):
             if bool((self.written.index_select(0, nodes) < 0).any()):
                 raise RuntimeError("history cache read before it was filled: run a refresh pass first")
             self._filled = bool((self.written >= 0).all())
-        if micro_batch is not None and micro_batch not in self._ages:
-            written = self.written.index_select(0, nodes)
-            self._ages[micro_batch] = ((self.step - written).sum(), nodes.numel())
+        if micro_batch is not None and micro_batch not in self._aged:
+            self.ages.add_((self.steps - self.written.index_select(0, nodes)).sum())
+            self._aged.add(micro_batch)
+            self._pulled[micro_batch] = nodes.numel()
         return self.rows.index_select(0, nodes)
 
     def dropout(self, nodes: Tensor, h: Tensor) -> Tensor:
@@ -157,24 +169,21 @@ class History(nn.Module):
         """The summed ages (steps) of the rows pulled during the current step: a 0-d integer tensor on
         the cache's device, not read on the host ([`staleness`][pipegnn.microbatch.history.History.staleness]
         reads it)."""
-        if not self._ages:
-            return self.written.new_zeros(())
-        return torch.stack([a for a, _ in self._ages.values()]).sum()
+        return self.ages
 
     def staleness(self, age_sum: float | None = None) -> float:
         """Mean age in steps of the rows pulled during the current step (0 when none); ``age_sum``:
         [`age_sum`][pipegnn.microbatch.history.History.age_sum] already read on the host (else read here: a
         wait for the device)."""
-        count = sum(n for _, n in self._ages.values())
+        count = sum(self._pulled.values())
         if not count:
             return 0.0
         return (read_on_host(self.age_sum()) if age_sum is None else age_sum) / count
 
     def traffic(self, age_sum: float | None = None) -> dict[str, float]:
-        """The current training step's rows (and bytes) pulled from and pushed to this cache, and the
-        pulled rows' mean age ([`staleness`][pipegnn.microbatch.history.History.staleness], given
-        ``age_sum``)."""
-        pulled = sum(n for _, n in self._ages.values())
+        """The training step's rows (and bytes) pulled from and pushed to this cache, and the pulled rows'
+        mean age ([`staleness`][pipegnn.microbatch.history.History.staleness], given ``age_sum``)."""
+        pulled = sum(self._pulled.values())
         pushed = sum(self._pushed.values())
         row = self.rows.size(1) * self.rows.element_size()
         return {"staleness": self.staleness(age_sum), "pulled_rows": pulled, "pushed_rows": pushed,

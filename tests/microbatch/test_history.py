@@ -96,6 +96,27 @@ def test_staleness_counts_steps_since_refresh(graph: Graph) -> None:
     assert ages == [1.0, 2.0, 1.0]
 
 
+def test_a_steps_writes_and_ages_read_the_devices_step_counter() -> None:
+    """What a recorded step (a CUDA graph replays its operations, not the Python around them) needs of a
+    cache: its writes and the ages of its reads use the step counter on the cache's device, which `tick`
+    sets outside the step, not a host value taken when the step ran; the ages are summed on the device
+    (one read when reported), and the pulled rows are counted once per micro-batch and step."""
+    cache = History(6, 2)
+    cache.push(torch.arange(6), torch.zeros(6, 2))  # filled at step 0
+    cache.tick()
+    nodes = torch.tensor([0, 1, 2])
+    cache.push(nodes, torch.ones(3, 2), micro_batch=0)
+    assert cache.written.tolist() == [1, 1, 1, 0, 0, 0]
+    cache.steps.fill_(5)  # as the device's counter stands at a replay five steps on
+    cache.push(nodes, torch.ones(3, 2), micro_batch=0)
+    cache.pull(torch.tensor([3, 4, 5]), micro_batch=0)
+    cache.pull(torch.tensor([3, 4, 5]), micro_batch=0)  # read again (a recomputation): counted once
+    assert cache.written.tolist() == [5, 5, 5, 0, 0, 0] and int(cache.age_sum()) == 15
+    assert cache.traffic(15.0)["staleness"] == 5.0 and cache.traffic(15.0)["pulled_rows"] == 3
+    cache.tick()  # a new step: its counter on the device, its ages summed anew
+    assert int(cache.steps) == 2 and int(cache.age_sum()) == 0
+
+
 @pytest.mark.usefixtures("float64")
 def test_history_rejects_unfilled_rows() -> None:
     h = History(5, 2, torch.float64)
