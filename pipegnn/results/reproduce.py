@@ -12,6 +12,8 @@ record was written (``microbatch.targets``, say) is named here, key by key, with
 """
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,7 @@ from pipegnn.results.record_files import RECORD_NAME, RecordError, find_records,
 from pipegnn.run_record import RunRecord
 
 __all__ = ["MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "PLACE_KEYS", "Drift", "drift",
-           "command_jobs", "computed_keys", "recompose"]
+           "command_jobs", "composed_now", "computed_keys", "recompose"]
 
 #: Keys that say where and how a run was kept, watched or bounded, not what it computed: where data and
 #: caches live, trackers, resume, checkpoints, caps and deadlines, how processes start, the trace.
@@ -100,7 +102,6 @@ def _override_problem(overrides: list[str]) -> str | None:
 
 def drift(record: RunRecord, path: str | Path = "") -> Drift:
     """``record``'s overrides composed at this commit against its ``config`` (see the module doc)."""
-    from pipegnn.config.schema import compose_config
     from pipegnn.config.typed import config_container
 
     if record.overrides is None:
@@ -109,13 +110,46 @@ def drift(record: RunRecord, path: str | Path = "") -> Drift:
     if problem is not None:
         return Drift(Path(path), record.overrides, {}, problem)
     try:
-        now = computed_keys(config_container(compose_config(
-            [o for o in record.overrides if not _is_hydra(o)])))
+        now = computed_keys(config_container(composed_now([o for o in record.overrides if not _is_hydra(o)])))
     except Exception as e:  # noqa: BLE001 - an override of a key or preset that is gone: named, not raised
         return Drift(Path(path), record.overrides, {}, f"{type(e).__name__}: {str(e).splitlines()[0]}")
     then = computed_keys(record.config)
     keys = sorted(k for k in then.keys() | now.keys() if then.get(k, _ABSENT) != now.get(k, _ABSENT))
     return Drift(Path(path), record.overrides, {k: (then.get(k, _ABSENT), now.get(k, _ABSENT)) for k in keys})
+
+
+def composed_now(overrides: Sequence[str]) -> Any:
+    """The configuration ``overrides`` compose to at this commit, as Hydra composes it: the overrides of
+    config groups choose the defaults (composed once for every record that shares them: a sweep's records
+    differ in a seed or a value, and composing each took most of recomposing a folder), then every other
+    override is applied in order as Hydra applies it (``OmegaConf.update``, merged). Overrides that add or
+    delete a key are composed whole, by Hydra.
+
+    Raises:
+        Exception: what Hydra or OmegaConf raises for an override that does not compose.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from pipegnn.config.schema import compose_config, config_dir
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    group = [(config_dir() / o.key_or_group).is_dir() for o in parsed]
+    values = [o for o, g in zip(parsed, group) if not g]
+    if any(o.is_delete() or o.is_add() or o.is_force_add() or o.package is not None for o in values):
+        return compose_config(list(overrides))
+    cfg = copy.deepcopy(_composed(tuple(str(o.input_line) for o, g in zip(parsed, group) if g)))
+    for o in values:
+        OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
+    return cfg
+
+
+@functools.lru_cache(maxsize=128)
+def _composed(groups: tuple[str, ...]) -> Any:
+    """The configuration of the config groups' overrides ``groups`` alone (cached: see `composed_now`)."""
+    from pipegnn.config.schema import compose_config
+
+    return compose_config(list(groups))
 
 
 def _records(root: Path) -> Iterator[tuple[Path, RunRecord | str]]:

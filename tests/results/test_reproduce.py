@@ -10,7 +10,7 @@ import pytest
 from pipegnn.config.schema import compose_config
 from pipegnn.config.typed import config_container
 from pipegnn.results.__main__ import main
-from pipegnn.results.reproduce import command_jobs, drift, recompose
+from pipegnn.results.reproduce import command_jobs, composed_now, drift, recompose
 from pipegnn.run_record import RunRecord, Status
 from pipegnn.runs.record_writes import write_record
 
@@ -113,3 +113,16 @@ def test_every_reference_is_reproduced_by_its_preset_at_this_commit(preset: str)
     assert not kept_none, f"{preset}: {len(kept_none)} records keep no overrides, e.g. {kept_none[0]}"
     drifted = {str(d.path): d.error or d.differs for d in drifts if d.error or d.differs}
     assert not drifted, f"{preset}: {len(drifted)} records drift, e.g. {next(iter(drifted.items()))}"
+
+
+@pytest.mark.parametrize("overrides", [
+    [*_OVERRIDES, "train.seed=7"],
+    ["model=gcn", "dataset=synthetic", "microbatch.fanouts=[10,5]", "microbatch.halo=sampled", "chunks=4"],
+    ["experiment=sampled_map", "map_setting=historical_k8", "train.seed=3", "dataset=amazon_computers_dense"],
+    ["++model.hidden=4", "chunks=2"],  # a forced add: composed whole
+])
+def test_recomposing_composes_as_hydra_does(overrides: list[str]) -> None:
+    """Records are recomposed with their group choices composed once (each record applying its other
+    overrides as Hydra does): the same configuration as Hydra's own composition."""
+    expected = config_container(compose_config(overrides))
+    assert config_container(composed_now(overrides)) == expected
