@@ -12,15 +12,9 @@ from pathlib import Path
 import pytest
 
 from pipegnn.errors import FolderTaken
-from pipegnn.runs.ownership import (
-    JOB_FILE,
-    OWNER_FILE,
-    RUN_FILE,
-    RUN_LOCK,
-    claim_job,
-    claim_run,
-    take_sweep,
-)
+from pipegnn.runs.claims import JOB_FILE, OWNER_FILE, RUN_FILE, RUN_LOCK
+from pipegnn.runs.ownership import claim_job, take_sweep
+from pipegnn.runs.run_claims import claim_run
 
 from tests.helpers import ROOT, TINY_SYNTHETIC
 
@@ -325,7 +319,7 @@ def test_a_run_into_a_taken_folder_is_refused_in_one_line(tmp_path: Path, how: s
     if how == "held":
         held = claim_run(out, ["train.seed=9"])
     elif how == "claimed":  # by a run that has ended (a live claimant holds the folder: see below)
-        subprocess.run([sys.executable, "-c", "import sys; from pipegnn.runs.ownership import claim_run; "
+        subprocess.run([sys.executable, "-c", "import sys; from pipegnn.runs.run_claims import claim_run; "
                         "claim_run(sys.argv[1], ['train.seed=9']).close()", str(out)], check=True, cwd=ROOT)
     else:
         (out / RUN_LOCK).mkdir()
