@@ -280,19 +280,23 @@ def _draw(trainee: Trainee, drawing: DrawAhead | None, epoch: int, last: int) ->
     """With sampled halos, give the model epoch ``epoch``'s training micro-batches (epoch 0's are the
     plan's), start drawing the next epoch's (before ``last``; in the background with
     ``microbatch.draw_ahead``) and return the epoch record's ``sample_s`` (the draw's own time, wherever
-    it ran), ``sample_wait_s`` (what the step waited for it) and ``sampled_edges`` (every layer's edges,
-    summed over micro-batches); without, nothing."""
+    it ran), ``sample_wait_s`` (what the step waited for it), ``replace_s`` (the model's and the engine's
+    structures swapped for the new draw: part of the step, as the wait is) and ``sampled_edges`` (every
+    layer's edges, summed over micro-batches); without, nothing."""
     if drawing is None:
         return {}
     ids = trainee.training.ids
     if epoch:
         drawn = drawing.take(epoch)
         micro_batches = drawn.micro_batches
-        figures = {"sample_s": drawn.sample_s, "sample_wait_s": drawn.wait_s}
+        start = time.perf_counter()
         trainee.model.replace(ids, micro_batches)
         trainee.engine.redraw(trainee.model, ids)
+        figures = {"sample_s": drawn.sample_s, "sample_wait_s": drawn.wait_s,
+                   "replace_s": time.perf_counter() - start}
     else:
-        micro_batches, figures = trainee.training.plan.micro_batches, {"sample_s": 0.0, "sample_wait_s": 0.0}
+        micro_batches = trainee.training.plan.micro_batches
+        figures = {"sample_s": 0.0, "sample_wait_s": 0.0, "replace_s": 0.0}
     if epoch + 1 < last:
         drawing.start(epoch + 1)
     return {**figures, "sampled_edges": sum(e.size(1) for mb in micro_batches for e in mb.edges)}

@@ -63,6 +63,9 @@ def test_drawing_ahead_trains_as_drawing_in_series(engine: str) -> None:
     for e in series["epochs"][1:]:  # in series the step waits for the whole draw
         assert e["sample_wait_s"] == e["sample_s"] > 0
     assert all(0 <= e["sample_wait_s"] and e["sample_s"] > 0 for e in ahead["epochs"][1:])
+    # the swap of the model's and engine's structures for each draw: timed, within the step
+    assert ahead["epochs"][0]["replace_s"] == 0.0
+    assert all(0 < e["replace_s"] + e["sample_wait_s"] < e["epoch_time_s"] for e in ahead["epochs"][1:])
 
 
 def test_sampled_with_every_neighbour_trains_as_exact_halos() -> None:
