@@ -30,7 +30,8 @@ from pipegnn.data import load_graph
 from pipegnn.errors import ConfigError
 from pipegnn.measure import timed
 from pipegnn.run_record import RunRecord
-from pipegnn.training.epochs import EPOCH_LINE, RUN_LOG, final_figures, stops
+from pipegnn.training.epochs import EPOCH_LINE, RUN_LOG
+from pipegnn.training.run_figures import final_figures, stops
 from pipegnn.training.targets import check_splits
 
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)

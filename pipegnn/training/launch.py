@@ -37,12 +37,13 @@ from pipegnn.runs.record_writes import probe_record_folder, write_record
 from pipegnn.timeline import TRACE_NAME
 from pipegnn.training.checkpoints import checkpoint_path, previous_path
 from pipegnn.training.dgl_loader import check_loader, train_loader
-from pipegnn.training.epochs import RUN_LOG, Trainee, wall_times
+from pipegnn.training.epochs import RUN_LOG, Trainee
 from pipegnn.training.loggers import Loggers
 from pipegnn.training.preemption import Interrupted, interruptible
 from pipegnn.training.processes.group import check_launch, gather_memory, is_secondary_rank, process_group
 from pipegnn.training.processes.spawn import spawn
 from pipegnn.training.rank import build_trainee, train_rank
+from pipegnn.training.run_figures import wall_times
 
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 

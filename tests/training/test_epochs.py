@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipegnn.training.epochs import best_epoch, time_to_accuracy, wall_times
+from pipegnn.training.run_figures import best_epoch, time_to_accuracy, wall_times
 
 from tests.helpers import run_no_dropout
 
