@@ -137,12 +137,11 @@ class Timeline:
         return self._step_host + origin.elapsed_time(stamp) / 1e3
 
 
-def _earliest_node(t: Tensor) -> Any:
-    """The autograd node of ``t``'s graph created first (the smallest sequence number; AccumulateGrad
-    leaves excluded): the node that backward runs last, since the engine runs ready nodes in decreasing
-    sequence order."""
-    root = t.grad_fn
-    assert root is not None, "t has no grad_fn: no recorded operation computed it"
+def _earliest_node(root: Any) -> Any:
+    """The autograd node of ``root``'s graph (a tensor's ``grad_fn``) created first (the smallest sequence
+    number; AccumulateGrad leaves excluded): the node that backward runs last, since the engine runs ready
+    nodes in decreasing sequence order."""
+    assert root is not None, "no grad_fn: no recorded operation computed it"
     best = root
     seen, stack = {id(root)}, [root]
     while stack:
@@ -163,7 +162,10 @@ class HookProbe:
     start when the gradient of the stage's output arrives (a hook on a view of the output) and end when
     the stage's backward has finished: when the gradient of its input is computed (a hook on a view of
     the input) or, for a first stage whose input needs no gradient, when its earliest autograd node has
-    run (a node post-hook).
+    run (a node post-hook). That node is looked for in the graph of the stage's first unit that records
+    one (a forward hook on each unit notes it), not in the whole stage's: walking every node of a deep
+    stage's graph (GCNII 64: thousands) in Python, once per micro-batch, cost more host time than the
+    step's own launches.
 
     A box's micro-batch is the one the stage's units compute, as they learn it: from the host
     ([`pipegnn.microbatch.current.current`][pipegnn.microbatch.current.current]: the single engine's loop,
@@ -182,10 +184,13 @@ class HookProbe:
         self._open: dict[int, tuple[int, str, Any]] = {}
         self._backward: dict[tuple[int, int], Any] = {}
         self._labels: dict[int, Any] = {}
+        self._first_node: dict[int, Any] = {}  # stage -> the first unit's recorded node, this forward
         self.handles = []
         for s, module in enumerate(stages):
             self.handles.append(module.register_forward_pre_hook(partial(self._pre, s)))
             self.handles.append(module.register_forward_hook(partial(self._post, s)))
+            for unit in module.children():
+                self.handles.append(unit.register_forward_hook(partial(self._unit_post, s)))
 
     def remove(self) -> None:
         """Detach every hook."""
@@ -201,6 +206,7 @@ class HookProbe:
         label = torch.profiler.record_function(f"stage{stage} {kind} {m}")
         label.__enter__()
         self._labels[stage] = label
+        self._first_node.pop(stage, None)
         self._open[stage] = (m, kind, self.timeline.now(stage))
         if torch.is_grad_enabled() and len(inputs) > 1 and inputs[0].requires_grad:
             h = inputs[0].view_as(inputs[0])
@@ -219,10 +225,20 @@ class HookProbe:
             return None
         inputs = args[0]
         if not (len(inputs) > 1 and inputs[0].requires_grad):  # no input hook: end at the first node
-            _earliest_node(h).register_hook(lambda *_: self._backward_end(stage, m))
+            first = self._first_node.pop(stage, None)
+            _earliest_node(h.grad_fn if first is None else first).register_hook(
+                lambda *_: self._backward_end(stage, m))
         h = h.view_as(h)
         h.register_hook(partial(self._backward_start, stage, m))
         return (h, *output[1:])
+
+    def _unit_post(self, stage: int, module: nn.Module, args: tuple, output: Any) -> None:
+        """Note the node of the stage's first unit, in this forward, whose output has one."""
+        if stage not in self._open or stage in self._first_node:
+            return
+        h = output[0] if isinstance(output, tuple) else output
+        if isinstance(h, Tensor) and h.grad_fn is not None:
+            self._first_node[stage] = h.grad_fn
 
     def _backward_start(self, stage: int, m: int, grad: Tensor) -> None:
         self._backward[stage, m] = self.timeline.now(stage)
