@@ -19,8 +19,15 @@ VOLATILE_KEYS = ("resume",)
 #: config holding that value compares equal to one without the key, so a resumed sweep keeps its jobs and
 #: an older record recomposes (``python -m pipegnn.results --recompose``). ``microbatch.draw_ahead``
 #: changes when an epoch's neighbourhoods are drawn, never what is drawn (the same losses: a test).
-ADDED_KEYS = {("engine", "capture"): "none", ("data", "edges"): "memory", ("microbatch", "fanouts"): None,
-              ("microbatch", "evaluation"): "plan", ("microbatch", "draw_ahead"): True}
+#: ``microbatch.halo_dropout``: every record before the key drew a mask per read, but those of commit b66bf9b,
+#: where the per-node mask was unconditional (its two sweeps are in results/archive/, not the reference set).
+ADDED_KEYS = {("engine", "capture"): "none", ("engine", "threads"): None, ("engine", "data_parallel"): 1,
+              ("data", "edges"): "memory", ("data", "features"): "memory", ("microbatch", "fanouts"): None,
+              ("microbatch", "evaluation"): "plan", ("microbatch", "draw_ahead"): True,
+              ("microbatch", "halo_dropout"): "read", ("model", "residual"): False,
+              ("model", "conv_weight_decay"): None, ("train", "conv_weight_decay"): None,
+              ("train", "monitor"): "val_acc", ("train", "patience"): None, ("train", "target_val_acc"): None,
+              ("train", "precision"): "fp32"}
 
 
 def plain_config(value: Any) -> Any:

@@ -177,15 +177,12 @@ def _check_parts(archive: Path, header: dict[str, Any]) -> None:
                                     f"all, more than {MAX_FILES:,}: not read")
 
 
-def _checked(archive: Path, raw: BinaryIO, inflated: _Inflated, siblings: bool = True) -> int:
-    """The number of files in the open ``archive`` (``raw``), once the header, and in a split archive every
-    other part's beside it (`_check_parts`, before any line; not ``siblings``: the first part's check, read
-    with it, said so), then the gzip stream, the bounds (counted in ``inflated`` with the parts read
-    before), the count of lines and their checksum hold (one pass over the inflated stream)."""
+def _checked(archive: Path, raw: BinaryIO, inflated: _Inflated) -> int:
+    """The number of files in the open ``archive`` (``raw``), once the header, the gzip stream, the bounds
+    (counted in ``inflated`` with the parts read before), the count of lines and their checksum hold (one
+    pass over the inflated stream; the parts beside it were checked first: `_read_parts`)."""
     lines = _lines(archive, raw, inflated)
     header = _header(archive, lines)
-    if siblings:  # before the lines: every part's header, their count of files in all
-        _check_parts(archive, header)
     files = header["files"]
     count, whole = 0, True
 
@@ -242,8 +239,12 @@ def _later_part(file: Path, listed: set[Path]) -> bool:
 
 def _read_parts(archive: Path) -> list[Path]:
     """The files read for ``archive``: every part of a split archive named by its first part (see
-    [`parts`][pipegnn.results.archive_read.parts]), or a later part alone."""
-    return parts(archive) if _part_header(archive).get("part", 1) == 1 else [archive]
+    [`parts`][pipegnn.results.archive_read.parts]), or a later part alone; once every other part is beside
+    it, with the same count and ``whole``, and their headers' counts of files within `MAX_FILES` in all
+    (`_check_parts`: before any part's lines are read)."""
+    header = _part_header(archive)
+    _check_parts(archive, header)
+    return parts(archive) if header.get("part", 1) == 1 else [archive]
 
 
 def entries(archive: str | Path) -> Iterator[Entry]:
@@ -269,8 +270,8 @@ def entries(archive: str | Path) -> Iterator[Entry]:
         # each part opened once: the file checked is the file read
         files = [(part, opened.enter_context(open_regular(part))) for part in _read_parts(archive)]
         inflated = _Inflated()
-        for number, (part, raw) in enumerate(files):
-            _checked(part, raw, inflated, siblings=number == 0)
+        for part, raw in files:
+            _checked(part, raw, inflated)
         previous = None
         keys: set[str] = set()
         folders: set[str] = set()

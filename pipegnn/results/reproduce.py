@@ -140,7 +140,10 @@ def composed_now(overrides: Sequence[str]) -> Any:
         return compose_config(list(overrides))
     cfg = copy.deepcopy(_composed(tuple(str(o.input_line) for o, g in zip(parsed, group) if g)))
     for o in values:
-        OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
+        try:
+            OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
+        except Exception as e:  # as Hydra says it: naming the override's whole key
+            raise ValueError(f"Could not override '{o.key_or_group}': {type(e).__name__}: {e}") from None
     return cfg
 
 

@@ -272,9 +272,8 @@ def test_a_split_archive_is_read_whole_or_not_at_all(many: Path, tmp_path: Path,
     with pytest.raises(ArchiveError) as raised:
         archive.read(split[0])
     assert str(raised.value).startswith(f"{split[0]}: {reason}")
-    rows = load(split[0].parent)
-    assert set(rows["status"]) == {"unreadable"}
-    assert set(rows["path"]) == {str(p) for p in split[0].parent.iterdir()}
+    rows = load(split[0].parent)  # one archive, named by its first part: one unreadable row
+    assert rows[["path", "status"]].values.tolist() == [[str(split[0]), "unreadable"]]
     assert any(error.startswith(reason) for error in rows["error"])
     with pytest.raises(ArchiveError):  # every part refuses
         archive.read(split[-1])

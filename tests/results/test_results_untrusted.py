@@ -602,7 +602,7 @@ def test_a_split_archive_is_bounded_over_all_its_parts(tmp_path: Path) -> None:
     writes nothing (here with at most 3 GiB of address space); and parts whose headers count more than
     `MAX_FILES` files in all are refused before a line is read."""
     filler = "x" * ((8 << 20) - 100)  # a line just within MAX_LINE_BYTES
-    lines = [[_line(f"records/{p}{i:02d}/result.json", filler) for i in range(12)] for p in range(1, 4)]
+    lines = [[_line(f"records/{p}{i:02d}/result.json", filler) for i in range(14)] for p in range(1, 4)]
     assert all(100 << 20 < sum(map(len, part)) < archive.MAX_INFLATED_BYTES for part in lines)
     split = _split_archive(tmp_path / "sent" / ARCHIVE_NAME, lines)
     assert sum(p.stat().st_size for p in split) < 4 << 20
