@@ -1,9 +1,9 @@
 """Backfill the overrides of a reference's records written before records kept them, from the command
 that ran their sweep (results/README's), and check that they are exact.
 
-    .venv/bin/python experiments/backfill_overrides.py results/reference/halo_modes [--under SWEEP] \
+    .venv/bin/python experiments/backfill_overrides.py results/superseded/halo_modes [--under SWEEP] \
         [--write] -- experiment=halo_modes chunks=8
-    .venv/bin/python experiments/backfill_overrides.py results/reference/pipeline --jobs JOBS.json [--write]
+    .venv/bin/python experiments/backfill_overrides.py results/superseded/pipeline --jobs JOBS.json [--write]
 
 Each record's job ``records/[SWEEP/]N/result.json`` gets job N's overrides of the sweep the command
 (without ``-m``) ran over its preset's ``hydra.sweeper.params`` at the record's own commit

@@ -1,5 +1,5 @@
-"""The checkout's sizes the README quotes: the reference archives (how many, how large, how many split
-into parts) and the tracked files, as the README's sentence says them.
+"""The checkout's sizes the README quotes: the committed results' archives (results/reference and
+results/superseded: how many, how large, how many split into parts) and the tracked files, as the README's sentence says them.
 
     .venv/bin/python experiments/sizes.py
 
@@ -26,7 +26,7 @@ def sizes(root: Path = ROOT) -> str:
     archives: dict[Path, list[int]] = {}
     for path in tracked:
         m = _PART.fullmatch(path.name)
-        if m is not None and path.parent.parent.name == "reference":
+        if m is not None and path.parent.parent.name in ("reference", "superseded"):
             archives.setdefault(path.parent, []).append(path.stat().st_size)
     parts = sorted({len(p) for p in archives.values() if len(p) > 1})
     split = sum(1 for p in archives.values() if len(p) > 1)

@@ -60,6 +60,11 @@ def random_graph(num_nodes: int = 50, num_edges: int = 160, num_features: int = 
                  num_classes=num_classes)
 
 
+#: The committed results: the reference set (each folder reproduced by its preset at this commit) and the
+#: superseded folders (each reproduced by the commit results/superseded/README.md names); name -> folder.
+COMMITTED_RESULTS = {p.name: p for root in ("reference", "superseded")
+                     for p in sorted((ROOT / "results" / root).iterdir()) if p.is_dir()}
+
 TINY_SYNTHETIC = ["dataset.num_nodes=400", "dataset.num_features=16", "dataset.num_communities=6",
                   "dataset.train_per_class=10", "dataset.num_val=40", "dataset.num_test=60"]
 

@@ -13,7 +13,7 @@ import pytest
 from pipegnn.results import archive, load, load_record
 from pipegnn.runs.record_writes import write_record
 
-from tests.helpers import ROOT
+from tests.helpers import COMMITTED_RESULTS, ROOT
 
 RECORDS = ROOT / "tests" / "fixtures" / "records"
 TIMELINE = ROOT / "tests" / "fixtures" / "timeline"  # a pipelining run with its trace.json
@@ -190,7 +190,7 @@ def test_figures_per_folder() -> None:
 
 
 # report folders (a folder holding only a run directory, such as pipeline/timeline, is none)
-PRESETS = sorted(p.name for p in (ROOT / "results" / "reference").iterdir()
+PRESETS = sorted(name for name, p in COMMITTED_RESULTS.items()
                  if (p / "summary.csv").is_file() or (p / "records").is_dir()
                  or (p / archive.ARCHIVE_NAME).is_file())
 
@@ -202,7 +202,7 @@ def test_committed_reference_tables_come_from_the_committed_records(preset: str)
     its records.jsonl.gz (every preset is; the larger ones in parts), with no records/<job>/result.json
     files beside it."""
     report = _report()
-    folder = ROOT / "results" / "reference" / preset
+    folder = COMMITTED_RESULTS[preset]
     packed = folder / archive.ARCHIVE_NAME
     assert packed.is_file() and not (folder / "records").exists()
     df = load(packed)  # every part

@@ -33,7 +33,8 @@ REFERENCE = ROOT / "results" / "reference"
 FIXTURES = ROOT / "tests" / "fixtures"
 #: A committed version-1 record of a spawned pipeline (its keys in the order that launcher wrote them:
 #: ``pipeline`` before ``features``, then ``workers``).
-SPAWNED = (REFERENCE / "deep_cora_historical_k8_node_mask" / archive.ARCHIVE_NAME, "records/0/result.json")
+SPAWNED = (ROOT / "results" / "superseded" / "deep_cora_historical_k8_node_mask" / archive.ARCHIVE_NAME,
+           "records/0/result.json")
 #: A committed version-1 record of an invalid run (no ``dataset``, no ``model``).
 INVALID = FIXTURES / "records" / "invalid" / "cpu4" / "result.json"
 
@@ -196,7 +197,7 @@ def test_combine_a_failed_run_keeps_the_launchers_memory_and_the_epochs_rank_0_s
 def _committed() -> list[tuple[str, Any]]:
     """Every committed record: the archives' and the folders' (results/reference, tests/fixtures)."""
     found = []
-    for root in (REFERENCE, FIXTURES):
+    for root in (REFERENCE, ROOT / "results" / "superseded", FIXTURES):
         for file in find_records(root):
             found.append((str(file), json.loads(file.read_bytes())))
         for packed in archive.archives_of(root):  # each archive whole, by its first part

@@ -20,7 +20,8 @@ VOLATILE_KEYS = ("resume",)
 #: an older record recomposes (``python -m pipegnn.results --recompose``). ``microbatch.draw_ahead``
 #: changes when an epoch's neighbourhoods are drawn, never what is drawn (the same losses: a test).
 #: ``microbatch.halo_dropout``: every record before the key drew a mask per read, but those of commit b66bf9b,
-#: where the per-node mask was unconditional (its two sweeps are in results/archive/, not the reference set).
+#: where the per-node mask was unconditional (its two sweeps are in results/superseded/, not the reference
+#: set).
 ADDED_KEYS = {("engine", "capture"): "none", ("engine", "threads"): None, ("engine", "data_parallel"): 1,
               ("data", "edges"): "memory", ("data", "features"): "memory", ("microbatch", "fanouts"): None,
               ("microbatch", "evaluation"): "plan", ("microbatch", "draw_ahead"): True,

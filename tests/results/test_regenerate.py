@@ -38,7 +38,7 @@ from PIL import Image
 from pipegnn.results import archive
 from pipegnn.results.__main__ import main as results_main
 
-from tests.helpers import ROOT
+from tests.helpers import COMMITTED_RESULTS, ROOT
 
 REFERENCE = ROOT / "results" / "reference"
 #: What the report writes (and the test compares): tables and figures.
@@ -56,8 +56,9 @@ ANCHORS_REFERENCE = ("cora=85.5,0.5", "citeseer=73.4,0.6")
 
 
 def _presets() -> list[str]:
-    """Every committed preset: a folder of ``results/reference`` holding records, packed or not."""
-    return sorted(p.name for p in REFERENCE.iterdir()
+    """Every committed preset: a folder of ``results/reference`` or ``results/superseded`` holding
+    records, packed or not."""
+    return sorted(name for name, p in COMMITTED_RESULTS.items()
                   if (p / archive.ARCHIVE_NAME).is_file() or (p / "records").is_dir())
 
 
@@ -135,7 +136,7 @@ def test_presets_are_found() -> None:
 
 @pytest.mark.parametrize("name", _params())
 def test_preset_regenerates(name: str, report: ModuleType, tmp_path: Path) -> None:
-    preset = REFERENCE / name
+    preset = COMMITTED_RESULTS[name]
     sweep = _sweep(preset, tmp_path / "sweeps")
     out = tmp_path / "reference" / name
     with contextlib.redirect_stdout(io.StringIO()) as printed:

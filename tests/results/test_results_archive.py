@@ -17,9 +17,7 @@ from pipegnn.results import archive, load
 from pipegnn.results.archive import ARCHIVE_NAME, ArchiveError
 from pipegnn.runs.record_writes import write_record
 
-from tests.helpers import ROOT
-
-REFERENCE = ROOT / "results" / "reference"
+from tests.helpers import COMMITTED_RESULTS, ROOT
 
 
 def _record(job: int, status: str = "completed") -> dict:
@@ -422,7 +420,7 @@ def test_unpack_checks_names_and_the_destination_before_writing(sweep: Path, tmp
     assert done.returncode == 2 and done.stderr.startswith(f"error: {packed}: cannot write below ")
 
 
-COMMITTED = sorted(REFERENCE.glob(f"*/{ARCHIVE_NAME}"))
+COMMITTED = sorted(p / ARCHIVE_NAME for p in COMMITTED_RESULTS.values() if (p / ARCHIVE_NAME).is_file())
 
 
 def test_find_archives_takes_the_names_a_pack_writes(tmp_path: Path) -> None:
@@ -441,7 +439,7 @@ def test_find_archives_takes_the_names_a_pack_writes(tmp_path: Path) -> None:
 def test_no_committed_archive_file_passes_the_bound() -> None:
     """Every committed archive's file, split ones' parts too, is within `MAX_PART_BYTES` (2 MiB), and each
     split archive's parts are all there."""
-    files = archive.find_archives(REFERENCE)
+    files = sorted(f for p in COMMITTED_RESULTS.values() for f in archive.find_archives(p))
     assert len(files) > len(COMMITTED)  # some are split
     assert max(p.stat().st_size for p in files) <= archive.MAX_PART_BYTES == 2 << 20
     assert sorted(p for first in COMMITTED for p in archive.parts(first)) == sorted(files)
