@@ -1,5 +1,6 @@
 """The checkout's sizes the README quotes: the committed results' archives (results/reference and
-results/superseded: how many, how large, how many split into parts) and the tracked files, as the README's sentence says them.
+results/superseded: how many, how large, how many split into parts) and the tracked files, as the
+README's sentence says them.
 
     .venv/bin/python experiments/sizes.py
 
