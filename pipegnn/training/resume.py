@@ -46,6 +46,40 @@ _EPOCH_KEYS = ("epoch", "train_loss", "train_acc", "val_acc", "val_loss", "test_
                "eval_time_s")
 
 
+#: Bounds of what a checkpoint may hold, checked before its checksum walks it: items (a training state of
+#: a deep model on a large graph holds some thousands: parameters, optimizer moments, every epoch's
+#: entries) and nesting (a few levels). A state of lists shared a thousand times over, or nested past them,
+#: is no run's (2**64 items in 1,891 bytes held the checksum's walk for ever).
+_MAX_ITEMS = 10_000_000
+_MAX_DEPTH = 64
+
+
+def _too_large(state: Any) -> str | None:
+    """Why ``state`` holds more than a run's checkpoint can (None if it does not): more than `_MAX_ITEMS`
+    items counted as its checksum walks them (shared containers once per reference), nesting past
+    `_MAX_DEPTH`, or a tensor that views more bytes than its storage holds (a stride-0 view of 2**40
+    elements in 1.8 KB: the checksum would make it whole)."""
+    import torch
+
+    items, stack = 0, [(state, 0)]
+    while stack:
+        value, depth = stack.pop()
+        items += 1
+        if items > _MAX_ITEMS:
+            return f"it holds more than {_MAX_ITEMS:,} items, more than any run's checkpoint"
+        if depth > _MAX_DEPTH:
+            return f"it is nested more than {_MAX_DEPTH} deep, deeper than any run's checkpoint"
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((v, depth + 1) for v in value)
+        elif isinstance(value, torch.Tensor):
+            if value.numel() * value.element_size() > value.untyped_storage().nbytes():
+                return (f"a tensor of shape {tuple(value.shape)} views more bytes than its storage holds "
+                        f"({value.untyped_storage().nbytes():,}): no run's parameter or state")
+    return None
+
+
 def _unusable(state: Any, config: Config) -> str | None:
     """Why a loaded checkpoint cannot be resumed from in a run of ``config`` (None if it can)."""
     why = unsealed(state)
@@ -96,7 +130,11 @@ def _candidate(config: Config, path: Path) -> tuple[int, dict[str, Any]] | None:
     else:
         if state is None:
             return None
-        why = _unusable(state, config)
+        try:
+            why = _too_large(state) or _unusable(state, config)
+        except Exception as e:  # noqa: BLE001 - content of a shape no check foresaw: set aside, named
+            first = str(e).splitlines()[0] if str(e) else ""
+            why = f"its content cannot be checked: {type(e).__name__}: {first}"
         if why is None:
             return len(state["epochs"]), state
     _set_aside(path, why)

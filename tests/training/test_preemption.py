@@ -306,3 +306,49 @@ def test_a_sealed_checkpoint_of_content_no_run_writes_is_set_aside_once(
     caplog.clear()
     again = run(make_cfg(*cfg, "resume=true"), output_dir=tmp_path)
     assert again["status"] == "completed" and "set aside" not in caplog.text
+
+
+def _shared_lists() -> list:
+    lists: list = []
+    for _ in range(40):
+        lists = [lists, lists]  # 2**40 items walked as a tree, in some hundred bytes
+    return lists
+
+
+def _nested_lists() -> list:
+    lists: list = []
+    for _ in range(3000):
+        lists = [lists]
+    return lists
+
+
+@pytest.mark.parametrize("content, why", [
+    ("shared lists", "it holds more than 10,000,000 items, more than any run's checkpoint"),
+    ("a stride-0 view", "views more bytes than its storage holds"),
+    ("nested lists", "it is nested more than 64 deep"),
+])
+def test_a_checkpoint_no_walk_could_finish_is_set_aside(tmp_path: Path, content: str, why: str,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """Found by probing: a 1.9 KB checkpoint of lists shared 64 times over held every resume for ever
+    (its checksum walked 2**64 items; here 40 times, within the nesting bound), a 1.8 KB stride-0 view of
+    2**40 elements was `oom` on every resume (the checksum made it whole), lists nested 3,000 deep a
+    RecursionError on every resume. Each is set aside before its checksum is walked, naming why, and the
+    run trains from epoch 0."""
+    import sys
+
+    cfg = ["model.dropout=0", "train.checkpoint_every=1", "train.epochs=2"]
+    path = checkpoint_path(tmp_path)
+    bulk = {"shared lists": _shared_lists, "nested lists": _nested_lists,
+            "a stride-0 view": lambda: torch.zeros(1, dtype=torch.float64).expand(2 ** 40)}[content]()
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)  # (pickling 3,000 levels)
+    try:
+        torch.save({"checksum": "crc32:00000000", "config": "{}", "model": {"w": bulk}, "optimizer": None,
+                    "rng": {}, "history": {}, "epochs": []}, path)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert path.stat().st_size < 1 << 20
+    record = run(make_cfg(*cfg, "resume=true"), output_dir=tmp_path)
+    assert record["status"] == "completed" and "resumed" not in record, record["error"]
+    assert [e["epoch"] for e in record["epochs"]] == [0, 1]
+    assert why in caplog.text and Path(f"{path}.unusable").is_file()
