@@ -30,10 +30,17 @@ def _seed(value: int, key: str) -> None:
         raise ConfigError(f"{key} must be an integer in [0, 2**63 - 1], got {value!r}")
 
 
+#: The largest learning rate or weight decay: what a float32 parameter's optimizer step can hold.
+_MAX_RATE = 3.4e38
+#: The largest memory cap in GiB: what an address-space limit (64-bit, in bytes) holds.
+MAX_MEMORY_GB = 2**32
+
+
 def _non_negative(value: float, key: str) -> None:
-    """A finite number >= 0 (the optimizer's learning rate and weight decay)."""
-    if not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{key} must be a finite number >= 0, got {value!r}")
+    """A finite number >= 0 (the optimizer's learning rate and weight decay), within float32's range."""
+    if not math.isfinite(value) or value < 0 or value > _MAX_RATE:
+        raise ConfigError(f"{key} must be a finite number >= 0, got {value!r} (at most {_MAX_RATE:g}: what a "
+                          "float32 optimizer step holds)")
 
 
 def check_config(cfg: Config) -> None:
@@ -118,5 +125,5 @@ def memory_limit_bytes(cfg: Config) -> int | None:
         ConfigError: not a finite number > 0.
     """
     value: Any = cfg.train.memory_limit_gb
-    check_positive_finite(value, "train.memory_limit_gb", "GiB", "no cap")
+    check_positive_finite(value, "train.memory_limit_gb", "GiB", "no cap", most=MAX_MEMORY_GB)
     return None if value is None else int(value * 2**30)

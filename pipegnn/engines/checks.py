@@ -3,6 +3,7 @@ checks of a pipeline (devices against the model's units, schedules against chunk
 a captured step needs), beside the engines they protect."""
 from __future__ import annotations
 
+from pipegnn.config.checks import MAX_MEMORY_GB
 from pipegnn.config.choices import Capture, Schedule
 from pipegnn.config.schema import (
     Config,
@@ -20,6 +21,8 @@ from pipegnn.models import UNITS_PER_LAYER, units_per_layer
 
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
+#: The most intra-op threads a process may ask for (``engine.threads``).
+MAX_THREADS = 4096
 #: The longest ``engine.timeout_s`` (about 31 years; a ``datetime.timedelta`` holds at most 1e9 days).
 TIMEOUT_MAX_S = 1e9
 
@@ -35,6 +38,9 @@ def check_engine(cfg: Config) -> None:
     _check_timeline(engine)
     _check_capture(cfg)
     check_positive_int(engine.threads, "engine.threads", null="torch's default (threads per process)")
+    if engine.threads is not None and engine.threads > MAX_THREADS:  # OpenMP's pool ran out at 100,000
+        raise ConfigError(f"engine.threads={engine.threads} is more than the {MAX_THREADS:,} threads a "
+                          "process may start; give at most the machine's cores, or null for torch's default")
     if isinstance(engine, SingleEngineConfig):
         _device(engine.device, "engine.device")
         return
@@ -96,7 +102,8 @@ def _check_pipelining(engine: PipeliningEngineConfig, chunks: int, devices: list
         ranks, chunks = ranks // replicas, chunks // replicas
     # bounded by what a process group's timedelta and the workers' deadlines hold (1e12 overflowed)
     check_positive_finite(engine.timeout_s, "engine.timeout_s", "seconds", most=TIMEOUT_MAX_S)
-    check_positive_finite(engine.memory_limit_gb, "engine.memory_limit_gb", "GiB per stage process", "no cap")
+    check_positive_finite(engine.memory_limit_gb, "engine.memory_limit_gb", "GiB per stage process", "no cap",
+                          most=MAX_MEMORY_GB)
     kinds = {d.split(":")[0] for d in devices}
     if len(kinds) > 1:
         raise ConfigError(f"engine.devices={devices} mixes CPU and CUDA; the processes of one pipeline "

@@ -1,6 +1,7 @@
 """Staged GNN models: one file per model over the staging base."""
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from pipegnn.config.choices import FirstTransform, HaloDropout, ModelName, Precision, names
@@ -38,8 +39,9 @@ def check_model(model: ModelConfig) -> None:
         if not 0.0 <= model.alpha <= 1.0:
             raise ConfigError("model.alpha (GCNII's initial residual) must be in [0, 1], "
                               f"got {model.alpha!r}")
-        if not model.theta >= 0.0:
-            raise ConfigError(f"model.theta (GCNII's identity mapping) must be >= 0, got {model.theta!r}")
+        if not 0.0 <= model.theta < math.inf:
+            raise ConfigError(f"model.theta (GCNII's identity mapping) must be a finite number >= 0, got "
+                              f"{model.theta!r}")
     if not 0.0 <= model.dropout < 1.0:
         raise ConfigError(f"model.dropout must be in [0, 1), got {model.dropout!r}")
 

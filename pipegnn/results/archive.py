@@ -244,8 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             written, unreadable = unpack(args.unpack[0], args.unpack[1])  # every part's
             print(f"wrote {len(written)} files of {args.unpack[0]} below {args.unpack[1]}")
-    except (ArchiveError, OSError) as e:  # a damaged archive; one that cannot be read or written
-        print(f"error: {e}", file=sys.stderr)
+    except (ArchiveError, OSError, ValueError) as e:  # a damaged archive; one that cannot be read or
+        print(f"error: {e}", file=sys.stderr)          # written; files whose keys no archive holds
         return 2
     for key, reason in unreadable.items():
         print(f"unreadable when packed: {key}: {reason}", file=sys.stderr)

@@ -204,8 +204,7 @@ class SweepOwner(Callback):
         [`claim_run`][pipegnn.runs.run_claims.claim_run]), or the command stops here with one line,
         before Hydra writes into it (Hydra's own mkdir ended in its traceback)."""
         try:
-            rank = os.environ.get("RANK", "0")
-            torchrun_rank = (rank not in ("", "0") and "TORCHELASTIC_RUN_ID" in os.environ
+            torchrun_rank = (_rank() != 0 and "TORCHELASTIC_RUN_ID" in os.environ
                              and OmegaConf.select(config, "engine.launcher") == "external")
             if torchrun_rank:  # another rank of a pipeline under torchrun: rank 0 claims the folder
                 check_folder(Path(config.hydra.run.dir), "hydra.run.dir")
@@ -226,6 +225,15 @@ class SweepOwner(Callback):
         if self.lock is not None:
             self.lock.close()
             self.lock = None
+
+
+def _rank() -> int:
+    """``RANK`` as the process group reads it (an integer: ``00`` is rank 0, which claims the folder and
+    writes the record); 0 when it is not one."""
+    try:
+        return int(os.environ.get("RANK", "0") or 0)
+    except ValueError:
+        return 0
 
 
 def claim_job(output_dir: str | Path, num: int, overrides: list[str],

@@ -182,6 +182,13 @@ def test_a_bad_choice_in_a_plain_config_is_invalid_before_training(tmp_path: Pat
     (["microbatch.halo=none", "microbatch.evaluation=layerwise"],
      "microbatch.evaluation=layerwise evaluates on the full graph, and microbatch.halo=none evaluates its "
      "own induced subgraphs"),
+    # found by probing: overflows inside torch or OpenMP, a GCNII that trains to NaN
+    (["train.memory_limit_gb=1e308"], "train.memory_limit_gb must be a finite number of GiB > 0 and <= "),
+    (["engine=pipelining", "engine.memory_limit_gb=1e308"], "engine.memory_limit_gb must be a finite number"),
+    (["engine.threads=1000000000000"], "engine.threads=1000000000000 is more than the 4,096 threads"),
+    (["train.lr=1e300"], "train.lr must be a finite number >= 0, got 1e+300 (at most 3.4e+38"),
+    (["model=gcn2", "model.layers=2", "model.theta=inf"], "model.theta (GCNII's identity mapping) must be a "
+                                                          "finite number >= 0, got inf"),
     # widths past any memory: were `oom` records from inside torch
     (["model=gcn", "model.hidden=1000000000000"], "model.hidden=1000000000000: the model's weights need at "
                                                  "least "),

@@ -459,3 +459,15 @@ def test_the_committed_archives_are_canonical(tmp_path: Path) -> None:
                                                                     beside=("trace.json",)))
     # the content, not the gzip stream: another zlib build may compress the same lines otherwise
     assert gzip.decompress(again.read_bytes()) == gzip.decompress(smallest.read_bytes())
+
+
+def test_packing_a_folder_no_archive_can_hold_is_one_error(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by probing: a run folder whose name holds a newline (or bytes that are no UTF-8) made --pack
+    end in a ValueError traceback; it is one line naming the key, exit 2, and nothing is written."""
+    write_record(tmp_path / "sweep" / "run\n1", _record(0))
+    assert archive.main(["--pack", str(tmp_path / "sweep")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "holds a character no file name may" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "sweep" / ARCHIVE_NAME).exists()

@@ -516,6 +516,7 @@ def test_a_fifo_at_sweep_log_never_holds_the_sweep(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("how", ["sweep output_subdir outside", "sweep job.name outside", "log file outside",
                                  "tracker folder a link", "RANK=1 outside torchrun", "rank 1 under torchrun",
+                                 "RANK=00 under torchrun",
                                  "run inside it"])
 def test_what_probing_found_again_writes_nothing_into_another_run(tmp_path: Path, run_a: Path,
                                                                    how: str) -> None:
@@ -543,9 +544,9 @@ def test_what_probing_found_again_writes_nothing_into_another_run(tmp_path: Path
         (out / "csv").symlink_to(copy)
         done = _single(tmp_path, f"hydra.run.dir={out}", "logger=csv")
         assert json.loads((out / "result.json").read_text())["status"] == "invalid"
-    elif how in ("RANK=1 outside torchrun", "rank 1 under torchrun"):
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": "1"}
-        if how == "rank 1 under torchrun":  # rank 0 was refused the folder: rank 1 must write nothing there
+    elif how in ("RANK=1 outside torchrun", "rank 1 under torchrun", "RANK=00 under torchrun"):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": "00" if how.startswith("RANK=00") else "1"}
+        if how != "RANK=1 outside torchrun":  # rank 0 (00 is rank 0 too) claims; rank 1 writes nothing
             env["TORCHELASTIC_RUN_ID"] = "probe"
         done = subprocess.run([sys.executable, str(ROOT / "experiments" / "train.py"), *TINY_SYNTHETIC,
                                "train.epochs=2", "engine=pipelining", "chunks=2", "engine.launcher=external",
