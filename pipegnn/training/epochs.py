@@ -44,7 +44,7 @@ EPOCH_LINE = {"pipegnn_epoch": True}
 @dataclass(frozen=True)
 class Pass:
     """The micro-batches of one kind of pass over the graph (a training step, an evaluation): their
-    plan and the ids the engine takes for them ([`attach`][pipegnn.models.StagedGNN.attach])."""
+    plan and the ids the engine takes for them ([`attach`][pipegnn.models.base.StagedGNN.attach])."""
 
     plan: MicroBatchPlan
     ids: Tensor
