@@ -122,3 +122,18 @@ def read_regular(path: str | Path, limit: int | None = None) -> bytes:
     if limit is not None and len(data) > limit:
         raise ValueError(f"{path} holds more than {limit:,} bytes, more than any such file should")
     return data
+
+
+def write_json(path: str | Path, value: Any) -> Path:
+    """Write the JSON ``value`` as ``path``, as every record and trace is written (indented by 2, a final
+    newline; values JSON cannot hold as their ``str``), atomically: a reader never sees half a file.
+
+    Raises:
+        OSError: naming the file and the cause.
+    """
+    from pipegnn.atomic import atomic_file
+
+    with atomic_file(path) as f:
+        json.dump(value, f, indent=2, default=str)
+        f.write("\n")
+    return Path(path)

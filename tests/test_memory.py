@@ -80,7 +80,7 @@ def test_unavailable_aggregation_is_invalid(framework: str, model: str, aggregat
 
 
 @pytest.mark.parametrize("value, message", [
-    *((v, "train.memory_limit_gb must be a finite number of GiB > 0, or null for no cap")
+    *((v, "train.memory_limit_gb must be a finite number of GiB > 0 and <= 4.29497e+09, or null for no cap")
       for v in (0, -1.5, float("inf"), float("nan"))),
     ("lots", "train.memory_limit_gb: Value 'lots' of type 'str' could not be converted to Float"),
     (True, "train.memory_limit_gb: Value 'True' of type 'bool' could not be converted to Float"),

@@ -5,7 +5,7 @@ Each file is keyed by its path relative to the archive's folder (``records/3/res
 [`pipegnn.results.load`][pipegnn.results.table.load] reads an archive as it reads the files it holds: the same
 rows, each row's ``path`` the file's place were the archive unpacked
 (``python -m pipegnn.results.archive --unpack ARCHIVE DEST`` puts it there, written as
-[`write_record`][pipegnn.runs.record_writes.write_record] writes every record and trace, so byte for byte the
+[`write_json`][pipegnn.jsonfile.write_json] writes every record and trace, so byte for byte the
 files the runs wrote, but for what `_compact_epochs` drops).
 
 This module packs ([`pack`][pipegnn.results.archive.pack]) and is the command line; the format, its bounds and

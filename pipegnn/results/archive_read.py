@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Callable, Collection, Generator, Iterator
 
 from pipegnn.integrity import stream_checksum
-from pipegnn.jsonfile import open_regular
+from pipegnn.jsonfile import open_regular, write_json
 from pipegnn.results.archive_format import (
     _FORMAT,
     _VERSION,
@@ -43,7 +43,6 @@ from pipegnn.results.archive_format import (
     part_name,
 )
 from pipegnn.results.record_files import is_entry
-from pipegnn.runs.record_writes import write_record
 
 __all__ = ["Entry", "Packed", "archives_of", "entries", "parts", "read", "unpack"]
 
@@ -318,7 +317,7 @@ def unpack(archive: str | Path, dest: str | Path,
            keep: Callable[[str], bool] | Collection[str] | None = None) -> tuple[list[Path], dict[str, str]]:
     """Write the files of ``archive`` (of every part when it is the first part of a split archive, a later
     part's alone; those ``keep`` accepts, see [`read`][pipegnn.results.archive_read.read]) below ``dest``,
-    each at its key, as [`write_record`][pipegnn.runs.record_writes.write_record] writes it.
+    each at its key, as a run writes it ([`write_json`][pipegnn.jsonfile.write_json]).
     Returns the files written and the ones that could not be (unreadable when packed: key -> why).
 
     Nothing is written until every part has been read and checked (see
@@ -346,7 +345,7 @@ def unpack(archive: str | Path, dest: str | Path,
     for entry in entries(archive):
         if entry.path in places:
             file = places[entry.path]
-            written.append(write_record(file.parent, entry.value, file.name))
+            written.append(write_json(file, entry.value))
     return written, dict(listed.unreadable)
 
 

@@ -7,12 +7,11 @@ What a record holds: [`pipegnn.run_record.RunRecord`][pipegnn.run_record.RunReco
 from __future__ import annotations
 
 import errno
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from pipegnn.atomic import atomic_file
+from pipegnn.jsonfile import write_json
 from pipegnn.run_record import RECORD_NAME, RunRecord
 
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
@@ -55,10 +54,6 @@ def write_record(directory: str | Path, record: RunRecord | dict[str, Any],
     Raises:
         OSError: naming the file and the cause.
     """
-    path = Path(directory) / name
     if isinstance(record, RunRecord):  # else default=str would write its repr
         record = record.to_dict()
-    with atomic_file(path) as f:
-        json.dump(record, f, indent=2, default=str)
-        f.write("\n")
-    return path
+    return write_json(Path(directory) / name, record)

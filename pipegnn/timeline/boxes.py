@@ -218,6 +218,7 @@ class HookProbe:
         if stage not in self._open:
             return None
         m, kind, start = self._open.pop(stage)
+        first = self._first_node.pop(stage, None)  # (kept no longer: a model with it cannot be copied)
         self.timeline.add(stage, m, kind, start, self.timeline.now(stage))
         self._labels.pop(stage).__exit__(None, None, None)
         h = output[0]
@@ -225,7 +226,6 @@ class HookProbe:
             return None
         inputs = args[0]
         if not (len(inputs) > 1 and inputs[0].requires_grad):  # no input hook: end at the first node
-            first = self._first_node.pop(stage, None)
             _earliest_node(h.grad_fn if first is None else first).register_hook(
                 lambda *_: self._backward_end(stage, m))
         h = h.view_as(h)

@@ -134,7 +134,8 @@ def test_64_layer_gcn2_trains() -> None:
 
 @pytest.mark.parametrize("overrides, message", [
     (["model=gcn2", "model.alpha=1.5"], "model.alpha (GCNII's initial residual) must be in [0, 1], got 1.5"),
-    (["model=gcn2", "model.theta=-1"], "model.theta (GCNII's identity mapping) must be >= 0, got -1"),
+    (["model=gcn2", "model.theta=-1"], "model.theta (GCNII's identity mapping) must be a finite number >= 0, "
+                                       "got -1"),
     (["model=gcn2", "engine=gpipe", "engine.balance=[1,2]"], "or to 10 (units: a transform and a propagation "
      "per layer, and the input and output Linear)"),
 ])
