@@ -113,9 +113,11 @@ class _RawUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("persistent ids are not allowed in a raw Planetoid file")
 
 
-#: What reading a malformed (truncated, foreign or crafted) raw file raises.
+#: What reading a malformed (truncated, foreign or crafted) raw file raises; MemoryError too: a published
+#: graph's files are a few MB, and a 12-byte pickle declaring a 1 TiB string, or an array reconstructed at
+#: 1 TiB before its state can be checked, asks for more than any machine has.
 _MALFORMED = (ValueError, TypeError, AttributeError, LookupError, ArithmeticError, RuntimeError, EOFError,
-              pickle.UnpicklingError)
+              pickle.UnpicklingError, MemoryError)
 
 
 #: The largest ``test.index`` read (bytes): a published graph's holds 1,000 ids (about 5 KB); another's

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -93,6 +94,8 @@ def _unusable(state: Any, config: Config) -> str | None:
     problem = epochs_problem(state["epochs"], _EPOCH_KEYS)
     if problem is None and [e["epoch"] for e in state["epochs"]] != list(range(len(state["epochs"]))):
         problem = "its epochs are not numbered 0, 1, ... in order"
+    if problem is None and not all(_finite(e["ended_at"]) for e in state["epochs"] if "ended_at" in e):
+        problem = "an epoch's ended_at is no time (a finite number)"  # the run's wall times read it
     if problem is not None:  # a checksum that holds over content no run writes
         return f"its epochs are not a run's: {problem}"
     trace = state.get("trace")
@@ -100,12 +103,21 @@ def _unusable(state: Any, config: Config) -> str | None:
         return "its trace is no JSON text"
     if not isinstance(state["config"], str) or not isinstance(_json(state["config"]), dict):
         return "its configuration is no JSON object"
+    model = state["model"] if isinstance(state["model"], dict) else {}
+    if not all(bool(torch.isfinite(t).all()) for t in model.values()
+               if isinstance(t, torch.Tensor) and t.is_floating_point()):
+        return "its parameters hold NaN or inf (no run saves them: its loss would not be finite)"
     differs = config_difference(state["config"], config)
     if differs is not None:
         return differs
     if len(state["epochs"]) > config.train.epochs:
         return f"{len(state['epochs'])} finished epochs, more than train.epochs={config.train.epochs}"
     return None
+
+
+def _finite(value: Any) -> bool:
+    """Whether ``value`` is a finite number (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _json(text: Any) -> Any:

@@ -112,6 +112,9 @@ CASES = {
                     "ind.cora.allx: row 3 holds NaN or an infinity"),
     "inf in tx": ("cora", lambda raw: _repickle(raw, "tx", lambda m: m[9].__setitem__(0, np.inf)),
                   "ind.cora.tx: row 9 holds NaN or an infinity"),
+    # found by probing: a 12-byte pickle declaring a 1 TiB string was an `oom` record with an empty message
+    "a 1 TiB string in 12 bytes": ("cora", lambda raw: (raw / "ind.cora.x").write_bytes(
+        b"\x80\x04\x8d\x00\x00\x00\x00\x00\x01\x00\x00abc"), "(MemoryError"),
 }
 
 

@@ -279,6 +279,12 @@ _RESEALED = {
     # and again: Adam's moment of another shape (the first step failed, on every resume)
     "an optimizer moment of another shape": (_moment_of_another_shape,
                                              "the optimizer's exp_avg has shape (7,)"),
+    # a fourth time: an epoch's wall clock that is text (a traceback after training, no record, every
+    # resume), parameters of NaN (a failed run on every resume)
+    "an ended_at that is text": (lambda s: s["epochs"][0].update(ended_at="x"),
+                                 "an epoch's ended_at is no time (a finite number)"),
+    "NaN parameters": (lambda s: next(t for t in s["model"].values() if t.is_floating_point()).fill_(
+        float("nan")), "its parameters hold NaN or inf"),
 }
 
 
