@@ -134,7 +134,8 @@ def composed_now(overrides: Sequence[str]) -> Any:
     from pipegnn.config.schema import compose_config, config_dir
 
     parsed = OverridesParser.create().parse_overrides(list(overrides))
-    group = [(config_dir() / o.key_or_group).is_dir() for o in parsed]
+    conf = config_dir()
+    group = [(conf / o.key_or_group).is_dir() for o in parsed]
     values = [o for o, g in zip(parsed, group) if not g]
     if any(o.is_delete() or o.is_add() or o.is_force_add() or o.package is not None for o in values):
         return compose_config(list(overrides))
