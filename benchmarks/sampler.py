@@ -7,7 +7,11 @@ same fan-outs; at 1 and 2 threads (``OMP_NUM_THREADS``), each thread count in a 
 
 Each library counts the edges of its own blocks; the two draw the same fan-outs from the same rows, so
 their counts agree to within the self-loops. A figure is the median of ``--repeats`` epochs drawn
-alternately by the two libraries.
+alternately by the two libraries, each timed right after an untimed draw of its own: DGL's OpenMP
+threads spin on after its draw, and a draw timed right after it was measured 1.5x slower on two cores
+(Coauthor Physics, [10,10], pipegnn's two workers: 33 ms against 22 ms alone), a cost of the
+alternation, not of either library. pipegnn draws with as many workers as the process has threads
+(``NeighbourSampler.draw``).
 
     python benchmarks/sampler.py --csv results/benchmarks/sampler.csv | tee results/benchmarks/sampler.txt
 """
@@ -68,6 +72,7 @@ def _measure(dataset: str, fanouts: list[list[int]], chunks: int, repeats: int) 
         edges: dict[str, int] = {}
         for epoch in range(repeats + 1):  # the first epoch of each warms up
             for name, draw in draws.items():
+                draw(epoch)  # after the other library's draw: its threads may still be spinning
                 start = time.perf_counter()
                 edges[name] = draw(epoch)
                 if epoch:

@@ -32,9 +32,9 @@ class DrawAhead:
     draw is the sampler's for that epoch whenever it is drawn, so the losses are those of drawing in
     series.
 
-    On a CPU the draw runs on one core beside the training's threads (``NeighbourSampler.draw`` pins its
-    thread's own setting); with a CUDA sampler it draws on a stream of its own, and the step's stream
-    waits for it.
+    On a CPU the draw runs on one core beside the training's threads (one worker, with one intra-op
+    thread: ``NeighbourSampler.draw``), and a draw in series with every core; with a CUDA sampler it draws
+    on a stream of its own, and the step's stream waits for it.
 
     Args:
         sampler: the epochs' sampler.
@@ -49,8 +49,8 @@ class DrawAhead:
 
     def _draw(self, epoch: int) -> tuple[list[MicroBatch], float, Any]:
         start = time.perf_counter()
-        if self._stream is None:
-            return self.sampler.draw(epoch), time.perf_counter() - start, None
+        if self._stream is None:  # one worker: the training's threads keep the other cores
+            return self.sampler.draw(epoch, workers=1), time.perf_counter() - start, None
         with torch.cuda.stream(self._stream):
             drawn = self.sampler.draw(epoch)
             done = torch.cuda.Event()

@@ -31,6 +31,8 @@ in one pass of tensor operations (no Python loop over nodes or edges), on the de
 """
 from __future__ import annotations
 
+import functools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -234,8 +236,9 @@ def _draw_together(csr: InCSR, loops: _Loops, groups: list[Tensor], fanouts: lis
         for fanout in fanouts:  # from the last layer down to the first
             pos, kept, scaled = _layer(csr, loops, node, group, fanout, generators)
             src = _take(csr.src, pos)  # read once (from disk with a graph store)
+            owner = torch.repeat_interleave(kept)  # each kept edge's node, in ``node``'s order
             # (no int64 product over the edges: without AVX-512 it runs an element at a time)
-            key = torch.repeat_interleave(group * n, kept) + src
+            key = (group * n).index_select(0, owner).add_(src)
             fresh = _new_nodes(scratch, key, torch.cat(touched))  # ascending: by group, then node
             touched.append(fresh)
             added = torch.diff(torch.searchsorted(fresh, offsets), prepend=offsets.new_zeros(1))
@@ -244,8 +247,9 @@ def _draw_together(csr: InCSR, loops: _Loops, groups: list[Tensor], fanouts: lis
                 torch.cumsum(added, 0) - added).index_select(0, fresh_group)
             scratch.index_copy_(0, fresh, fresh_local.to(dtype))
             # a kept edge's target is its node's place in its group, which is its local id
-            dst = torch.repeat_interleave(local.to(dtype), kept)
-            edges = torch.stack([scratch.index_select(0, key), dst])
+            edges = torch.empty(2, key.numel(), dtype=dtype, device=device)
+            torch.index_select(scratch, 0, key, out=edges[0])
+            torch.index_select(local.to(dtype), 0, owner, out=edges[1])
             weights = None if csr.weight is None else _take(csr.weight, pos)
             if weights is not None and scaled is not None:
                 slot, scale = scaled
@@ -303,6 +307,7 @@ class NeighbourSampler:
         together = max(1, min(len(targets), _SCRATCH_ENTRIES // max(csr.num_nodes, 1)))
         self.batches = [range(i, min(i + together, len(targets))) for i in range(0, len(targets), together)]
         self.scratch = torch.full((together * csr.num_nodes,), -1, dtype=csr.local.dtype, device=self.device)
+        self._pool: ThreadPoolExecutor | None = None
 
     def to(self, device: torch.device | str) -> "NeighbourSampler":
         """This sampler drawing on ``device`` (its CSR moved there; itself when its CSR stays where it is:
@@ -310,20 +315,43 @@ class NeighbourSampler:
         csr = self.csr.to(device)
         return self if csr is self.csr else NeighbourSampler(csr, self.targets, self.fanouts, self.seed)
 
-    def draw(self, epoch: int) -> list[MicroBatch]:
+    def draw(self, epoch: int, workers: int | None = None) -> list[MicroBatch]:
         """Epoch ``epoch``'s micro-batches: the same for the same seed and epoch, on any machine (for one
-        ``stream``) and with any number of threads.
+        ``stream``) and with any number of threads or workers.
 
-        On a CPU it draws with one intra-op thread (the calling thread's own setting, restored after):
-        its operations are small and bound by memory, and a second thread slowed them (Coauthor
-        Physics, [10,10]: 68 ms against 32 ms at one thread, ``results/benchmarks/sampler.txt``)."""
+        On a CPU, with the CSR in memory, ``workers`` threads (default: the calling thread's intra-op
+        thread count) each draw a share of the micro-batches together, each with one intra-op thread of
+        its own (its setting restored after). Its operations are small and bound by memory: a second
+        intra-op thread slowed them (Coauthor Physics, [10,10]: 68 ms against 32 ms at one thread),
+        while micro-batches drawn apart in threads of their own overlap (``results/benchmarks/
+        sampler.txt``). A CUDA CSR, or one read from files, draws in the calling thread."""
+        if workers is None:
+            workers = torch.get_num_threads()
+        if self.device.type != "cpu" or not isinstance(self.csr.src, Tensor):
+            workers = 1
+        drawn: list[MicroBatch] = []
+        for batch in self.batches:
+            shares = [s for s in np.array_split(np.arange(batch.start, batch.stop), workers) if s.size]
+            jobs = [functools.partial(self._draw_share, epoch, share.tolist(), batch.start)
+                    for share in shares]
+            if len(jobs) > 1 and self._pool is None:
+                self._pool = ThreadPoolExecutor(workers - 1, thread_name_prefix="pipegnn-sample")
+            later = [self._pool.submit(job) for job in jobs[1:]] if self._pool is not None else []
+            drawn.extend(jobs[0]())
+            for future in later:
+                drawn.extend(future.result())
+        return drawn
+
+    def _draw_share(self, epoch: int, share: list[int], first: int) -> list[MicroBatch]:
+        """The micro-batches ``share`` drawn together in this thread, numbered in their part of the scratch
+        (its batch's micro-batches from ``first`` on own a part each)."""
+        n = self.csr.num_nodes
+        scratch = self.scratch[(share[0] - first) * n:(share[-1] + 1 - first) * n]
         threads = torch.get_num_threads()
         if self.device.type == "cpu":
             torch.set_num_threads(1)
         try:
-            return [mb for batch in self.batches for mb in _draw_together(
-                self.csr, self.loops, [self.targets[m] for m in batch], self.fanouts,
-                [epoch_generator(self.seed, epoch, self.device, m) for m in batch], self.scratch)]
+            return _draw_together(self.csr, self.loops, [self.targets[m] for m in share], self.fanouts,
+                                  [epoch_generator(self.seed, epoch, self.device, m) for m in share], scratch)
         finally:
             torch.set_num_threads(threads)
-

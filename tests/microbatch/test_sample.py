@@ -127,7 +127,7 @@ def test_a_node_with_two_self_loops_keeps_both_and_draws_among_its_others() -> N
 
 def test_a_draw_is_each_micro_batchs_own_whatever_the_threads_and_the_batching() -> None:
     """Micro-batches drawn together (one scratch, one pass per layer) equal each drawn alone from its own
-    stream, with 1 and 2 threads."""
+    stream, with 1 and 2 threads, and shared among 1, 2 or 3 workers drawing at once."""
     graph = random_graph(num_nodes=300, num_edges=3000)
     csr = InCSR(graph.edge_index, graph.num_nodes, torch.rand(graph.edge_index.size(1), dtype=torch.float64))
     targets = [torch.arange(0, 300, 7), torch.arange(1, 300, 5), torch.arange(3, 300, 11)]
@@ -136,7 +136,9 @@ def test_a_draw_is_each_micro_batchs_own_whatever_the_threads_and_the_batching()
     try:
         for n in (1, 2):
             torch.set_num_threads(n)
-            draws.append(NeighbourSampler(csr, targets, [4, 3], seed=9).draw(6))
+            sampler = NeighbourSampler(csr, targets, [4, 3], seed=9)
+            draws.extend([sampler.draw(6), sampler.draw(6, workers=2), sampler.draw(6, workers=3)])
+            assert torch.get_num_threads() == n  # the caller's setting kept
     finally:
         torch.set_num_threads(threads)
     alone = [sampled_block(csr, t, [4, 3], epoch_generator(9, 6, "cpu", m)) for m, t in enumerate(targets)]
