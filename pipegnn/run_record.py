@@ -24,18 +24,12 @@ few shapes inside sections that the runs table relies on, is one
 [`RecordFormatError`][pipegnn.run_record.RecordFormatError] naming the key (and the file, when the caller
 gives it); so is a record of a newer version than this code knows.
 
-A record read from a file is ``completed`` only when its fields say so
-([`completion_problem`][pipegnn.run_record.completion_problem], which
-[`record_of`][pipegnn.results.record_files.record_of] applies to every record file and
-archive line): at least one epoch, each accuracy of ``final`` (`COMPLETED_ACCURACIES`), and every epoch's
-``train_acc``, ``val_acc`` and ``test_acc``, each a number from 0 to 1, and all of ``train.epochs``' epochs
-unless it stopped early (``final.stopped_epoch``). A ``completed`` record without them is malformed (the
-runs table lists it as ``unreadable``, and ``resume=true`` runs its job again).
+Whether a ``completed`` record holds what a completed run writes is
+[`pipegnn.completion`][pipegnn.completion]'s.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +49,9 @@ RECORD_VERSION = 2
 #: The most keys a record's ``config`` may hold, nested ones included (a run's holds a few hundred; every
 #: one becomes a column of the runs table: 480,000 ended in a MemoryError).
 MAX_CONFIG_KEYS = 10_000
+#: The deepest a record's sections may nest objects and arrays (a run's nest at most 6 levels; a config
+#: nested 600 deep ended the reproduction check in a RecursionError).
+MAX_DEPTH = 64
 
 
 class Status(StrEnum):
@@ -226,71 +223,7 @@ _EMPTY: dict[str, Callable[[], Any]] = {
 _OPTIONAL = frozenset(f.name for f in _FIELDS if f.metadata[OPTIONAL])
 
 
-#: The accuracies every completed run's ``final`` holds (what the runs table and the reports read).
-COMPLETED_ACCURACIES = ("train_acc", "val_acc", "test_acc", "best_val_acc", "test_acc_at_best_val")
-#: The accuracies every epoch of a completed run holds.
-_EPOCH_ACCURACIES = ("train_acc", "val_acc", "test_acc")
-
-
-def _accuracy_problem(value: Any) -> str | None:
-    """Why ``value`` is no accuracy (a number from 0 to 1; NaN is none), None when it is one."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"is {_kind(value)}, expected a number from 0 to 1"
-    if not 0 <= value <= 1:  # NaN fails too
-        return f"is {value!r}, expected a number from 0 to 1"
-    return None
-
-
-def completion_problem(record: RunRecord) -> str | None:
-    """Why ``record``, whose status is ``completed``, does not hold what a completed run writes (None
-    when it does, or when its status is another): no epoch, or an accuracy of ``final``
-    (`COMPLETED_ACCURACIES`) or of any epoch (``train_acc``, ``val_acc``, ``test_acc``) that is absent or no
-    number from 0 to 1. Phrased as
-    [`RecordFormatError`][pipegnn.run_record.RecordFormatError]'s reasons are (``malformed record: ...``)."""
-    if record.status is not Status.COMPLETED:
-        return None
-    if not record.epochs:
-        return "malformed record: status 'completed' but no epochs"
-    for key in COMPLETED_ACCURACIES:
-        if key not in record.final:
-            return f"malformed record: status 'completed' but no 'final.{key}'"
-        problem = _accuracy_problem(record.final[key])
-        if problem is not None:
-            return f"malformed record: status 'completed' but 'final.{key}' {problem}"
-    problem = epochs_problem(record.epochs)
-    if problem is not None:
-        return f"malformed record: status 'completed' but {problem}"
-    planned = (record.config.get("train") or {}).get("epochs") if isinstance(record.config, Mapping) else None
-    if (isinstance(planned, int) and not isinstance(planned, bool) and len(record.epochs) < planned
-            and record.final.get("stopped_epoch") is None):
-        return (f"malformed record: status 'completed' but {len(record.epochs)} of train.epochs={planned} "
-                "epochs and no early stop (final.stopped_epoch)")
-    return None
-
-
-def epochs_problem(epochs: Sequence[Any], keys: Sequence[str] = _EPOCH_ACCURACIES) -> str | None:
-    """Why ``epochs`` (a record's or a checkpoint's) are not what a run writes (None when they are): an
-    entry that is no object, or lacks one of ``keys`` (the accuracies, by default), or holds there no
-    number from 0 to 1 (an accuracy, ``*_acc``) or no finite number (the others: losses, times)."""
-    for i, epoch in enumerate(epochs):
-        if not isinstance(epoch, Mapping):
-            return f"'epochs[{i}]' is {_kind(epoch)}, expected an object"
-        for key in keys:
-            if key not in epoch:
-                return f"no 'epochs[{i}].{key}'"
-            value = epoch[key]
-            if key.endswith("_acc"):
-                problem = _accuracy_problem(value)
-            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                problem = f"is {value!r}, expected a finite number"
-            else:
-                problem = None
-            if problem is not None:
-                return f"'epochs[{i}].{key}' {problem}"
-    return None
-
-
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     """The JSON name of ``value``'s type."""
     for kind, types in (("null", NoneType), ("a boolean", bool), ("a number", (int, float)),
                         ("a string", str), ("an array", (list, tuple)), ("an object", Mapping)):
@@ -310,7 +243,7 @@ def migrate(d: Any, path: str | Path | None = None) -> dict[str, Any]:
     if isinstance(d, RunRecord):
         d = d.to_dict()
     if not isinstance(d, dict):
-        raise RecordFormatError(f"malformed record: not a JSON object but {_kind(d)}", path=path)
+        raise RecordFormatError(f"malformed record: not a JSON object but {json_kind(d)}", path=path)
     version = d.get("record_version", 1)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise RecordFormatError(f"malformed record: 'record_version' is {version!r}, expected a version "
@@ -365,19 +298,22 @@ def _check(d: dict[str, Any], path: str | Path | None) -> None:
     for key, value, of_objects in (("pipeline.stages", pipeline.get("stages"), True),
                                    ("pipeline.balance", pipeline.get("balance"), False)):
         if value is not None and not isinstance(value, list):
-            raise bad(f"'{key}' is {_kind(value)}, expected an array", key.split(".")[0])
+            raise bad(f"'{key}' is {json_kind(value)}, expected an array", key.split(".")[0])
         wrong = next((v for v in value or () if not isinstance(v, dict)), None) if of_objects else None
         if wrong is not None:
-            raise bad(f"'{key}' holds {_kind(wrong)}, expected objects", key.split(".")[0])
+            raise bad(f"'{key}' holds {json_kind(wrong)}, expected objects", key.split(".")[0])
     if not isinstance(memory.get("peak_device_bytes"), (dict, NoneType)):
-        raise bad(f"'memory.peak_device_bytes' is {_kind(memory['peak_device_bytes'])}, expected an object",
-                  "memory")
+        raise bad(f"'memory.peak_device_bytes' is {json_kind(memory['peak_device_bytes'])}, expected an "
+                  "object", "memory")
     for group, choice in d["choices"].items():
         if isinstance(choice, (list, tuple, Mapping)):
-            raise bad(f"'choices.{group}' is {_kind(choice)}, expected a string", "choices")
+            raise bad(f"'choices.{group}' is {json_kind(choice)}, expected a string", "choices")
     if _more_keys_than(d["config"], MAX_CONFIG_KEYS):  # each becomes a column of the runs table
         raise bad(f"'config' holds more than {MAX_CONFIG_KEYS:,} keys (a run's holds a few hundred)",
                   "config")
+    deep = next((f.name for f in _FIELDS if _deeper_than(d.get(f.name), MAX_DEPTH)), None)
+    if deep is not None:  # the readers that walk a record's sections recurse
+        raise bad(f"'{deep}' nests objects and arrays more than {MAX_DEPTH} deep (a run's, at most 6)", deep)
 
 
 def _more_keys_than(value: Any, most: int) -> bool:
@@ -395,6 +331,18 @@ def _more_keys_than(value: Any, most: int) -> bool:
     return False
 
 
+def _deeper_than(value: Any, most: int) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``most`` levels deep (walked until that)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (Mapping, list)):
+            if depth >= most:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, Mapping) else item))
+    return False
+
+
 def _type_problem(value: Any, hint: Any) -> str | None:
     """Why ``value`` is not of the field type ``hint`` (``"is a number, expected an array"``), None
     when it is."""
@@ -404,30 +352,30 @@ def _type_problem(value: Any, hint: Any) -> str | None:
             return None
         (hint,) = [a for a in args if a is not NoneType]
         if hint is str:
-            return None if isinstance(value, str) else f"is {_kind(value)}, expected a string or null"
+            return None if isinstance(value, str) else f"is {json_kind(value)}, expected a string or null"
         return _type_problem(value, hint)
     if hint is Status:
         if not isinstance(value, str):
-            return f"is {_kind(value)}, expected a string"
+            return f"is {json_kind(value)}, expected a string"
         if value not in _STATUSES:
             return f"is {value!r}, expected one of {', '.join(_STATUSES)}"
         return None
     origin = typing.get_origin(hint) or hint
     if origin is dict:
-        return None if isinstance(value, dict) else f"is {_kind(value)}, expected an object"
+        return None if isinstance(value, dict) else f"is {json_kind(value)}, expected an object"
     if origin is list:
         if not isinstance(value, list):
-            return f"is {_kind(value)}, expected an array"
+            return f"is {json_kind(value)}, expected an array"
         item = (typing.get_args(hint) or (dict,))[0]
         item = typing.get_origin(item) or item
         wrong = next((v for v in value if not isinstance(v, item)), None)
         noun = "strings" if item is str else "objects"
-        return None if wrong is None else f"holds {_kind(wrong)}, expected {noun}"
+        return None if wrong is None else f"holds {json_kind(wrong)}, expected {noun}"
     if origin is str:
-        return None if isinstance(value, str) else f"is {_kind(value)}, expected a string"
+        return None if isinstance(value, str) else f"is {json_kind(value)}, expected a string"
     if origin is int:
         return None if isinstance(value, int) and not isinstance(value, bool) else \
-            f"is {_kind(value)}, expected a number"
+            f"is {json_kind(value)}, expected a number"
     raise TypeError(f"no check for the field type {hint!r}")  # a field added without one
 
 

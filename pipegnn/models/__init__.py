@@ -24,6 +24,11 @@ __all__: list[str] = []  # internal: see the package's public names (pipegnn, pi
 MODELS = names(ModelName)
 
 
+#: The most layers a model may have (``model.layers=10**9`` built a billion layer specifications before
+#: anything checked their weights; the deepest published GNNs have about a thousand).
+MAX_LAYERS = 4096
+
+
 def check_model(model: ModelConfig) -> None:
     """The model's sizes (GAT: also its heads; GCNII: alpha and theta) and dropout.
 
@@ -31,6 +36,9 @@ def check_model(model: ModelConfig) -> None:
         ConfigError: naming the bad key, its value and what would be valid.
     """
     check_positive_int(model.layers, "model.layers")
+    if model.layers > MAX_LAYERS:  # a unit and a spec per layer are built before any weight
+        raise ConfigError(f"model.layers={model.layers} is past the deepest model pipegnn builds "
+                          f"({MAX_LAYERS:,} layers: RevGNN's deepest has 1,001); use at most {MAX_LAYERS}")
     check_positive_int(model.hidden, "model.hidden")
     if isinstance(model, GATConfig):
         check_positive_int(model.heads, "model.heads")

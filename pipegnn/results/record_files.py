@@ -14,8 +14,9 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+from pipegnn.completion import completion_problem
 from pipegnn.jsonfile import JSONFileError, read_regular
-from pipegnn.run_record import RECORD_NAME, RecordFormatError, RunRecord, completion_problem
+from pipegnn.run_record import RECORD_NAME, RecordFormatError, RunRecord
 
 __all__ = ["MAX_RECORD_BYTES", "RECORD_NAME", "RecordError", "check_record", "find_records", "is_entry",
            "load_record", "natural_key", "place_of", "record_of"]
@@ -39,7 +40,7 @@ def check_record(record: Any) -> RunRecord:
     statuses, ``error`` and ``traceback`` strings or null, each section an object, ``epochs`` and
     ``pipeline.stages`` arrays of objects, ``choices`` values scalars), a newer version than this code reads,
     or a ``completed`` record without what a completed run writes
-    ([`completion_problem`][pipegnn.run_record.completion_problem]: no epoch, or an accuracy absent or no
+    ([`completion_problem`][pipegnn.completion.completion_problem]: no epoch, or an accuracy absent or no
     number from 0 to 1). A version-1 record may lack sections (see
     [`migrate`][pipegnn.run_record.migrate])."""
     record = RunRecord.from_dict(record)

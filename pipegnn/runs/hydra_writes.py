@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipegnn.errors import FolderTaken
 from pipegnn.jsonfile import file_kind
+from pipegnn.run_record import RECORD_NAME
 
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
@@ -79,7 +80,8 @@ def hydra_paths(folder: Path, config: DictConfig) -> list[tuple[Path, bool]]:
 
     Raises:
         FolderTaken: ``hydra.job.name`` or ``hydra.output_subdir`` would take them outside ``folder``
-            (a name with a ``/``; an absolute subdir or one with ``..``).
+            (a name with a ``/``; an absolute subdir or one with ``..``), or one of them would take the
+            record's place (``hydra.output_subdir=result.json``).
     """
     name, subdir = str(config.hydra.job.name), config.hydra.output_subdir
     if "/" in name or name in ("", ".", ".."):
@@ -96,6 +98,13 @@ def hydra_paths(folder: Path, config: DictConfig) -> list[tuple[Path, bool]]:
                               "perhaps): give it a folder inside, e.g. .hydra")
         paths += [(folder / str(subdir), True)]
         paths += [(folder / str(subdir) / f"{n}.yaml", False) for n in ("config", "hydra", "overrides")]
+    for path, _ in paths:  # the record's place is the record's: a folder or a log there would lose it
+        written = path.relative_to(folder)
+        if written.parts[:1] == (RECORD_NAME,):
+            in_subdir = subdir is not None and written.parts[0] == Path(str(subdir)).parts[0]
+            key = "hydra.output_subdir" if in_subdir else "hydra.job_logging"
+            raise FolderTaken(f"{key} would put Hydra's {written} where the run's record goes "
+                              f"({folder / RECORD_NAME}): name another")
     return paths
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from pipegnn.jsonfile import write_json
 from pipegnn.run_record import RECORD_NAME, RunRecord
@@ -43,6 +43,19 @@ def probe_record_folder(directory: str | Path, name: str = RECORD_NAME) -> None:
         raise OSError(e.errno, f"{path} could not be written: {e.strerror or e}") from e
     finally:
         probe.unlink(missing_ok=True)
+
+
+def record_place_taken(directory: str | Path, folders: Mapping[str, str | Path],
+                       name: str = RECORD_NAME) -> str | None:
+    """Which of ``folders`` (a setting's key -> the folder the run will make for it) lies at the place of
+    the record ``directory/<name>`` or around it, as ``key=folder`` (None: none does). Checked before a run
+    trains: a tracker's folder named ``result.json`` made the finished run's record unwritable."""
+    record = (Path(directory) / name).resolve()
+    for key, folder in folders.items():
+        place = Path(folder).resolve()
+        if place == record or record in place.parents:
+            return f"{key}={folder}"
+    return None
 
 
 def write_record(directory: str | Path, record: RunRecord | dict[str, Any],

@@ -32,8 +32,8 @@ from pipegnn.measure import (
     reset_peaks,
 )
 from pipegnn.models import check_model
-from pipegnn.run_record import RunRecord, Status
-from pipegnn.runs.record_writes import probe_record_folder, write_record
+from pipegnn.run_record import RECORD_NAME, RunRecord, Status
+from pipegnn.runs.record_writes import probe_record_folder, record_place_taken, write_record
 from pipegnn.timeline import TRACE_NAME
 from pipegnn.training.checkpoints import checkpoint_path, previous_path
 from pipegnn.training.dgl_loader import check_loader, train_loader
@@ -104,7 +104,7 @@ def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | 
         try:
             config = run_config(cfg)
             if output_dir is not None and not is_secondary_rank(config):
-                _probe(output_dir)  # before anything trains: the record must have a place to go
+                _probe(output_dir, config)  # before anything trains: the record must have a place to go
                 if config.logger:  # the trackers (logger=...), fed every finished epoch
                     loggers = Loggers(output_dir, config, container)
                     on_epoch = _then(loggers.epoch, on_epoch)
@@ -149,10 +149,21 @@ def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | 
     return record
 
 
-def _probe(output_dir: str | Path) -> None:
-    """The record's folder takes a record
+def _probe(output_dir: str | Path, config: Config) -> None:
+    """The record's folder takes a record, and no folder the run makes takes the record's place
     ([`probe_record_folder`][pipegnn.runs.record_writes.probe_record_folder]), or the run is invalid before it
     trains."""
+    folders: dict[str, str | Path] = {key: value for key, value in (
+        ("microbatch.cache", config.microbatch.cache), ("data.cache", config.data.cache),
+        ("cache_root", config.cache_root)) if value is not None}
+    for name in ("csv", "tensorboard", "mlflow"):  # the trackers' folders, under the run's
+        tracker = getattr(config.logger, name, None) if config.logger else None
+        if tracker is not None:
+            folders[f"logger.{name}.dir"] = Path(output_dir) / tracker.dir
+    taken = record_place_taken(output_dir, folders)
+    if taken is not None:
+        raise ConfigError(f"{taken} would make a folder where the run's record goes "
+                          f"({Path(output_dir) / RECORD_NAME}): name another folder")
     try:
         probe_record_folder(output_dir)
     except OSError as e:
@@ -224,18 +235,19 @@ def build(cfg: Config | DictConfig | Mapping[str, Any]) -> Trainee:
 
 def check_run(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:
     """Everything about ``cfg`` that can be checked before the graph is loaded: types and choices
-    ([`pipegnn.config.typed.run_config`][pipegnn.config.typed.run_config]), the general keys
-    ([`pipegnn.config.checks.check_config`][pipegnn.config.checks.check_config]), the model
-    ([`pipegnn.models.check_model`][pipegnn.models.check_model]) and the framework's aggregation for it, the
-    engine ([`pipegnn.engines.check_engine`][pipegnn.engines.check_engine]) and a pipelining run's processes
-    ([`check_launch`][pipegnn.training.processes.group.check_launch]). Returns the typed config.
+    ([`pipegnn.config.typed.run_config`][pipegnn.config.typed.run_config]), the model
+    ([`pipegnn.models.check_model`][pipegnn.models.check_model]), the general keys
+    ([`pipegnn.config.checks.check_config`][pipegnn.config.checks.check_config]) and the framework's
+    aggregation for the model, the engine ([`pipegnn.engines.check_engine`][pipegnn.engines.check_engine])
+    and a pipelining run's processes ([`check_launch`][pipegnn.training.processes.group.check_launch]).
+    Returns the typed config.
 
     Raises:
         ConfigError: the first problem found, naming the bad key, its value and what would be valid.
     """
     config = run_config(cfg)
+    check_model(config.model)  # first: the general checks read model.layers
     check_config(config)
-    check_model(config.model)
     check_aggregation(config.framework.name, config.model.name, config.model.aggregation)
     check_engine(config)
     if isinstance(config.engine, PipeliningEngineConfig):

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 import torch.distributed as dist
 
+from pipegnn.completion import epochs_problem
 from pipegnn.config.schema import Config
 from pipegnn.integrity import unsealed
-from pipegnn.run_record import epochs_problem
 from pipegnn.training.checkpoints import load, previous_path, restore, training_state
 from pipegnn.training.resume_config import config_difference
 

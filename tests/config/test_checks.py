@@ -194,6 +194,9 @@ def test_a_bad_choice_in_a_plain_config_is_invalid_before_training(tmp_path: Pat
                                                  "least "),
     (["model.hidden=1000000", "model.heads=1000000"], "model.hidden=1000000, model.heads=1000000: the "
                                                      "model's weights need at least "),
+    # depths past any model: a billion layer specifications were built before any check
+    (["model.layers=1000000000"], "model.layers=1000000000 is past the deepest model pipegnn builds"),
+    (["model.layers=4097", "microbatch.halo=sampled"], "model.layers=4097 is past the deepest model"),
 ])
 def test_bad_numbers_are_invalid_before_training(tmp_path: Path, overrides: list[str], message: str) -> None:
     """A bad number is an ``invalid`` run naming the key, the value and what is valid, not torch's words

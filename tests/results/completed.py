@@ -1,6 +1,6 @@
 """Completed records as a completed run leaves them, for the tests of pipegnn.results: a record with
 ``status: completed`` counts as completed only with an epoch and the final accuracies
-(:func:`pipegnn.run_record.completion_problem`)."""
+(:func:`pipegnn.completion.completion_problem`)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -691,6 +691,27 @@ def test_a_record_whose_config_holds_a_million_keys_is_unreadable(tmp_path: Path
     assert "'config' holds more than 10,000 keys" in df["error"].iloc[0]
 
 
+@pytest.mark.parametrize("section", ["config", "final"])
+def test_a_record_nested_past_any_run_is_unreadable(tmp_path: Path, section: str) -> None:
+    """A result.json whose config nested 600 objects deep (the example; a second case: its ``final``) ended
+    the reproduction check (``--recompose``) in a RecursionError; a record nests at most 64 levels now,
+    and the table and the check name the record instead."""
+    from pipegnn.results.reproduce import recompose
+
+    deep: Any = 0
+    for _ in range(600):
+        deep = {"x": deep}
+    record = completed({"chunks": 2, "x": deep} if section == "config" else {"chunks": 2})
+    if section == "final":
+        record = {**record, "final": {**record["final"], "x": deep}}
+    write_record(tmp_path / "0", record)
+    write_record(tmp_path / "1", completed({"chunks": 2}))
+    df = load(tmp_path)
+    assert df["status"].tolist() == ["unreadable", "completed"]
+    assert f"'{section}' nests objects and arrays more than 64 deep" in df["error"].iloc[0]
+    assert "more than 64 deep" in (recompose(tmp_path)[0].error or "")
+
+
 def test_a_planned_folder_name_no_file_system_holds_is_a_missing_job(tmp_path: Path) -> None:
     """A plan whose ${hydra.job.override_dirname} of long values names a folder past 255 bytes ended the
     table in an OSError (File name too long); such a job is missing, at once."""

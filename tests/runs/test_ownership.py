@@ -432,11 +432,12 @@ def test_nothing_writes_into_a_single_runs_folder(tmp_path: Path, run_a: Path, h
 
 
 @pytest.mark.parametrize("how", [".hydra a FIFO", ".hydra a link", "output_subdir outside",
-                                 "job.name outside"])
+                                 "job.name outside", "output_subdir the record's", "log file the record's"])
 def test_hydras_own_folder_and_names_stay_inside_the_run(tmp_path: Path, run_a: Path, how: str) -> None:
     """RUN/.hydra as a FIFO ended in a traceback; as a link to another run's .hydra, or with
-    hydra.output_subdir or hydra.job.name pointing into another run's folder, the run wrote there. Each
-    is refused in one line, and the other run's files stay as they were."""
+    hydra.output_subdir or hydra.job.name pointing into another run's folder, the run wrote there; with
+    Hydra's folder or log at RUN/result.json, the run lost its record. Each is refused in one line, and
+    the other run's files stay as they were."""
     copy = tmp_path / "A"
     subprocess.run(["cp", "-a", str(run_a), str(copy)], check=True)
     before = _records(copy)
@@ -449,6 +450,10 @@ def test_hydras_own_folder_and_names_stay_inside_the_run(tmp_path: Path, run_a: 
         (out / ".hydra").symlink_to(copy / ".hydra")
     elif how == "output_subdir outside":
         extra = [f"hydra.output_subdir={copy / '.hydra'}"]
+    elif how == "output_subdir the record's":  # a folder at RUN/result.json: the record was lost
+        extra = ["hydra.output_subdir=result.json"]
+    elif how == "log file the record's":
+        extra = ["hydra.job_logging.handlers.file.filename=${hydra.runtime.output_dir}/result.json"]
     else:
         extra = ["hydra.job.name=../A/train"]
     done = _single(tmp_path, "train.seed=11", f"hydra.run.dir={out}", *extra)
