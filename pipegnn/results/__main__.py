@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from pipegnn.folder_walk import FolderTooDeep
 from pipegnn.results.figures import draw
 from pipegnn.results.leaderboard_plot import plot_leaderboard
 from pipegnn.results.rows import integers
@@ -123,8 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         table = format_table(df, columns) if board is None else format_table(board, [
             *(c for c in LEADERBOARD_SETTINGS if c in board), "test", "val", "seeds", "runs", "parameters",
             "hardware", "date"])
-    except (FileNotFoundError, KeyError) as e:
-        print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+    except (FileNotFoundError, FolderTooDeep, KeyError) as e:
+        message = e.strerror if isinstance(e, FolderTooDeep) else e.args[0] if isinstance(e, KeyError) else e
+        print(f"error: {message}", file=sys.stderr)
         return 2
     if df.empty:
         print(f"error: none of the {len(everything)} runs matches --where {' '.join(args.where)}",
@@ -157,7 +159,11 @@ def _recompose(paths: Sequence[Path]) -> int:
     every record recomposes to its config, 1 otherwise, 2 when there is no record."""
     from pipegnn.results.reproduce import recompose
 
-    drifts = [d for path in paths for d in recompose(path)]
+    try:
+        drifts = [d for path in paths for d in recompose(path)]
+    except FolderTooDeep as e:
+        print(f"error: {e.strerror}", file=sys.stderr)
+        return 2
     if not drifts:
         print(f"error: no {RECORD_NAME} found under {', '.join(map(str, paths))}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipegnn.completion import completion_problem
+from pipegnn.folder_walk import walk
 from pipegnn.jsonfile import JSONFileError, read_regular
 from pipegnn.run_record import RECORD_NAME, RecordFormatError, RunRecord
 
@@ -116,16 +117,17 @@ def find_named(path: str | Path, name: str | Callable[[str], Any],
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
+        FolderTooDeep: its folders nest past [`MAX_DEPTH`][pipegnn.folder_walk.MAX_DEPTH].
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file or directory: {path}")
     if path.is_file():
         return [path] if accept(path) else []
-    # os.walk, not rglob: rglob passes over a link to nothing or a link loop of that name (it asks exists());
+    # a walk, not rglob: rglob passes over a link to nothing or a link loop of that name (it asks exists());
     # links to folders are not followed, as rglob does not
     named = name.__eq__ if isinstance(name, str) else name
-    found = (Path(folder, file) for folder, _, files in os.walk(path) for file in files if named(file))
+    found = (Path(folder, file) for folder, _, files in walk(path) for file in files if named(file))
     return sorted(found, key=natural_key)
 
 

@@ -16,13 +16,13 @@ The end-of-sweep failure summary and the progress bar are in
 """
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from pipegnn.config.compare import plain_config
+from pipegnn.folder_walk import walk
 from pipegnn.results.hydra_files import MAX_YAML_BYTES as MAX_YAML_BYTES
 from pipegnn.results.hydra_files import _get, _resolved, read_hydra_file
 from pipegnn.results.record_files import (
@@ -87,8 +87,9 @@ def _job_info(directory: Path) -> tuple[int | None, str]:
 def _hydra_job_dirs(root: Path) -> set[Path]:
     """Directories below ``root`` (itself included) that Hydra ran a job in: they hold ``.hydra/`` with
     the job's ``overrides.yaml`` or ``config.yaml``."""
-    return {p.parent for p in root.rglob(".hydra") if p.is_dir()
-            and ((p / "overrides.yaml").is_file() or (p / "config.yaml").is_file())}
+    return {Path(folder) for folder, folders, _ in walk(root) if ".hydra" in folders
+            and ((Path(folder, ".hydra", "overrides.yaml")).is_file()
+                 or Path(folder, ".hydra", "config.yaml").is_file())}
 
 
 def _incomplete(directory: Path) -> Job:
@@ -217,7 +218,7 @@ def _sweep_dirs(root: Path) -> list[Path]:
     """The folders below ``root`` (itself included; links to folders not followed, as ``rglob`` does)
     holding an entry named ``multirun.yaml`` of any kind: a link to nothing, a folder or a FIFO there is
     a damaged plan (`_plan` says so), never no plan."""
-    return [Path(folder) for folder, dirs, files in os.walk(root) if "multirun.yaml" in (*dirs, *files)]
+    return [Path(folder) for folder, dirs, files in walk(root) if "multirun.yaml" in (*dirs, *files)]
 
 
 def _in_order(jobs: list[Job]) -> list[Job]:

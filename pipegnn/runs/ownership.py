@@ -43,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipegnn.atomic import atomic_file
 from pipegnn.errors import FolderTaken
+from pipegnn.folder_walk import FolderTooDeep, walk
 from pipegnn.results.sweep_plan import MAX_PLANNED_JOBS
 from pipegnn.runs.claims import (
     JOB_FILE,
@@ -141,22 +142,27 @@ def _job_folders(sweep_dir: Path) -> list[Path]:
 
     Raises:
         FolderTaken: it holds more than `_SCAN` entries (more than a sweep writes: which of them are jobs
-            of another sweep, or links, cannot be told without reading them all).
+            of another sweep, or links, cannot be told without reading them all), or nests folders past
+            [`MAX_DEPTH`][pipegnn.folder_walk.MAX_DEPTH].
     """
     found: list[Path] = []
     seen = 0
-    for where, folders, files in os.walk(sweep_dir):
-        seen += len(folders) + len(files)
-        if seen > _SCAN:
-            raise FolderTaken(f"hydra.sweep.dir={sweep_dir} holds more than {_SCAN:,} files and folders, "
-                              f"more than a sweep of {MAX_PLANNED_JOBS:,} jobs writes: not read further, so "
-                              "this sweep cannot tell whether another sweep's jobs are among them; give it "
-                              "another hydra.sweep.dir")
-        here = Path(where)
-        if here != sweep_dir and (JOB_FILE in files or RUN_FILE in files or ".hydra" in folders
-                                  or ".hydra" in files):
-            found.append(here)
-        found += [here / n for n in folders if (here / n).is_symlink()]  # (os.walk lists links to folders)
+    try:
+        for where, folders, files in walk(sweep_dir):
+            seen += len(folders) + len(files)
+            if seen > _SCAN:
+                raise FolderTaken(f"hydra.sweep.dir={sweep_dir} holds more than {_SCAN:,} files and "
+                                  f"folders, more than a sweep of {MAX_PLANNED_JOBS:,} jobs writes: not read "
+                                  "further, so this sweep cannot tell whether another sweep's jobs are among "
+                                  "them; give it another hydra.sweep.dir")
+            here = Path(where)
+            if here != sweep_dir and (JOB_FILE in files or RUN_FILE in files or ".hydra" in folders
+                                      or ".hydra" in files):
+                found.append(here)
+            found += [here / n for n in folders if (here / n).is_symlink()]  # (links to folders are listed)
+    except FolderTooDeep as e:
+        raise FolderTaken(f"hydra.sweep.dir={sweep_dir}: {e.strerror}; give it another "
+                          "hydra.sweep.dir") from e
     return found
 
 
