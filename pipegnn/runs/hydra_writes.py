@@ -10,6 +10,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -72,6 +73,34 @@ def check_subdir_per_job(config: DictConfig) -> None:
                           "job's .hydra files there before a job can refuse it): name each job in it, e.g. "
                           f"hydra.sweep.subdir={subdir}_${{hydra.job.num}}, or "
                           "${hydra.job.override_dirname} with no excluded keys")
+    if not any(_top_level(subdir, name) for name in _PER_JOB[:2]):  # the overrides alone name each job
+        _jobs_apart(subdir, task, OmegaConf.select(config, "hydra.sweeper.params"))
+
+
+def _jobs_apart(subdir: str, task: list[str], params: Any) -> None:
+    """No two jobs of the sweep (``task`` over the sweeper's ``params``, as the basic sweeper expands them)
+    have the same overrides, which ``${hydra.job.override_dirname}`` would name as one folder
+    (``train.seed=0,0``: job 1 wrote its .hydra files into job 0's before it could refuse it).
+
+    Raises:
+        FolderTaken: naming the two jobs and their overrides.
+    """
+    from pipegnn.results.reproduce import command_jobs
+    from pipegnn.results.sweep_plan import SweepPlanError
+
+    params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else params
+    try:
+        jobs = command_jobs(task, params if isinstance(params, dict) else None)
+    except (SweepPlanError, ValueError):
+        return  # not a plan the basic sweeper expands as written: each job's claim still refuses a folder
+    first: dict[tuple[str, ...], int] = {}
+    for num, job in enumerate(jobs):
+        earlier = first.setdefault(tuple(sorted(job)), num)
+        if earlier != num:
+            raise FolderTaken(f"jobs {earlier} and {num} of this sweep have the same overrides "
+                              f"({' '.join(job)}), so hydra.sweep.subdir={subdir} gives them one folder: "
+                              "sweep each value once, or name each job, e.g. "
+                              f"hydra.sweep.subdir={subdir}_${{hydra.job.num}}")
 
 
 def hydra_paths(folder: Path, config: DictConfig) -> list[tuple[Path, bool]]:
@@ -154,18 +183,22 @@ def _no_hydra_log_files(config: DictConfig) -> None:
 
 
 def check_kinds(paths: list[tuple[Path, bool]]) -> None:
-    """Each of ``paths`` is what Hydra writes there (a regular file, or for a folder a real one) or
-    nothing: a FIFO there hung the run (Hydra opens it and waits), a link wrote into another run's folder,
-    anything else ended in Hydra's traceback.
+    """Each of ``paths`` is what Hydra writes there (a regular file of one link, or for a folder a real
+    one) or nothing: a FIFO there hung the run (Hydra opens it and waits), a link, or a hard link to another
+    run's file, wrote into another run's folder, anything else ended in Hydra's traceback.
 
     Raises:
         FolderTaken: naming the first that is not, and what it is.
     """
     for path, folder in paths:
         try:
-            mode = os.lstat(path).st_mode
+            info = os.lstat(path)
         except OSError:
             continue
+        mode = info.st_mode
+        if not folder and stat.S_ISREG(mode) and info.st_nlink > 1:
+            raise FolderTaken(f"{path} is one of {info.st_nlink} hard links to one file (another run's, "
+                              "perhaps), which Hydra would write through before the run starts; remove it")
         if not (stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode)):
             what = "a link" if stat.S_ISLNK(mode) else "a file" if stat.S_ISREG(mode) else file_kind(mode)
             kind = "folder" if folder else "regular file"

@@ -246,8 +246,9 @@ def claim_job(output_dir: str | Path, num: int, overrides: list[str],
               sweep: str | Path | None = None) -> None:
     """Claim ``output_dir`` for job ``num`` (with ``overrides``) of the sweep in ``sweep`` (its
     ``hydra.sweep.dir``; see the module doc); a folder already claimed by this job of this sweep (a resumed
-    or rerun sweep) is this job's. A claim of an older version (no sweep in it) is this job's when its
-    number and overrides are this job's.
+    or rerun sweep) is this job's, and so is one claimed by this job at the same place of a sweep folder
+    that was moved or copied here since. A claim of an older version (no sweep in it) is this job's when
+    its number and overrides are this job's.
 
     Raises:
         FolderTaken: another job of this or another sweep claimed the folder, or the folder lies inside
@@ -256,8 +257,9 @@ def claim_job(output_dir: str | Path, num: int, overrides: list[str],
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
     own = Path(sweep).resolve() if sweep is not None else None
+    place = None if own is None else os.path.relpath(folder.resolve(), own)  # where in its sweep
     mine: dict[str, Any] = {"num": int(num), "overrides": list(overrides),
-                            "sweep": None if own is None else str(own)}
+                            "sweep": None if own is None else str(own), "place": place}
     name = f"job {num} ({' '.join(overrides) or 'no overrides'})"
     if own is not None:
         not_inside_another(folder, f"{name}: hydra.sweep.subdir", own_sweep=own, claiming=True)
@@ -273,8 +275,12 @@ def claim_job(output_dir: str | Path, num: int, overrides: list[str],
         tmp.unlink(missing_ok=True)
     other = read_claim(path) or {}
     # the same job: its number, its overrides (resume aside) and, unless the claim is of an older version
-    # (none in it), its sweep
-    same = (other.get("num") == mine["num"] and other.get("sweep", mine["sweep"]) == mine["sweep"]
+    # (none in it), its sweep; or its place in its sweep, when the sweep's folder was moved or copied
+    # since (the folder no longer lies in the sweep the claim names)
+    claimed_in = other.get("sweep", mine["sweep"])
+    moved = (isinstance(claimed_in, str) and own is not None and other.get("place") == place
+             and not folder.resolve().is_relative_to(Path(claimed_in)))
+    same = (other.get("num") == mine["num"] and (claimed_in == mine["sweep"] or moved)
             and job_overrides(list(other.get("overrides") or [])) == job_overrides(mine["overrides"]))
     if not same:
         who = describe_job(other) if other.get("sweep") not in (None, mine["sweep"]) else \

@@ -92,6 +92,21 @@ def test_a_subdir_naming_jobs_only_in_appearance_stops_the_sweep(tmp_path: Path,
     assert "Traceback" not in done.stderr and (not sweep.exists() or not any(sweep.iterdir()))
 
 
+@pytest.mark.parametrize("seeds, jobs", [("0,0", "jobs 0 and 1"), ("1,0,1", "jobs 0 and 2")])
+def test_a_value_swept_twice_under_override_dirname_stops_the_sweep(tmp_path: Path, seeds: str,
+                                                                   jobs: str) -> None:
+    """hydra.sweep.subdir=${hydra.job.override_dirname} with train.seed=0,0 (the example; a second case:
+    1,0,1) gave two jobs one folder: the second wrote its .hydra files into the first's before it could
+    refuse it. The sweep stops before any job, naming the two jobs."""
+    sweep = tmp_path / "sweep"
+    done = _sweep(tmp_path, f"train.seed={seeds}", f"hydra.sweep.dir={sweep}",
+                  "hydra.sweep.subdir=${hydra.job.override_dirname}")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"sweep refused: {jobs} of this sweep have the same overrides (train.seed=" in done.stderr, \
+        done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and (not sweep.exists() or not any(sweep.iterdir()))
+
+
 def test_a_second_sweep_into_a_sweeps_folder_is_refused(tmp_path: Path) -> None:
     """One after the other (the issue's two sweeps at once are the lock's test above): the folder keeps
     the first sweep's plan and records; the first sweep itself may come back (resume)."""
@@ -123,6 +138,26 @@ def test_two_sweeps_at_once_one_is_refused(tmp_path: Path) -> None:
     assert first.returncode == 0, err[-3000:]
     assert second.returncode == 1 and f"in use by the sweep of pid {first.pid}" in second.stderr
     assert "train.seed=0,1" in (sweep / "multirun.yaml").read_text() and not (sweep / "2").exists()
+
+
+@pytest.mark.parametrize("how", ["moved", "copied"])
+def test_a_sweep_folder_moved_or_copied_resumes_there(tmp_path: Path, sweep_a: Path, how: str) -> None:
+    """A sweep's folder moved elsewhere (the example) or copied (a second case, the original kept) was
+    never resumable: its jobs' claims named the old folder, so each job was refused as another sweep's.
+    Its jobs resume where it lies now, and a completed job's record is left as it was."""
+    place = tmp_path / "elsewhere" / "A"
+    place.parent.mkdir()
+    if how == "moved":
+        first = _sweep(tmp_path, "train.seed=0,1", f"hydra.sweep.dir={tmp_path / 'A'}")
+        assert first.returncode == 0, first.stderr[-3000:]
+        (tmp_path / "A").rename(place)
+    else:
+        subprocess.run(["cp", "-a", str(sweep_a), str(place)], check=True)
+    records = {k: v for k, v in _records(place).items() if k.endswith("result.json")}
+    again = _sweep(tmp_path, "train.seed=0,1", f"hydra.sweep.dir={place}", "resume=true")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {k: v for k, v in _records(place).items() if k.endswith("result.json")} == records
+    assert len(records) == 2
 
 
 def test_a_job_claim_names_its_sweep(tmp_path: Path) -> None:
@@ -432,7 +467,8 @@ def test_nothing_writes_into_a_single_runs_folder(tmp_path: Path, run_a: Path, h
 
 
 @pytest.mark.parametrize("how", [".hydra a FIFO", ".hydra a link", "output_subdir outside",
-                                 "job.name outside", "output_subdir the record's", "log file the record's"])
+                                 "job.name outside", "output_subdir the record's", "log file the record's",
+                                 ".hydra/config.yaml a hard link", "train.log a hard link"])
 def test_hydras_own_folder_and_names_stay_inside_the_run(tmp_path: Path, run_a: Path, how: str) -> None:
     """RUN/.hydra as a FIFO ended in a traceback; as a link to another run's .hydra, or with
     hydra.output_subdir or hydra.job.name pointing into another run's folder, the run wrote there; with
@@ -452,14 +488,20 @@ def test_hydras_own_folder_and_names_stay_inside_the_run(tmp_path: Path, run_a: 
         extra = [f"hydra.output_subdir={copy / '.hydra'}"]
     elif how == "output_subdir the record's":  # a folder at RUN/result.json: the record was lost
         extra = ["hydra.output_subdir=result.json"]
+    elif how.endswith("a hard link"):  # Hydra truncated and rewrote the other run's file through it
+        linked = how.split()[0]
+        (out / linked).parent.mkdir(exist_ok=True)
+        os.link(copy / linked, out / linked)
     elif how == "log file the record's":
         extra = ["hydra.job_logging.handlers.file.filename=${hydra.runtime.output_dir}/result.json"]
     else:
         extra = ["hydra.job.name=../A/train"]
+    shared = {f: f.read_bytes() for f in (copy / ".hydra" / "config.yaml", copy / "train.log")}
     done = _single(tmp_path, "train.seed=11", f"hydra.run.dir={out}", *extra)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "run refused" in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert _records(copy) == before
+    assert all(f.read_bytes() == content for f, content in shared.items())
 
 
 @pytest.mark.parametrize("how", ["jobs one level down", "a link to another sweep's job"])
