@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pipegnn.errors import ConfigError
+from pipegnn.measure import allocatable_bytes
 
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
@@ -110,6 +111,15 @@ class SyntheticSpec:
             raise ConfigError(
                 f"split sizes ({self.train_per_class} per class x {self.num_classes} classes, "
                 f"{self.num_val} val, {self.num_test} test) exceed num_nodes={n}")
+        # at least each node's label and community and each edge's two directions (int64 pairs), before
+        # any feature: a graph past memory (num_nodes=2e9) is invalid here, not an allocation failure later
+        need = 16 * n + 32 * self.num_undirected_edges
+        room = allocatable_bytes()
+        if need > room:
+            raise ConfigError(f"dataset.num_nodes={n} with {self.num_undirected_edges:,} undirected edges "
+                              f"needs at least {need:,} bytes, more than this process can still allocate "
+                              f"({room:,}); use a smaller dataset.num_nodes or "
+                              f"dataset.{'avg_degree' if self.density is None else 'density'}")
 
     @property
     def num_undirected_edges(self) -> int:
