@@ -49,6 +49,9 @@ RECORD_VERSION = 2
 #: The most keys a record's ``config`` may hold, nested ones included (a run's holds a few hundred; every
 #: one becomes a column of the runs table: 480,000 ended in a MemoryError).
 MAX_CONFIG_KEYS = 10_000
+#: The most stages a record's pipeline may list (a stage holds at least one unit, and a model has at most
+#: 4,096 layers of two units and an input and an output unit: 2.6 million stages were as many columns).
+MAX_STAGES = 2 * 4096 + 2
 #: The deepest a record's sections may nest objects and arrays (a run's nest at most 6 levels; a config
 #: nested 600 deep ended the reproduction check in a RecursionError).
 MAX_DEPTH = 64
@@ -302,6 +305,9 @@ def _check(d: dict[str, Any], path: str | Path | None) -> None:
         wrong = next((v for v in value or () if not isinstance(v, dict)), None) if of_objects else None
         if wrong is not None:
             raise bad(f"'{key}' holds {json_kind(wrong)}, expected objects", key.split(".")[0])
+        if value is not None and len(value) > MAX_STAGES:  # each stage is a column of the runs table
+            raise bad(f"'{key}' holds {len(value):,} stages, more than any run's {MAX_STAGES:,}",
+                      key.split(".")[0])
     if not isinstance(memory.get("peak_device_bytes"), (dict, NoneType)):
         raise bad(f"'memory.peak_device_bytes' is {json_kind(memory['peak_device_bytes'])}, expected an "
                   "object", "memory")

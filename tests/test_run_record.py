@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,13 @@ def test_migrating_a_version_1_record() -> None:
     ({"workers": "2"}, "workers", "malformed record: 'workers' is a string, expected an object"),
     ({"pipeline": {"stages": [1]}}, "pipeline", "malformed record: 'pipeline.stages' holds a number, "
                                                 "expected objects"),
+    # a probe's 2.6 million stages were as many columns of the runs table; a balance as long (a second case)
+    ({"pipeline": {"stages": [{}] * 2_600_000}}, "pipeline", "malformed record: 'pipeline.stages' holds "
+                                                            "2,600,000 stages, more than any run's 8,194"),
+    ({"pipeline": {"balance": [1] * 8195}}, "pipeline", "malformed record: 'pipeline.balance' holds 8,195 "
+                                                       "stages"),
+    ({"config": {"x": functools.reduce(lambda v, _: [v], range(70), 1)}}, "config",
+     "malformed record: 'config' nests objects and arrays more than 64 deep"),
     ({"record_version": "2"}, "record_version", "malformed record: 'record_version' is '2', expected a "
                                                 "version"),
     ({"record_version": 3}, "record_version", "record_version 3 is newer than this pipegnn reads (up to 2): "

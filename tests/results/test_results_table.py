@@ -287,3 +287,9 @@ def test_malformed_records_are_flagged_and_the_rest_kept(tmp_path: Path) -> None
 def test_hardware_names_the_gpus() -> None:
     row = flatten(seeded_record(0, 0.8, 0.8, gpus=["NVIDIA H100", "NVIDIA H100"]))
     assert row["hardware"] == "2x NVIDIA H100" and row["date"] == "2026-11-20"
+    mixed = flatten(seeded_record(0, 0.8, 0.8, gpus=["B", "A", "B", 7]))
+    assert mixed["hardware"] == "1x 7, 1x A, 2x B"
+    # 20,000 names (a probe's record): each counted once, not once per name (4e8 comparisons)
+    many = flatten(seeded_record(0, 0.8, 0.8, gpus=[f"GPU {i}" for i in range(20_000)] * 2))
+    assert many["hardware"].startswith("2x GPU 0, 2x GPU 1, 2x GPU 10, ")
+    assert many["hardware"].count("2x") == 20_000

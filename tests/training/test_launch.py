@@ -273,7 +273,8 @@ def test_a_file_beside_the_record_never_costs_it(tmp_path: Path) -> None:
     assert "trace" not in (written.get("pipeline") or {})
 
 
-@pytest.mark.parametrize("setting", ["logger.csv.dir=result.json", "microbatch.cache={out}/result.json/plans"])
+@pytest.mark.parametrize("setting", ["logger.csv.dir=result.json",
+                                     "microbatch.cache={out}/result.json/plans"])
 def test_no_folder_of_a_run_takes_its_records_place(tmp_path: Path, setting: str) -> None:
     """A tracker's folder named result.json (the example) or a cache inside RUN/result.json (a second case)
     trained every epoch and lost the record; each is one ``invalid`` record naming the setting, before any
