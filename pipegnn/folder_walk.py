@@ -48,8 +48,8 @@ def walk(root: str | Path) -> Iterator[tuple[str, list[str], list[str]]]:
                 is_folder = False
             (folders if is_folder else files).append(entry.name)
         yield top, folders, files
-        if folders and depth >= MAX_DEPTH:
+        entered = [os.path.join(top, name) for name in folders if not os.path.islink(os.path.join(top, name))]
+        if entered and depth >= MAX_DEPTH:
             raise FolderTooDeep(errno.ELOOP, f"{top} nests folders more than {MAX_DEPTH} levels below "
                                 f"{root}: more than runs and sweeps write; not read further")
-        stack.extend((os.path.join(top, name), depth + 1) for name in reversed(folders)
-                     if not os.path.islink(os.path.join(top, name)))
+        stack.extend((path, depth + 1) for path in reversed(entered))

@@ -178,6 +178,10 @@ class PygBackend(Adapter):
             # GAT about a fifth of its aten calls (benchmarks/host_overhead.py), and GATConv takes sizes
             kwargs["size"] = (edge_index.sparse_size(0), num_dst)
             edge_index = edge_index.as_tensor()
+        elif edge_index.sparse_size(0) == num_dst:  # a square block (full batch): a plain edge_index sizes
+            # the output as the input, the same rows, without EdgeIndex's Python dispatch of every
+            # operation on it (GCNII 64 full batch: one such dispatch per edge operation and layer)
+            edge_index = edge_index.as_tensor()
         args = (*rows, edge_index) if edge_weight is None else (*rows, edge_index, edge_weight)
         if not cast:
             return conv(*args, **kwargs)

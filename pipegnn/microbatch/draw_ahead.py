@@ -4,14 +4,14 @@ left of its draw."""
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from pipegnn.microbatch.halo import MicroBatch
-from pipegnn.microbatch.sample import NeighbourSampler
+from pipegnn.microbatch.sample import NeighbourSampler, one_thread_pool
 
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
@@ -32,9 +32,9 @@ class DrawAhead:
     draw is the sampler's for that epoch whenever it is drawn, so the losses are those of drawing in
     series.
 
-    On a CPU the draw runs on one core beside the training's threads (one worker, with one intra-op
-    thread: ``NeighbourSampler.draw``), and a draw in series with every core; with a CUDA sampler it draws
-    on a stream of its own, and the step's stream waits for it.
+    On a CPU the draw runs on one core beside the training's threads (one worker, its thread's torch
+    operations on one intra-op thread: ``one_thread_pool``), and a draw in series with every core; with
+    a CUDA sampler it draws on a stream of its own, and the step's stream waits for it.
 
     Args:
         sampler: the epochs' sampler.
@@ -43,7 +43,7 @@ class DrawAhead:
 
     def __init__(self, sampler: NeighbourSampler, ahead: bool = True):
         self.sampler = sampler
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="pipegnn-draw") if ahead else None
+        self._pool = one_thread_pool(1, "pipegnn-draw") if ahead else None
         self._pending: tuple[int, Future[tuple[list[MicroBatch], float, Any]]] | None = None
         self._stream = torch.cuda.Stream(sampler.device) if ahead and sampler.device.type == "cuda" else None
 

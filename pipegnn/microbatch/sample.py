@@ -32,7 +32,8 @@ in one pass of tensor operations (no Python loop over nodes or edges), on the de
 from __future__ import annotations
 
 import functools
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -308,6 +309,7 @@ class NeighbourSampler:
         self.batches = [range(i, min(i + together, len(targets))) for i in range(0, len(targets), together)]
         self.scratch = torch.full((together * csr.num_nodes,), -1, dtype=csr.local.dtype, device=self.device)
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
 
     def to(self, device: torch.device | str) -> "NeighbourSampler":
         """This sampler drawing on ``device`` (its CSR moved there; itself when its CSR stays where it is:
@@ -320,38 +322,72 @@ class NeighbourSampler:
         ``stream``) and with any number of threads or workers.
 
         On a CPU, with the CSR in memory, ``workers`` threads (default: the calling thread's intra-op
-        thread count) each draw a share of the micro-batches together, each with one intra-op thread of
-        its own (its setting restored after). Its operations are small and bound by memory: a second
-        intra-op thread slowed them (Coauthor Physics, [10,10]: 68 ms against 32 ms at one thread),
-        while micro-batches drawn apart in threads of their own overlap (``results/benchmarks/
-        sampler.txt``). A CUDA CSR, or one read from files, draws in the calling thread."""
+        thread count; the calling thread is one of them) each draw a share of the micro-batches together,
+        each with one intra-op thread (the calling thread's setting restored after; the others are
+        [`one_thread_pool`][pipegnn.microbatch.sample.one_thread_pool]'s). Its operations are small and
+        bound by memory: a second intra-op thread slowed them (Coauthor Physics, [10,10]: 68 ms against
+        32 ms at one thread), while micro-batches drawn apart in threads of their own overlap
+        (``results/benchmarks/sampler.txt``). A CUDA CSR, or one read from files, draws in the calling
+        thread."""
         if workers is None:
             workers = torch.get_num_threads()
         if self.device.type != "cpu" or not isinstance(self.csr.src, Tensor):
             workers = 1
-        drawn: list[MicroBatch] = []
-        for batch in self.batches:
-            shares = [s for s in np.array_split(np.arange(batch.start, batch.stop), workers) if s.size]
-            jobs = [functools.partial(self._draw_share, epoch, share.tolist(), batch.start)
-                    for share in shares]
-            if len(jobs) > 1 and self._pool is None:
-                self._pool = ThreadPoolExecutor(workers - 1, thread_name_prefix="pipegnn-sample")
-            later = [self._pool.submit(job) for job in jobs[1:]] if self._pool is not None else []
-            drawn.extend(jobs[0]())
-            for future in later:
-                drawn.extend(future.result())
-        return drawn
+        if workers > 1 and (self._pool is None or self._pool_size < workers - 1):
+            if self._pool is not None:
+                self._pool.shutdown()
+            self._pool, self._pool_size = one_thread_pool(workers - 1, "pipegnn-sample"), workers - 1
+        threads = torch.get_num_threads()
+        pin = self.device.type == "cpu" and threads != 1  # (a setting here is every later thread's default)
+        if pin:
+            torch.set_num_threads(1)
+        try:
+            return [mb for batch in self.batches for mb in self._draw_batch(epoch, batch, workers)]
+        finally:
+            if pin:
+                torch.set_num_threads(threads)
+
+    def _draw_batch(self, epoch: int, batch: range, workers: int) -> list[MicroBatch]:
+        """The micro-batches ``batch`` (drawn together: one scratch) shared among ``workers`` threads, in
+        order; every share finished before it returns, whatever happens."""
+        shares = [s.tolist() for s in np.array_split(np.arange(batch.start, batch.stop), workers) if s.size]
+        jobs = [functools.partial(self._draw_share, epoch, share, batch.start) for share in shares]
+        later = [self._pool.submit(job) for job in jobs[1:]] if self._pool is not None else []
+        try:
+            mine = jobs[0]()
+        finally:
+            wait(later)  # no share outlives the draw (the scratch is the next draw's)
+        return [mb for share in [mine, *(f.result() for f in later)] for mb in share]
 
     def _draw_share(self, epoch: int, share: list[int], first: int) -> list[MicroBatch]:
         """The micro-batches ``share`` drawn together in this thread, numbered in their part of the scratch
         (its batch's micro-batches from ``first`` on own a part each)."""
         n = self.csr.num_nodes
         scratch = self.scratch[(share[0] - first) * n:(share[-1] + 1 - first) * n]
-        threads = torch.get_num_threads()
-        if self.device.type == "cpu":
-            torch.set_num_threads(1)
-        try:
-            return _draw_together(self.csr, self.loops, [self.targets[m] for m in share], self.fanouts,
-                                  [epoch_generator(self.seed, epoch, self.device, m) for m in share], scratch)
-        finally:
-            torch.set_num_threads(threads)
+        return _draw_together(self.csr, self.loops, [self.targets[m] for m in share], self.fanouts,
+                              [epoch_generator(self.seed, epoch, self.device, m) for m in share], scratch)
+
+
+def one_thread_pool(workers: int, name: str) -> ThreadPoolExecutor:
+    """A pool of ``workers`` threads whose torch operations run on one intra-op thread each, without a
+    thread count ever set in them: torch gives a thread the process's default count when it first asks
+    for it, and ``torch.set_num_threads`` in any thread sets that default for every thread started
+    later (a draw's thread setting its own count left later threads, torchgpipe's workers among them, at
+    one). Each pool thread asks while the calling thread holds the default at one; then the calling
+    thread's count is restored."""
+    threads = torch.get_num_threads()
+    pool = ThreadPoolExecutor(workers, thread_name_prefix=name)
+    ready = threading.Barrier(workers)  # each of the first tasks holds its thread: one task a thread
+    torch.set_num_threads(1)
+    try:
+        wait([pool.submit(_first_operation, ready) for _ in range(workers)])
+    finally:
+        torch.set_num_threads(threads)
+    return pool
+
+
+def _first_operation(ready: threading.Barrier) -> None:
+    """A pool thread's first look at its thread count, which fixes it at the default's now, once every
+    thread of the pool holds one of these tasks."""
+    ready.wait()
+    torch.get_num_threads()

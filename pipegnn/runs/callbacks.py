@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from pipegnn.folder_walk import FolderTooDeep
 from pipegnn.results.sweep import Job, sweep_jobs
 from pipegnn.run_record import RECORD_NAME
 
@@ -30,9 +31,14 @@ __all__: list[str] = []  # internal: see the package's public names (pipegnn, pi
 _failed: list[Job] = []
 
 
+#: Why the last sweep's folder could not be read at its end (empty: it could).
+_unread: list[str] = []
+
+
 def exit_code() -> int:
-    """1 when the last sweep of this process had a job that did not complete, else 0."""
-    return 1 if _failed else 0
+    """1 when the last sweep of this process had a job that did not complete, or its folder could not be
+    read at its end, else 0."""
+    return 1 if _failed or _unread else 0
 
 
 class FailureSummary(Callback):
@@ -46,12 +52,19 @@ class FailureSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         _failed.clear()
+        _unread.clear()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         marker = sweep_dir / "multirun.yaml"  # written by the sweeper just before the first job
         since = marker.stat().st_mtime if marker.is_file() else None
-        jobs = sweep_jobs(sweep_dir, since)
+        try:
+            jobs = sweep_jobs(sweep_dir, since)
+        except FolderTooDeep as e:  # (a job's folder grew a tree past the walk's depth): no silent exit 0
+            _unread[:] = [str(e.strerror)]
+            self._report(sweep_dir, [f"sweep {sweep_dir}: its jobs cannot be read: {e.strerror}"],
+                         failed=True)
+            return
         failed = [j for j in jobs if j.status != "completed"]
         _failed[:] = failed
         kept = sum(1 for j in jobs if j.status == "completed" and not j.fresh)

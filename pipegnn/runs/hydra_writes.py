@@ -86,13 +86,12 @@ def _jobs_apart(subdir: str, task: list[str], params: Any) -> None:
         FolderTaken: naming the two jobs and their overrides.
     """
     from pipegnn.results.reproduce import command_jobs
-    from pipegnn.results.sweep_plan import SweepPlanError
 
     params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else params
     try:
         jobs = command_jobs(task, params if isinstance(params, dict) else None)
-    except (SweepPlanError, ValueError):
-        return  # not a plan the basic sweeper expands as written: each job's claim still refuses a folder
+    except Exception:  # noqa: BLE001 - SweepPlanError, an interval, a glob (needs the config loader): not
+        return  # a plan expanded here; each job's claim still refuses a folder another job claimed
     first: dict[tuple[str, ...], int] = {}
     for num, job in enumerate(jobs):
         earlier = first.setdefault(tuple(sorted(job)), num)

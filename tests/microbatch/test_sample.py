@@ -1,10 +1,13 @@
 """Sampled halos: the draw's layout, fan-outs, self-loops, weight scaling, seeds and epochs."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
 from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
+from pipegnn.microbatch.draw_ahead import DrawAhead
 from pipegnn.microbatch.halo import InCSR, exact_block
 from pipegnn.microbatch.sample import NeighbourSampler, epoch_generator, sampled_block
 
@@ -123,6 +126,36 @@ def test_a_node_with_two_self_loops_keeps_both_and_draws_among_its_others() -> N
     assert sorted(mb.weights[0][mine & (src == 4)].tolist()) == [1 / 13, 0.5]  # loops: unscaled
     others = mb.weights[0][mine & (src != 4)]
     torch.testing.assert_close(others.sum(), torch.tensor(12 / 13, dtype=torch.float64))
+
+
+def test_only_the_calling_thread_sets_a_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``torch.set_num_threads`` in any thread sets the count every thread started later begins with: a
+    draw's worker (or the background draw's thread) setting its own left later threads, torchgpipe's
+    workers among them, on one intra-op thread. Workers of a shared draw and the draw ahead set none;
+    the calling thread sets its own and restores it, and a thread started after them gets it."""
+    graph = random_graph(num_nodes=300, num_edges=3000)
+    csr = InCSR(graph.edge_index, graph.num_nodes)
+    targets = [torch.arange(0, 300, 7), torch.arange(1, 300, 5), torch.arange(3, 300, 11)]
+    setters: list[str] = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads",
+                        lambda n: (setters.append(threading.current_thread().name), real(n))[1])
+    threads = torch.get_num_threads()
+    real(2)
+    try:
+        sampler = NeighbourSampler(csr, targets, [4, 3], seed=9)
+        sampler.draw(6, workers=3)
+        ahead = DrawAhead(sampler)
+        ahead.start(7)
+        ahead.take(7)
+        ahead.close()
+        later: list[int] = []
+        thread = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        assert set(setters) == {threading.current_thread().name} and later == [2]
+    finally:
+        real(threads)
 
 
 def test_a_draw_is_each_micro_batchs_own_whatever_the_threads_and_the_batching() -> None:

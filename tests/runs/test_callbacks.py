@@ -29,6 +29,25 @@ def test_failure_summary_names_the_jobs_a_killed_sweep_left_without_a_record(tmp
     assert exit_code() == 0
 
 
+def test_a_sweep_whose_folder_cannot_be_read_at_its_end_exits_1(tmp_path: Path) -> None:
+    """A tree past the walk's depth in the sweep's folder (a job's, grown while it ran) made the summary's
+    reading of the sweep raise inside Hydra's callback (a warning), and the sweep exited 0; it says so
+    and exits 1."""
+    from tests.test_folder_walk import _deep, _remove_deep
+
+    sweep = killed_sweep(tmp_path / "sweep")
+    FailureSummary().on_multirun_start(OmegaConf.create({}))
+    _deep(sweep / "tree", 70)
+    try:
+        FailureSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    finally:
+        _remove_deep(sweep / "tree")
+    assert exit_code() == 1
+    assert "its jobs cannot be read: " in (sweep / "sweep.log").read_text()
+    FailureSummary().on_multirun_start(OmegaConf.create({}))
+    assert exit_code() == 0
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

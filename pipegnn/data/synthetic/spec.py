@@ -111,14 +111,23 @@ class SyntheticSpec:
             raise ConfigError(
                 f"split sizes ({self.train_per_class} per class x {self.num_classes} classes, "
                 f"{self.num_val} val, {self.num_test} test) exceed num_nodes={n}")
-        # at least each node's label and community and each edge's two directions (int64 pairs), before
-        # any feature: a graph past memory (num_nodes=2e9) is invalid here, not an allocation failure later
-        need = 16 * n + 32 * self.num_undirected_edges
+
+    def check_room(self, edges: bool = True) -> None:
+        """That the graph fits in what this process can still allocate: at least each node's label and
+        community and, when its edges are drawn here (``edges``: not read back from a graph store), each
+        edge's two directions (int64 pairs), before any feature. A graph past memory
+        (``num_nodes=2e9``) is invalid here, not an allocation failure inside the generator.
+
+        Raises:
+            ConfigError: naming the sizes, the bytes needed and the bytes there are.
+        """
+        n, undirected = self.num_nodes, self.num_undirected_edges
+        need = 16 * n + (32 * undirected if edges else 0)
         room = allocatable_bytes()
         if need > room:
-            raise ConfigError(f"dataset.num_nodes={n} with {self.num_undirected_edges:,} undirected edges "
-                              f"needs at least {need:,} bytes, more than this process can still allocate "
-                              f"({room:,}); use a smaller dataset.num_nodes or "
+            raise ConfigError(f"dataset.num_nodes={n} with {undirected:,} undirected edges needs at least "
+                              f"{need:,} bytes, more than this process can still allocate ({room:,}); use a "
+                              f"smaller dataset.num_nodes or "
                               f"dataset.{'avg_degree' if self.density is None else 'density'}")
 
     @property
