@@ -102,8 +102,8 @@ def test_a_value_swept_twice_under_override_dirname_stops_the_sweep(tmp_path: Pa
     done = _sweep(tmp_path, f"train.seed={seeds}", f"hydra.sweep.dir={sweep}",
                   "hydra.sweep.subdir=${hydra.job.override_dirname}")
     assert done.returncode == 1, done.stderr[-3000:]
-    assert f"sweep refused: {jobs} of this sweep have the same overrides (train.seed=" in done.stderr, \
-        done.stderr[-3000:]
+    refusal = f"sweep refused: {jobs} of this sweep have the same overrides ("
+    assert refusal in done.stderr and f" train.seed={seeds[0]}), so " in done.stderr, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and (not sweep.exists() or not any(sweep.iterdir()))
 
 
