@@ -48,13 +48,13 @@ def probe_record_folder(directory: str | Path, name: str = RECORD_NAME) -> None:
 def record_place_taken(directory: str | Path, folders: Mapping[str, str | Path],
                        name: str = RECORD_NAME) -> str | None:
     """Which of ``folders`` (a setting's key -> the folder the run will make for it) lies at the place of
-    the record ``directory/<name>`` or around it, as ``key=folder`` (None: none does). Checked before a run
-    trains: a tracker's folder named ``result.json`` made the finished run's record unwritable."""
+    the record ``directory/<name>`` or around it: its key (None: none does). Checked before a run trains: a
+    tracker's folder named ``result.json`` made the finished run's record unwritable."""
     record = Path(os.path.realpath(Path(directory) / name))  # (Path.resolve raises on a link loop)
     for key, folder in folders.items():
         place = Path(os.path.realpath(folder))
         if place == record or record in place.parents:
-            return f"{key}={folder}"
+            return key
     return None
 
 

@@ -153,16 +153,18 @@ def _probe(output_dir: str | Path, config: Config) -> None:
     """The record's folder takes a record, and no folder the run makes takes the record's place
     ([`probe_record_folder`][pipegnn.runs.record_writes.probe_record_folder]), or the run is invalid before it
     trains."""
-    folders: dict[str, str | Path] = {key: value for key, value in (
+    settings: dict[str, str] = {key: value for key, value in (
         ("microbatch.cache", config.microbatch.cache), ("data.cache", config.data.cache),
         ("cache_root", config.cache_root)) if value is not None}
+    folders: dict[str, str | Path] = dict(settings)
     for name in ("csv", "tensorboard", "mlflow"):  # the trackers' folders, under the run's
         tracker = getattr(config.logger, name, None) if config.logger else None
         if tracker is not None:
+            settings[f"logger.{name}.dir"] = tracker.dir
             folders[f"logger.{name}.dir"] = Path(output_dir) / tracker.dir
     taken = record_place_taken(output_dir, folders)
     if taken is not None:
-        raise ConfigError(f"{taken} would make a folder where the run's record goes "
+        raise ConfigError(f"{taken}={settings[taken]} would make a folder where the run's record goes "
                           f"({Path(output_dir) / RECORD_NAME}): name another folder")
     try:
         probe_record_folder(output_dir)

@@ -199,10 +199,11 @@ def test_reused_partition_gives_the_same_plan(graph: Graph) -> None:
 
 def test_an_exact_plan_that_cannot_fit_is_refused_before_the_model_is_built(
         monkeypatch: pytest.MonkeyPatch, data_root: Path) -> None:
-    """model.layers=100000 with exact halos: once a micro-batch's halo stops growing, the plan's size is
-    known (every layer left needs the same edges), and one larger than the free memory (8 GiB here,
-    pretended, so that the test means the same on every machine) is an `oom` record before the model
-    is built (it used to build for two minutes, then die with std::bad_alloc)."""
+    """model.layers=4096 (the most a model may have) with exact halos: once a micro-batch's halo stops
+    growing, the plan's size is known (every layer left needs the same edges), and one larger than the free
+    memory (256 MiB here, pretended, so that the test means the same on every machine) is an `oom` record
+    before the model is built (100,000 layers used to build for two minutes, then die with
+    std::bad_alloc)."""
     from types import SimpleNamespace
 
     from pipegnn import run
@@ -210,11 +211,11 @@ def test_an_exact_plan_that_cannot_fit_is_refused_before_the_model_is_built(
 
     from tests.helpers import make_cfg
 
-    monkeypatch.setattr(halo.psutil, "virtual_memory", lambda: SimpleNamespace(available=8 << 30))
-    record = run(make_cfg("dataset=cora", f"data.root={data_root}", "model.layers=100000", "train.epochs=1"))
-    assert record["status"] == "oom" and record["epochs"] == [] and "model" not in record
-    assert "exact halos of 100000 layers" in record["error"]
-    assert "GiB of edges, more than the 8.0 GiB free" in record["error"]
+    monkeypatch.setattr(halo.psutil, "virtual_memory", lambda: SimpleNamespace(available=256 << 20))
+    record = run(make_cfg("dataset=cora", f"data.root={data_root}", "model.layers=4096", "train.epochs=1"))
+    assert record["status"] == "oom" and record["epochs"] == [] and "model" not in record, record["error"]
+    assert "exact halos of 4096 layers" in record["error"]
+    assert "GiB of edges, more than the 0.2 GiB free" in record["error"]
 
 
 def test_naive_metis_parts_hold_balanced_nodes_and_halo_ones_balanced_targets() -> None:
