@@ -31,6 +31,7 @@ def test_goal_table_ratios_and_verdicts() -> None:
         assert case in overhead.SUITES["goals"] and reference in overhead.SUITES["goals"]
 
 
+@pytest.mark.slow  # make test-all: a benchmark's own processes
 def test_memory_part_a_measures_each_case_in_its_own_process(tmp_path, capsys) -> None:
     spec = importlib.util.spec_from_file_location("memory", ROOT / "benchmarks" / "memory.py")
     memory = importlib.util.module_from_spec(spec)

@@ -216,6 +216,7 @@ def _committed() -> list[tuple[str, Any]]:
     return found
 
 
+@pytest.mark.slow  # make test-all; the drift test reads every reference record in make test
 def test_every_committed_record_reads_through_the_record_type() -> None:
     """About 800 records (every preset's archive, the fixtures): about 5 s, nearly all of it gzip and JSON
     (the record type's checks and migration: 0.04 s)."""

@@ -132,6 +132,7 @@ def test_lr_1e30_really_diverges() -> None:
     assert record["epochs"][0]["train_loss"] == pytest.approx(1.1, abs=0.2)
 
 
+@pytest.mark.slow  # make test-all; the joblib launcher's statuses stay in make test
 def test_joblib_launcher_runs_pipelining_jobs(tmp_path: Path) -> None:
     """engine=pipelining in joblib's workers: a loky worker's default start method ('loky') is one a new
     interpreter cannot set, so the workers it starts failed ('cannot find context for loky')."""

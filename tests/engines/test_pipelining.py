@@ -204,7 +204,7 @@ def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str)
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("framework", ["pyg", "dgl"])
+@pytest.mark.parametrize("framework", ["pyg", pytest.param("dgl", marks=pytest.mark.slow)])  # dgl: test-all
 def test_pipelining_gradients_equal_the_single_engine_in_float64(tmp_path: Path, framework: str) -> None:
     """2 processes, GPipe and 1F1B schedules, k in {1, 4}, boundaries between layers and inside them
     (inside GCNII's and a residual stack's chain at depth 8): after one step every parameter's gradient

@@ -70,7 +70,7 @@ def _data_parallel_worker(rank: int, world: int, port: int, framework: str, out:
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("framework", ["pyg", "dgl"])
+@pytest.mark.parametrize("framework", ["pyg", pytest.param("dgl", marks=pytest.mark.slow)])  # dgl: test-all
 def test_two_replicas_of_two_stages_equal_the_single_engine_in_float64(tmp_path: Path,
                                                                        framework: str) -> None:
     """engine.data_parallel=2 over 4 processes (2 pipeline replicas x 2 stages, each replica 2 of the 4

@@ -140,7 +140,7 @@ def test_two_sweeps_at_once_one_is_refused(tmp_path: Path) -> None:
     assert "train.seed=0,1" in (sweep / "multirun.yaml").read_text() and not (sweep / "2").exists()
 
 
-@pytest.mark.parametrize("how", ["moved", "copied"])
+@pytest.mark.parametrize("how", [pytest.param("moved", marks=pytest.mark.slow), "copied"])  # moved: test-all
 def test_a_sweep_folder_moved_or_copied_resumes_there(tmp_path: Path, sweep_a: Path, how: str) -> None:
     """A sweep's folder moved elsewhere (the example) or copied (a second case, the original kept) was
     never resumable: its jobs' claims named the old folder, so each job was refused as another sweep's.

@@ -75,6 +75,7 @@ def test_unknown_or_missing_trackers_are_refused_before_training(monkeypatch: py
     assert record["status"] == "invalid" and "logger=mlflow needs the 'mlflow' package" in record["error"]
 
 
+@pytest.mark.slow  # make test-all; each tracker's own tests stay in make test
 def test_a_sweep_logged_to_tensorboard_and_mlflow_reads_back_every_epoch(tmp_path: Path) -> None:
     """A 2-job Hydra sweep with both trackers and one MLflow store for the sweep: each job's every epoch
     reads back through TensorBoard's event reader (the job's folder) and the MLflow client (one run per

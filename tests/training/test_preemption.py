@@ -219,7 +219,8 @@ def _wait_for_epoch(log: Path, epoch: int, proc: subprocess.Popen, timeout: floa
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("engine, signum", [("single", signal.SIGTERM), ("pipelining", signal.SIGINT)])
+@pytest.mark.parametrize("engine, signum", [  # pipelining: make test-all
+    ("single", signal.SIGTERM), pytest.param("pipelining", signal.SIGINT, marks=pytest.mark.slow)])
 def test_a_signal_to_a_sweep_leaves_an_interrupted_record(tmp_path: Path, engine: str, signum: int) -> None:
     """The CLI, as a scheduler preempts it: SIGTERM (or Ctrl-C's SIGINT) to a sweep's process while its
     first job trains. The job's record says interrupted with its finished epochs, the command exits with

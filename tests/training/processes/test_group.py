@@ -54,6 +54,7 @@ def test_external_launcher_under_torchrun(tmp_path: Path) -> None:
         pytest.approx([e["train_loss"] for e in spawned["epochs"]], rel=1e-6)
 
 
+@pytest.mark.slow  # make test-all; one torchrun of two ranks stays in make test
 def test_two_torchrun_agents_as_two_nodes(tmp_path: Path) -> None:
     """Two torchrun agents that find each other as two nodes would (c10d rendezvous, --nnodes 2, one
     process each: the README's multi-node command, hosts aside): one pipeline of 2 ranks whose rank 0
