@@ -117,7 +117,7 @@ def find_named(path: str | Path, name: str | Callable[[str], Any],
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        FolderTooDeep: its folders nest past [`MAX_DEPTH`][pipegnn.folder_walk.MAX_DEPTH].
+        FolderTooDeep: its folders nest past `pipegnn.folder_walk.MAX_DEPTH`.
     """
     path = Path(path)
     if not path.exists():

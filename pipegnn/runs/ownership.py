@@ -143,7 +143,7 @@ def _job_folders(sweep_dir: Path) -> list[Path]:
     Raises:
         FolderTaken: it holds more than `_SCAN` entries (more than a sweep writes: which of them are jobs
             of another sweep, or links, cannot be told without reading them all), or nests folders past
-            [`MAX_DEPTH`][pipegnn.folder_walk.MAX_DEPTH].
+            `pipegnn.folder_walk.MAX_DEPTH`.
     """
     found: list[Path] = []
     seen = 0
