@@ -32,6 +32,7 @@ try:
     from pipegnn.config import schema
     from pipegnn.errors import FolderTaken
     from pipegnn.runs.callbacks import EpochProgress, exit_code
+    from pipegnn.runs.claims import task_overrides
     from pipegnn.runs.ownership import claim_job
     from pipegnn.runs.resume_check import completed_record
     from pipegnn.training.preemption import Interrupted
@@ -76,7 +77,7 @@ def main(cfg: DictConfig) -> dict:
     job = f"job {hc.job.num} " if multirun else ""
     if multirun:
         try:
-            claim_job(out, hc.job.num, list(hc.overrides.task), sweep=hc.sweep.dir)
+            claim_job(out, hc.job.num, task_overrides(hc.overrides.task), sweep=hc.sweep.dir)
         except FolderTaken as e:  # an invalid record beside it says so (and fails the sweep)
             return _refuse(out, hc, cfg, str(e))
     train_log = logging.getLogger("pipegnn.train")
@@ -93,7 +94,7 @@ def main(cfg: DictConfig) -> dict:
     with EpochProgress(int(cfg.train.epochs), enabled=bar,
                                desc=f"job {hc.job.num}" if multirun else "epochs") as progress:
         record = run(cfg, output_dir=out, choices=hc.runtime.choices, on_epoch=progress,
-                     overrides=list(hc.overrides.task))
+                     overrides=task_overrides(hc.overrides.task))
     if record["status"] != "completed":
         # The run logged its error already (pipegnn.training.launch); this line gives the status and where
         # the record went, and a single run's exit message (the error) is kept for its caller.
@@ -105,8 +106,8 @@ def main(cfg: DictConfig) -> dict:
             log.error("run %s (the error above; record in %s)", record["status"], out)
             return record
         # In a sweep the job returns; the FailureSummary callback reports it and sets the exit code.
-        log.error("%s[%s] %s (the error above; record in %s)", job, " ".join(hc.overrides.task),
-                  record["status"], out)
+        log.error("%s[%s] %s (the error above; record in %s)", job,
+                  " ".join(task_overrides(hc.overrides.task)), record["status"], out)
     return record
 
 
@@ -120,7 +121,7 @@ def _refuse(out: str, hc: Any, cfg: DictConfig, error: str) -> dict:
     log.error("job %s: %s", hc.job.num, error)
     _refused.append(error)
     record = RunRecord(status=Status.INVALID, error=error, config=OmegaConf.to_container(cfg, resolve=True),
-                       choices=dict(hc.runtime.choices), env={}, overrides=list(hc.overrides.task))
+                       choices=dict(hc.runtime.choices), env={}, overrides=task_overrides(hc.overrides.task))
     # beside the folder when it lies in this sweep's folder; else (another sweep's, or anywhere) in this one's
     sweep = Path(hc.sweep.dir).resolve()
     inside = sweep == Path(out).resolve() or sweep in Path(out).resolve().parents

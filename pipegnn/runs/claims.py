@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from pipegnn.errors import FolderTaken
 from pipegnn.jsonfile import read_regular
@@ -146,6 +146,14 @@ def check_folder(folder: Path, key: str, make: bool = True) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise FolderTaken(f"{key}={folder} cannot be made: {e}") from None
+
+
+def task_overrides(task: Any) -> list[str]:
+    """A job's overrides (``hydra.overrides.task``) as written: an override holding an interpolation
+    (``train.seed=${hydra:job.num}``) is not resolved (before a job runs Hydra's config is not set, and
+    resolving it refused the run naming its folder)."""
+    written = OmegaConf.to_container(task, resolve=False) if isinstance(task, ListConfig) else task
+    return [str(o) for o in written or []]
 
 
 def job_overrides(overrides: list[Any]) -> list[str]:

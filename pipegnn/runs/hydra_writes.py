@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipegnn.errors import FolderTaken
 from pipegnn.jsonfile import file_kind
 from pipegnn.run_record import RECORD_NAME
+from pipegnn.runs.claims import task_overrides
 
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
@@ -54,7 +55,7 @@ def check_subdir_per_job(config: DictConfig) -> None:
     sweep = OmegaConf.to_container(config.hydra.sweep, resolve=False)
     subdir = str(sweep.get("subdir") if isinstance(sweep, dict) else None)
     excluded = OmegaConf.select(config, "hydra.job.config.override_dirname.exclude_keys") or []
-    task = [str(o) for o in config.hydra.overrides.task]
+    task = task_overrides(config.hydra.overrides.task)
     # override_dirname holds the overrides' values as written, joined by its separators: a path in one
     # (cache_root=../../A), or a separator with a slash (kv_sep=/../../), climbs out
     separators = OmegaConf.select(config, "hydra.job.config.override_dirname") or {}

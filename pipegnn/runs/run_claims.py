@@ -32,6 +32,7 @@ from pipegnn.runs.claims import (
     job_overrides,
     not_inside_another,
     read_claim,
+    task_overrides,
 )
 from pipegnn.runs.hydra_writes import check_kinds, hydra_paths
 
@@ -132,7 +133,7 @@ def claim_run_folder(config: DictConfig) -> IO[Any]:
         FolderTaken: the folder is taken (not timestamped), or no ``<dir>-N`` is free.
     """
     folder = Path(os.path.normpath(str(config.hydra.run.dir)))  # R1/x/.. is R1 (and makes no R1/x)
-    overrides = [str(o) for o in config.hydra.overrides.task]
+    overrides = task_overrides(config.hydra.overrides.task)
     written = OmegaConf.to_container(config.hydra.run, resolve=False)
     timestamped = isinstance(written, dict) and "${now:" in str(written.get("dir"))
     check_folder(folder, "hydra.run.dir", make=False)

@@ -8,11 +8,13 @@ import stat
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
+from urllib.parse import unquote, urlparse
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from pipegnn.backends.base import check_aggregation
 from pipegnn.config.checks import check_config, memory_limit_bytes
@@ -93,7 +95,11 @@ def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | 
          overrides: Sequence[str] | None = None) -> RunRecord:
     start, started_at = time.perf_counter(), time.time()
     reset_peaks()
-    container = config_container(cfg)
+    unresolved: Exception | None = None
+    try:
+        container = config_container(cfg)
+    except OmegaConfBaseException as e:  # an interpolation that does not resolve: an invalid run, below
+        container, unresolved = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False)), e
     record = RunRecord(status=Status.FAILED, config=container, choices=dict(choices or {}), env=env_info(),
                        overrides=None if overrides is None else [str(o) for o in overrides])
     devices: list[torch.device] = []
@@ -102,6 +108,9 @@ def _run(cfg: Config | DictConfig | Mapping[str, Any], output_dir: str | Path | 
     config: Config | None = None
     with interruptible() as guard:
         try:
+            if unresolved is not None:  # (its first line: OmegaConf's message; the key from its fields)
+                key, why = getattr(unresolved, "full_key", None), str(unresolved).splitlines()[0]
+                raise ConfigError(f"{key or 'the config'} does not resolve: {why}")
             config = run_config(cfg)
             if output_dir is not None and not is_secondary_rank(config):
                 _probe(output_dir, config)  # before anything trains: the record must have a place to go
@@ -162,6 +171,10 @@ def _probe(output_dir: str | Path, config: Config) -> None:
         if tracker is not None:
             settings[f"logger.{name}.dir"] = tracker.dir
             folders[f"logger.{name}.dir"] = Path(output_dir) / tracker.dir
+    uri = config.logger.mlflow.tracking_uri if config.logger and config.logger.mlflow else None
+    store = _local_store(uri) if uri else None
+    if uri and store is not None:  # an MLflow store on this machine: a folder (file:) or a file (sqlite:)
+        settings["logger.mlflow.tracking_uri"], folders["logger.mlflow.tracking_uri"] = uri, store
     taken = record_place_taken(output_dir, folders)
     if taken is not None:
         raise ConfigError(f"{taken}={settings[taken]} would make a folder where the run's record goes "
@@ -171,6 +184,17 @@ def _probe(output_dir: str | Path, config: Config) -> None:
     except OSError as e:
         raise ConfigError(f"the run's output folder cannot take its record: {e}; free some space, or point "
                           "hydra.run.dir (hydra.sweep.dir) elsewhere") from e
+
+
+def _local_store(uri: str) -> Path | None:
+    """The local path an MLflow ``tracking_uri`` writes (``file:``, ``sqlite:``, or a plain path), None for
+    a server's."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "sqlite":  # sqlite:///relative.db, sqlite:////absolute.db
+        return Path(unquote(uri[len("sqlite:///"):])) if uri.startswith("sqlite:///") else None
+    return None
 
 
 def _write(output_dir: str | Path, record: RunRecord, loggers: Loggers | None) -> None:

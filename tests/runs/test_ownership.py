@@ -107,6 +107,29 @@ def test_a_value_swept_twice_under_override_dirname_stops_the_sweep(tmp_path: Pa
     assert "Traceback" not in done.stderr and (not sweep.exists() or not any(sweep.iterdir()))
 
 
+@pytest.mark.parametrize("how", ["run", "sweep"])
+def test_an_override_holding_a_hydra_interpolation_runs(tmp_path: Path, how: str) -> None:
+    """``train.seed=${hydra:job.num}`` (Hydra's own idiom) refused a whole sweep (the example) and a single
+    run (a second case), naming the folder: the claims read the overrides before Hydra's config was set,
+    resolving them. They read them as written now: the sweep's jobs complete, the record keeping the
+    override as Hydra writes a job's (escaped); a single run, which has no job number, is one ``invalid``
+    record naming the key."""
+    out = tmp_path / "out"
+    if how == "run":
+        done = _single(tmp_path, f"hydra.run.dir={out}", "train.seed=${hydra:job.num}")
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        record = json.loads((out / "result.json").read_text())
+        assert record["status"] == "invalid" and record["error"].startswith("train.seed does not resolve: ")
+        return
+    done = _sweep(tmp_path, f"hydra.sweep.dir={out}", "train.seed=${hydra:job.num}", "train.lr=0.01,0.02")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for job in ("0", "1"):
+        record = json.loads((out / job / "result.json").read_text())
+        seed = [o for o in record["overrides"] if o.startswith("train.seed=")]  # as Hydra escapes it
+        assert record["status"] == "completed" and seed == ["train.seed=$\\{hydra\\:job.num\\}"]
+        assert record["config"]["train"]["seed"] == int(job)
+
+
 def test_a_second_sweep_into_a_sweeps_folder_is_refused(tmp_path: Path) -> None:
     """One after the other (the issue's two sweeps at once are the lock's test above): the folder keeps
     the first sweep's plan and records; the first sweep itself may come back (resume)."""

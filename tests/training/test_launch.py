@@ -273,15 +273,17 @@ def test_a_file_beside_the_record_never_costs_it(tmp_path: Path) -> None:
     assert "trace" not in (written.get("pipeline") or {})
 
 
-@pytest.mark.parametrize("setting", ["logger.csv.dir=result.json",
-                                     "microbatch.cache={out}/result.json/plans"])
-def test_no_folder_of_a_run_takes_its_records_place(tmp_path: Path, setting: str) -> None:
-    """A tracker's folder named result.json (the example) or a cache inside RUN/result.json (a second case)
-    trained every epoch and lost the record; each is one ``invalid`` record naming the setting, before any
-    epoch, in the record's file."""
+@pytest.mark.parametrize("logger, setting", [
+    ("csv", "logger.csv.dir=result.json"), ("csv", "microbatch.cache={out}/result.json/plans"),
+    ("mlflow", "logger.mlflow.tracking_uri=file://{out}/result.json"),  # found by probing again
+])
+def test_no_folder_of_a_run_takes_its_records_place(tmp_path: Path, logger: str, setting: str) -> None:
+    """A tracker's folder named result.json (the example), a cache inside RUN/result.json (a second case)
+    or an MLflow file store there trained every epoch and lost the record; each is one ``invalid`` record
+    naming the setting, before any epoch, in the record's file."""
     out = tmp_path / "run"
     setting = setting.format(out=out)
-    record = run(make_cfg("train.epochs=2", "logger=csv", setting), output_dir=out)
+    record = run(make_cfg("train.epochs=2", f"logger={logger}", setting), output_dir=out)
     assert record["status"] == "invalid" and not record["epochs"], record["error"]
     assert f"{setting} would make a folder where the run's record goes" in record["error"]
     assert json.loads((out / "result.json").read_text())["status"] == "invalid"
