@@ -41,14 +41,16 @@ def walk(root: str | Path) -> Iterator[tuple[str, list[str], list[str]]]:
             continue
         folders: list[str] = []
         files: list[str] = []
+        entered: list[str] = []  # the folders that are no links (scandir knows it: no call per folder)
         for entry in listed:
             try:
                 is_folder = entry.is_dir()
             except OSError:
                 is_folder = False
             (folders if is_folder else files).append(entry.name)
+            if is_folder and not entry.is_symlink():
+                entered.append(entry.path)
         yield top, folders, files
-        entered = [os.path.join(top, name) for name in folders if not os.path.islink(os.path.join(top, name))]
         if entered and depth >= MAX_DEPTH:
             raise FolderTooDeep(errno.ELOOP, f"{top} nests folders more than {MAX_DEPTH} levels below "
                                 f"{root}: more than runs and sweeps write; not read further")

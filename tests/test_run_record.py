@@ -145,6 +145,15 @@ def test_a_record_that_cannot_be_read_is_one_error_naming_the_key_and_the_file(
         record_of(value, "records/1/result.json")
 
 
+def test_the_most_stages_a_record_lists_are_the_most_a_model_can_be_cut_into() -> None:
+    """``MAX_STAGES`` (run_record imports no model code) is a stage per unit of the deepest model: two a
+    layer, and a stack's input and output units."""
+    from pipegnn.models import MAX_LAYERS
+    from pipegnn.run_record import MAX_STAGES
+
+    assert MAX_STAGES == 2 * MAX_LAYERS + 2
+
+
 def test_a_version_2_record_lacking_a_field_every_record_has_is_refused() -> None:
     value = _fresh().to_dict()
     del value["env"]

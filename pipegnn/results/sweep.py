@@ -88,7 +88,7 @@ def _hydra_job_dirs(root: Path) -> set[Path]:
     """Directories below ``root`` (itself included) that Hydra ran a job in: they hold ``.hydra/`` with
     the job's ``overrides.yaml`` or ``config.yaml``."""
     return {Path(folder) for folder, folders, _ in walk(root) if ".hydra" in folders
-            and ((Path(folder, ".hydra", "overrides.yaml")).is_file()
+            and (Path(folder, ".hydra", "overrides.yaml").is_file()
                  or Path(folder, ".hydra", "config.yaml").is_file())}
 
 

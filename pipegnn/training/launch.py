@@ -162,22 +162,21 @@ def _probe(output_dir: str | Path, config: Config) -> None:
     """The record's folder takes a record, and no folder the run makes takes the record's place
     ([`probe_record_folder`][pipegnn.runs.record_writes.probe_record_folder]), or the run is invalid before it
     trains."""
-    settings: dict[str, str] = {key: value for key, value in (
-        ("microbatch.cache", config.microbatch.cache), ("data.cache", config.data.cache),
-        ("cache_root", config.cache_root)) if value is not None}
-    folders: dict[str, str | Path] = dict(settings)
+    caches = {"microbatch.cache": config.microbatch.cache, "data.cache": config.data.cache,
+              "cache_root": config.cache_root}
+    # a setting's key -> (its value, the folder it makes)
+    places: dict[str, tuple[str, str | Path]] = {k: (v, v) for k, v in caches.items() if v is not None}
     for name in ("csv", "tensorboard", "mlflow"):  # the trackers' folders, under the run's
         tracker = getattr(config.logger, name, None) if config.logger else None
         if tracker is not None:
-            settings[f"logger.{name}.dir"] = tracker.dir
-            folders[f"logger.{name}.dir"] = Path(output_dir) / tracker.dir
+            places[f"logger.{name}.dir"] = (tracker.dir, Path(output_dir) / tracker.dir)
     uri = config.logger.mlflow.tracking_uri if config.logger and config.logger.mlflow else None
     store = _local_store(uri) if uri else None
     if uri and store is not None:  # an MLflow store on this machine: a folder (file:) or a file (sqlite:)
-        settings["logger.mlflow.tracking_uri"], folders["logger.mlflow.tracking_uri"] = uri, store
-    taken = record_place_taken(output_dir, folders)
+        places["logger.mlflow.tracking_uri"] = (uri, store)
+    taken = record_place_taken(output_dir, {key: place for key, (_, place) in places.items()})
     if taken is not None:
-        raise ConfigError(f"{taken}={settings[taken]} would make a folder where the run's record goes "
+        raise ConfigError(f"{taken}={places[taken][0]} would make a folder where the run's record goes "
                           f"({Path(output_dir) / RECORD_NAME}): name another folder")
     try:
         probe_record_folder(output_dir)
