@@ -25,6 +25,9 @@ __all__: list[str] = []  # internal: see the package's public names (pipegnn, pi
 MAX_THREADS = 4096
 #: The longest ``engine.timeout_s`` (about 31 years; a ``datetime.timedelta`` holds at most 1e9 days).
 TIMEOUT_MAX_S = 1e9
+#: The shortest ``engine.timeout_s``: a worker's start (its imports) alone takes longer, so a shorter
+#: limit ended every run, after its processes started (1e-9 was accepted).
+TIMEOUT_MIN_S = 1.0
 
 
 def check_engine(cfg: Config) -> None:
@@ -102,6 +105,10 @@ def _check_pipelining(engine: PipeliningEngineConfig, chunks: int, devices: list
         ranks, chunks = ranks // replicas, chunks // replicas
     # bounded by what a process group's timedelta and the workers' deadlines hold (1e12 overflowed)
     check_positive_finite(engine.timeout_s, "engine.timeout_s", "seconds", most=TIMEOUT_MAX_S)
+    if engine.timeout_s < TIMEOUT_MIN_S:
+        raise ConfigError(f"engine.timeout_s={engine.timeout_s:g} is shorter than a worker's start: every "
+                          f"run would end before its first epoch; use at least {TIMEOUT_MIN_S:g} seconds "
+                          "(the default: 900)")
     check_positive_finite(engine.memory_limit_gb, "engine.memory_limit_gb", "GiB per stage process", "no cap",
                           most=MAX_MEMORY_GB)
     kinds = {d.split(":")[0] for d in devices}

@@ -212,8 +212,10 @@ class SweepOwner(Callback):
         try:
             torchrun_rank = (_rank() != 0 and "TORCHELASTIC_RUN_ID" in os.environ
                              and OmegaConf.select(config, "engine.launcher") == "external")
-            if torchrun_rank:  # another rank of a pipeline under torchrun: rank 0 claims the folder
-                check_folder(Path(config.hydra.run.dir), "hydra.run.dir")
+            if torchrun_rank:  # another rank of a pipeline under torchrun: rank 0 claims the folder, and
+                folder = Path(os.path.normpath(str(config.hydra.run.dir)))  # this rank checks what rank 0
+                check_folder(folder, "hydra.run.dir", make=False)           # does before Hydra makes it
+                not_inside_another(folder, "hydra.run.dir")
                 hydra_writes_nothing(config)
             else:
                 self.run_lock = claim_run_folder(config)

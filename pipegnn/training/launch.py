@@ -42,7 +42,13 @@ from pipegnn.training.dgl_loader import check_loader, train_loader
 from pipegnn.training.epochs import RUN_LOG, Trainee
 from pipegnn.training.loggers import Loggers
 from pipegnn.training.preemption import Interrupted, interruptible
-from pipegnn.training.processes.group import check_launch, gather_memory, is_secondary_rank, process_group
+from pipegnn.training.processes.group import (
+    check_launch,
+    gather_memory,
+    is_secondary_rank,
+    process_group,
+    rank0_folder,
+)
 from pipegnn.training.processes.spawn import spawn
 from pipegnn.training.rank import build_trainee, train_rank
 from pipegnn.training.run_figures import wall_times
@@ -290,8 +296,8 @@ def _train(cfg: Config, record: RunRecord, on_epoch: Callable[[dict[str, Any]], 
                           "checkpoints in; give run() an output_dir (or state_dir), or set it to null")
     engine = cfg.engine
     pipelining = isinstance(engine, PipeliningEngineConfig)
-    if cfg.train.checkpoint_every is not None and state_dir is not None:
-        _check_checkpoint_paths(state_dir, len(engine.devices) if pipelining else 1)
+    if cfg.train.checkpoint_every is not None and state_dir is not None and not is_secondary_rank(cfg):
+        _check_checkpoint_paths(state_dir, len(engine.devices) if pipelining else 1)  # (rank 0's folder)
     if pipelining and engine.launcher is Launcher.spawn and not one_rank:
         # this process starts one worker per rank, each running run_rank, and waits for them
         return spawn(cfg, record, target=run_rank, on_epoch=on_epoch, state_dir=state_dir)
@@ -302,6 +308,8 @@ def _train(cfg: Config, record: RunRecord, on_epoch: Callable[[dict[str, Any]], 
         if not pipelining:
             return train_rank(cfg, record, on_epoch, state_dir)
         with process_group(engine):  # this process is one rank (a spawned worker or under torchrun)
+            if engine.launcher is Launcher.external:
+                state_dir = rank0_folder(state_dir)
             opened = files_opened()
             devices = train_rank(cfg, record, on_epoch, state_dir)
             record.memory = {**record.memory, **gather_memory(devices)}

@@ -1,11 +1,13 @@
 """The process group of a ``pipelining`` run: joining it from torchrun's environment, the rank-prefixed
-logging of its processes, and the per-rank peak memory gathered at the end."""
+logging of its processes, the folder rank 0 claimed, and the per-rank peak memory gathered at the end."""
 from __future__ import annotations
 
 import logging
 import os
+import socket
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Iterator
 
 import torch
@@ -96,6 +98,18 @@ def process_group(engine: PipeliningEngineConfig) -> Iterator[tuple[int, int]]:
         logging.setLogRecordFactory(factory)
         package.setLevel(level)
         dist.destroy_process_group()
+
+
+def rank0_folder(state_dir: str | Path | None) -> str | Path | None:
+    """Where this rank of a torchrun pipeline keeps its checkpoints (a collective: call on all ranks):
+    rank 0's folder when this rank runs on rank 0's host, else its own ``state_dir``. Rank 0 claims the
+    run's folder, and a timestamped one another run holds moves to ``<dir>-2`` (a ``flock`` on this
+    host), which the other ranks' Hydra does not know: their checkpoints went into the other run's
+    folder. A rank on another host has its own disk, and its own ``hydra.run.dir`` there."""
+    sent: list[Any] = [socket.gethostname(), None if state_dir is None else str(state_dir)]
+    dist.broadcast_object_list(sent, src=0)
+    host, folder = sent
+    return folder if host == socket.gethostname() else state_dir
 
 
 def gather_memory(devices: list[torch.device]) -> dict[str, Any]:

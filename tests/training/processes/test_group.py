@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipegnn import run
+from pipegnn.runs.claims import RUN_FILE
 
 from tests.helpers import ROOT, TINY_SYNTHETIC, free_port, make_cfg
 
@@ -31,17 +32,28 @@ def test_external_launcher_needs_torchrun(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_external_launcher_under_torchrun(tmp_path: Path) -> None:
-    """torchrun starts both ranks; only rank 0 writes result.json."""
+    """torchrun starts both ranks; only rank 0 writes result.json. Its timestamped folder is another run's
+    (its claim and a rank-1 checkpoint there), so rank 0 moves to ``<dir>-2``, and rank 1 keeps its
+    checkpoints beside rank 0's (it wrote them into the other run's folder, over its checkpoint)."""
     torchrun = Path(sys.executable).with_name("torchrun")
-    out = tmp_path / "run"
+    taken = tmp_path / "run"  # ${now:run} is "run" at any time: a timestamped folder that cannot roll over
+    taken.mkdir()
+    (taken / RUN_FILE).write_text(json.dumps({"overrides": ["train.seed=5"], "pid": 1, "host": "elsewhere"}))
+    (taken / "checkpoint-rank1.pt").write_bytes(b"the other run's")
     env = {**os.environ, "PIPEGNN_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2",
                            str(ROOT / "experiments" / "train.py"), *TINY_SYNTHETIC, "train.epochs=2",
-                           "engine=pipelining", "engine.launcher=external", f"hydra.run.dir={out}"],
+                           "engine=pipelining", "engine.launcher=external", "train.checkpoint_every=1",
+                           f"hydra.run.dir={tmp_path}/${{now:run}}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "run-2"
     records = list(tmp_path.rglob("result.json"))
     assert records == [out / "result.json"]
+    assert sorted(p.name for p in out.glob("checkpoint-rank?.pt")) == ["checkpoint-rank0.pt",
+                                                                         "checkpoint-rank1.pt"]
+    assert sorted(p.name for p in taken.iterdir()) == [RUN_FILE, "checkpoint-rank1.pt"]
+    assert (taken / "checkpoint-rank1.pt").read_bytes() == b"the other run's"
     record = json.loads(records[0].read_text())
     assert record["status"] == "completed"
     assert [e["epoch"] for e in record["epochs"]] == [0, 1]
