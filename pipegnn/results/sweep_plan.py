@@ -20,12 +20,15 @@ from pipegnn.config.compare import plain_config
 from pipegnn.jsonfile import NotRegularFileError
 from pipegnn.results.hydra_files import _RESOLVER_CALL, _get, _inert, read_hydra_file
 
-__all__ = ["MAX_PLANNED_JOBS", "SweepPlanError", "expand_jobs", "planned_jobs"]
+__all__ = ["MAX_PLANNED_JOBS", "MAX_PLANNED_OVERRIDES", "SweepPlanError", "expand_jobs", "planned_jobs"]
 
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 #: The most jobs a sweep's plan is expanded into (Hydra's basic sweeper runs them one by one: a plan of
 #: more is damaged, or no plan anyone runs).
 MAX_PLANNED_JOBS = 10_000
+#: The most overrides all planned jobs hold together (jobs x keys): each job's folder is worked out from
+#: its overrides (10,000 jobs of 2,002 keys each ran past 5 minutes).
+MAX_PLANNED_OVERRIDES = 500_000
 
 
 class SweepPlanError(ValueError):
@@ -132,6 +135,9 @@ def expand_jobs(overrides: list[Any], marker: Path) -> list[list[str]]:
             raise SweepPlanError(f"{marker}: plans more than {MAX_PLANNED_JOBS:,} jobs (at {key}, of "
                                  f"{'more than ' * (len(found) > MAX_PLANNED_JOBS)}"
                                  f"{min(len(found), MAX_PLANNED_JOBS):,} values): not expanded")
+    if count * len(values) > MAX_PLANNED_OVERRIDES:
+        raise SweepPlanError(f"{marker}: plans {count:,} jobs of {len(values):,} overrides each, more than "
+                             f"{MAX_PLANNED_OVERRIDES:,} overrides in all: not expanded")
     return [list(job) for job in itertools.product(*values.values())]
 
 
@@ -148,11 +154,18 @@ def _subdirs(cfg: dict[str, Any], jobs: list[list[str]], parser: Any) -> list[st
         exclude = settings.get("exclude_keys") or []
     except Exception:  # noqa: BLE001
         return [str(num) for num in range(len(jobs))]
+    parsed: dict[str, Any] = {}  # each distinct override parsed once (a job's keys repeat in every job)
+
+    def line(override: str) -> str | None:
+        if override not in parsed:
+            o = parser.parse_overrides([override])[0]
+            parsed[override] = None if o.key_or_group in exclude else o.input_line
+        return parsed[override]
+
     out = []
     for num, overrides in enumerate(jobs):
         try:
-            lines = sorted(o.input_line for o in parser.parse_overrides(overrides)
-                           if o.key_or_group not in exclude)
+            lines = sorted(x for x in map(line, overrides) if x is not None)
             dirname = re.sub("=", settings.get("kv_sep", "="), settings.get("item_sep", ",").join(lines))
             hydra.hydra.job.num, hydra.hydra.job.id, hydra.hydra.job.override_dirname = num, num, dirname
             subdir = str(OmegaConf.select(hydra, "hydra.sweep.subdir", throw_on_missing=True))

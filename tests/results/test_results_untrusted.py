@@ -498,15 +498,19 @@ def test_a_yaml_alias_bomb_as_a_sweeps_plan_is_an_unreadable_plan(tmp_path: Path
 @pytest.mark.parametrize("sweep_override, reason", [
     ("train.seed=range(0,1000000)", "plans more than 10,000 jobs (at train.seed, of more than 10,000"),
     ("train.seed=range(0,1000)", "plans more than 10,000 jobs (at train.seed, of 1,000 values)"),  # product
+    ("train.seed=range(0,50)", "more than 500,000 overrides in all"),  # 2,500 jobs of 250 keys and more
 ])
 def test_a_plan_of_a_million_jobs_is_unreadable_not_expanded(tmp_path: Path, sweep_override: str,
                                                             reason: str) -> None:
     """range(0,1000000) in a multirun.yaml ran the table past 5 minutes and 2.8 GB; two large ranges whose
-    product is huge (a second case), under a memory cap, read as four completed runs. The plan is counted
-    before it is expanded: one unreadable row naming it, at once."""
+    product is huge (a second case), under a memory cap, read as four completed runs; 10,000 jobs of
+    thousands of keys each ran past 5 minutes working out their folders (a third: 2,500 jobs of 250 keys).
+    The plan is counted before it is expanded: one unreadable row naming it, at once."""
     sweep = _finished_but_one(tmp_path)
     plan = OmegaConf.load(sweep / "multirun.yaml")
-    extra = [sweep_override] if "1000000" in sweep_override else [sweep_override, "chunks=range(0,1000)"]
+    extra = [sweep_override] if "1000000" in sweep_override else \
+        [sweep_override, "chunks=range(0,1000)"] if "1000)" in sweep_override else \
+        [sweep_override, "chunks=range(0,50)", *(f"+k{i}=0" for i in range(250))]
     plan.hydra.overrides.task = [*plan.hydra.overrides.task, *extra]
     OmegaConf.save(plan, sweep / "multirun.yaml")
     start = time.monotonic()
