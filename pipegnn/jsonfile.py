@@ -124,9 +124,11 @@ def read_regular(path: str | Path, limit: int | None = None) -> bytes:
     return data
 
 
-def write_json(path: str | Path, value: Any) -> Path:
+def write_json(path: str | Path, value: Any, most: int | None = None) -> Path:
     """Write the JSON ``value`` as ``path``, as every record and trace is written (indented by 2, a final
     newline; values JSON cannot hold as their ``str``), atomically: a reader never sees half a file.
+    ``most``: where the indented text would pass ``most`` bytes, it is written without spaces instead
+    (indenting a value nested 64 deep multiplies its size by 65).
 
     Raises:
         OSError: naming the file and the cause.
@@ -134,6 +136,14 @@ def write_json(path: str | Path, value: Any) -> Path:
     from pipegnn.atomic import atomic_file
 
     with atomic_file(path) as f:
-        json.dump(value, f, indent=2, default=str)
+        size = 0
+        for chunk in json.JSONEncoder(indent=2, default=str).iterencode(value):
+            size += len(chunk)
+            if most is not None and size > most:
+                f.seek(0)
+                f.truncate()
+                json.dump(value, f, separators=(",", ":"), default=str)
+                break
+            f.write(chunk)
         f.write("\n")
     return Path(path)

@@ -157,12 +157,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _recompose(paths: Sequence[Path]) -> int:
     """``--recompose``: one line per record that drifted or cannot be checked, then a summary; 0 when
     every record recomposes to its config, 1 otherwise, 2 when there is no record."""
-    from pipegnn.results.reproduce import recompose
+    from pipegnn.results.reproduce import TooManyRecords, recompose
 
     try:
         drifts = [d for path in paths for d in recompose(path)]
     except FolderTooDeep as e:
         print(f"error: {e.strerror}", file=sys.stderr)
+        return 2
+    except TooManyRecords as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     if not drifts:
         print(f"error: no {RECORD_NAME} found under {', '.join(map(str, paths))}", file=sys.stderr)

@@ -10,7 +10,8 @@ parts. Every key is checked as [`archive_format`][pipegnn.results.archive_format
 or corrupt gzip stream, a bound passed, a line that is not JSON or not an entry, such a key, a wrong count
 or checksum) is one [`ArchiveError`][pipegnn.results.archive_format.ArchiveError] naming the archive (the
 part); [`unpack`][pipegnn.results.archive_read.unpack] writes nothing from such an archive, nor any file
-that a link in the destination would take outside it.
+that a link in the destination would take outside it, and writes each file indented as a run does only
+while that stays within `UNPACKED_GROWTH` times its compact size (else compact).
 """
 from __future__ import annotations
 
@@ -45,6 +46,11 @@ from pipegnn.results.archive_format import (
 from pipegnn.results.record_files import is_entry
 
 __all__ = ["Entry", "Packed", "archives_of", "entries", "parts", "read", "unpack"]
+
+#: How many times its compact JSON a file unpacks to, at most: indented by 2 as a run writes it (runs'
+#: records come to 1.3-1.5x), else compact (a value nested 64 deep indents to 65x: an archive bounded to
+#: 256 MiB inflated would have unpacked to gigabytes).
+UNPACKED_GROWTH = 2
 
 
 @dataclass(frozen=True)
@@ -344,8 +350,8 @@ def unpack(archive: str | Path, dest: str | Path,
     written = []
     for entry in entries(archive):
         if entry.path in places:
-            file = places[entry.path]
-            written.append(write_json(file, entry.value))
+            compact = len(json.dumps(entry.value, separators=(",", ":"), default=str))
+            written.append(write_json(places[entry.path], entry.value, most=UNPACKED_GROWTH * compact + 4096))
     return written, dict(listed.unreadable)
 
 

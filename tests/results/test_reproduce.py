@@ -80,6 +80,28 @@ def test_a_records_overrides_never_import_nor_resolve_anything(tmp_path: Path, m
     assert long.error is not None and "characters (at most 4,096)" in long.error
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_more_records_than_the_bound_are_counted_not_composed(tmp_path: Path, packed: bool,
+                                                              capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """--recompose composed every record it found (about 20 ms each: an archive of 65,536 tiny records took
+    20 minutes): more than MAX_RECOMPOSED records, in a folder or in an archive (a second case), is one
+    line naming the count before any record is composed."""
+    from pipegnn.results import reproduce
+    from pipegnn.results.archive import pack, run_files
+
+    monkeypatch.setattr(reproduce, "MAX_RECOMPOSED", 2)
+    for name in "abc":
+        write_record(tmp_path / "runs" / name, _record())
+    if packed:
+        pack(tmp_path / "records.jsonl.gz", run_files(tmp_path / "runs"))
+        (tmp_path / "packed").mkdir()
+        (tmp_path / "records.jsonl.gz").rename(tmp_path / "packed" / "records.jsonl.gz")
+    monkeypatch.setattr(reproduce, "drift", lambda *a, **k: pytest.fail("a record was composed"))
+    assert main(["--recompose", str(tmp_path / ("packed" if packed else "runs"))]) == 2
+    assert "holds 3 records, more than the 2 one --recompose composes" in capsys.readouterr().err
+
+
 def test_overrides_past_their_total_bound_are_named_not_composed() -> None:
     """900 overrides each a list of 2,000 items (each under 4,096 characters) kept Hydra's parser busy past
     two minutes: 65,536 characters in all is the bound."""

@@ -324,6 +324,28 @@ def test_unpacking_never_writes_through_a_link_out_of_the_destination(tmp_path: 
     assert written == [tmp_path / "inside" / "records" / "0" / "result.json"]
 
 
+def _nested(depth: int, leaf: Any) -> Any:
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+@pytest.mark.parametrize("deep", [_nested(60, [0] * 100_000),
+                                  _nested(30, {f"k{i}": 0 for i in range(50_000)})])
+def test_unpacking_writes_no_file_many_times_its_packed_size(tmp_path: Path, deep: Any) -> None:
+    """--unpack re-indented every file as a run writes it: 100,000 zeros nested 60 deep (200 KB compact)
+    unpacked to 12 MB, and an archive within its 256 MiB bound could unpack to gigabytes; a wide object
+    nested 30 deep (a second case) grew the same way. A file now unpacks indented only within twice its
+    compact size (a run's record: 1.3-1.5x), else compact; a run's record still unpacks indented."""
+    packed = _archive(tmp_path / "sent" / ARCHIVE_NAME, [("records/0/trace.json", deep),
+                                                         ("records/1/result.json", COMPLETED_RECORD)])
+    written, _ = archive.unpack(packed, tmp_path / "out")
+    trace, record = written
+    compact = len(json.dumps(deep, separators=(",", ":")))
+    assert trace.stat().st_size <= 2 * compact + 4096 and json.loads(trace.read_text()) == deep
+    assert record.read_text() == json.dumps(COMPLETED_RECORD, indent=2) + "\n"
+
+
 # --- Files that are not regular: named, never waited on -------------------------------------------------
 
 def _finished_but_one(tmp_path: Path) -> Path:
