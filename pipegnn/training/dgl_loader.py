@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from pipegnn.config.choices import FrameworkName, Halo, ModelName
 from pipegnn.config.schema import Config
-from pipegnn.data import load_graph
+from pipegnn.data import Graph, load_graph
 from pipegnn.errors import ConfigError
 from pipegnn.measure import timed
 from pipegnn.run_record import RunRecord
@@ -65,7 +65,7 @@ def check_loader(cfg: Config) -> None:
                           "installed here is its CPU build; use engine.device=cpu")
 
 
-class _Stack(nn.Module):
+class LoopModel(nn.Module):
     """The run's GCN or GAT as DGL's layers: dropout on each layer's input (GAT: on its attention too),
     ReLU (GCN) or ELU (GAT) between layers, GAT's hidden heads concatenated and its output heads
     averaged (pipegnn's models: ``pipegnn.models.gcn``, ``pipegnn.models.gat``).
@@ -109,6 +109,23 @@ class _Stack(nn.Module):
         return x
 
 
+def dgl_loop(cfg: Config, graph: Graph) -> tuple[Any, Any]:
+    """The graph (with one self-loop per node) and the loader of DGL's loop: ``DataLoader`` over the
+    training nodes in ``chunks`` shuffled batches, each with ``NeighborSampler`` at the run's fan-outs
+    (``benchmarks/dgl_loop.py`` times its parts)."""
+    import dgl
+
+    g = dgl.add_self_loop(dgl.remove_self_loop(dgl.graph((graph.edge_index[0], graph.edge_index[1]),
+                                                         num_nodes=graph.num_nodes)))
+    train_nodes = graph.split("train")
+    fanouts = list(cfg.microbatch.fanouts or [])
+    # DGL's fan-outs are per layer from the input: the reverse of microbatch.fanouts' hop order
+    loader = dgl.dataloading.DataLoader(g, train_nodes, dgl.dataloading.NeighborSampler(fanouts[::-1]),
+                                        batch_size=math.ceil(train_nodes.numel() / cfg.chunks), shuffle=True,
+                                        drop_last=False)
+    return g, loader
+
+
 def train_loader(cfg: Config, record: RunRecord,
                  on_epoch: Callable[[dict[str, Any]], Any] | None = None) -> list[torch.device]:
     """Train ``cfg``'s model with DGL's loop (module docstring), filling ``record``; returns the devices
@@ -119,18 +136,14 @@ def train_loader(cfg: Config, record: RunRecord,
     dgl.seed(cfg.train.seed)
     with timed() as loading:
         graph = load_graph(cfg.dataset, cfg.data.root, cfg.data.cache)
-    assert graph.x is not None  # features in memory
     check_splits(cfg, graph)
-    g = dgl.add_self_loop(dgl.remove_self_loop(dgl.graph((graph.edge_index[0], graph.edge_index[1]),
-                                                         num_nodes=graph.num_nodes)))
+    g, loader = dgl_loop(cfg, graph)
+    assert graph.x is not None  # features in memory
     x, y = graph.x.float(), graph.y
     train_nodes = graph.split("train")
-    batch = math.ceil(train_nodes.numel() / cfg.chunks)
+    batch = loader.batch_size
     fanouts = list(cfg.microbatch.fanouts or [])
-    # DGL's fan-outs are per layer from the input: the reverse of microbatch.fanouts' hop order
-    loader = dgl.dataloading.DataLoader(g, train_nodes, dgl.dataloading.NeighborSampler(fanouts[::-1]),
-                                        batch_size=batch, shuffle=True, drop_last=False)
-    model = _Stack(cfg, x.size(1), graph.num_classes)
+    model = LoopModel(cfg, x.size(1), graph.num_classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     record.dataset = {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                       "num_features": graph.num_features, "num_classes": graph.num_classes}
