@@ -6,13 +6,14 @@ pipegnn.results. Imported as ``from tests.helpers import ...``."""
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import socket
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 import pytest
@@ -20,16 +21,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch_geometric.utils import coalesce
 
-from pipegnn import run
+from pipegnn import build, run
 from pipegnn.backends import get_backend
 from pipegnn.config.schema import compose_config
 from pipegnn.data import Graph
-from pipegnn.engines import GPipeEngine, SingleEngine
-from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import StagedGNN
 from pipegnn.results.rows import flatten
 from pipegnn.runs.record_writes import write_record
 from pipegnn.timeline import PipelineInfo
+from pipegnn.training.epochs import Trainee
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -97,25 +97,45 @@ def assert_grads_close(grads: Sequence[torch.Tensor], expected: Sequence[torch.T
         assert_close(g, e, scale)
 
 
-def run_plan(framework: str, model: StagedGNN, graph: Graph, chunks: int, engine: str,
-             balance: list[int] | None = None,
+def build_on(graph: Graph, groups: Sequence[str], keys: Mapping[str, Any]) -> Trainee:
+    """``pipegnn.build`` over ``graph`` (the tests' random graphs, in float64), as a run builds its pieces:
+    the config groups ``groups`` chosen (``framework=dgl``, ``engine=gpipe``; each combination composed
+    once), then each of ``keys`` set (``{"chunks": 3, "model.hidden": 8}``), layer-wise evaluation off
+    unless set (its caches would change the model's buffers)."""
+    cfg = copy.deepcopy(_composed(tuple(groups)))
+    for key, value in {"microbatch.evaluation": "plan", **keys}.items():
+        OmegaConf.update(cfg, key, value, merge=False)
+    return build(cfg, graph=graph)
+
+
+@functools.lru_cache(maxsize=None)
+def _composed(groups: tuple[str, ...]) -> DictConfig:
+    return make_cfg(*groups)
+
+
+def model_keys(model: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """A model config's keys (``dict(name="gat", hidden=4, ...)``) as :func:`build_on`'s group and keys."""
+    return [f"model={model['name']}"], {f"model.{k}": v for k, v in model.items() if k != "name"}
+
+
+def run_plan(framework: str, model: StagedGNN, keys: Mapping[str, Any], graph: Graph, chunks: int,
+             engine: str, balance: list[int] | None = None,
              device: torch.device = torch.device("cpu")) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Training targets' logits (node order) and every gradient after one step of ``engine`` (single,
     or gpipe with ``balance``) over exact micro-batches (METIS) on ``device`` (each stage's), returned
-    on the CPU; ``model`` is copied, not trained."""
-    model = copy.deepcopy(model)
-    backend = get_backend(framework)
-    edge_index, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes,
-                                                   graph.x.dtype)
-    targets = graph.split("train")
-    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), targets,
-                      PlanSpec(chunks, model.num_layers, partitioner="metis"))
-    ids = model.attach(plan)
-    runner = (SingleEngine(model, device, chunks) if engine == "single"
-              else GPipeEngine(model, [device] * len(balance), balance, chunks, "except_last"))
+    on the CPU: the run's pieces built by ``pipegnn.build`` over ``graph`` with the model config ``keys``,
+    given ``model``'s weights (``model`` is not trained)."""
+    group, values = model_keys(keys)
+    where = {"engine.device": str(device)} if engine == "single" else \
+        {"engine.devices": [str(device)] * len(balance or []), "engine.balance": balance}
+    trainee = build_on(graph, [f"framework={framework}", *group, f"engine={engine}"],
+                       {**values, **where, "chunks": chunks, "microbatch.partition": "metis",
+                        "microbatch.targets": "train", "microbatch.halo": "exact"})
+    trainee.model.load_state_dict(model.state_dict())
+    runner, ids, plan = trainee.engine, trainee.training.ids, trainee.training.plan
     out = runner.predict(ids)
-    runner.train_step(ids, graph.y[plan.targets].to(runner.output_device), targets.numel())
-    return out.cpu()[torch.argsort(plan.targets)], [p.grad.cpu() for p in model.parameters()]
+    runner.train_step(ids, *trainee.train_labels())
+    return out.cpu()[torch.argsort(plan.targets)], [p.grad.cpu() for p in trainee.model.parameters()]
 
 
 def make_cfg(*overrides: str) -> DictConfig:

@@ -57,10 +57,10 @@ def test_exact_on_cuda_equals_the_full_graph_on_cpu(graph: Graph, kind: str, chu
     """float64, dropout 0: exact micro-batches on ``cuda:0`` (the single engine, and GPipe with both
     stages on ``cuda:0``, cut inside a layer) compute the CPU full graph's outputs and gradients."""
     model = build_model(MODELS[kind], get_backend("pyg"), graph.x, graph.num_classes)
-    expected, expected_grads = run_plan("pyg", model, graph, 1, "single")
+    expected, expected_grads = run_plan("pyg", model, MODELS[kind], graph, 1, "single")
     first = 2 if kind == "gcn2" else 3  # the first stage ends after GCNII's transform0 or the others'
     balance = [first, len(model) - first]  # transform1: inside a layer (GCNII's x0 crosses the boundary)
-    out, grads = run_plan("pyg", model, graph, chunks, engine, balance, device=CUDA)
+    out, grads = run_plan("pyg", model, MODELS[kind], graph, chunks, engine, balance, device=CUDA)
     assert_close(out, expected)
     assert_grads_close(grads, expected_grads, nonzero=True)
 

@@ -29,15 +29,13 @@ from torch_geometric.utils import remove_self_loops  # noqa: E402
 
 from pipegnn.backends import FRAMEWORKS, get_backend  # noqa: E402
 from pipegnn.data import Graph  # noqa: E402
-from pipegnn.data.features import DiskFeatureStore, FeatureRows, partition_ordered  # noqa: E402
 from pipegnn.data.planetoid import load_planetoid  # noqa: E402
 from pipegnn.engines import GPipeEngine, SingleEngine  # noqa: E402
 from pipegnn.microbatch import ComputationGraph, NeighbourSampler, PlanSpec, build_plan  # noqa: E402
 from pipegnn.microbatch.halo import InCSR  # noqa: E402
 from pipegnn.models import FIRST_TRANSFORMS, Propagate, StagedGNN, Transform, build_model  # noqa: E402
-from pipegnn.sparse import to_csr  # noqa: E402
 
-from tests.helpers import assert_close, assert_grads_close  # noqa: E402
+from tests.helpers import assert_close, assert_grads_close, build_on, model_keys  # noqa: E402
 
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.usefixtures("float64")
@@ -130,33 +128,30 @@ def reference(framework: str, model: StagedGNN, graph: Graph, targets: Tensor) -
     return out.detach(), grads
 
 
-def micro_batched(framework: str, model: StagedGNN, graph: Graph, targets: Tensor, chunks: int,
-                  partitioner: str, engine: str, halo: str = "exact",
-                  disk: Path | None = None, sparse: bool = False,
-                  fanouts: tuple[int, ...] | None = None) -> tuple[Tensor, list]:
-    """Outputs (in ``targets`` order) and gradients of the staged model run by ``engine`` (with
-    ``disk``, reading the features from a file there ordered by the plan's partition, as
-    ``data.features=disk`` does; with ``sparse``, from a CSR matrix, as ``data.features=sparse``)."""
-    model = copy.deepcopy(model)
-    backend = get_backend(framework)
-    edge_index, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes,
-                                                   graph.x.dtype)
-    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), targets,
-                      PlanSpec(chunks, model.num_layers, halo=halo, partitioner=partitioner, fanouts=fanouts))
-    if disk is not None:
-        source = DiskFeatureStore(disk)
-        source.put_tensor(graph.x, "node", "x", index=None)
-        model.set_features(FeatureRows(partition_ordered(source, plan.part)[0]))
-    if sparse:
-        model.set_features(to_csr(graph.x))
-    ids = model.attach(plan)
-    # GPipe's first stage holds only the first layer's transform: the boundary cuts a layer
-    run = (SingleEngine(model, CPU, chunks) if engine == "single"
-           else GPipeEngine(model, [CPU, CPU], [1, len(model) - 1], chunks, "except_last"))
+def micro_batched(framework: str, model: StagedGNN, keys: dict, graph: Graph, targets: str, chunks: int,
+                  partitioner: str, engine: str, halo: str = "exact", disk: Path | None = None,
+                  sparse: bool = False, fanouts: tuple[int, ...] | None = None,
+                  first: str = "once_per_step") -> tuple[Tensor, list]:
+    """Outputs (in the ``targets`` split's node order) and gradients after one step of ``engine`` (GPipe:
+    2 stages, the first holding only the first layer's transform: the boundary cuts a layer), the run's
+    pieces built by ``pipegnn.build`` over ``graph`` with the model config ``keys`` and ``model``'s weights
+    (with ``disk``, the features read from a file there ordered by the plan's partition:
+    ``data.features=disk``; with ``sparse``, from a CSR matrix: ``data.features=sparse``)."""
+    group, values = model_keys(keys)
+    stages = {"engine.balance": [1, len(model) - 1]} if engine == "gpipe" else {}
+    storage = {"data.features": "disk", "data.cache": str(disk)} if disk is not None else \
+        {"data.features": "sparse"} if sparse else {}
+    trainee = build_on(graph, [f"framework={framework}", *group, f"engine={engine}"],
+                       {**values, **stages, **storage, "chunks": chunks, "microbatch.partition": partitioner,
+                        "microbatch.halo": halo, "microbatch.targets": targets,
+                        "microbatch.fanouts": None if fanouts is None else list(fanouts),
+                        "microbatch.first_transform": first})
+    trainee.model.load_state_dict(model.state_dict())
+    run, ids, plan = trainee.engine, trainee.training.ids, trainee.training.plan
     out = run.predict(ids)
-    run.train_step(ids, graph.y[plan.targets], targets.numel())
+    run.train_step(ids, *trainee.train_labels())
     order = torch.argsort(plan.targets)  # plan order -> ascending node id (targets are sorted)
-    return out[order], [p.grad for p in model.parameters()]
+    return out[order], [p.grad for p in trainee.model.parameters()]
 
 
 @pytest.fixture
@@ -177,7 +172,8 @@ def test_exact_equals_full_graph(graph: Graph, framework: str, kind: str, chunks
                         first_transform=first)
     targets = graph.split("train")
     expected, expected_grads = reference(framework, copy.deepcopy(model), graph, targets)
-    out, grads = micro_batched(framework, model, graph, targets, chunks, partitioner, engine)
+    out, grads = micro_batched(framework, model, MODELS[kind], graph, "train", chunks, partitioner, engine,
+                               first=first)
     assert_close(out, expected)
     assert_grads_close(grads, expected_grads)
 
@@ -190,10 +186,12 @@ def test_exact_with_features_on_disk(graph: Graph, tmp_path: Path, engine: str, 
     model = build_model(MODELS["gat"], get_backend("pyg"), graph.x, graph.num_classes, first_transform=first)
     targets = graph.split("train")
     expected, expected_grads = reference("pyg", copy.deepcopy(model), graph, targets)
-    out, grads = micro_batched("pyg", model, graph, targets, 3, "metis", engine, disk=tmp_path)
+    out, grads = micro_batched("pyg", model, MODELS["gat"], graph, "train", 3, "metis", engine, disk=tmp_path,
+                               first=first)
     assert_close(out, expected)
     assert_grads_close(grads, expected_grads)
-    in_memory, memory_grads = micro_batched("pyg", model, graph, targets, 3, "metis", engine)
+    in_memory, memory_grads = micro_batched("pyg", model, MODELS["gat"], graph, "train", 3, "metis", engine,
+                                           first=first)
     assert torch.equal(out, in_memory)
     assert all(torch.equal(g, m) for g, m in zip(grads, memory_grads))
 
@@ -213,7 +211,8 @@ def test_exact_with_sparse_features(graph: Graph, framework: str, kind: str, eng
                         first_transform=first)
     targets = graph.split("train")
     expected, expected_grads = reference(framework, copy.deepcopy(model), graph, targets)
-    out, grads = micro_batched(framework, model, graph, targets, 3, "metis", engine, sparse=True)
+    out, grads = micro_batched(framework, model, MODELS[kind], graph, "train", 3, "metis", engine,
+                               sparse=True, first=first)
     assert_close(out, expected)
     assert_grads_close(grads, expected_grads, nonzero=True)
 
@@ -224,9 +223,11 @@ def test_naive_mode_loses_cut_edges(graph: Graph, framework: str, kind: str) -> 
     model = build_model(MODELS[kind], get_backend(framework), graph.x, graph.num_classes)
     targets = graph.split("all")
     expected, _ = reference(framework, copy.deepcopy(model), graph, targets)
-    same, _ = micro_batched(framework, model, graph, targets, 1, "sequential", "single", halo="none")
+    same, _ = micro_batched(framework, model, MODELS[kind], graph, "all", 1, "sequential", "single",
+                            halo="none")
     assert_close(same, expected)  # one chunk: the naive mode is the full graph
-    lossy, _ = micro_batched(framework, model, graph, targets, 4, "sequential", "single", halo="none")
+    lossy, _ = micro_batched(framework, model, MODELS[kind], graph, "all", 4, "sequential", "single",
+                             halo="none")
     wrong = (lossy - expected).abs().amax(1) > 1e-4
     assert wrong.float().mean() > 0.3  # most nodes have an in-neighbour in another chunk
 
@@ -241,8 +242,8 @@ def test_sampled_with_every_neighbour_equals_full_graph(graph: Graph, framework:
     model = build_model(MODELS[kind], get_backend(framework), graph.x, graph.num_classes)
     targets = graph.split("train")
     expected, expected_grads = reference(framework, copy.deepcopy(model), graph, targets)
-    out, grads = micro_batched(framework, model, graph, targets, 3, "metis", engine, halo="sampled",
-                               fanouts=(-1,) * model.num_layers)
+    out, grads = micro_batched(framework, model, MODELS[kind], graph, "train", 3, "metis", engine,
+                               halo="sampled", fanouts=(-1,) * model.num_layers)
     assert_close(out, expected)
     assert_grads_close(grads, expected_grads)
 
@@ -341,7 +342,7 @@ def test_exact_on_cora(data_root, cache_dir, framework: str, kind: str, engine: 
     model = build_model(cfg, get_backend(framework), graph.x, graph.num_classes)
     targets = graph.split("train")
     expected, expected_grads = reference(framework, copy.deepcopy(model), graph, targets)
-    out, grads = micro_batched(framework, model, graph, targets, 8, "metis", engine)
+    out, grads = micro_batched(framework, model, cfg, graph, "train", 8, "metis", engine)
     assert_close(out, expected)
     assert_grads_close(grads, expected_grads)
 

@@ -45,8 +45,10 @@ def test_sparse_gcn_equals_messages_and_full_graph(graph: Graph, chunks: int, en
     propagations = list(sparse)[1::2]
     assert [u.backend.aggregation for u in propagations] == ["sparse"] * sparse.num_layers
     expected, expected_grads = reference("pyg", copy.deepcopy(model), graph, targets)
-    messages, messages_grads = micro_batched("pyg", model, graph, targets, chunks, "metis", engine)
-    out, grads = micro_batched("pyg", sparse, graph, targets, chunks, "metis", engine)
+    keys = MODELS["gcn"]
+    messages, messages_grads = micro_batched("pyg", model, keys, graph, "train", chunks, "metis", engine)
+    out, grads = micro_batched("pyg", sparse, dict(keys, aggregation="sparse"), graph, "train", chunks,
+                               "metis", engine)
     assert_close(messages, expected)
     assert_close(out, expected)
     assert_close(out, messages)

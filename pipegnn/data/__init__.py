@@ -109,6 +109,17 @@ def load_graph(dataset: DatasetConfig | Mapping[str, Any], root: str | Path | No
         assert name in LARGE_NAMES, name  # every other DatasetName
         from pipegnn.data.large import load_large
         graph = load_large(name, root, cache)
+    return stored(graph, cache, features, edges, name)
+
+
+def stored(graph: Graph, cache: str | Path, features: Storage | str = Storage.memory, edges: str = "memory",
+           name: str | None = None) -> Graph:
+    """``graph`` (loaded, its features and edges in memory) with its features and edges kept as
+    [`load_graph`][pipegnn.data.load_graph]'s ``features`` and ``edges`` say: a CSR matrix, a feature
+    file in ``cache`` (keyed by the features), an edge folder there (keyed by the edges), described only.
+    ``name`` names the cache's folders (the graph's name by default). What ``pipegnn.build(cfg, graph=...)``
+    does with a graph given to it."""
+    name = name or graph.name
     if edges == "disk":
         h = hashlib.sha1(graph.edge_index.contiguous().numpy().data)
         h.update(str(graph.num_nodes).encode())

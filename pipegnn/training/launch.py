@@ -21,6 +21,7 @@ from pipegnn.config.checks import check_config, memory_limit_bytes
 from pipegnn.config.choices import Launcher
 from pipegnn.config.schema import Config, LoaderEngineConfig, PipeliningEngineConfig
 from pipegnn.config.typed import config_container, run_config
+from pipegnn.data import Graph
 from pipegnn.data.features import files_opened
 from pipegnn.engines import check_engine
 from pipegnn.errors import ConfigError
@@ -248,20 +249,23 @@ def _then(first: Callable[[dict[str, Any]], Any],
     return both
 
 
-def build(cfg: Config | DictConfig | Mapping[str, Any]) -> Trainee:
+def build(cfg: Config | DictConfig | Mapping[str, Any], graph: Graph | None = None) -> Trainee:
     """A run's pieces from its config, built as [`run`][pipegnn.training.launch.run] builds them before
     its first epoch: the graph, the training and evaluation plans, the staged model with them attached and
     the engine (a [`Trainee`][pipegnn.training.epochs.Trainee]). One training step of it is
     ``trainee.engine.train_step(trainee.training.ids, *trainee.train_labels())``; benchmarks and tests
     build from it rather than by hand. The config is checked first, as a run checks it; an engine of
     several processes (``engine=pipelining``) is built only inside its process group (one rank's pieces).
+    ``graph``: a [`Graph`][pipegnn.data.graph.Graph] (features and edges in memory) to build on in place of
+    the config's dataset, kept as ``data.features`` and ``data.edges`` say; its features' dtype is the
+    model's (float64 for the exactness tests).
 
     Raises:
         ConfigError: naming the bad key, its value and what would be valid.
     """
     config = check_run(cfg)
     scratch = RunRecord(status=Status.INVALID, config={}, choices={}, env={})  # set-up figures, not kept
-    return build_trainee(config, scratch)
+    return build_trainee(config, scratch, graph)
 
 
 def check_run(cfg: Config | DictConfig | Mapping[str, Any]) -> Config:

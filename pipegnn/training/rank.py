@@ -16,7 +16,7 @@ from torch import Tensor
 from pipegnn.backends import get_backend
 from pipegnn.config.choices import EdgeStorage, EngineName, FirstTransform, Halo, Storage, Targets
 from pipegnn.config.schema import Config, EngineConfig, PipeliningEngineConfig, StagedEngineConfig
-from pipegnn.data import Graph, load_graph, split_summary
+from pipegnn.data import Graph, load_graph, split_summary, stored
 from pipegnn.data.features import DiskFeatureStore, FeatureRows, partition_ordered
 from pipegnn.data.graph_store import cached_graph_store, csc
 from pipegnn.engines import AUTO, build_engine
@@ -69,18 +69,20 @@ def train_rank(cfg: Config, record: RunRecord,
     return engine.devices
 
 
-def build_trainee(cfg: Config, record: RunRecord) -> Trainee:
-    """This process's pieces of the run of the checked config ``cfg``: the graph (loaded, its targets
-    checked), the training and evaluation plans (and the sampler of sampled halos), the staged model with
-    them attached, and the engine (this process's rank of a pipeline); ``record`` gets what setting them
-    up measured (the dataset's, the model's, the plans' and the features' sections, set-up times and
-    peak memory). [`pipegnn.build`][pipegnn.training.launch.build] checks a config and calls it."""
+def build_trainee(cfg: Config, record: RunRecord, given: Graph | None = None) -> Trainee:
+    """This process's pieces of the run of the checked config ``cfg``: the graph (loaded, or ``given``,
+    kept as ``data.features`` and ``data.edges`` say; its targets checked), the training and evaluation
+    plans (and the sampler of sampled halos), the staged model with them attached, and the engine (this
+    process's rank of a pipeline); ``record`` gets what setting them up measured (the dataset's, the
+    model's, the plans' and the features' sections, set-up times and peak memory).
+    [`pipegnn.build`][pipegnn.training.launch.build] checks a config and calls it."""
     mb, storage, precision = cfg.microbatch, cfg.data.features, cfg.train.precision
     torch.manual_seed(cfg.train.seed)
     with timed() as loading:  # a synthetic graph is generated here (with disk: its feature file)
         reads = storage in (Storage.memory, Storage.sparse) or _reads_features(cfg)
-        graph = load_graph(cfg.dataset, cfg.data.root, cfg.data.cache, features=storage if reads else "none",
-                           edges=cfg.data.edges)
+        kept = storage if reads else "none"
+        graph = stored(given, cfg.data.cache, kept, cfg.data.edges) if given is not None else \
+            load_graph(cfg.dataset, cfg.data.root, cfg.data.cache, features=kept, edges=cfg.data.edges)
     check_targets(cfg, graph)
     low = autocast_dtype(precision)
     if low is not None and graph.x is not None:  # bf16: the features are kept in bfloat16 (one copy,

@@ -63,11 +63,11 @@ def test_deep_exact_equals_full_graph_across_stage_boundaries(graph: Graph, fram
     """Depth 8, exact halos: the single engine at k chunks and a 3-stage GPipe whose boundaries fall
     inside layers of the residual chain both equal the full graph (k=1), outputs and every gradient."""
     model = build_model(DEEP[kind], get_backend(framework), graph.x, graph.num_classes)
-    expected, expected_grads = run_plan(framework, model, graph, 1, "single")
+    expected, expected_grads = run_plan(framework, model, DEEP[kind], graph, 1, "single")
     first = 6 if kind == "gcn2" else 5  # the stages end after transform2 and transform5 (the input Linear
     balance = [first, 6, len(model) - first - 6]  # is GCNII's first unit): inside layers 2 and 5
     for engine in ("single", "gpipe"):
-        out, grads = run_plan(framework, model, graph, chunks, engine, balance)
+        out, grads = run_plan(framework, model, DEEP[kind], graph, chunks, engine, balance)
         assert_close(out, expected)
         assert_grads_close(grads, expected_grads, nonzero=True)
 
@@ -110,7 +110,7 @@ def test_gcn2_equals_the_library_stack(graph: Graph, framework: str) -> None:
         graph.edge_index = torch.unique(edges, dim=1)
     model = build_model(DEEP["gcn2"], get_backend(framework), graph.x, graph.num_classes)
     expected = (plain_pyg_gcn2 if framework == "pyg" else plain_dgl_gcn2)(model, graph)[graph.split("train")]
-    out, _ = run_plan(framework, model, graph, 4, "single")
+    out, _ = run_plan(framework, model, DEEP["gcn2"], graph, 4, "single")
     assert_close(out, expected.detach())
 
 
