@@ -26,7 +26,8 @@ MAX_THREADS = 4096
 #: The longest ``engine.timeout_s`` (about 31 years; a ``datetime.timedelta`` holds at most 1e9 days).
 TIMEOUT_MAX_S = 1e9
 #: The shortest ``engine.timeout_s``: a worker's start (its imports) alone takes longer, so a shorter
-#: limit ended every run, after its processes started (1e-9 was accepted).
+#: limit ended every run, after its processes started (1e-9 was accepted). Only a floor: a start, set-up
+#: and first epoch take longer (a spawned worker's 3-5 s here), and a limit they pass fails the run, named.
 TIMEOUT_MIN_S = 1.0
 
 
@@ -106,7 +107,7 @@ def _check_pipelining(engine: PipeliningEngineConfig, chunks: int, devices: list
     # bounded by what a process group's timedelta and the workers' deadlines hold (1e12 overflowed)
     check_positive_finite(engine.timeout_s, "engine.timeout_s", "seconds", most=TIMEOUT_MAX_S)
     if engine.timeout_s < TIMEOUT_MIN_S:
-        raise ConfigError(f"engine.timeout_s={engine.timeout_s:g} is shorter than a worker's start: every "
+        raise ConfigError(f"engine.timeout_s={engine.timeout_s!r} is shorter than a worker's start: every "
                           f"run would end before its first epoch; use at least {TIMEOUT_MIN_S:g} seconds "
                           "(the default: 900)")
     check_positive_finite(engine.memory_limit_gb, "engine.memory_limit_gb", "GiB per stage process", "no cap",

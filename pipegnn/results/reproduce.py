@@ -16,12 +16,12 @@ import copy
 import functools
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Iterator, Mapping, Sequence
 
 from pipegnn.config.compare import comparable_config, drop_keys
 from pipegnn.results.archive_format import ArchiveError, is_archive
-from pipegnn.results.archive_read import archives_of, entries
+from pipegnn.results.archive_read import archives_of, entries, read
 from pipegnn.results.record_files import RECORD_NAME, RecordError, find_records, load_record, record_of
 from pipegnn.run_record import RunRecord
 
@@ -211,11 +211,24 @@ def recompose(root: str | Path) -> list[Drift]:
     ``error``.
 
     Raises:
-        TooManyRecords: more than `MAX_RECOMPOSED` records, counted (read, within the readers' bounds)
-            before any is composed."""
-    found = list(_records(Path(root)))
-    if len(found) > MAX_RECOMPOSED:
-        raise TooManyRecords(f"{root} holds {len(found):,} records, more than the {MAX_RECOMPOSED:,} one "
+        TooManyRecords: more than `MAX_RECOMPOSED` records, counted before any is read: the files by
+            name, an archive's by its keys."""
+    root = Path(root)
+    count = _count(root)
+    if count > MAX_RECOMPOSED:
+        raise TooManyRecords(f"{root} holds {count:,} records, more than the {MAX_RECOMPOSED:,} one "
                              "--recompose composes (about 20 ms each): give its folders one at a time")
     return [Drift(path, None, {}, record) if isinstance(record, str) else drift(record, path)
-            for path, record in found]
+            for path, record in _records(root)]
+
+
+def _count(root: Path) -> int:
+    """How many records `_records` will give for ``root``, counted without reading any: its record files
+    by name and its archives' keys (an archive that cannot be read is one, its error)."""
+    count = 0 if is_archive(root) else len(find_records(root))
+    for archive in archives_of(root):
+        try:
+            count += sum(PurePosixPath(key).name == RECORD_NAME for key in read(archive, keep=()).paths)
+        except (ArchiveError, OSError):
+            count += 1
+    return count

@@ -73,15 +73,44 @@ def _overrides(directory: Path) -> list[str] | None:
     return [str(o) for o in saved] if isinstance(saved, list) else None
 
 
-def _job_info(directory: Path) -> tuple[int | None, str]:
+def _job_info(directory: Path, hydra: Any = None) -> tuple[int | None, str]:
+    """A job's number (its ``.hydra/hydra.yaml``, or ``hydra``: that file read already) and overrides."""
     num = None
     overrides = _overrides(directory)
     try:
-        num = int(_get(read_hydra_file(directory / ".hydra" / "hydra.yaml"), "hydra", "job", "num"))
+        if hydra is None:
+            hydra = read_hydra_file(directory / ".hydra" / "hydra.yaml")
+        num = int(_get(hydra, "hydra", "job", "num"))
     except Exception:  # noqa: BLE001 - no file, no number (an interpolation is no number either)
         if directory.name.isdigit():
             num = int(directory.name)
     return num, directory.name if overrides is None else " ".join(overrides)
+
+
+#: The most bytes of incomplete jobs' ``.hydra/config.yaml`` and ``hydra.yaml`` one listing parses for
+#: their config columns (YAML parses at about 4 s a MiB here; Hydra writes about 10 KB a job): past it, an
+#: incomplete job is listed without them (twelve folders of files just under the size bound took minutes).
+MAX_INCOMPLETE_CONFIG_BYTES = 8 << 20
+
+
+class _Budget:
+    """What is left of `MAX_INCOMPLETE_CONFIG_BYTES` in one listing."""
+
+    def __init__(self) -> None:
+        self.left = MAX_INCOMPLETE_CONFIG_BYTES
+
+    def take(self, *paths: Path) -> bool:
+        """Whether ``paths`` fit in what is left (taking their sizes from it when they do)."""
+        sizes = []
+        for path in paths:
+            try:
+                sizes.append(path.stat().st_size)
+            except (OSError, RuntimeError):  # not there (read as absent), or a link loop
+                sizes.append(0)
+        if sum(sizes) > self.left:
+            return False
+        self.left -= sum(sizes)
+        return True
 
 
 def _hydra_job_dirs(root: Path) -> set[Path]:
@@ -92,18 +121,24 @@ def _hydra_job_dirs(root: Path) -> set[Path]:
                  or Path(folder, ".hydra", "config.yaml").is_file())}
 
 
-def _incomplete(directory: Path) -> Job:
-    """A job Hydra started that left no record, with what its ``.hydra/`` files tell of its config."""
-    num, overrides = _job_info(directory)
+def _incomplete(directory: Path, budget: _Budget) -> Job:
+    """A job Hydra started that left no record, with what its ``.hydra/`` files tell of its config (while
+    ``budget`` lasts)."""
     config: Any = {}
-    try:
-        config = _resolved(read_hydra_file(directory / ".hydra" / "config.yaml"))
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        choices = _get(read_hydra_file(directory / ".hydra" / "hydra.yaml"), "hydra", "runtime", "choices")
-    except Exception:  # noqa: BLE001
-        choices = None
+    hydra: Any = None
+    choices = None
+    files = directory / ".hydra" / "config.yaml", directory / ".hydra" / "hydra.yaml"
+    if budget.take(*files):
+        try:
+            config = _resolved(read_hydra_file(files[0]))
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            hydra = read_hydra_file(files[1])
+            choices = _get(hydra, "hydra", "runtime", "choices")
+        except Exception:  # noqa: BLE001
+            pass
+    num, overrides = _job_info(directory, hydra)
     return Job(directory, num, overrides, "incomplete", INCOMPLETE, False,
                config=plain_config(config) if isinstance(config, dict) else {},
                choices={k: v for k, v in (choices if isinstance(choices, dict) else {}).items()
@@ -119,7 +154,7 @@ def _is_dir(path: Path) -> bool:
         return False
 
 
-def _missing(sweep_dir: Path, started: Iterable[Path]) -> list[Job]:
+def _missing(sweep_dir: Path, started: Iterable[Path], budget: _Budget) -> list[Job]:
     """The planned jobs of the sweep in ``sweep_dir`` that none of the ``started`` job folders ran: a
     job whose folder exists bare (no ``.hydra/``, as with ``hydra.output_subdir=null``, nor record) is
     incomplete, any other missing."""
@@ -139,7 +174,7 @@ def _missing(sweep_dir: Path, started: Iterable[Path]) -> list[Job]:
             continue
         if (_is_dir(directory) and not (directory / ".hydra").exists()
                 and not is_entry(directory / RECORD_NAME)):
-            job = _incomplete(directory)
+            job = _incomplete(directory, budget)
             job.num, job.overrides = num, " ".join(overrides)
         else:
             config, choices = _settings(overrides, cfg)
@@ -164,6 +199,7 @@ def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
         return []
     dirs = {p.parent for p in find_records(sweep_dir)} | _hydra_job_dirs(sweep_dir)
     jobs = []
+    budget = _Budget()
     for directory in dirs:
         record_path = directory / RECORD_NAME
         stamp_file = directory / ".hydra" / "overrides.yaml"
@@ -174,7 +210,7 @@ def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
         if since is not None and stamp < since:
             continue
         if not recorded:
-            jobs.append(_incomplete(directory))
+            jobs.append(_incomplete(directory, budget))
             continue
         num, overrides = _job_info(directory)
         fresh = since is None or _mtime(record_path) >= since
@@ -187,7 +223,7 @@ def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
             status, error = "unreadable", f"{type(e).__name__}: {e}"
         first_line = str(error).strip().split("\n", 1)[0] if error else None
         jobs.append(Job(directory, num, overrides, str(status), first_line, fresh))
-    jobs += _missing(sweep_dir, [j.directory for j in jobs])
+    jobs += _missing(sweep_dir, [j.directory for j in jobs], budget)
     return _in_order(jobs)
 
 
@@ -200,9 +236,10 @@ def unrecorded_jobs(root: str | Path) -> list[Job]:
     if not root.is_dir():
         return []
     dirs = {p.parent for p in find_records(root)} | _hydra_job_dirs(root)
-    jobs = [_incomplete(d) for d in dirs if not is_entry(d / RECORD_NAME)]
+    budget = _Budget()
+    jobs = [_incomplete(d, budget) for d in dirs if not is_entry(d / RECORD_NAME)]
     for sweep in _sweep_dirs(root):
-        jobs += _missing(sweep, [d for d in dirs if sweep in d.parents])
+        jobs += _missing(sweep, [d for d in dirs if sweep in d.parents], budget)
     return _in_order(jobs)
 
 

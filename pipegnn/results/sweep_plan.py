@@ -8,6 +8,7 @@ as text, never imported; a damaged plan raises [`SweepPlanError`][pipegnn.result
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -20,7 +21,8 @@ from pipegnn.config.compare import plain_config
 from pipegnn.jsonfile import NotRegularFileError
 from pipegnn.results.hydra_files import _RESOLVER_CALL, _get, _inert, read_hydra_file
 
-__all__ = ["MAX_PLANNED_JOBS", "MAX_PLANNED_OVERRIDES", "SweepPlanError", "expand_jobs", "planned_jobs"]
+__all__ = ["MAX_PLANNED_CHARS", "MAX_PLANNED_JOBS", "MAX_PLANNED_OVERRIDES", "SweepPlanError", "expand_jobs",
+           "planned_jobs"]
 
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 #: The most jobs a sweep's plan is expanded into (Hydra's basic sweeper runs them one by one: a plan of
@@ -29,6 +31,10 @@ MAX_PLANNED_JOBS = 10_000
 #: The most overrides all planned jobs hold together (jobs x keys): each job's folder is worked out from
 #: its overrides (10,000 jobs of 2,002 keys each ran past 5 minutes).
 MAX_PLANNED_OVERRIDES = 500_000
+#: The most characters all planned jobs' overrides hold together (each job's overrides are kept, and set
+#: its columns: 10,000 jobs holding a 50,000-character value took 2.5 GB; this project's sweeps: at most
+#: 200 characters a job).
+MAX_PLANNED_CHARS = 20_000_000
 
 
 class SweepPlanError(ValueError):
@@ -104,7 +110,7 @@ def _plan(sweep_dir: Path) -> tuple[dict[str, Any], list[tuple[list[str], Path]]
         raise
     except Exception:  # noqa: BLE001 - overrides that need the config to expand (a glob): unknown here
         return None
-    return cfg, [(job, sweep_dir / subdir) for job, subdir in zip(jobs, _subdirs(cfg, jobs, parser))]
+    return cfg, [(job, sweep_dir / subdir) for job, subdir in zip(jobs, _subdirs(cfg, jobs))]
 
 
 def expand_jobs(overrides: list[Any], marker: Path) -> list[list[str]]:
@@ -138,10 +144,23 @@ def expand_jobs(overrides: list[Any], marker: Path) -> list[list[str]]:
     if count * len(values) > MAX_PLANNED_OVERRIDES:
         raise SweepPlanError(f"{marker}: plans {count:,} jobs of {len(values):,} overrides each, more than "
                              f"{MAX_PLANNED_OVERRIDES:,} overrides in all: not expanded")
+    chars = sum(sum(map(len, found)) * (count // len(found)) for found in values.values())
+    if chars > MAX_PLANNED_CHARS:
+        raise SweepPlanError(f"{marker}: plans {count:,} jobs whose overrides hold {chars:,} characters in "
+                             f"all, more than {MAX_PLANNED_CHARS:,}: not expanded")
     return [list(job) for job in itertools.product(*values.values())]
 
 
-def _subdirs(cfg: dict[str, Any], jobs: list[list[str]], parser: Any) -> list[str]:
+@functools.lru_cache(maxsize=1 << 16)
+def _parsed(override: str) -> Any:
+    """One override parsed by Hydra's parser, each distinct one once: a sweep's jobs repeat their keys'
+    values in every job (10,000 jobs of 49 keys, each job parsed whole, took a minute)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_overrides([override])[0]
+
+
+def _subdirs(cfg: dict[str, Any], jobs: list[list[str]]) -> list[str]:
     """``hydra.sweep.subdir`` of each job (as Hydra's launchers set it up; interpolations between the
     plan's keys only, see `_inert`); a job's number where it cannot be worked out. The plan's Hydra
     config is built once (once per job, 10,000 jobs took minutes)."""
@@ -154,18 +173,10 @@ def _subdirs(cfg: dict[str, Any], jobs: list[list[str]], parser: Any) -> list[st
         exclude = settings.get("exclude_keys") or []
     except Exception:  # noqa: BLE001
         return [str(num) for num in range(len(jobs))]
-    parsed: dict[str, Any] = {}  # each distinct override parsed once (a job's keys repeat in every job)
-
-    def line(override: str) -> str | None:
-        if override not in parsed:
-            o = parser.parse_overrides([override])[0]
-            parsed[override] = None if o.key_or_group in exclude else o.input_line
-        return parsed[override]
-
     out = []
     for num, overrides in enumerate(jobs):
         try:
-            lines = sorted(x for x in map(line, overrides) if x is not None)
+            lines = sorted(o.input_line for o in map(_parsed, overrides) if o.key_or_group not in exclude)
             dirname = re.sub("=", settings.get("kv_sep", "="), settings.get("item_sep", ",").join(lines))
             hydra.hydra.job.num, hydra.hydra.job.id, hydra.hydra.job.override_dirname = num, num, dirname
             subdir = str(OmegaConf.select(hydra, "hydra.sweep.subdir", throw_on_missing=True))
@@ -180,14 +191,12 @@ def _settings(overrides: list[str], sweep_cfg: dict[str, Any]) -> tuple[dict[str
     """What a job's overrides say of its config: (config keys they set, config-group choices). A key is
     a group when the sweep's config chose it as one, names a path or package (``a/b``, ``g@pkg``), or
     is a top-level key with a text value that is no leaf of the sweep's config (``+variant=x``)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     config: dict[str, Any] = {}
     choices: dict[str, Any] = {}
     try:
         groups = set(_get(sweep_cfg, "hydra", "runtime", "choices") or {})
         base = sweep_cfg
-        for o in OverridesParser.create().parse_overrides(overrides):
+        for o in map(_parsed, overrides):
             key = o.key_or_group
             if o.is_delete() or key == "hydra" or key.startswith(("hydra.", "hydra/")):
                 continue

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from pipegnn.atomic import atomic_file
 from pipegnn.errors import FolderTaken
@@ -212,11 +212,16 @@ class SweepOwner(Callback):
         try:
             torchrun_rank = (_rank() != 0 and "TORCHELASTIC_RUN_ID" in os.environ
                              and OmegaConf.select(config, "engine.launcher") == "external")
-            if torchrun_rank:  # another rank of a pipeline under torchrun: rank 0 claims the folder, and
-                folder = Path(os.path.normpath(str(config.hydra.run.dir)))  # this rank checks what rank 0
-                check_folder(folder, "hydra.run.dir", make=False)           # does before Hydra makes it
+            if torchrun_rank:  # another rank of a pipeline under torchrun: rank 0 claims the folder; this
+                # rank refuses what rank 0 refuses but the claim (which its rank 0 may hold), before Hydra
+                # makes the folder, and Hydra makes it as rank 0 spells it (R/x/.. made R/x)
+                folder = Path(os.path.normpath(str(config.hydra.run.dir)))
+                check_folder(folder, "hydra.run.dir", make=False)
                 not_inside_another(folder, "hydra.run.dir")
+                check_kinds(hydra_paths(folder, config))
                 hydra_writes_nothing(config)
+                with read_write(config.hydra.run), open_dict(config.hydra.run):
+                    config.hydra.run.dir = str(folder)
             else:
                 self.run_lock = claim_run_folder(config)
         except Exception as e:  # as on_multirun_start: a warning would let the run go on

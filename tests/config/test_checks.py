@@ -179,7 +179,8 @@ def test_a_bad_choice_in_a_plain_config_is_invalid_before_training(tmp_path: Pat
      "engine.timeout_s must be a finite number of seconds > 0 and <= 1e+09, got 1000000000000.0"),
     (["engine=pipelining", "engine.timeout_s=1e-9"],  # was accepted: every run ended before its first epoch
      "engine.timeout_s=1e-09 is shorter than a worker's start"),
-    (["engine=pipelining", "engine.timeout_s=0.5"], "engine.timeout_s=0.5 is shorter than a worker's start"),
+    (["engine=pipelining", "engine.timeout_s=0.9999999"],  # named as given, not rounded to the bound
+     "engine.timeout_s=0.9999999 is shorter than a worker's start"),
     (["microbatch.fanouts=[10,10]"], "microbatch.fanouts=[10, 10] samples neighbourhoods, which only "
                                      "microbatch.halo=sampled does (halo=exact)"),
     (["microbatch.halo=none", "microbatch.evaluation=layerwise"],

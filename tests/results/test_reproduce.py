@@ -85,8 +85,9 @@ def test_more_records_than_the_bound_are_counted_not_composed(tmp_path: Path, pa
                                                               capsys: pytest.CaptureFixture[str],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """--recompose composed every record it found (about 20 ms each: an archive of 65,536 tiny records took
-    20 minutes): more than MAX_RECOMPOSED records, in a folder or in an archive (a second case), is one
-    line naming the count before any record is composed."""
+    20 minutes; 10,000 links to one 3 MB record, read whole before they were counted, took 5 GB): more than
+    MAX_RECOMPOSED records, in a folder or in an archive (a second case), is one line naming the count
+    before any record is read."""
     from pipegnn.results import reproduce
     from pipegnn.results.archive import pack, run_files
 
@@ -98,6 +99,8 @@ def test_more_records_than_the_bound_are_counted_not_composed(tmp_path: Path, pa
         (tmp_path / "packed").mkdir()
         (tmp_path / "records.jsonl.gz").rename(tmp_path / "packed" / "records.jsonl.gz")
     monkeypatch.setattr(reproduce, "drift", lambda *a, **k: pytest.fail("a record was composed"))
+    for reader in ("load_record", "record_of"):  # counted before any is read (10,000 links to a 3 MB
+        monkeypatch.setattr(reproduce, reader, lambda *a, **k: pytest.fail("a record was read"))  # record)
     assert main(["--recompose", str(tmp_path / ("packed" if packed else "runs"))]) == 2
     assert "holds 3 records, more than the 2 one --recompose composes" in capsys.readouterr().err
 

@@ -505,6 +505,38 @@ def test_a_yaml_alias_bomb_in_a_jobs_hydra_folder_is_refused_at_once(tmp_path: P
         read_hydra_file(sweep / "1" / ".hydra" / name)
 
 
+@pytest.mark.parametrize("text, why", [("a: !!set {x}\n", "holds a value of type set"),
+                                       ("a: !!binary aGk=\n", "holds a value of type bytes"),
+                                       ("a: !!timestamp 2026-12-05\n", "holds a value of type date"),
+                                       ("just text\n", "holds a str, not a config")])
+def test_a_hydra_file_holds_only_what_a_config_holds(tmp_path: Path, text: str, why: str) -> None:
+    """Hydra files are read with OmegaConf's YAML loader into plain data (without OmegaConf's nodes, which
+    refused other values): a value no config holds is refused as OmegaConf refused it, named."""
+    from pipegnn.results.hydra_files import read_hydra_file
+
+    (tmp_path / "config.yaml").write_text(text)
+    with pytest.raises(ValueError, match=why):
+        read_hydra_file(tmp_path / "config.yaml")
+    (tmp_path / "empty.yaml").write_text("")
+    assert read_hydra_file(tmp_path / "empty.yaml") == {}
+
+
+def test_incomplete_jobs_configs_are_read_within_one_budget(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twelve incomplete jobs whose .hydra files lay just under their size bound took minutes to list (each
+    file bounded, their count not): one listing parses at most MAX_INCOMPLETE_CONFIG_BYTES of them, and an
+    incomplete job past it is listed without its config columns; a second case: within it, all are read."""
+    from pipegnn.results import sweep as sweep_module
+
+    sweep = killed_model_sweep(tmp_path / "sweep")
+    job = next(j for j in sweep_jobs(sweep) if j.status == "incomplete")
+    assert job.num == 1 and job.config and job.choices  # within the budget: read
+    monkeypatch.setattr(sweep_module, "MAX_INCOMPLETE_CONFIG_BYTES", 100)
+    monkeypatch.setattr(sweep_module, "_resolved", lambda *a: pytest.fail("a config past the budget read"))
+    job = next(j for j in sweep_jobs(sweep) if j.status == "incomplete")
+    assert job.num == 1 and job.config == {} and job.choices == {}
+
+
 def test_a_yaml_alias_bomb_as_a_sweeps_plan_is_an_unreadable_plan(tmp_path: Path) -> None:
     sweep = _finished_but_one(tmp_path)
     (sweep / "multirun.yaml").write_text(_alias_bomb())
@@ -520,25 +552,46 @@ def test_a_yaml_alias_bomb_as_a_sweeps_plan_is_an_unreadable_plan(tmp_path: Path
 @pytest.mark.parametrize("sweep_override, reason", [
     ("train.seed=range(0,1000000)", "plans more than 10,000 jobs (at train.seed, of more than 10,000"),
     ("train.seed=range(0,1000)", "plans more than 10,000 jobs (at train.seed, of 1,000 values)"),  # product
-    ("train.seed=range(0,50)", "more than 500,000 overrides in all"),  # 2,500 jobs of 250 keys and more
+    ("train.seed=range(0,50)", "more than 500,000 overrides in all"),  # 5,000 jobs of 250 keys and more
+    ("train.seed=range(0,49)", "characters in all, more than 20,000,000"),  # 4,900 jobs, a 5,000-char value
 ])
 def test_a_plan_of_a_million_jobs_is_unreadable_not_expanded(tmp_path: Path, sweep_override: str,
                                                             reason: str) -> None:
     """range(0,1000000) in a multirun.yaml ran the table past 5 minutes and 2.8 GB; two large ranges whose
     product is huge (a second case), under a memory cap, read as four completed runs; 10,000 jobs of
-    thousands of keys each ran past 5 minutes working out their folders (a third: 2,500 jobs of 250 keys).
+    thousands of keys each ran past 5 minutes working out their folders (a third: 5,000 jobs of 250 keys),
+    and 10,000 jobs holding a 50,000-character value took 2.5 GB (a fourth: 4,900 of 5,000).
     The plan is counted before it is expanded: one unreadable row naming it, at once."""
     sweep = _finished_but_one(tmp_path)
     plan = OmegaConf.load(sweep / "multirun.yaml")
     extra = [sweep_override] if "1000000" in sweep_override else \
         [sweep_override, "chunks=range(0,1000)"] if "1000)" in sweep_override else \
-        [sweep_override, "chunks=range(0,50)", *(f"+k{i}=0" for i in range(250))]
+        [sweep_override, "chunks=range(0,50)", *(f"+k{i}=0" for i in range(250))] if "50)" in sweep_override \
+        else [sweep_override, "chunks=range(0,50)", "+long=" + "x" * 5_000]
     plan.hydra.overrides.task = [*plan.hydra.overrides.task, *extra]
     OmegaConf.save(plan, sweep / "multirun.yaml")
     start = time.monotonic()
     df = load(sweep)
     assert time.monotonic() - start < _PATIENCE
     assert df["status"].iloc[-1] == "unreadable" and reason in df["error"].iloc[-1], df["error"].iloc[-1]
+
+
+def test_a_plan_within_its_bounds_names_its_missing_jobs_in_seconds(tmp_path: Path) -> None:
+    """Each missing job's overrides were parsed whole for its columns: 10,000 jobs of 49 keys, within every
+    bound, took a minute. Each distinct override is parsed once: 1,997 missing jobs of 153 keys are named,
+    each with its settings, at once."""
+    sweep = _finished_but_one(tmp_path)
+    plan = OmegaConf.load(sweep / "multirun.yaml")
+    plan.hydra.overrides.task = [*plan.hydra.overrides.task, "train.seed=range(0,50)", "chunks=range(0,20)",
+                                 *(f"+k{i}={i}" for i in range(150))]
+    OmegaConf.save(plan, sweep / "multirun.yaml")
+    start = time.monotonic()
+    jobs = sweep_jobs(sweep)
+    assert time.monotonic() - start < _PATIENCE
+    missing = [j for j in jobs if j.status == "missing"]
+    assert len(jobs) == 2_000 and len(missing) == 2_000 - 3  # jobs 0-2 started in their planned folders
+    assert missing[-1].config is not None and missing[-1].config["k149"] == 149 \
+        and missing[-1].config["train"] == {"seed": 49}
 
 
 def test_a_record_or_trace_larger_than_any_run_writes_is_refused_unread(tmp_path: Path) -> None:

@@ -587,6 +587,7 @@ def test_a_fifo_at_sweep_log_never_holds_the_sweep(tmp_path: Path) -> None:
 @pytest.mark.parametrize("how", ["sweep output_subdir outside", "sweep job.name outside", "log file outside",
                                  "tracker folder a link", "RANK=1 outside torchrun", "rank 1 under torchrun",
                                  "RANK=00 under torchrun", "rank 1 under torchrun, inside it",
+                                 "rank 1 under torchrun, through it", "rank 1 under torchrun, subdir outside",
                                  "run inside it"])
 def test_what_probing_found_again_writes_nothing_into_another_run(tmp_path: Path, run_a: Path,
                                                                    how: str) -> None:
@@ -594,8 +595,10 @@ def test_what_probing_found_again_writes_nothing_into_another_run(tmp_path: Path
     there, a tracker folder that is a link to it, RANK=1 with engine.launcher=external outside torchrun,
     rank 1 of a torchrun pipeline whose rank 0 was refused the folder (its .hydra/ and train.log replaced
     the other run's; it ends here at an invalid value, as it would at rank 0's absence), a run inside it
-    (which made its folder there before it was refused), rank 1 of a torchrun pipeline inside it (it made
-    the folder its rank 0 was refused): each wrote into the other run's folder. Each is
+    (which made its folder there before it was refused), rank 1 of a torchrun pipeline inside it, through
+    it (``A/sub/..``) or with its Hydra files outside its folder (it made the folder its rank 0 was
+    refused: rank 1 checks what rank 0 checks but the claim): each wrote into the other run's folder, or
+    made one. Each is
     refused (a sweep or run: exit 1; the tracker: an invalid record), and nothing of the other run
     changes."""
     copy = tmp_path / "A"
@@ -619,13 +622,16 @@ def test_what_probing_found_again_writes_nothing_into_another_run(tmp_path: Path
         env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": "00" if how.startswith("RANK=00") else "1"}
         if how != "RANK=1 outside torchrun":  # rank 0 (00 is rank 0 too) claims; rank 1 writes nothing
             env["TORCHELASTIC_RUN_ID"] = "probe"
-        inside = how.endswith("inside it")
+        folder = {"rank 1 under torchrun, inside it": copy / "inner", "rank 1 under torchrun, through it":
+                  f"{copy}/inner/..", "rank 1 under torchrun, subdir outside": out}.get(how, copy)
         done = subprocess.run([sys.executable, str(ROOT / "experiments" / "train.py"), *TINY_SYNTHETIC,
                                "train.epochs=2", "engine=pipelining", "chunks=2", "engine.launcher=external",
-                               "train.seed=3", f"hydra.run.dir={copy / 'inner' if inside else copy}",
-                               *(["chunks=0"] if how == "rank 1 under torchrun" else [])],
+                               "train.seed=3", f"hydra.run.dir={folder}",
+                               *(["chunks=0"] if how in ("rank 1 under torchrun", "rank 1 under torchrun, "
+                                                         "through it") else []),
+                               *(["hydra.output_subdir=../esc"] if how.endswith("outside") else [])],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-        assert not (copy / "inner").exists()
+        assert not (copy / "inner").exists() and not out.exists() and not (tmp_path / "esc").exists()
     else:
         done = _single(tmp_path, "train.seed=4", f"hydra.run.dir={copy / 'inner'}")
         assert not (copy / "inner").exists()
