@@ -23,6 +23,7 @@ DATASETS = ("amazon_computers_dense", "coauthor_physics_dense")
 
 def _epoch(dataset: str, threads: int, seed: int) -> dict:
     """One epoch of DGL's loop on ``dataset``, each part summed over its batches."""
+    import dgl
     import torch
     import torch.nn.functional as F
 
@@ -34,6 +35,7 @@ def _epoch(dataset: str, threads: int, seed: int) -> dict:
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
+    dgl.seed(seed)  # the loader's shuffle and the sampler's draws
     cfg = run_config(compose_config(["experiment=sampled_map", f"dataset={dataset}", "model=gcn",
                                      "map_setting=sampled10_k8", "map_runner=dgl_loader",
                                      f"train.seed={seed}"]))

@@ -122,7 +122,8 @@ def run_plan(framework: str, model: StagedGNN, keys: Mapping[str, Any], graph: G
              engine: str, balance: list[int] | None = None,
              device: torch.device = torch.device("cpu")) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Training targets' logits (node order) and every gradient after one step of ``engine`` (single,
-    or gpipe with ``balance``) over exact micro-batches (METIS) on ``device`` (each stage's), returned
+    or gpipe with ``balance``, in units: required) over exact micro-batches (METIS) on ``device`` (each
+    stage's), returned
     on the CPU: the run's pieces built by ``pipegnn.build`` over ``graph`` with the model config ``keys``,
     given ``model``'s weights (``model`` is not trained)."""
     group, values = model_keys(keys)

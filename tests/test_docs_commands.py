@@ -183,6 +183,7 @@ def _readme_commands() -> list[str]:
     return [c for block in shell_blocks(ROOT / "README.md") for c in block if not c.startswith("make ")]
 
 
+@pytest.mark.slow  # make test-all (30 s: every README command runs); the pages' commands parse in make test
 def test_the_readme_commands_run(tmp_path: Path) -> None:
     """README.md's commands, in order, in a temporary folder: exports applied, the venv's Python and the
     checkout's scripts by absolute path, every training command with ``train.epochs=2`` added."""

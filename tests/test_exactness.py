@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
+from typing import Callable
 
 os.environ.setdefault("DGLBACKEND", "pytorch")  # before importing dgl: no backend warning
 
@@ -30,14 +31,11 @@ from torch_geometric.utils import remove_self_loops  # noqa: E402
 from pipegnn.backends import FRAMEWORKS, get_backend  # noqa: E402
 from pipegnn.data import Graph  # noqa: E402
 from pipegnn.data.planetoid import load_planetoid  # noqa: E402
-from pipegnn.engines import GPipeEngine, SingleEngine  # noqa: E402
-from pipegnn.microbatch import ComputationGraph, NeighbourSampler, PlanSpec, build_plan  # noqa: E402
-from pipegnn.microbatch.halo import InCSR  # noqa: E402
 from pipegnn.models import FIRST_TRANSFORMS, Propagate, StagedGNN, Transform, build_model  # noqa: E402
+from pipegnn.training.epochs import Trainee  # noqa: E402
 
 from tests.helpers import assert_close, assert_grads_close, build_on, model_keys  # noqa: E402
 
-CPU = torch.device("cpu")
 pytestmark = pytest.mark.usefixtures("float64")
 MODELS = {
     "gat": dict(name="gat", hidden=4, heads=3, out_heads=2, layers=2, dropout=0.0),
@@ -160,6 +158,25 @@ def graph(graph: Graph) -> Graph:
     return graph
 
 
+@pytest.fixture
+def built_with(graph: Graph) -> Callable[..., Trainee]:
+    """``pipegnn.build`` over the test's graph: ``built_with(framework, kind, engine, chunks=k, ...)``,
+    with exact halos over the training nodes, METIS parts and the plan's evaluation unless given (GPipe: 2
+    stages, the first holding only the first layer's transform), the run's seed (the same weights on every
+    call)."""
+    def built(framework: str, kind: str, engine: str, *, chunks: int, halo: str = "exact",
+              targets: str = "train", fanouts: list[int] | None = None, evaluation: str = "plan",
+              first: str = "once_per_step") -> Trainee:
+        group, keys = model_keys(MODELS[kind])
+        stages = {"engine.balance": [1, 2 * MODELS[kind]["layers"] - 1]} if engine == "gpipe" else {}
+        return build_on(graph, [f"framework={framework}", *group, f"engine={engine}"],
+                        {**keys, **stages, "chunks": chunks, "microbatch.halo": halo,
+                         "microbatch.targets": targets, "microbatch.partition": "metis",
+                         "microbatch.fanouts": fanouts, "microbatch.evaluation": evaluation,
+                         "microbatch.first_transform": first})
+    return built
+
+
 @pytest.mark.parametrize("first", FIRST_TRANSFORMS)
 @pytest.mark.parametrize("engine", ["single", "gpipe"])
 @pytest.mark.parametrize("partitioner", ["sequential", "metis"])
@@ -251,42 +268,32 @@ def test_sampled_with_every_neighbour_equals_full_graph(graph: Graph, framework:
 @pytest.mark.parametrize("engine", ["single", "gpipe"])
 @pytest.mark.parametrize("kind", ["gat", "gcn"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_a_redrawn_epoch_trains_as_a_model_built_on_it(graph: Graph, framework: str, kind: str,
+def test_a_redrawn_epoch_trains_as_a_model_built_on_it(built_with, graph: Graph, framework: str, kind: str,
                                                        engine: str) -> None:
     """An epoch's new draw given to a model that already trained on another (``StagedGNN.replace``:
     blocks, rows, the framework's structures and the first transform's gathers renewed) trains exactly
     as a model given that draw from the start."""
-    backend = get_backend(framework)
-    model = build_model(MODELS[kind], backend, graph.x, graph.num_classes)
-    fresh = copy.deepcopy(model)
-    edge_index, weight = backend.computation_graph(kind, graph.edge_index, graph.num_nodes, graph.x.dtype)
-    computation = ComputationGraph(edge_index, graph.num_nodes, weight)
-    targets = graph.split("all")
-    plan = build_plan(computation, targets, PlanSpec(3, model.num_layers, halo="sampled", partitioner="metis",
-                                                     fanouts=(2,) * model.num_layers))
-    sampler = NeighbourSampler(InCSR(edge_index, graph.num_nodes, weight),
-                               [mb.targets for mb in plan.micro_batches], [2] * model.num_layers, 0)
-    later = sampler.draw(1)
+    def built() -> Trainee:  # the same seed: the same weights, plan and sampler
+        return built_with(framework, kind, engine, chunks=3, halo="sampled", targets="all",
+                          fanouts=[2] * MODELS[kind]["layers"])
+
+    trainee, other = built(), built()
+    model, run, ids, plan = trainee.model, trainee.engine, trainee.training.ids, trainee.training.plan
+    assert trainee.sampler is not None
+    later = trainee.sampler.draw(1)
     assert any(a.nodes.numel() != b.nodes.numel() or not torch.equal(a.nodes, b.nodes)
                for a, b in zip(plan.micro_batches, later))
     labels = graph.y[plan.targets]
-
-    def engine_for(staged: StagedGNN) -> tuple[SingleEngine | GPipeEngine, Tensor]:
-        ids = staged.attach(plan)
-        return (SingleEngine(staged, CPU, 3) if engine == "single"
-                else GPipeEngine(staged, [CPU, CPU], [1, len(staged) - 1], 3, "except_last")), ids
-
-    run, ids = engine_for(model)
     run.train_step(ids, labels, labels.numel())  # builds structures and gathers for epoch 0's draw
     model.zero_grad()
     model.replace(ids, later)
     run.redraw(model, ids)
     loss = run.train_step(ids, labels, labels.numel())
     out = run.predict(ids)
-    other, other_ids = engine_for(fresh)
+    fresh, other_run, other_ids = other.model, other.engine, other.training.ids
     fresh.replace(other_ids, later)
-    assert loss == other.train_step(other_ids, labels, labels.numel())
-    assert torch.equal(out, other.predict(other_ids))
+    assert loss == other_run.train_step(other_ids, labels, labels.numel())
+    assert torch.equal(out, other_run.predict(other_ids))
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), fresh.parameters()))
 
 
@@ -294,40 +301,33 @@ def test_a_redrawn_epoch_trains_as_a_model_built_on_it(graph: Graph, framework: 
 @pytest.mark.parametrize("engine", ["single", "gpipe"])
 @pytest.mark.parametrize("kind", list(MODELS))
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_layerwise_evaluation_equals_full_graph(graph: Graph, framework: str, kind: str, engine: str,
-                                                halo: str) -> None:
+def test_layerwise_evaluation_equals_full_graph(built_with, graph: Graph, framework: str, kind: str,
+                                                engine: str, halo: str) -> None:
     """``microbatch.evaluation=layerwise``: a model trained with exact or sampled micro-batches keeps
     caches for layer-wise evaluation alone. Its training step is that of the same model without them
     (outputs, loss and gradients bit for bit: training neither reads nor writes them), and after the
     weights change, layer-wise evaluation over historical 1-hop blocks of every node gives the full
     graph's outputs (float64)."""
-    backend = get_backend(framework)
-    model = build_model(MODELS[kind], backend, graph.x, graph.num_classes, history=True, refresh_only=True)
-    plain = build_model(MODELS[kind], backend, graph.x, graph.num_classes)
-    plain.load_state_dict(model.state_dict())  # the caches are not in it: the same weights
+    fanouts = [2] * MODELS[kind]["layers"] if halo == "sampled" else None
+    trainee, plain = (built_with(framework, kind, engine, chunks=3, halo=halo, fanouts=fanouts,
+                                 evaluation=evaluation) for evaluation in ("layerwise", "plan"))
+    model, train, every = trainee.model, trainee.training.plan, trainee.evaluation.plan
     assert not model.histories()  # none that training reads, counts or checkpoints
-    edge_index, weight = backend.computation_graph(kind, graph.edge_index, graph.num_nodes, graph.x.dtype)
-    computation = ComputationGraph(edge_index, graph.num_nodes, weight)
-    fanouts = (2,) * model.num_layers if halo == "sampled" else None
-    train = build_plan(computation, graph.split("train"),
-                       PlanSpec(3, model.num_layers, halo=halo, partitioner="metis", fanouts=fanouts))
-    every = build_plan(computation, graph.split("all"), PlanSpec(3, model.num_layers, halo="historical"))
+    assert every.halo == "historical" and every.targets.numel() == graph.num_nodes
+    plain.model.load_state_dict(model.state_dict())  # the caches are not in it: the same weights
     labels = graph.y[train.targets]
     runs = []
-    for staged in (model, plain):
-        ids = staged.attach(train)
-        run = (SingleEngine(staged, CPU, 3) if engine == "single"
-               else GPipeEngine(staged, [CPU, CPU], [1, len(staged) - 1], 3, "except_last"))
+    for built in (trainee, plain):
+        run, ids = built.engine, built.training.ids
         runs.append((run, run.predict(ids), run.train_step(ids, labels, labels.numel())))
     (run, out, loss), (_, plain_out, plain_loss) = runs
     assert torch.equal(out, plain_out) and loss == plain_loss
-    assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), plain.parameters()))
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), plain.model.parameters()))
     with torch.no_grad():
         for p in model.parameters():
             p -= 0.5 * p.grad
-    eval_ids = model.attach(every)
     model.eval()
-    logits = run.refresh(model, eval_ids)[torch.argsort(every.targets)]
+    logits = run.refresh(model, trainee.evaluation.ids)[torch.argsort(every.targets)]
     expected, _ = reference(framework, copy.deepcopy(model), graph, graph.split("all"))
     assert_close(logits, expected)
 
@@ -348,21 +348,17 @@ def test_exact_on_cora(data_root, cache_dir, framework: str, kind: str, engine: 
 
 
 @pytest.mark.parametrize("first, once", [("once_per_step", True), ("per_micro_batch", False)])
-def test_first_layer_transform_runs_over_each_row_once_per_step(graph: Graph, first: str, once: bool) -> None:
+def test_first_layer_transform_runs_over_each_row_once_per_step(built_with, graph: Graph, first: str,
+                                                                once: bool) -> None:
     """With the first transform once per step, a training step (and an evaluation) transforms every row
     the micro-batches read exactly once; per micro-batch, halo rows are transformed again in each."""
-    model = build_model(MODELS["gat"], get_backend("pyg"), graph.x, graph.num_classes, first_transform=first)
+    trainee = built_with("pyg", "gat", "single", chunks=4, targets="all", first=first)
+    model, engine, ids, plan = trainee.model, trainee.engine, trainee.training.ids, trainee.training.plan
     seen: list[Tensor] = []
     model[0].transform.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
-    backend = get_backend("pyg")
-    edge_index, _ = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
-    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes), graph.split("all"),
-                      PlanSpec(4, 2, partitioner="metis"))
-    ids = model.attach(plan)
     distinct = torch.unique(torch.cat([mb.nodes for mb in plan.micro_batches])).numel()
     read = sum(mb.nodes.numel() for mb in plan.micro_batches)
     assert read > distinct  # the halos overlap
-    engine = SingleEngine(model, CPU, 4)
     engine.train_step(ids, graph.y[plan.targets], plan.targets.numel())
     assert seen == ([distinct] if once else [mb.nodes.numel() for mb in plan.micro_batches])
     seen.clear()
@@ -371,26 +367,20 @@ def test_first_layer_transform_runs_over_each_row_once_per_step(graph: Graph, fi
 
 
 @pytest.mark.usefixtures("float64")
-def test_lazy_first_transform_equals_eager(graph: Graph) -> None:
+def test_lazy_first_transform_equals_eager(built_with, graph: Graph) -> None:
     """Transformed lazily (as the pipelining engine does: each row when the first micro-batch that reads
     it runs), the first layer gives the same loss and gradients as transformed all at once, still each
     row once per step: micro-batch 0 transforms all its rows, each later one only rows no earlier one read."""
-    graph.x = graph.x.double()
-    backend = get_backend("pyg")
-    eager = build_model(MODELS["gat"], backend, graph.x, graph.num_classes)
-    lazy = copy.deepcopy(eager)
-    edge_index, _ = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
-    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes), graph.split("all"),
-                      PlanSpec(4, 2, partitioner="metis"))
+    eager, lazy = (built_with("pyg", "gat", "single", chunks=4, targets="all") for _ in range(2))
+    plan = eager.training.plan
     seen: list[int] = []
-    lazy[0].transform.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
+    lazy.model[0].transform.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
     losses, grads = [], []
-    for model, lazily in ((eager, False), (lazy, True)):
-        ids = model.attach(plan)
-        engine = SingleEngine(model, CPU, 4)
+    for built, lazily in ((eager, False), (lazy, True)):
+        engine = built.engine
         engine.lazy_first = lazily
-        losses.append(engine.train_step(ids, graph.y[plan.targets], plan.targets.numel()))
-        grads.append([p.grad for p in model.parameters()])
+        losses.append(engine.train_step(built.training.ids, graph.y[plan.targets], plan.targets.numel()))
+        grads.append([p.grad for p in built.model.parameters()])
     assert losses[1] == pytest.approx(losses[0], rel=1e-12)
     assert_grads_close(grads[1], grads[0])
     read = [set(mb.nodes.tolist()) for mb in plan.micro_batches]

@@ -75,7 +75,9 @@ def _check_kinds(path: Path, value: Any) -> None:
         if not isinstance(node, _KINDS):
             raise ValueError(f"{path}: holds a value of type {type(node).__name__}, which no Hydra file does")
         if isinstance(node, dict):
-            stack.extend(node.keys())
+            odd = next((k for k in node if not isinstance(k, (str, int, float, bool))), None)
+            if odd is not None or None in node:
+                raise ValueError(f"{path}: holds a key {odd!r}, which no config does")
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)

@@ -211,7 +211,7 @@ def recompose(root: str | Path) -> list[Drift]:
     ``error``.
 
     Raises:
-        TooManyRecords: more than `MAX_RECOMPOSED` records, counted before any is read: the files by
+        TooManyRecords: more than `MAX_RECOMPOSED` records, counted before any is loaded: the files by
             name, an archive's by its keys."""
     root = Path(root)
     count = _count(root)
@@ -223,8 +223,9 @@ def recompose(root: str | Path) -> list[Drift]:
 
 
 def _count(root: Path) -> int:
-    """How many records `_records` will give for ``root``, counted without reading any: its record files
-    by name and its archives' keys (an archive that cannot be read is one, its error)."""
+    """How many records `_records` will give for ``root``, counted before any is loaded: its record files
+    by name, and its archives' keys (a pass over each archive that keeps no value; one that cannot be
+    read is one, its error)."""
     count = 0 if is_archive(root) else len(find_records(root))
     for archive in archives_of(root):
         try:

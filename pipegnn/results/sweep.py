@@ -34,7 +34,7 @@ from pipegnn.results.record_files import (
     natural_key,
     place_of,
 )
-from pipegnn.results.sweep_plan import SweepPlanError, _plan, _settings
+from pipegnn.results.sweep_plan import Parsed, SweepPlanError, _plan, _settings
 from pipegnn.results.sweep_plan import planned_jobs as planned_jobs
 
 __all__ = ["INCOMPLETE", "Job", "sweep_jobs", "unrecorded_jobs"]
@@ -73,14 +73,19 @@ def _overrides(directory: Path) -> list[str] | None:
     return [str(o) for o in saved] if isinstance(saved, list) else None
 
 
+#: `_job_info`'s ``hydra`` when the job's ``hydra.yaml`` is not to be read (tried already, or past a budget).
+_UNREAD = object()
+
+
 def _job_info(directory: Path, hydra: Any = None) -> tuple[int | None, str]:
-    """A job's number (its ``.hydra/hydra.yaml``, or ``hydra``: that file read already) and overrides."""
+    """A job's number (its ``.hydra/hydra.yaml``; ``hydra``: that file read already, or `_UNREAD`) and
+    overrides."""
     num = None
     overrides = _overrides(directory)
     try:
         if hydra is None:
             hydra = read_hydra_file(directory / ".hydra" / "hydra.yaml")
-        num = int(_get(hydra, "hydra", "job", "num"))
+        num = int(_get(hydra, "hydra", "job", "num"))  # (_UNREAD: no number, as a file without one)
     except Exception:  # noqa: BLE001 - no file, no number (an interpolation is no number either)
         if directory.name.isdigit():
             num = int(directory.name)
@@ -103,8 +108,8 @@ class _Budget:
         """Whether ``paths`` fit in what is left (taking their sizes from it when they do)."""
         sizes = []
         for path in paths:
-            try:
-                sizes.append(path.stat().st_size)
+            try:  # (a file past MAX_YAML_BYTES is refused unparsed: charged as much)
+                sizes.append(min(path.stat().st_size, MAX_YAML_BYTES))
             except (OSError, RuntimeError):  # not there (read as absent), or a link loop
                 sizes.append(0)
         if sum(sizes) > self.left:
@@ -125,7 +130,7 @@ def _incomplete(directory: Path, budget: _Budget) -> Job:
     """A job Hydra started that left no record, with what its ``.hydra/`` files tell of its config (while
     ``budget`` lasts)."""
     config: Any = {}
-    hydra: Any = None
+    hydra: Any = _UNREAD  # past the budget, or unreadable: not read (again) for the job's number
     choices = None
     files = directory / ".hydra" / "config.yaml", directory / ".hydra" / "hydra.yaml"
     if budget.take(*files):
@@ -166,6 +171,7 @@ def _missing(sweep_dir: Path, started: Iterable[Path], budget: _Budget) -> list[
     if plan is None:
         return []
     cfg, planned = plan
+    parsed = Parsed()  # each distinct override of the plan parsed once for the missing jobs' columns
     started = {place_of(d) for d in started}
     ran = {tuple(o) for o in (_overrides(d) for d in started) if o is not None}
     jobs = []
@@ -177,7 +183,7 @@ def _missing(sweep_dir: Path, started: Iterable[Path], budget: _Budget) -> list[
             job = _incomplete(directory, budget)
             job.num, job.overrides = num, " ".join(overrides)
         else:
-            config, choices = _settings(overrides, cfg)
+            config, choices = _settings(overrides, cfg, parsed)
             job = Job(directory, num, " ".join(overrides), "missing",
                       f"never started: job {num} of the sweep ({' '.join(overrides)})", False,
                       config=config, choices=choices)

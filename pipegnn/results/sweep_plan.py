@@ -8,7 +8,6 @@ as text, never imported; a damaged plan raises [`SweepPlanError`][pipegnn.result
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import re
@@ -110,7 +109,7 @@ def _plan(sweep_dir: Path) -> tuple[dict[str, Any], list[tuple[list[str], Path]]
         raise
     except Exception:  # noqa: BLE001 - overrides that need the config to expand (a glob): unknown here
         return None
-    return cfg, [(job, sweep_dir / subdir) for job, subdir in zip(jobs, _subdirs(cfg, jobs))]
+    return cfg, [(job, sweep_dir / subdir) for job, subdir in zip(jobs, _subdirs(cfg, jobs, Parsed()))]
 
 
 def expand_jobs(overrides: list[Any], marker: Path) -> list[list[str]]:
@@ -144,23 +143,27 @@ def expand_jobs(overrides: list[Any], marker: Path) -> list[list[str]]:
     if count * len(values) > MAX_PLANNED_OVERRIDES:
         raise SweepPlanError(f"{marker}: plans {count:,} jobs of {len(values):,} overrides each, more than "
                              f"{MAX_PLANNED_OVERRIDES:,} overrides in all: not expanded")
-    chars = sum(sum(map(len, found)) * (count // len(found)) for found in values.values())
+    chars = sum(sum(map(len, found)) * (count // len(found)) for found in values.values() if found)
     if chars > MAX_PLANNED_CHARS:
         raise SweepPlanError(f"{marker}: plans {count:,} jobs whose overrides hold {chars:,} characters in "
                              f"all, more than {MAX_PLANNED_CHARS:,}: not expanded")
     return [list(job) for job in itertools.product(*values.values())]
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _parsed(override: str) -> Any:
-    """One override parsed by Hydra's parser, each distinct one once: a sweep's jobs repeat their keys'
-    values in every job (10,000 jobs of 49 keys, each job parsed whole, took a minute)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+class Parsed(dict[str, Any]):
+    """Overrides parsed by Hydra's parser, each distinct one once within one plan (a sweep's jobs repeat
+    their keys' values in every job: 10,000 jobs of 49 keys, each job parsed whole, took a minute); one
+    per plan, so that what it holds is bounded by the plan's bounds. ``parsed(override)``."""
 
-    return OverridesParser.create().parse_overrides([override])[0]
+    def __call__(self, override: str) -> Any:
+        if override not in self:
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+
+            self[override] = OverridesParser.create().parse_overrides([override])[0]
+        return self[override]
 
 
-def _subdirs(cfg: dict[str, Any], jobs: list[list[str]]) -> list[str]:
+def _subdirs(cfg: dict[str, Any], jobs: list[list[str]], parsed: Parsed) -> list[str]:
     """``hydra.sweep.subdir`` of each job (as Hydra's launchers set it up; interpolations between the
     plan's keys only, see `_inert`); a job's number where it cannot be worked out. The plan's Hydra
     config is built once (once per job, 10,000 jobs took minutes)."""
@@ -176,7 +179,7 @@ def _subdirs(cfg: dict[str, Any], jobs: list[list[str]]) -> list[str]:
     out = []
     for num, overrides in enumerate(jobs):
         try:
-            lines = sorted(o.input_line for o in map(_parsed, overrides) if o.key_or_group not in exclude)
+            lines = sorted(o.input_line for o in map(parsed, overrides) if o.key_or_group not in exclude)
             dirname = re.sub("=", settings.get("kv_sep", "="), settings.get("item_sep", ",").join(lines))
             hydra.hydra.job.num, hydra.hydra.job.id, hydra.hydra.job.override_dirname = num, num, dirname
             subdir = str(OmegaConf.select(hydra, "hydra.sweep.subdir", throw_on_missing=True))
@@ -187,7 +190,8 @@ def _subdirs(cfg: dict[str, Any], jobs: list[list[str]]) -> list[str]:
     return out
 
 
-def _settings(overrides: list[str], sweep_cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _settings(overrides: list[str], sweep_cfg: dict[str, Any],
+              parsed: Parsed) -> tuple[dict[str, Any], dict[str, Any]]:
     """What a job's overrides say of its config: (config keys they set, config-group choices). A key is
     a group when the sweep's config chose it as one, names a path or package (``a/b``, ``g@pkg``), or
     is a top-level key with a text value that is no leaf of the sweep's config (``+variant=x``)."""
@@ -196,7 +200,7 @@ def _settings(overrides: list[str], sweep_cfg: dict[str, Any]) -> tuple[dict[str
     try:
         groups = set(_get(sweep_cfg, "hydra", "runtime", "choices") or {})
         base = sweep_cfg
-        for o in map(_parsed, overrides):
+        for o in map(parsed, overrides):
             key = o.key_or_group
             if o.is_delete() or key == "hydra" or key.startswith(("hydra.", "hydra/")):
                 continue

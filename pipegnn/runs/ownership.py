@@ -214,7 +214,7 @@ class SweepOwner(Callback):
                              and OmegaConf.select(config, "engine.launcher") == "external")
             if torchrun_rank:  # another rank of a pipeline under torchrun: rank 0 claims the folder; this
                 # rank refuses what rank 0 refuses but the claim (which its rank 0 may hold), before Hydra
-                # makes the folder, and Hydra makes it as rank 0 spells it (R/x/.. made R/x)
+                # makes the folder, and Hydra makes it normalised (R/x/.. made R/x)
                 folder = Path(os.path.normpath(str(config.hydra.run.dir)))
                 check_folder(folder, "hydra.run.dir", make=False)
                 not_inside_another(folder, "hydra.run.dir")

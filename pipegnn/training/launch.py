@@ -300,8 +300,9 @@ def _train(cfg: Config, record: RunRecord, on_epoch: Callable[[dict[str, Any]], 
                           "checkpoints in; give run() an output_dir (or state_dir), or set it to null")
     engine = cfg.engine
     pipelining = isinstance(engine, PipeliningEngineConfig)
-    if cfg.train.checkpoint_every is not None and state_dir is not None and not is_secondary_rank(cfg):
-        _check_checkpoint_paths(state_dir, len(engine.devices) if pipelining else 1)  # (rank 0's folder)
+    checks = cfg.train.checkpoint_every is not None
+    if checks and state_dir is not None and not is_secondary_rank(cfg):  # (another rank's: below)
+        _check_checkpoint_paths(state_dir, len(engine.devices) if pipelining else 1)
     if pipelining and engine.launcher is Launcher.spawn and not one_rank:
         # this process starts one worker per rank, each running run_rank, and waits for them
         return spawn(cfg, record, target=run_rank, on_epoch=on_epoch, state_dir=state_dir)
@@ -314,6 +315,8 @@ def _train(cfg: Config, record: RunRecord, on_epoch: Callable[[dict[str, Any]], 
         with process_group(engine):  # this process is one rank (a spawned worker or under torchrun)
             if engine.launcher is Launcher.external:
                 state_dir = rank0_folder(state_dir)
+                if checks and is_secondary_rank(cfg) and state_dir is not None:  # its own, on another host
+                    _check_checkpoint_paths(state_dir, len(engine.devices))
             opened = files_opened()
             devices = train_rank(cfg, record, on_epoch, state_dir)
             record.memory = {**record.memory, **gather_memory(devices)}

@@ -9,10 +9,9 @@ from pipegnn.backends import get_backend
 from pipegnn.data import Graph
 from pipegnn.engines import auto_balance, even_balance, unit_balance
 from pipegnn.engines.balance import mask_draw_costs, measure_unit_costs
-from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import build_model
 
-from tests.helpers import make_cfg
+from tests.helpers import build_on, make_cfg, model_keys
 
 
 def test_balance_in_layers_or_units() -> None:
@@ -51,12 +50,10 @@ def test_auto_balance_minimises_the_busiest_stage() -> None:
 
 
 def test_measuring_units_leaves_training_unchanged(graph: Graph) -> None:
-    backend = get_backend("pyg")
-    model = build_model(dict(name="gat", hidden=4, heads=2, out_heads=1, layers=2, dropout=0.5), backend,
-                        graph.x, graph.num_classes)
-    edge_index, _ = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
-    ids = model.attach(build_plan(ComputationGraph(edge_index, graph.num_nodes), graph.split("train"),
-                                  PlanSpec(3, 2)))
+    group, keys = model_keys(dict(name="gat", hidden=4, heads=2, out_heads=1, layers=2, dropout=0.5))
+    trainee = build_on(graph, ["framework=pyg", *group, "engine=single"],
+                       {**keys, "chunks": 3, "microbatch.halo": "exact", "microbatch.targets": "train"})
+    model, ids = trainee.model, trainee.training.ids
     state = torch.get_rng_state()
     costs = measure_unit_costs(model, ids, torch.device("cpu"))
     assert len(costs) == 4 and all(c > 0 for c in costs)

@@ -3,19 +3,11 @@ tracker and the chunk's position in the step): in every checkpoint mode, recompu
 partitions compute the single engine's outputs and gradients (float64, dropout 0)."""
 from __future__ import annotations
 
-import copy
-
 import pytest
-import torch
 
-from pipegnn.backends import get_backend
-from pipegnn.engines import IGNORE, GPipeEngine, SingleEngine
-from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
-from pipegnn.models import build_model
+from pipegnn.models import units_per_layer
 
-from tests.helpers import assert_close, assert_grads_close, random_graph
-
-CPU = torch.device("cpu")
+from tests.helpers import assert_close, assert_grads_close, build_on, model_keys, random_graph
 
 
 @pytest.mark.usefixtures("float64")
@@ -26,21 +18,20 @@ CPU = torch.device("cpu")
 def test_every_checkpoint_mode_computes_the_single_engines_step(kind: dict, checkpoint: str) -> None:
     graph = random_graph(num_nodes=80, num_edges=300)
     graph.x = graph.x.double()
-    backend = get_backend("pyg")
-    model = build_model(kind, backend, graph.x, graph.num_classes)
-    edges, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes, torch.float64)
-    plan = build_plan(ComputationGraph(edges, graph.num_nodes, weight), torch.arange(graph.num_nodes),
-                      PlanSpec(4, model.num_layers, partitioner="random"))
-    ids = model.attach(plan)
-    labels = torch.where(graph.train_mask, graph.y, IGNORE)[plan.targets]
-    labelled = int(graph.train_mask.sum())
-    results = []
+    group, keys = model_keys(kind)
+    stages = {"engine.checkpoint": checkpoint, "engine.balance": [3, sum(units_per_layer(kind)) - 3]}
+    results, weights = [], None
     for engine in ("single", "gpipe"):
-        staged = copy.deepcopy(model)
-        runner = (SingleEngine(staged, CPU, 4, timeline=False) if engine == "single" else
-                  GPipeEngine(staged, [CPU, CPU], [3, len(staged) - 3], 4, checkpoint, timeline=False))
+        trainee = build_on(graph, ["framework=pyg", *group, f"engine={engine}"],
+                           {**keys, "chunks": 4, "microbatch.halo": "exact", "microbatch.targets": "all",
+                            "microbatch.partition": "random", "engine.timeline": False,
+                            **(stages if engine == "gpipe" else {})})
+        staged, runner, ids = trainee.model, trainee.engine, trainee.training.ids
+        if weights is None:
+            weights = staged.state_dict()
+        staged.load_state_dict(weights)  # the same seed gives the same weights: made sure
         logits = runner.predict(ids)
-        loss = runner.train_step(ids, labels, labelled)
+        loss = runner.train_step(ids, *trainee.train_labels())
         results.append((logits, loss, [p.grad for p in staged.parameters()]))
     (single, single_loss, single_grads), (piped, piped_loss, piped_grads) = results
     assert_close(piped, single)

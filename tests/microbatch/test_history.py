@@ -8,33 +8,29 @@ import pytest
 import torch
 
 from pipegnn import run
-from pipegnn.backends import get_backend
 from pipegnn.data import Graph
-from pipegnn.engines import GPipeEngine, SingleEngine
-from pipegnn.microbatch import ComputationGraph, History, PlanSpec, build_plan
-from pipegnn.models import StagedGNN, build_model
+from pipegnn.microbatch import History
+from pipegnn.models import StagedGNN
 
-from tests.helpers import make_cfg
+from tests.helpers import build_on, make_cfg, model_keys
 from tests.test_exactness import MODELS, reference
 
-CPU = torch.device("cpu")
 
-
-def historical_model(framework: str, kind: str, graph: Graph, chunks: int, engine: str,
-                     targets: torch.Tensor) -> tuple[StagedGNN, object, torch.Tensor, torch.Tensor, list]:
-    """A model with history caches, an all-node plan (for refresh) and a plan over ``targets``."""
+def historical_model(framework: str, kind: str, graph: Graph, chunks: int,
+                     engine: str) -> tuple[StagedGNN, object, torch.Tensor, torch.Tensor, list]:
+    """The run's pieces as ``pipegnn.build`` makes them with historical halos over the training nodes:
+    the model with its history caches, the engine, the ids of the layer-wise evaluation's plan over every
+    node (for refresh) and of the training plan, and [the two plans, the full graph's outputs]."""
     graph.x = graph.x.double()
-    backend = get_backend(framework)
-    model = build_model(MODELS[kind], backend, graph.x, graph.num_classes, history=True)
-    edge_index, weight = backend.computation_graph(kind, graph.edge_index, graph.num_nodes, torch.float64)
-    plans = [build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), t,
-                        PlanSpec(chunks, model.num_layers, halo="historical", partitioner="metis"))
-             for t in (graph.split("all"), targets)]
+    group, keys = model_keys(MODELS[kind])
+    stages = {"engine.balance": [1, 2 * MODELS[kind]["layers"] - 1]} if engine == "gpipe" else {}
+    trainee = build_on(graph, [f"framework={framework}", *group, f"engine={engine}"],
+                       {**keys, **stages, "chunks": chunks, "microbatch.halo": "historical",
+                        "microbatch.targets": "train", "microbatch.partition": "metis",
+                        "microbatch.evaluation": "layerwise"})
+    model, evaluation, training = trainee.model, trainee.evaluation, trainee.training
     expected, _ = reference(framework, copy.deepcopy(model), graph, graph.split("all"))
-    all_ids, target_ids = (model.attach(p) for p in plans)
-    runner = (SingleEngine(model, CPU, chunks) if engine == "single"
-              else GPipeEngine(model, [CPU, CPU], [1, len(model) - 1], chunks, "except_last"))
-    return model, runner, all_ids, target_ids, [plans, expected]
+    return model, trainee.engine, evaluation.ids, training.ids, [[evaluation.plan, training.plan], expected]
 
 
 @pytest.mark.usefixtures("float64")
@@ -44,9 +40,8 @@ def historical_model(framework: str, kind: str, graph: Graph, chunks: int, engin
 @pytest.mark.parametrize("framework", ["pyg", "dgl"])
 def test_filled_cache_gives_full_graph_outputs(graph: Graph, framework: str, kind: str, chunks: int,
                                                engine: str) -> None:
-    targets = graph.split("train")
-    model, runner, all_ids, target_ids, (plans, expected) = historical_model(
-        framework, kind, graph, chunks, engine, targets)
+    model, runner, all_ids, target_ids, (plans, expected) = historical_model(framework, kind, graph, chunks,
+                                                                             engine)
     model.eval()
     refreshed = model.refresh(all_ids)  # layer-wise: exact, and fills every cache row
     torch.testing.assert_close(refreshed[torch.argsort(plans[0].targets)], expected, rtol=1e-9, atol=1e-9)
@@ -57,9 +52,7 @@ def test_filled_cache_gives_full_graph_outputs(graph: Graph, framework: str, kin
 @pytest.mark.usefixtures("float64")
 def test_without_refresh_the_cache_is_stale(graph: Graph) -> None:
     """Changing the parameters after the refresh makes the cached rows stale: outputs differ."""
-    targets = graph.split("train")
-    model, runner, all_ids, target_ids, (plans, _) = historical_model("pyg", "gcn", graph, 3, "single",
-                                                                     targets)
+    model, runner, all_ids, target_ids, (plans, _) = historical_model("pyg", "gcn", graph, 3, "single")
     model.eval()
     model.refresh(all_ids)
     with torch.no_grad():
@@ -75,8 +68,7 @@ def test_staleness_counts_steps_since_refresh(graph: Graph) -> None:
     """One micro-batch over the training nodes: its halo rows are refreshed only by the layer-wise
     pass, so their age is the number of steps since that pass."""
     targets = graph.split("train")
-    model, runner, all_ids, target_ids, (plans, _) = historical_model("pyg", "gat", graph, 1, "single",
-                                                                     targets)
+    model, runner, all_ids, target_ids, (plans, _) = historical_model("pyg", "gat", graph, 1, "single")
     assert plans[1].micro_batches[0].sources[1] > plans[1].micro_batches[0].sizes[1]  # has halo rows
     labels = graph.y[plans[1].targets]
     model.eval()

@@ -11,11 +11,11 @@ from torch import Tensor
 
 from pipegnn.backends import FRAMEWORKS, get_backend
 from pipegnn.data import Graph
-from pipegnn.engines import GPipeEngine, SingleEngine
 from pipegnn.engines.base import exact_loss
-from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.models import FIRST_TRANSFORMS, PRECISIONS, build_model
 from pipegnn.models.precision import autocast_dtype, dtype_name
+
+from tests.helpers import build_on, model_keys
 
 CPU = torch.device("cpu")
 MODELS = {
@@ -42,19 +42,17 @@ def relative(a: Tensor | list[Tensor], b: Tensor | list[Tensor]) -> float:
 def staged(framework: str, kind: str, graph: Graph, precision: str, chunks: int, engine: str = "single",
            first: str = "once_per_step", halo: str = "exact", aggregation: str = "messages",
            device: torch.device = CPU):
-    """A fresh model (seed 0, so every call has the same initial weights) with a plan over all nodes,
-    and an engine running it on ``device`` (every stage's)."""
-    torch.manual_seed(0)
-    backend = get_backend(framework)
-    model = build_model({**MODELS[kind], "aggregation": aggregation}, backend, graph.x, graph.num_classes,
-                        history=halo == "historical", first_transform=first, precision=precision)
-    edge_index, weight = backend.computation_graph(kind, graph.edge_index, graph.num_nodes)
-    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), graph.split("all"),
-                      PlanSpec(chunks, model.num_layers, halo=halo, partitioner="metis"))
-    ids = model.attach(plan)
-    run = (SingleEngine(model, device, chunks) if engine == "single"
-           else GPipeEngine(model, [device, device], [1, len(model) - 1], chunks, "except_last"))
-    return model, plan, ids, run
+    """The model, its plan over all nodes, their ids and the engine on ``device`` (every stage's; GPipe's
+    first stage the first layer's transform), as ``pipegnn.build`` makes them (seed 0, so every call has
+    the same initial weights)."""
+    group, keys = model_keys({**MODELS[kind], "aggregation": aggregation})
+    where = {"engine.device": str(device)} if engine == "single" else \
+        {"engine.devices": [str(device)] * 2, "engine.balance": [1, 2 * MODELS[kind]["layers"] - 1]}
+    trainee = build_on(graph, [f"framework={framework}", *group, f"engine={engine}"],
+                       {**keys, **where, "chunks": chunks, "train.seed": 0, "train.precision": precision,
+                        "microbatch.first_transform": first, "microbatch.halo": halo,
+                        "microbatch.targets": "all", "microbatch.partition": "metis"})
+    return trainee.model, trainee.training.plan, trainee.training.ids, trainee.engine
 
 
 def outputs_and_grads(framework: str, kind: str, graph: Graph, precision: str, chunks: int,

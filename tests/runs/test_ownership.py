@@ -587,7 +587,9 @@ def test_a_fifo_at_sweep_log_never_holds_the_sweep(tmp_path: Path) -> None:
 @pytest.mark.parametrize("how", ["sweep output_subdir outside", "sweep job.name outside", "log file outside",
                                  "tracker folder a link", "RANK=1 outside torchrun", "rank 1 under torchrun",
                                  "RANK=00 under torchrun", "rank 1 under torchrun, inside it",
-                                 "rank 1 under torchrun, through it", "rank 1 under torchrun, subdir outside",
+                                 # (the second and third cases of rank 1's checks: make test-all)
+                                 *(pytest.param(f"rank 1 under torchrun, {how}", marks=pytest.mark.slow)
+                                   for how in ("through it", "subdir outside")),
                                  "run inside it"])
 def test_what_probing_found_again_writes_nothing_into_another_run(tmp_path: Path, run_a: Path,
                                                                    how: str) -> None:

@@ -6,34 +6,27 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from omegaconf import OmegaConf
 
 from pipegnn import ConfigError, run
-from pipegnn.backends import get_backend
 from pipegnn.data import Graph
-from pipegnn.engines import GPipeEngine, SingleEngine
-from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
-from pipegnn.models import build_model
 from pipegnn.timeline import Box
 from pipegnn.training.launch import check_run
 
-from tests.helpers import make_cfg
+from tests.helpers import build_on, make_cfg, model_keys
 
-CPU = torch.device("cpu")
 GAT = dict(name="gat", hidden=4, heads=2, out_heads=1, layers=2, dropout=0.0)
 
 
 def _engine(graph: Graph, name: str, chunks: int, checkpoint: str = "except_last"):
-    backend = get_backend("pyg")
-    model = build_model(GAT, backend, graph.x, graph.num_classes)
-    edge_index, _ = backend.computation_graph("gat", graph.edge_index, graph.num_nodes)
-    plan = build_plan(ComputationGraph(edge_index, graph.num_nodes), graph.split("train"),
-                      PlanSpec(chunks, 2))
-    ids = model.attach(plan)
-    engine = (SingleEngine(model, CPU, chunks) if name == "single"
-              else GPipeEngine(model, [CPU, CPU], [1, 3], chunks, checkpoint))
-    return engine, ids, graph.y[plan.targets]
+    """The run's pieces as ``pipegnn.build`` makes them (exact halos over the training nodes; GPipe's
+    stages: the first layer's transform, then the rest)."""
+    group, keys = model_keys(GAT)
+    stages = {"engine.balance": [1, 3], "engine.checkpoint": checkpoint} if name == "gpipe" else {}
+    trainee = build_on(graph, ["framework=pyg", *group, f"engine={name}"],
+                       {**keys, **stages, "chunks": chunks, "microbatch.halo": "exact",
+                        "microbatch.targets": "train"})
+    return trainee.engine, trainee.training.ids, trainee.train_labels()[0]
 
 
 def _step(engine, ids, labels) -> list[Box]:

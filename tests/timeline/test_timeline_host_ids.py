@@ -9,14 +9,8 @@ import pytest
 import torch
 from torchgpipe.checkpoint import is_recomputing
 
-from pipegnn.backends import get_backend
-from pipegnn.engines import GPipeEngine, SingleEngine
-from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
-from pipegnn.models import build_model
+from tests.helpers import build_on, model_keys, random_graph
 
-from tests.helpers import random_graph
-
-CPU = torch.device("cpu")
 GAT = dict(name="gat", hidden=4, heads=2, out_heads=1, layers=2, dropout=0.0)
 CHUNKS = 8
 
@@ -26,21 +20,21 @@ CHUNKS = 8
     ("gpipe-two-threads", "except_last"), ("gpipe-two-threads", "never")])
 def test_box_ids_are_the_id_tensors_values(engine: str, checkpoint: str | None) -> None:
     graph = random_graph(num_nodes=80, num_edges=300)
-    backend = get_backend("pyg")
-    model = build_model(GAT, backend, graph.x, graph.num_classes)
-    edges, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes)
-    targets = torch.arange(graph.num_nodes)  # microbatch.targets=all
-    plan = build_plan(ComputationGraph(edges, graph.num_nodes, weight), targets,
-                      PlanSpec(CHUNKS, model.num_layers, partitioner="random"))
-    ids = model.attach(plan)
+    group, keys = model_keys(GAT)
+    # "cpu" and "cpu:0" are different devices to torchgpipe: a worker thread each
+    where = {} if engine == "single" else {"engine.checkpoint": checkpoint, "engine.devices":
+                                            ["cpu", "cpu"] if engine == "gpipe" else ["cpu", "cpu:0"]}
+    name = "single" if engine == "single" else "gpipe"
+    trainee = build_on(graph, ["framework=pyg", *group, f"engine={name}"],
+                       {**keys, **where, "chunks": CHUNKS, "microbatch.halo": "exact",
+                        "microbatch.targets": "all", "microbatch.partition": "random"})
+    runner, ids, plan = trainee.engine, trainee.training.ids, trainee.training.plan
+    targets = plan.targets
     if engine == "single":
-        runner = SingleEngine(model, CPU, CHUNKS)
         stages = [runner.model]
     else:
-        units = len(model)
-        # "cpu" and "cpu:0" are different devices to torchgpipe: a worker thread each
-        devices = [CPU, CPU] if engine == "gpipe" else [CPU, torch.device("cpu", 0)]
-        runner = GPipeEngine(model, devices, [units // 2, units - units // 2], CHUNKS, checkpoint)
+        units = len(trainee.model)
+        assert [len(p) for p in runner.pipe.partitions] == [units // 2, units - units // 2]  # balance=null
         stages = list(runner.pipe.partitions)
     assert runner.timeline is not None  # the default: engine.timeline=true
 

@@ -224,6 +224,7 @@ def test_killed_rank_is_named_and_the_trained_epochs_are_kept(tmp_path: Path,
     assert not _still_alive(pids, timeout=10.0)
 
 
+@pytest.mark.slow  # make test-all (14 s: two sweeps of pipelined jobs)
 def test_the_forkserver_starts_outside_the_run_time(tmp_path: Path) -> None:
     """The forkserver's one-time start (its imports: here a preloaded module that takes 5 s) happens
     before the run's clock starts, so that the first pipelined job of a sweep does not pay it in its set-up
