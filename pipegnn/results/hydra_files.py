@@ -146,7 +146,9 @@ def _resolved_size(data: Any) -> int:
         else:
             total = len(value)
             for ref in _REFERENCE.findall(value):
-                total += size(ref.strip(), depth + 1)
+                # a relative one (${.a}: no Hydra file writes one) is not followed here: unbounded
+                total += size(ref.strip(), depth + 1) if not ref.strip().startswith(".") else \
+                    MAX_RESOLVED_CHARS + 1
                 if total > MAX_RESOLVED_CHARS:
                     break
         sizes[key] = min(total, MAX_RESOLVED_CHARS + 1)

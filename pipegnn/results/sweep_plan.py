@@ -18,7 +18,14 @@ from omegaconf import OmegaConf
 
 from pipegnn.config.compare import plain_config
 from pipegnn.jsonfile import NotRegularFileError
-from pipegnn.results.hydra_files import _RESOLVER_CALL, _get, _inert, read_hydra_file
+from pipegnn.results.hydra_files import (
+    _RESOLVER_CALL,
+    MAX_RESOLVED_CHARS,
+    _get,
+    _inert,
+    _resolved_size,
+    read_hydra_file,
+)
 
 __all__ = ["MAX_PLANNED_CHARS", "MAX_PLANNED_JOBS", "MAX_PLANNED_OVERRIDES", "SweepPlanError", "expand_jobs",
            "planned_jobs"]
@@ -34,6 +41,8 @@ MAX_PLANNED_OVERRIDES = 500_000
 #: its columns: 10,000 jobs holding a 50,000-character value took 2.5 GB; this project's sweeps: at most
 #: 200 characters a job).
 MAX_PLANNED_CHARS = 20_000_000
+#: The longest ``hydra.sweep.subdir`` worked out per job (a path holds at most 4,096 bytes).
+_MAX_SUBDIR_CHARS = 4096
 
 
 class SweepPlanError(ValueError):
@@ -169,6 +178,10 @@ def _subdirs(cfg: dict[str, Any], jobs: list[list[str]], parsed: Parsed) -> list
     config is built once (once per job, 10,000 jobs took minutes)."""
     raw = _get(cfg, "hydra", "sweep", "subdir")
     if raw in (None, "${hydra.job.num}"):
+        return [str(num) for num in range(len(jobs))]
+    # resolved once per job: a subdir no path can hold, or interpolations past their bound, are numbers
+    # (a 60,000-character subdir took 50 ms a job; a chain of doubling references grows without bound)
+    if len(str(raw)) > _MAX_SUBDIR_CHARS or _resolved_size({"hydra": cfg.get("hydra")}) > MAX_RESOLVED_CHARS:
         return [str(num) for num in range(len(jobs))]
     try:
         hydra = OmegaConf.create(_inert({"hydra": cfg["hydra"]}))

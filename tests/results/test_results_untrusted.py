@@ -544,6 +544,21 @@ def test_incomplete_jobs_configs_are_read_within_one_budget(tmp_path: Path,
     assert job.num == 1 and job.config == {} and job.choices == {}
 
 
+@pytest.mark.parametrize("levels", [40, 60])
+def test_relative_interpolations_are_not_resolved_past_their_bound(tmp_path: Path, levels: int) -> None:
+    """An 855-byte config.yaml of relative references doubling (``a1: ${.a0}${.a0}``) hung the listing (each
+    was counted as 4 characters, and OmegaConf resolved them in exponential time); a longer chain (a second
+    case) too. A relative reference is not followed by the bound now: the config is kept as written."""
+    sweep = killed_model_sweep(tmp_path / "sweep")
+    chain = "x:\n  a0: aaaaaaaaaaaaaaaa\n" + "".join(f"  a{i}: ${{.a{i - 1}}}${{.a{i - 1}}}\n"
+                                                      for i in range(1, levels))
+    (sweep / "1" / ".hydra" / "config.yaml").write_text(chain)
+    start = time.monotonic()
+    jobs = sweep_jobs(sweep)
+    assert time.monotonic() - start < _PATIENCE
+    assert next(j for j in jobs if j.status == "incomplete").config["x"]["a1"] == "${.a0}${.a0}"
+
+
 def test_a_yaml_alias_bomb_as_a_sweeps_plan_is_an_unreadable_plan(tmp_path: Path) -> None:
     sweep = _finished_but_one(tmp_path)
     (sweep / "multirun.yaml").write_text(_alias_bomb())
