@@ -58,8 +58,8 @@ _EXPORTS = {
                    "expand_jobs", "planned_jobs"),
     "hydra_files": ("MAX_RESOLVED_CHARS", "MAX_YAML_BYTES", "read_hydra_file"),
     "reproduce": ("MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "MAX_RECOMPOSED",
-                  "PLACE_KEYS", "Drift", "TooManyRecords", "command_jobs", "composed_now", "computed_keys",
-                  "drift", "recompose"),
+                  "MAX_RECOMPOSED_BYTES", "PLACE_KEYS", "Drift", "TooManyRecords", "command_jobs",
+                  "composed_now", "computed_keys", "drift", "recompose"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

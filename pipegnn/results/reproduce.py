@@ -22,11 +22,19 @@ from typing import Any, Iterator, Mapping, Sequence
 from pipegnn.config.compare import comparable_config, drop_keys
 from pipegnn.results.archive_format import ArchiveError, is_archive
 from pipegnn.results.archive_read import archives_of, entries, read
-from pipegnn.results.record_files import RECORD_NAME, RecordError, find_records, load_record, record_of
+from pipegnn.results.record_files import (
+    MAX_RECORD_BYTES,
+    RECORD_NAME,
+    RecordError,
+    find_records,
+    load_record,
+    record_of,
+)
 from pipegnn.run_record import RunRecord
 
-__all__ = ["MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "MAX_RECOMPOSED", "PLACE_KEYS",
-           "Drift", "TooManyRecords", "command_jobs", "composed_now", "computed_keys", "drift", "recompose"]
+__all__ = ["MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "MAX_RECOMPOSED",
+           "MAX_RECOMPOSED_BYTES", "PLACE_KEYS", "Drift", "TooManyRecords", "command_jobs", "composed_now",
+           "computed_keys", "drift", "recompose"]
 
 #: Keys that say where and how a run was kept, watched or bounded, not what it computed: where data and
 #: caches live, trackers, resume, checkpoints, caps and deadlines, how processes start, the trace.
@@ -199,6 +207,9 @@ def command_jobs(command: Sequence[str], params: Mapping[str, Any] | None = None
 #: The most records one ``--recompose`` of a folder composes (about 20 ms each: 10,000 in a few minutes;
 #: the committed references hold about 1,200). An archive of 65,536 tiny records took 20 minutes.
 MAX_RECOMPOSED = 10_000
+#: The most bytes of record files one ``--recompose`` of a folder reads (loading one costs about 37 ms a MB:
+#: 10,000 links to a 7.8 MB record would have taken 49 minutes); an archive is bounded by its own bounds.
+MAX_RECOMPOSED_BYTES = 1 << 30
 
 
 class TooManyRecords(ValueError):
@@ -218,8 +229,24 @@ def recompose(root: str | Path) -> list[Drift]:
     if count > MAX_RECOMPOSED:
         raise TooManyRecords(f"{root} holds {count:,} records, more than the {MAX_RECOMPOSED:,} one "
                              "--recompose composes (about 20 ms each): give its folders one at a time")
+    size = _bytes(root)
+    if size > MAX_RECOMPOSED_BYTES:
+        raise TooManyRecords(f"{root} holds {size:,} bytes of records, more than the "
+                             f"{MAX_RECOMPOSED_BYTES:,} one --recompose reads: give its folders one at a "
+                             "time")
     return [Drift(path, None, {}, record) if isinstance(record, str) else drift(record, path)
             for path, record in _records(root)]
+
+
+def _bytes(root: Path) -> int:
+    """The bytes of ``root``'s record files (each at most what its reader reads), from their sizes."""
+    total = 0
+    for file in [] if is_archive(root) else find_records(root):
+        try:
+            total += min(file.stat().st_size, MAX_RECORD_BYTES + 1)
+        except (OSError, RuntimeError):  # gone, a link to nothing or a loop: read as unreadable
+            pass
+    return total
 
 
 def _count(root: Path) -> int:
