@@ -24,7 +24,7 @@ from typing import Any, Iterable
 from pipegnn.config.compare import plain_config
 from pipegnn.folder_walk import walk
 from pipegnn.results.hydra_files import MAX_YAML_BYTES as MAX_YAML_BYTES
-from pipegnn.results.hydra_files import _get, _resolved, read_hydra_file
+from pipegnn.results.hydra_files import _get, _resolved, read_hydra_file, read_override_list
 from pipegnn.results.record_files import (
     RECORD_NAME,
     RecordError,
@@ -67,10 +67,9 @@ class Job:
 def _overrides(directory: Path) -> list[str] | None:
     """The job's overrides as Hydra saved them (``.hydra/overrides.yaml``), None when absent."""
     try:
-        saved = read_hydra_file(directory / ".hydra" / "overrides.yaml")
+        return read_override_list(directory / ".hydra" / "overrides.yaml")
     except Exception:  # noqa: BLE001 - .hydra files are optional (hydra.output_subdir=null)
         return None
-    return [str(o) for o in saved] if isinstance(saved, list) else None
 
 
 #: `_job_info`'s ``hydra`` when the job's ``hydra.yaml`` is not to be read (tried already, or past a budget).
