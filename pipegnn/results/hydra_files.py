@@ -67,7 +67,9 @@ def read_override_list(path: Path) -> list[str] | None:
     scalars.
 
     Raises:
-        as read_hydra_file."""
+        OSError: it cannot be read (as for `read_hydra_file`).
+        ValueError: it is too large, or holds a YAML alias.
+        Exception: it is not YAML."""
     import yaml
 
     data = read_regular(path, MAX_YAML_BYTES)
