@@ -225,11 +225,10 @@ def recompose(root: str | Path) -> list[Drift]:
         TooManyRecords: more than `MAX_RECOMPOSED` records, counted before any is loaded: the files by
             name, an archive's by its keys."""
     root = Path(root)
-    count = _count(root)
+    count, size = _extent(root)
     if count > MAX_RECOMPOSED:
         raise TooManyRecords(f"{root} holds {count:,} records, more than the {MAX_RECOMPOSED:,} one "
                              "--recompose composes (about 20 ms each): give its folders one at a time")
-    size = _bytes(root)
     if size > MAX_RECOMPOSED_BYTES:
         raise TooManyRecords(f"{root} holds {size:,} bytes of records, more than the "
                              f"{MAX_RECOMPOSED_BYTES:,} one --recompose reads: give its folders one at a "
@@ -238,25 +237,22 @@ def recompose(root: str | Path) -> list[Drift]:
             for path, record in _records(root)]
 
 
-def _bytes(root: Path) -> int:
-    """The bytes of ``root``'s record files (each at most what its reader reads), from their sizes."""
-    total = 0
-    for file in [] if is_archive(root) else find_records(root):
+def _extent(root: Path) -> tuple[int, int]:
+    """How many records `_records` will give for ``root``, and the bytes of its record files (each at most
+    what its reader reads), both found before any is loaded: its record files by name and size (one walk),
+    its archives' records by their keys (a pass over each archive that keeps no value; one that cannot be
+    read is one, its error)."""
+    files = [] if is_archive(root) else find_records(root)
+    size = 0
+    for file in files:
         try:
-            total += min(file.stat().st_size, MAX_RECORD_BYTES + 1)
+            size += min(file.stat().st_size, MAX_RECORD_BYTES + 1)
         except (OSError, RuntimeError):  # gone, a link to nothing or a loop: read as unreadable
             pass
-    return total
-
-
-def _count(root: Path) -> int:
-    """How many records `_records` will give for ``root``, counted before any is loaded: its record files
-    by name, and its archives' keys (a pass over each archive that keeps no value; one that cannot be
-    read is one, its error)."""
-    count = 0 if is_archive(root) else len(find_records(root))
+    count = len(files)
     for archive in archives_of(root):
         try:
             count += sum(PurePosixPath(key).name == RECORD_NAME for key in read(archive, keep=()).paths)
         except (ArchiveError, OSError):
             count += 1
-    return count
+    return count, size
