@@ -3,7 +3,10 @@ of one epoch's draw (the training targets of a dense split in k METIS groups, ev
 pipegnn's ``NeighbourSampler.draw`` and DGL 1.1.3's ``MultiLayerNeighborSampler.sample_blocks`` (its
 fused CPU kernel, the sampler DGL's ``DataLoader`` runs), on the same computation graph (GCN's: one
 self-loop per node, which pipegnn always keeps and DGL draws as a neighbour), the same targets and the
-same fan-outs; at 1 and 2 threads (``OMP_NUM_THREADS``), each thread count in a fresh process.
+same fan-outs; at 1 and 2 threads (``OMP_NUM_THREADS``), each thread count in a fresh process. Beside the
+times, each draw's minor page faults (``getrusage``): memory that glibc's heap returned to the system
+after one draw and maps anew, zeroed, in the next, a cost that depends on the process's heap (a fresh
+process here; ``MALLOC_TOP_PAD_`` in the environment, which the children inherit, keeps the heap).
 
 Both draws end with every block's edge weights in hand, as a training step reads them: pipegnn's draw
 gathers (and scales) its blocks' weights, while DGL gathers a block's edge feature the first time it is
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -76,19 +80,23 @@ def _measure(dataset: str, fanouts: list[list[int]], chunks: int, repeats: int) 
 
         draws = {"pipegnn": pipegnn_draw, "dgl": dgl_draw}
         times: dict[str, list[float]] = {name: [] for name in draws}
+        faults: dict[str, list[int]] = {name: [] for name in draws}
         edges: dict[str, int] = {}
         for epoch in range(repeats + 1):  # the first epoch of each warms up
             for name, draw in draws.items():
                 draw(epoch)  # after the other library's draw: its threads may still be spinning
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 start = time.perf_counter()
                 edges[name] = draw(epoch)
                 if epoch:
                     times[name].append(time.perf_counter() - start)
+                    faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
         for name in draws:
             seconds = statistics.median(times[name])
             rows.append({"dataset": dataset, "fanouts": str(fanout), "threads": torch.get_num_threads(),
                          "library": name, "draw_s": seconds, "edges": edges[name],
-                         "medges_per_s": edges[name] / seconds / 1e6})
+                         "medges_per_s": edges[name] / seconds / 1e6,
+                         "page_faults": statistics.median(faults[name])})
     return rows
 
 
@@ -96,7 +104,7 @@ def table(rows: list[dict]) -> pd.DataFrame:
     """Per dataset, fan-outs and threads: both libraries' throughput and pipegnn's over DGL's."""
     frame = pd.DataFrame(rows)
     wide = frame.pivot_table(index=["dataset", "fanouts", "threads"], columns="library",
-                             values=["draw_s", "edges", "medges_per_s"], aggfunc="first")
+                             values=["draw_s", "edges", "medges_per_s", "page_faults"], aggfunc="first")
     wide.columns = [f"{library}_{value}" for value, library in wide.columns]
     wide["ratio"] = wide["pipegnn_medges_per_s"] / wide["dgl_medges_per_s"]
     return wide.reset_index()
@@ -129,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(json.loads(done.stdout.strip().splitlines()[-1]))
     wide = table(rows)
     print(f"one epoch's draw: the training targets (60% of the nodes) in {args.chunks} METIS groups; median "
-          f"of {args.repeats} epochs; M sampled edges/s (each library's own blocks' edges)")
+          f"of {args.repeats} epochs; M sampled edges/s (each library's own blocks' edges); page faults: the "
+          "process's minor faults during a draw (memory the heap maps anew)")
     print(wide.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if args.csv is not None:
         wide.to_csv(args.csv, index=False)
