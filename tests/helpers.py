@@ -25,6 +25,7 @@ from pipegnn import build, run
 from pipegnn.backends import get_backend
 from pipegnn.config.schema import compose_config
 from pipegnn.data import Graph
+from pipegnn.engines import PipeliningEngine
 from pipegnn.models import StagedGNN
 from pipegnn.results.rows import flatten
 from pipegnn.runs.record_writes import write_record
@@ -116,6 +117,20 @@ def _composed(groups: tuple[str, ...]) -> DictConfig:
 def model_keys(model: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """A model config's keys (``dict(name="gat", hidden=4, ...)``) as :func:`build_on`'s group and keys."""
     return [f"model={model['name']}"], {f"model.{k}": v for k, v in model.items() if k != "name"}
+
+
+def named_gradients(trainee: Trainee) -> dict[str, torch.Tensor | None]:
+    """Every parameter's gradient of ``trainee``'s model, named as in the whole model: a pipeline rank's
+    model holds only its stages' units, numbered from 0 (``own_stages``), named here by their places in
+    the whole model (the engine's ``units`` of its ``local`` stages)."""
+    engine = trainee.engine
+    owned = [u for s in engine.local for u in engine.units[s]] if isinstance(engine, PipeliningEngine) \
+        else list(range(len(trainee.model)))
+    grads = {}
+    for name, p in trainee.model.named_parameters():
+        unit, rest = name.split(".", 1)
+        grads[f"{owned[int(unit)]}.{rest}"] = p.grad
+    return grads
 
 
 def run_plan(framework: str, model: StagedGNN, keys: Mapping[str, Any], graph: Graph, chunks: int,

@@ -15,7 +15,15 @@ import torch
 
 from pipegnn.engines import per_stage_balance, stage_units
 
-from tests.helpers import float64_rank, gradient_scale, losses_no_dropout, run_no_dropout
+from tests.helpers import (
+    build_on,
+    float64_rank,
+    gradient_scale,
+    losses_no_dropout,
+    model_keys,
+    named_gradients,
+    run_no_dropout,
+)
 
 
 def test_stage_units() -> None:
@@ -151,11 +159,7 @@ def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str)
     also the logits of the stage-by-stage refresh."""
     import torch.distributed as dist
 
-    from pipegnn.engines import PipeliningEngine, SingleEngine
-    from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
-    from pipegnn.models import build_model
-
-    graph, backend = float64_rank(rank, world, port, framework)
+    graph, _ = float64_rank(rank, world, port, framework)
     traffic = _record_traffic()
     cases = {}
     deep = dict(hidden=8, layers=8, dropout=0.0)
@@ -168,31 +172,27 @@ def _gradient_worker(rank: int, world: int, port: int, framework: str, out: str)
              (("gpipe", 4, [8, 10]), ("1f1b", 4, [11, 7]))),
             ("residual", dict(name="gcn", residual=True, **deep),
              (("gpipe", 4, [7, 9]), ("1f1b", 4, [10, 6])))):
-        edge_index, weight = backend.computation_graph(cfg["name"], graph.edge_index, graph.num_nodes,
-                                                       torch.float64)
+        group, values = model_keys(cfg)
         for halo in ("exact", "historical"):
             for schedule, chunks, per_stage in splits:
                 if halo == "historical" and kind in ("gat", "gcn") and chunks == 1:
                     continue
-                plans = [build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), t,
-                                    PlanSpec(chunks, cfg["layers"], halo=halo))
-                         for t in (graph.split("train"), graph.split("all"))]
-                labels, n = graph.y[plans[0].targets], plans[0].targets.numel()
                 grads = []
                 for engine in ("single", "pipelining"):
-                    torch.manual_seed(0)
-                    model = build_model(cfg, backend, graph.x, graph.num_classes,
-                                        history=halo == "historical")
-                    names = {id(p): name for name, p in model.named_parameters()}
-                    ids, all_ids = (model.attach(p) for p in plans)
-                    run = (SingleEngine(model, torch.device("cpu"), chunks) if engine == "single" else
-                           PipeliningEngine(model, torch.device("cpu"), chunks, schedule, per_stage))
+                    where = {} if engine == "single" else {
+                        "engine.schedule": schedule, "engine.balance": per_stage,
+                        "engine.devices": ["cpu"] * 2}
+                    # the training targets, and (historical) every node evaluated: the caches' refresh
+                    trainee = build_on(graph, [f"framework={framework}", *group, f"engine={engine}"],
+                                       {**values, **where, "chunks": chunks, "microbatch.halo": halo,
+                                        "microbatch.partition": "metis", "microbatch.targets": "train"})
+                    model, run = trainee.model, trainee.engine
                     if halo == "historical":  # fill the caches stage by stage, then train on stale rows
-                        run.refresh(model, all_ids)
-                    run.train_step(ids, labels, n)
-                    mine = {names[id(p)]: p.grad for p in model.parameters()}
+                        run.refresh(model, trainee.evaluation.ids)
+                    run.train_step(trainee.training.ids, *trainee.train_labels())
+                    mine: dict = named_gradients(trainee)
                     if halo == "historical":  # the refreshed logits, on every rank
-                        mine["logits"] = run.refresh(model, all_ids)
+                        mine["logits"] = run.refresh(model, trainee.evaluation.ids)
                     everyone: list = [None] * world
                     dist.all_gather_object(everyone, mine)
                     grads.append({k: v for d in everyone for k, v in d.items()})

@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import float64_rank, free_port, gradient_scale, losses_no_dropout, run_no_dropout
+from tests.helpers import (
+    build_on,
+    float64_rank,
+    free_port,
+    gradient_scale,
+    losses_no_dropout,
+    model_keys,
+    named_gradients,
+    run_no_dropout,
+)
 
 
 def test_pipeline_replicas_train_as_the_single_engine() -> None:
@@ -32,33 +41,27 @@ def test_pipeline_replicas_train_as_the_single_engine() -> None:
 def _data_parallel_worker(rank: int, world: int, port: int, framework: str, out: str) -> None:
     """One of 4 ranks: 2 replicas x 2 stages of a float64 pipeline (exact halos, k=4: 2 micro-batches per
     replica) for GAT and GCN, GPipe and 1F1B; after one step every rank's gradients, and the logits of a
-    prediction, gathered on rank 0 beside the single engine's."""
+    prediction, gathered on rank 0 beside the single engine's. Both engines' pieces come from
+    ``pipegnn.build`` (the pipeline's: this rank's stage)."""
     import torch.distributed as dist
 
-    from pipegnn.engines import PipeliningEngine, SingleEngine
-    from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
-    from pipegnn.models import build_model
-
-    graph, backend = float64_rank(rank, world, port, framework)
+    graph, _ = float64_rank(rank, world, port, framework)
     cases = {}
     for cfg in (dict(name="gat", hidden=4, heads=3, out_heads=2, layers=2, dropout=0.0),
                 dict(name="gcn", hidden=8, layers=2, dropout=0.0)):
-        edge_index, weight = backend.computation_graph(cfg["name"], graph.edge_index, graph.num_nodes,
-                                                       torch.float64)
-        plan = build_plan(ComputationGraph(edge_index, graph.num_nodes, weight), graph.split("train"),
-                          PlanSpec(4, 2, halo="exact"))
-        labels, n = graph.y[plan.targets], plan.targets.numel()
+        group, values = model_keys(cfg)
         for schedule, per_stage in (("gpipe", [2, 2]), ("1f1b", [1, 3])):
             results = []
             for engine in ("single", "pipelining"):
-                torch.manual_seed(0)
-                model = build_model(cfg, backend, graph.x, graph.num_classes)
-                names = {id(p): name for name, p in model.named_parameters()}
-                ids = model.attach(plan)
-                run = (SingleEngine(model, torch.device("cpu"), 4) if engine == "single" else
-                       PipeliningEngine(model, torch.device("cpu"), 4, schedule, per_stage, data_parallel=2))
-                loss = run.train_step(ids, labels, n)
-                mine = {names[id(p)]: p.grad for p in model.parameters()}
+                where = {} if engine == "single" else {
+                    "engine.schedule": schedule, "engine.balance": per_stage, "engine.data_parallel": 2,
+                    "engine.devices": ["cpu"] * 4}
+                trainee = build_on(graph, [f"framework={framework}", *group, f"engine={engine}"],
+                                   {**values, **where, "chunks": 4, "microbatch.halo": "exact",
+                                    "microbatch.partition": "metis", "microbatch.targets": "train"})
+                model, run, ids = trainee.model, trainee.engine, trainee.training.ids
+                loss = run.train_step(ids, *trainee.train_labels())
+                mine = named_gradients(trainee)
                 everyone: list = [None] * world
                 dist.all_gather_object(everyone, mine)
                 replicas = [{k: v for d in everyone[r:r + 2] for k, v in d.items()} for r in (0, 2)]
