@@ -64,23 +64,15 @@ class Job:
     file: Path | None = field(default=None, compare=False)
 
 
-def _overrides(directory: Path) -> list[str] | None:
-    """The job's overrides as Hydra saved them (``.hydra/overrides.yaml``), None when absent."""
-    try:
-        return read_override_list(directory / ".hydra" / "overrides.yaml")
-    except Exception:  # noqa: BLE001 - .hydra files are optional (hydra.output_subdir=null)
-        return None
-
-
 #: `_job_info`'s ``hydra`` when the job's ``hydra.yaml`` is not to be read (tried already, or past a budget).
 _UNREAD = object()
 
 
-def _job_info(directory: Path, hydra: Any = None) -> tuple[int | None, str]:
+def _job_info(directory: Path, listing: "_Listing", hydra: Any = None) -> tuple[int | None, str]:
     """A job's number (its ``.hydra/hydra.yaml``; ``hydra``: that file read already, or `_UNREAD`) and
-    overrides."""
+    overrides (its folder's name where they are not read)."""
     num = None
-    overrides = _overrides(directory)
+    overrides = listing.overrides(directory)
     try:
         if hydra is None:
             hydra = read_hydra_file(directory / ".hydra" / "hydra.yaml")
@@ -95,13 +87,17 @@ def _job_info(directory: Path, hydra: Any = None) -> tuple[int | None, str]:
 #: their config columns (YAML parses at about 4 s a MiB here; Hydra writes about 10 KB a job): past it, an
 #: incomplete job is listed without them (twelve folders of files just under the size bound took minutes).
 MAX_INCOMPLETE_CONFIG_BYTES = 8 << 20
+#: The most bytes of jobs' ``.hydra/overrides.yaml`` one listing parses (libyaml: about 0.4 s a MiB here;
+#: Hydra writes some hundreds of bytes a job): past it, a job is listed by its folder's name, as one without
+#: the file (100 jobs of 64 KiB lists took 4.9 s, each list bounded and their count not).
+MAX_OVERRIDE_LIST_BYTES = 8 << 20
 
 
 class _Budget:
-    """What is left of `MAX_INCOMPLETE_CONFIG_BYTES` in one listing."""
+    """What is left of a number of bytes to parse in one listing."""
 
-    def __init__(self) -> None:
-        self.left = MAX_INCOMPLETE_CONFIG_BYTES
+    def __init__(self, total: int) -> None:
+        self.left = total
 
     def take(self, *paths: Path) -> bool:
         """Whether ``paths`` fit in what is left (taking their sizes from it when they do)."""
@@ -117,6 +113,30 @@ class _Budget:
         return True
 
 
+class _Listing:
+    """What one listing may still parse of the jobs' Hydra files (`MAX_INCOMPLETE_CONFIG_BYTES` of incomplete
+    jobs' configs, `MAX_OVERRIDE_LIST_BYTES` of override lists), and the override lists it read, each once."""
+
+    def __init__(self) -> None:
+        self.configs = _Budget(MAX_INCOMPLETE_CONFIG_BYTES)
+        self.lists = _Budget(MAX_OVERRIDE_LIST_BYTES)
+        self._overrides: dict[Path, list[str] | None] = {}
+
+    def overrides(self, directory: Path) -> list[str] | None:
+        """The job's overrides as Hydra saved them (``.hydra/overrides.yaml``), None when absent, unreadable
+        or past the budget."""
+        if directory not in self._overrides:
+            path = directory / ".hydra" / "overrides.yaml"
+            found = None
+            if self.lists.take(path):
+                try:
+                    found = read_override_list(path)
+                except Exception:  # noqa: BLE001 - .hydra files are optional (hydra.output_subdir=null)
+                    pass
+            self._overrides[directory] = found
+        return self._overrides[directory]
+
+
 def _hydra_job_dirs(root: Path) -> set[Path]:
     """Directories below ``root`` (itself included) that Hydra ran a job in: they hold ``.hydra/`` with
     the job's ``overrides.yaml`` or ``config.yaml``."""
@@ -125,14 +145,14 @@ def _hydra_job_dirs(root: Path) -> set[Path]:
                  or Path(folder, ".hydra", "config.yaml").is_file())}
 
 
-def _incomplete(directory: Path, budget: _Budget) -> Job:
+def _incomplete(directory: Path, listing: _Listing) -> Job:
     """A job Hydra started that left no record, with what its ``.hydra/`` files tell of its config (while
-    ``budget`` lasts)."""
+    the listing's budget lasts)."""
     config: Any = {}
     hydra: Any = _UNREAD  # past the budget, or unreadable: not read (again) for the job's number
     choices = None
     files = directory / ".hydra" / "config.yaml", directory / ".hydra" / "hydra.yaml"
-    if budget.take(*files):
+    if listing.configs.take(*files):
         try:
             config = _resolved(read_hydra_file(files[0]))
         except Exception:  # noqa: BLE001
@@ -142,7 +162,7 @@ def _incomplete(directory: Path, budget: _Budget) -> Job:
             choices = _get(hydra, "hydra", "runtime", "choices")
         except Exception:  # noqa: BLE001
             pass
-    num, overrides = _job_info(directory, hydra)
+    num, overrides = _job_info(directory, listing, hydra)
     return Job(directory, num, overrides, "incomplete", INCOMPLETE, False,
                config=plain_config(config) if isinstance(config, dict) else {},
                choices={k: v for k, v in (choices if isinstance(choices, dict) else {}).items()
@@ -158,7 +178,7 @@ def _is_dir(path: Path) -> bool:
         return False
 
 
-def _missing(sweep_dir: Path, started: Iterable[Path], budget: _Budget) -> list[Job]:
+def _missing(sweep_dir: Path, started: Iterable[Path], listing: _Listing) -> list[Job]:
     """The planned jobs of the sweep in ``sweep_dir`` that none of the ``started`` job folders ran: a
     job whose folder exists bare (no ``.hydra/``, as with ``hydra.output_subdir=null``, nor record) is
     incomplete, any other missing."""
@@ -172,14 +192,14 @@ def _missing(sweep_dir: Path, started: Iterable[Path], budget: _Budget) -> list[
     cfg, planned = plan
     parsed = Parsed()  # each distinct override of the plan parsed once for the missing jobs' columns
     started = {place_of(d) for d in started}
-    ran = {tuple(o) for o in (_overrides(d) for d in started) if o is not None}
+    ran = {tuple(o) for o in (listing.overrides(d) for d in started) if o is not None}
     jobs = []
     for num, (overrides, directory) in enumerate(planned):
         if tuple(overrides) in ran or place_of(directory) in started:
             continue
         if (_is_dir(directory) and not (directory / ".hydra").exists()
                 and not is_entry(directory / RECORD_NAME)):
-            job = _incomplete(directory, budget)
+            job = _incomplete(directory, listing)
             job.num, job.overrides = num, " ".join(overrides)
         else:
             config, choices = _settings(overrides, cfg, parsed)
@@ -204,7 +224,7 @@ def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
         return []
     dirs = {p.parent for p in find_records(sweep_dir)} | _hydra_job_dirs(sweep_dir)
     jobs = []
-    budget = _Budget()
+    listing = _Listing()
     for directory in dirs:
         record_path = directory / RECORD_NAME
         stamp_file = directory / ".hydra" / "overrides.yaml"
@@ -215,9 +235,9 @@ def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
         if since is not None and stamp < since:
             continue
         if not recorded:
-            jobs.append(_incomplete(directory, budget))
+            jobs.append(_incomplete(directory, listing))
             continue
-        num, overrides = _job_info(directory)
+        num, overrides = _job_info(directory, listing)
         fresh = since is None or _mtime(record_path) >= since
         try:
             record = load_record(record_path)
@@ -228,7 +248,7 @@ def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
             status, error = "unreadable", f"{type(e).__name__}: {e}"
         first_line = str(error).strip().split("\n", 1)[0] if error else None
         jobs.append(Job(directory, num, overrides, str(status), first_line, fresh))
-    jobs += _missing(sweep_dir, [j.directory for j in jobs], budget)
+    jobs += _missing(sweep_dir, [j.directory for j in jobs], listing)
     return _in_order(jobs)
 
 
@@ -241,10 +261,10 @@ def unrecorded_jobs(root: str | Path) -> list[Job]:
     if not root.is_dir():
         return []
     dirs = {p.parent for p in find_records(root)} | _hydra_job_dirs(root)
-    budget = _Budget()
-    jobs = [_incomplete(d, budget) for d in dirs if not is_entry(d / RECORD_NAME)]
+    listing = _Listing()
+    jobs = [_incomplete(d, listing) for d in dirs if not is_entry(d / RECORD_NAME)]
     for sweep in _sweep_dirs(root):
-        jobs += _missing(sweep, [d for d in dirs if sweep in d.parents], budget)
+        jobs += _missing(sweep, [d for d in dirs if sweep in d.parents], listing)
     return _in_order(jobs)
 
 

@@ -562,6 +562,34 @@ def test_incomplete_jobs_configs_are_read_within_one_budget(tmp_path: Path,
     assert job.num == 1 and job.config == {} and job.choices == {}
 
 
+def test_jobs_override_lists_are_read_once_within_one_budget(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """100 recorded jobs whose .hydra/overrides.yaml lay at their 64 KiB bound took 4.9 s to list (each
+    list bounded, their count not; every list read twice): a listing reads each job's list once, and at
+    most MAX_OVERRIDE_LIST_BYTES of them; a job past it is listed by its folder's name, as one without the
+    file, and its planned twin is not listed as missing (its folder is the plan's)."""
+    from pipegnn.results import sweep as sweep_module
+
+    sweep = killed_model_sweep(tmp_path / "sweep")
+    read = sweep_module.read_override_list
+    reads: list[Path] = []
+
+    def counted(path: Path) -> Any:
+        reads.append(path)
+        return read(path)
+
+    monkeypatch.setattr(sweep_module, "read_override_list", counted)
+    jobs = sweep_jobs(sweep)
+    assert [j.overrides for j in jobs] == ["chunks=2 model=gat", "chunks=2 model=gcn", "chunks=8 model=gat",
+                                           "chunks=8 model=gcn"]
+    assert sorted(reads) == sorted(sweep / n / ".hydra" / "overrides.yaml" for n in "012"), reads  # once each
+    reads.clear()
+    monkeypatch.setattr(sweep_module, "MAX_OVERRIDE_LIST_BYTES", 40)  # one list of about 30 bytes
+    jobs = sweep_jobs(sweep)
+    assert len(reads) == 1 and [j.status for j in jobs] == ["completed", "incomplete", "completed", "missing"]
+    assert sum(j.overrides == j.directory.name for j in jobs[:3]) == 2  # the two lists past the budget
+
+
 @pytest.mark.parametrize("levels", [40, 60])
 def test_relative_interpolations_are_not_resolved_past_their_bound(tmp_path: Path, levels: int) -> None:
     """An 855-byte config.yaml of relative references doubling (``a1: ${.a0}${.a0}``) hung the listing (each
