@@ -2,24 +2,19 @@
 and on a CUDA device a replayed step computes what the eager step computes (``gpu`` tests)."""
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from pipegnn import run
-from pipegnn.backends import get_backend
 from pipegnn.config.schema import Config
 from pipegnn.config.typed import run_config
-from pipegnn.engines import IGNORE, Replayed, SingleEngine
+from pipegnn.engines import Replayed
 from pipegnn.engines.capture import capture_problems
 from pipegnn.errors import ConfigError
-from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
-from pipegnn.models import build_model
 from pipegnn.training.launch import check_run
 
-from tests.helpers import assert_close, make_cfg, random_graph
+from tests.helpers import assert_close, build_on, make_cfg, model_keys, random_graph
 
 CUDA_NEEDED = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 CAPTURABLE = ["engine=single", "engine.timeline=false", "engine.device=cuda:0", "engine.capture=cuda_graph"]
@@ -69,24 +64,22 @@ def test_refused_before_training_as_an_invalid_record() -> None:
         check_run(plain)
 
 
-def _steps(kind: dict, chunks: int, captured: bool, steps: int = 4) -> tuple[list[float], torch.Tensor,
-                                                                             list[torch.Tensor]]:
+def _steps(kind: dict, chunks: int, captured: bool, steps: int = 4,
+           device: str = "cuda:0") -> tuple[list[float], torch.Tensor, list[torch.Tensor]]:
     """Losses of ``steps`` training steps (Adam), the evaluation logits after them and the parameters,
-    float64 on ``cuda:0``, eager or replayed."""
+    float64 on ``device``, eager or replayed; the model, plan (every node, random parts) and engine built
+    by ``pipegnn.build``."""
     torch.manual_seed(0)
     graph = random_graph(num_nodes=80, num_edges=300)
     graph.x = graph.x.double()
-    backend = get_backend("pyg")
-    model = build_model(kind, backend, graph.x, graph.num_classes).double()
-    edges, weight = backend.computation_graph(model.kind, graph.edge_index, graph.num_nodes, torch.float64)
-    plan = build_plan(ComputationGraph(edges, graph.num_nodes, weight), torch.arange(graph.num_nodes),
-                      PlanSpec(chunks, model.num_layers, partitioner="random"))
-    ids = model.attach(plan)
-    device = torch.device("cuda:0")
-    engine = SingleEngine(copy.deepcopy(model), device, chunks, timeline=False)
-    labels = torch.where(graph.train_mask, graph.y, IGNORE)[plan.targets].to(device)
+    group, values = model_keys(kind)
+    trainee = build_on(graph, ["framework=pyg", *group, "engine=single"],
+                       {**values, "chunks": chunks, "microbatch.halo": "exact", "microbatch.targets": "all",
+                        "microbatch.partition": "random", "engine.device": device, "engine.timeline": False})
+    engine, ids = trainee.engine, trainee.training.ids
+    labels, labelled = trainee.train_labels()
     optimizer = torch.optim.Adam(engine.model.parameters(), lr=0.01, capturable=captured)
-    replayed = Replayed(engine, optimizer, ids, labels, int(graph.train_mask.sum()), ids)
+    replayed = Replayed(engine, optimizer, ids, labels, labelled, ids)
     losses = []
     for _ in range(steps):
         engine.model.train()
@@ -94,7 +87,7 @@ def _steps(kind: dict, chunks: int, captured: bool, steps: int = 4) -> tuple[lis
             losses.append(replayed.train_step())
         else:
             optimizer.zero_grad(set_to_none=True)
-            losses.append(engine.train_step(ids, labels, int(graph.train_mask.sum())))
+            losses.append(engine.train_step(ids, labels, labelled))
             optimizer.step()
         engine.model.eval()
         logits = (replayed.predict() if captured else engine.predict(ids)).clone()
