@@ -16,13 +16,19 @@ import torch
 from pipegnn import run
 from pipegnn.backends import get_backend
 from pipegnn.data import Graph
-from pipegnn.engines import SingleEngine
-from pipegnn.microbatch import ComputationGraph, PlanSpec, build_plan
 from pipegnn.microbatch.halo import InCSR, exact_block
 from pipegnn.microbatch.sample import NeighbourSampler, SampleStream
 from pipegnn.models import build_model
 
-from tests.helpers import assert_close, assert_grads_close, make_cfg, random_graph, run_plan
+from tests.helpers import (
+    assert_close,
+    assert_grads_close,
+    build_on,
+    make_cfg,
+    model_keys,
+    random_graph,
+    run_plan,
+)
 from tests.models.test_precision import GRAD_TOL, OUT_TOL, outputs_and_grads, relative
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -76,23 +82,21 @@ def test_cuda_event_boxes_lie_inside_the_synchronised_step(graph: Graph) -> None
     layer's transform, the optimizer's step) is also a CUDA-device event spanning the kernels inside it,
     which the sum counted as kernels again (one H200, 2026-11-28: 45.7 ms of "kernels" against boxes of
     15.2 ms)."""
-    backend = get_backend("pyg")
     big = Graph("wide", torch.randn(20000, 256), torch.randint(3, (20000,)),
                 torch.randint(20000, (2, 400000)), *(torch.ones(20000, dtype=torch.bool),) * 3, num_classes=3)
-    model = build_model(dict(name="gat", hidden=64, heads=8, out_heads=1, layers=2, dropout=0.0), backend,
-                        big.x, big.num_classes)
-    edge_index, _ = backend.computation_graph("gat", big.edge_index, big.num_nodes)
-    plan = build_plan(ComputationGraph(edge_index, big.num_nodes), big.split("train"), PlanSpec(4, 2))
-    ids = model.attach(plan)
-    engine = SingleEngine(model, CUDA, 4)
-    labels = big.y[plan.targets].to(CUDA)
-    engine.train_step(ids, labels, labels.numel())  # warm-up: kernels loaded, allocator filled
+    group, values = model_keys(dict(name="gat", hidden=64, heads=8, out_heads=1, layers=2, dropout=0.0))
+    trainee = build_on(big, ["framework=pyg", *group, "engine=single"],
+                       {**values, "chunks": 4, "microbatch.halo": "exact", "microbatch.partition": "metis",
+                        "microbatch.targets": "train", "engine.device": str(CUDA), "engine.timeline": True})
+    engine, ids = trainee.engine, trainee.training.ids
+    labels, labelled = trainee.train_labels()
+    engine.train_step(ids, labels, labelled)  # warm-up: kernels loaded, allocator filled
     engine.step_boxes()
     torch.cuda.synchronize(CUDA)
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as profile:
         before = time.perf_counter() - engine.timeline.origin
-        engine.train_step(ids, labels, labels.numel())
+        engine.train_step(ids, labels, labelled)
         torch.cuda.synchronize(CUDA)
         after = time.perf_counter() - engine.timeline.origin
     boxes = engine.step_boxes()
