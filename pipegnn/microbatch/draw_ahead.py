@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from pipegnn.microbatch.halo import MicroBatch
-from pipegnn.microbatch.sample import NeighbourSampler, one_thread_pool
+from pipegnn.microbatch.sample import NeighbourSampler
+from pipegnn.microbatch.threads import one_thread_pool
 
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 

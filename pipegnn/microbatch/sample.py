@@ -32,7 +32,6 @@ in one pass of tensor operations (no Python loop over nodes or edges), on the de
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -42,7 +41,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pipegnn.microbatch.buffers import Workspace, fill, nonzero, put
 from pipegnn.microbatch.halo import Column, InCSR, MicroBatch
+from pipegnn.microbatch.threads import one_thread_pool
 
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
@@ -72,50 +73,6 @@ def epoch_generator(seed: int, epoch: int, device: torch.device | str = "cpu",
     threads draw them."""
     state = np.random.SeedSequence([seed, epoch, micro_batch]).generate_state(2, dtype=np.uint32)
     return torch.Generator(device=device).manual_seed(int(state[0]) << 31 | int(state[1]) >> 1)
-
-
-class _Workspace:
-    """Buffers that a draw's largest temporaries (a layer's CSR positions and node keys, one entry of each
-    per kept edge, and the scratch's marks) are written into, kept from one draw to the next.
-
-    Allocated anew every draw, they were mapped anew every draw: a fresh process's heap gave the
-    freed temporaries back to the system after each draw, and the next draw's pages were zeroed again
-    (Coauthor Physics, [10,10], one thread: 4,441 minor page faults a draw, 31.4 ms; kept here: none,
-    23.8 ms). A buffer grows to its largest request (and a quarter more); ``arange`` holds 0, 1, 2, ...
-    """
-
-    def __init__(self) -> None:
-        self._buffers: dict[str, Tensor] = {}
-
-    def get(self, name: str, size: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-        """The first ``size`` entries of the buffer ``name``, for this draw's use until it asks again."""
-        buf = self._buffers.get(name)
-        if buf is None or buf.numel() < size or buf.dtype != dtype or buf.device != device:
-            buf = torch.empty(size + size // 4, dtype=dtype, device=device)
-            if name == "arange":
-                torch.arange(buf.numel(), out=buf)
-            self._buffers[name] = buf
-        return buf[:size]
-
-
-def _put(out: Tensor, index: Tensor, values: Tensor) -> Tensor:
-    """``out[index] = values`` for a 1-D ``out`` and distinct ``index``: ``scatter_``, which took a third of
-    ``index_copy_``'s time on a CPU (233K positions, 120K of them written: 79 against 234 us)."""
-    return out.scatter_(0, index, values)
-
-
-def _fill(out: Tensor, index: Tensor, value: int) -> Tensor:
-    """``out[index] = value`` for a 1-D ``out``: ``scatter_`` of the value expanded (0.6x ``index_fill_``'s
-    time on a CPU, and 0.5x that of ``scatter_``'s own scalar form)."""
-    return out.scatter_(0, index, out.new_full((1,), value).expand(index.numel()))
-
-
-def _nonzero(mask: Tensor) -> Tensor:
-    """The places of a 1-D mask's true entries, ascending. On a CPU numpy's ``flatnonzero`` on the same
-    memory (a sixth of ``torch.nonzero``'s time over 110K entries: 62 against 390 us)."""
-    if mask.device.type == "cpu":
-        return torch.from_numpy(np.flatnonzero(mask.numpy()))
-    return torch.nonzero(mask).view(-1)
 
 
 def _pointers(count: Tensor) -> Tensor:
@@ -199,7 +156,7 @@ def _take(column: Column, pos: Tensor) -> Tensor:
 
 def _layer(csr: InCSR, loops: _Loops, computed: Tensor, group: Tensor, fanout: int,
            generators: list[torch.Generator],
-           work: _Workspace) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, Tensor] | None]:
+           work: Workspace) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, Tensor] | None]:
     """The CSR positions a layer computing ``computed`` (nodes of the micro-batches ``group``, each
     drawing from its generator) keeps, grouped by node in ``computed``'s order (a whole row in CSR order,
     a drawn one its draws, then its loop); how many each node keeps; each kept position's node (its place
@@ -210,7 +167,7 @@ def _layer(csr: InCSR, loops: _Loops, computed: Tensor, group: Tensor, fanout: i
     kept = degree
     if fanout >= 0:
         others = loops.others.index_select(0, computed)
-        some = _nonzero(others > fanout)  # the nodes that draw
+        some = nonzero(others > fanout)  # the nodes that draw
         if some.numel():
             others = others.index_select(0, some)
             loop_count = degree.index_select(0, some) - others
@@ -236,16 +193,16 @@ def _layer(csr: InCSR, loops: _Loops, computed: Tensor, group: Tensor, fanout: i
         drawn = loops.others_pos.index_select(0, at.reshape(-1)).view(-1, fanout)
     first_some = first.index_select(0, some)
     slot = first_some[:, None] + torch.arange(fanout, device=device)
-    _put(pos, slot.view(-1), drawn.reshape(-1))
+    put(pos, slot.view(-1), drawn.reshape(-1))
     which = torch.repeat_interleave(loop_count)  # one entry per loop: its node among `some`
     within = torch.arange(which.numel(), device=device) - (torch.cumsum(loop_count, 0) - loop_count)[which]
     loop_first = loops.loop_ptr.index_select(0, drawing).index_select(0, which)
-    _put(pos, first_some.index_select(0, which) + fanout + within,
+    put(pos, first_some.index_select(0, which) + fanout + within,
          loops.loop_pos.index_select(0, loop_first + within))
     return pos, kept, owner, (slot, others.double() / fanout)
 
 
-def _new_nodes(scratch: Tensor, key: Tensor, numbered: Tensor, work: _Workspace) -> Tensor:
+def _new_nodes(scratch: Tensor, key: Tensor, numbered: Tensor, work: Workspace) -> Tensor:
     """The entries of ``scratch`` that ``key`` names and that are not numbered yet, ascending, once each;
     ``numbered``: the entries numbered so far. Marked in the scratch and read back where the scratch is
     small against ``key`` (a scan, its marks in ``work``), else ``torch.unique`` (a sort of ``key``)."""
@@ -253,11 +210,11 @@ def _new_nodes(scratch: Tensor, key: Tensor, numbered: Tensor, work: _Workspace)
         unique = torch.unique(key)
         return unique.masked_select(scratch.index_select(0, unique) < 0)
     kept = scratch.index_select(0, numbered)
-    _fill(scratch, key, -2)
-    _put(scratch, numbered, kept)
+    fill(scratch, key, -2)
+    put(scratch, numbered, kept)
     marked = torch.eq(scratch, -2, out=work.get("mask", scratch.numel(), torch.bool, scratch.device))
-    new = _nonzero(marked)
-    _fill(scratch, new, -1)
+    new = nonzero(marked)
+    fill(scratch, new, -1)
     return new
 
 
@@ -268,7 +225,7 @@ _SCRATCH_ENTRIES = 1 << 26
 
 def _draw_together(csr: InCSR, loops: _Loops, groups: list[Tensor], fanouts: list[int],
                    generators: list[torch.Generator], scratch: Tensor,
-                   work: _Workspace) -> list[MicroBatch]:
+                   work: Workspace) -> list[MicroBatch]:
     """Micro-batches over each of ``groups`` (targets), each drawn from its generator, drawn together:
     every layer is one pass of tensor operations over all of them (``_layer`` over their nodes, one after
     the other), each micro-batch numbering its nodes in its own part of ``scratch`` (``len(groups) *
@@ -282,7 +239,7 @@ def _draw_together(csr: InCSR, loops: _Loops, groups: list[Tensor], fanouts: lis
     begin = torch.cumsum(count, 0) - count  # where each group's nodes begin
     local = torch.arange(node.numel(), device=device) - torch.repeat_interleave(begin, count)
     touched = [torch.repeat_interleave(everyone * n, count) + node]
-    _put(scratch, touched[0], local.to(dtype))
+    put(scratch, touched[0], local.to(dtype))
     sizes = [count]
     blocks: list[tuple[Tensor, Tensor | None, Tensor]] = []
     try:
@@ -299,7 +256,7 @@ def _draw_together(csr: InCSR, loops: _Loops, groups: list[Tensor], fanouts: lis
             fresh_group = torch.repeat_interleave(everyone, added)
             fresh_local = count.index_select(0, fresh_group) + torch.arange(fresh.numel(), device=device) - (
                 torch.cumsum(added, 0) - added).index_select(0, fresh_group)
-            _put(scratch, fresh, fresh_local.to(dtype))
+            put(scratch, fresh, fresh_local.to(dtype))
             # a kept edge's target is its node's place in its group, which is its local id
             edges = torch.empty(2, key.numel(), dtype=dtype, device=device)
             torch.index_select(scratch, 0, key, out=edges[0])
@@ -307,7 +264,7 @@ def _draw_together(csr: InCSR, loops: _Loops, groups: list[Tensor], fanouts: lis
             weights = None if csr.weight is None else _take(csr.weight, pos)
             if weights is not None and scaled is not None:
                 slot, scale = scaled[0].view(-1), scaled[1].to(weights.dtype)[:, None]
-                _put(weights, slot, (weights.index_select(0, slot).view_as(scaled[0]) * scale).view(-1))
+                put(weights, slot, (weights.index_select(0, slot).view_as(scaled[0]) * scale).view(-1))
             blocks.insert(0, (edges, weights, torch.zeros_like(count).index_add_(0, group, kept)))
             # each group's nodes so far, then its new ones
             count = count + added
@@ -315,12 +272,12 @@ def _draw_together(csr: InCSR, loops: _Loops, groups: list[Tensor], fanouts: lis
             at = torch.cat([begin.index_select(0, group) + local,
                             begin.index_select(0, fresh_group) + fresh_local])
             fresh_node = fresh - torch.repeat_interleave(everyone * n, added)
-            node = _put(torch.empty_like(at), at, torch.cat([node, fresh_node]))
+            node = put(torch.empty_like(at), at, torch.cat([node, fresh_node]))
             group = torch.repeat_interleave(everyone, count)
             local = torch.arange(node.numel(), device=device) - torch.repeat_interleave(begin, count)
             sizes.insert(0, count)
     finally:
-        _fill(scratch, torch.cat(touched), -1)  # the scratch numbering back as it was
+        fill(scratch, torch.cat(touched), -1)  # the scratch numbering back as it was
     per_group = [s.tolist() for s in sizes]
     nodes = torch.split(node, per_group[0])
     layers = [(torch.split(e, c.tolist(), 1), None if w is None else torch.split(w, c.tolist()))
@@ -332,7 +289,7 @@ def _draw_together(csr: InCSR, loops: _Loops, groups: list[Tensor], fanouts: lis
 def sampled_block(csr: InCSR, targets: Tensor, fanouts: list[int], generator: torch.Generator) -> MicroBatch:
     """The targets with a sampled neighbourhood of ``len(fanouts)`` layers (module docstring), numbered
     in ``csr``'s scratch."""
-    return _draw_together(csr, _Loops(csr), [targets], fanouts, [generator], csr.local, _Workspace())[0]
+    return _draw_together(csr, _Loops(csr), [targets], fanouts, [generator], csr.local, Workspace())[0]
 
 
 class NeighbourSampler:
@@ -341,7 +298,7 @@ class NeighbourSampler:
     The micro-batches are drawn together (``_draw_together``), as many at a time as their scratch
     numberings fit in ``_SCRATCH_ENTRIES``; each draws from its own stream, so the draw does not depend
     on how many are drawn at a time, nor on the thread count. Each share of a draw keeps its largest
-    temporaries from draw to draw (``_Workspace``: about 33 bytes per kept edge of its largest layer), which
+    temporaries from draw to draw (``Workspace``: about 33 bytes per kept edge of its largest layer), which
     spares the heap mapping them anew every epoch.
 
     Args:
@@ -364,7 +321,7 @@ class NeighbourSampler:
         self.batches = [range(i, min(i + together, len(targets))) for i in range(0, len(targets), together)]
         self.scratch = torch.full((together * csr.num_nodes,), -1, dtype=csr.local.dtype, device=self.device)
         self._pool: ThreadPoolExecutor | None = None
-        self._workspaces: list[_Workspace] = []
+        self._workspaces: list[Workspace] = []
         self._pool_size = 0
 
     def to(self, device: torch.device | str) -> "NeighbourSampler":
@@ -380,7 +337,7 @@ class NeighbourSampler:
         On a CPU, with the CSR in memory, ``workers`` threads (default: the calling thread's intra-op
         thread count; the calling thread is one of them) each draw a share of the micro-batches together,
         each with one intra-op thread (the calling thread's setting restored after; the others are
-        [`one_thread_pool`][pipegnn.microbatch.sample.one_thread_pool]'s). Its operations are small and
+        [`one_thread_pool`][pipegnn.microbatch.threads.one_thread_pool]'s). Its operations are small and
         bound by memory: a second intra-op thread slowed them (Coauthor Physics, [10,10]: 68 ms against
         32 ms at one thread), while micro-batches drawn apart in threads of their own overlap
         (``results/benchmarks/sampler.txt``). A CUDA CSR, or one read from files, draws in the calling
@@ -408,7 +365,7 @@ class NeighbourSampler:
         order; every share finished before it returns, whatever happens."""
         shares = [s.tolist() for s in np.array_split(np.arange(batch.start, batch.stop), workers) if s.size]
         while len(self._workspaces) < len(shares):
-            self._workspaces.append(_Workspace())
+            self._workspaces.append(Workspace())
         jobs = [functools.partial(self._draw_share, epoch, share, batch.start, work)
                 for share, work in zip(shares, self._workspaces)]
         later = [self._pool.submit(job) for job in jobs[1:]] if self._pool is not None else []
@@ -418,7 +375,7 @@ class NeighbourSampler:
             wait(later)  # no share outlives the draw (the scratch and workspaces are the next draw's)
         return [mb for share in [mine, *(f.result() for f in later)] for mb in share]
 
-    def _draw_share(self, epoch: int, share: list[int], first: int, work: _Workspace) -> list[MicroBatch]:
+    def _draw_share(self, epoch: int, share: list[int], first: int, work: Workspace) -> list[MicroBatch]:
         """The micro-batches ``share`` drawn together in this thread, numbered in their part of the scratch
         (its batch's micro-batches from ``first`` on own a part each), their temporaries in ``work`` (the
         share's own, kept from draw to draw)."""
@@ -427,28 +384,3 @@ class NeighbourSampler:
         generators = [epoch_generator(self.seed, epoch, self.device, m) for m in share]
         targets = [self.targets[m] for m in share]
         return _draw_together(self.csr, self.loops, targets, self.fanouts, generators, scratch, work)
-
-
-def one_thread_pool(workers: int, name: str) -> ThreadPoolExecutor:
-    """A pool of ``workers`` threads whose torch operations run on one intra-op thread each, without a
-    thread count ever set in them: torch gives a thread the process's default count when it first asks
-    for it, and ``torch.set_num_threads`` in any thread sets that default for every thread started
-    later (a draw's thread setting its own count left later threads, torchgpipe's workers among them, at
-    one). Each pool thread asks while the calling thread holds the default at one; then the calling
-    thread's count is restored."""
-    threads = torch.get_num_threads()
-    pool = ThreadPoolExecutor(workers, thread_name_prefix=name)
-    ready = threading.Barrier(workers)  # each of the first tasks holds its thread: one task a thread
-    torch.set_num_threads(1)
-    try:
-        wait([pool.submit(_first_operation, ready) for _ in range(workers)])
-    finally:
-        torch.set_num_threads(threads)
-    return pool
-
-
-def _first_operation(ready: threading.Barrier) -> None:
-    """A pool thread's first look at its thread count, which fixes it at the default's now, once every
-    thread of the pool holds one of these tasks."""
-    ready.wait()
-    torch.get_num_threads()
