@@ -164,7 +164,7 @@ def _synthetic(dataset: SyntheticConfig, cache: str | Path, features: str, edges
     edge_key = topology_key(spec)
     folder = Path(cache) / EDGES_DIR / f"{name}-{edge_key[:16]}"
     saved = load_drawn(folder, edge_key) if edges == "disk" else None
-    spec.check_room(edges=saved is None)  # a graph store's edges are read, not held
+    spec.check_room(edges=saved is None, features=features)  # a graph store's edges are read, not held
     drawn: dict[str, Any] = {}  # make_synthetic's keywords: skip the edges drawn before, or save the state
     if saved is not None:
         drawn = {"drawn": saved}

@@ -40,11 +40,12 @@ from typing import Any
 #: The public names of each module (but [`archive`][pipegnn.results.archive] and its parts), all re-exported
 #: here.
 _EXPORTS = {
-    "record_files": ("MAX_RECORD_BYTES", "RECORD_NAME", "RecordError", "check_record", "find_records",
-                     "is_entry", "load_record", "natural_key", "place_of", "record_of"),
+    "record_files": ("MAX_RECORD_BYTES", "RECORD_NAME", "RecordError", "check_record", "distinct",
+                     "find_records", "identities", "is_entry", "load_record", "natural_key", "place_of",
+                     "record_of"),
     "rows": ("COLUMNS", "INTEGER_COLUMNS", "flatten", "integers"),
-    "table": ("NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "column",
-              "format_table", "load", "select"),
+    "table": ("MAX_TABLE_CELLS", "NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "TableTooLarge",
+              "UNREADABLE", "column", "format_table", "load", "select"),
     "stats": ("LEADERBOARD_SETTINGS", "WITHIN", "device_type", "leaderboard", "relative", "setup_label",
               "summarize", "summary", "with_setup"),
     "figures": ("DPI", "NoData", "PANEL_SIZE", "draw", "plot_accuracy_vs_chunks", "plot_epoch_time_vs_chunks",

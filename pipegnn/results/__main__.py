@@ -23,7 +23,7 @@ from pipegnn.results.figures import draw
 from pipegnn.results.leaderboard_plot import plot_leaderboard
 from pipegnn.results.rows import integers
 from pipegnn.results.stats import LEADERBOARD_SETTINGS, leaderboard, summary
-from pipegnn.results.table import NO_RECORD, TABLE_COLUMNS, format_table, load, select
+from pipegnn.results.table import NO_RECORD, TABLE_COLUMNS, TableTooLarge, format_table, load, select
 from pipegnn.run_record import RECORD_NAME
 
 __all__ = ["main"]
@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         table = format_table(df, columns) if board is None else format_table(board, [
             *(c for c in LEADERBOARD_SETTINGS if c in board), "test", "val", "seeds", "runs", "parameters",
             "hardware", "date"])
-    except (FileNotFoundError, FolderTooDeep, KeyError) as e:
+    except (FileNotFoundError, FolderTooDeep, KeyError, TableTooLarge) as e:
         message = e.strerror if isinstance(e, FolderTooDeep) else e.args[0] if isinstance(e, KeyError) else e
         print(f"error: {message}", file=sys.stderr)
         return 2

@@ -12,15 +12,15 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from pipegnn.completion import completion_problem
 from pipegnn.folder_walk import walk
 from pipegnn.jsonfile import JSONFileError, read_regular
 from pipegnn.run_record import RECORD_NAME, RecordFormatError, RunRecord
 
-__all__ = ["MAX_RECORD_BYTES", "RECORD_NAME", "RecordError", "check_record", "find_records", "is_entry",
-           "load_record", "natural_key", "place_of", "record_of"]
+__all__ = ["MAX_RECORD_BYTES", "RECORD_NAME", "RecordError", "check_record", "distinct", "find_records",
+           "identities", "is_entry", "load_record", "natural_key", "place_of", "record_of"]
 
 #: The largest record file a reader reads (a long run's is some hundreds of KiB; an archive's line, which
 #: holds one, has the same bound): a larger one is unreadable, never loaded.
@@ -145,6 +145,33 @@ def place_of(path: str | Path) -> Path:
         return Path(path).resolve()
     except (OSError, RuntimeError):
         return Path(os.path.abspath(path))
+
+
+def identities(path: str | Path) -> set[Any]:
+    """What makes ``path`` the file it is: its place (links followed,
+    [`place_of`][pipegnn.results.record_files.place_of]) and, for a file that is there, its device and
+    inode (a hard link is the file it links; a FIFO is not opened). Two names of one file share one."""
+    keys: set[Any] = {place_of(path)}
+    try:
+        stat = Path(path).stat()
+        keys.add((stat.st_dev, stat.st_ino))
+    except (OSError, RuntimeError):  # a link to nothing or a loop: no file to be
+        pass
+    return keys
+
+
+def distinct(paths: Iterable[Path]) -> list[Path]:
+    """``paths`` with each file once, by its first name (see
+    [`identities`][pipegnn.results.record_files.identities]): 2,000 hard links to one record were 2,000
+    records to read."""
+    seen: set[Any] = set()
+    kept = []
+    for path in paths:
+        keys = identities(path)
+        if not keys & seen:
+            kept.append(path)
+        seen |= keys
+    return kept
 
 
 def natural_key(text: Any) -> list[Any]:

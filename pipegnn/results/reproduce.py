@@ -26,6 +26,7 @@ from pipegnn.results.record_files import (
     MAX_RECORD_BYTES,
     RECORD_NAME,
     RecordError,
+    distinct,
     find_records,
     load_record,
     record_of,
@@ -167,12 +168,12 @@ def _composed(groups: tuple[str, ...]) -> Any:
 def _records(root: Path) -> Iterator[tuple[Path, RunRecord | str]]:
     """Every record under ``root`` (files, and the records of its archives at their unpacked places), or
     why it cannot be read."""
-    for file in [] if is_archive(root) else find_records(root):
+    for file in [] if is_archive(root) else distinct(find_records(root)):
         try:
             yield file, load_record(file)
         except (RecordError, OSError) as e:
             yield file, str(e)
-    for archive in archives_of(root):
+    for archive in distinct(archives_of(root)):
         try:
             for entry in entries(archive):
                 file = archive.parent / entry.path
@@ -242,7 +243,7 @@ def _extent(root: Path) -> tuple[int, int]:
     what its reader reads), both found before any is loaded: its record files by name and size (one walk),
     its archives' records by their keys (a pass over each archive that keeps no value; one that cannot be
     read is one, its error)."""
-    files = [] if is_archive(root) else find_records(root)
+    files = [] if is_archive(root) else distinct(find_records(root))
     size = 0
     for file in files:
         try:
@@ -250,7 +251,7 @@ def _extent(root: Path) -> tuple[int, int]:
         except (OSError, RuntimeError):  # gone, a link to nothing or a loop: read as unreadable
             pass
     count = len(files)
-    for archive in archives_of(root):
+    for archive in distinct(archives_of(root)):
         try:
             count += sum(PurePosixPath(key).name == RECORD_NAME for key in read(archive, keep=()).paths)
         except (ArchiveError, OSError):

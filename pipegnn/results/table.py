@@ -32,6 +32,7 @@ from pipegnn.results.record_files import (
     RECORD_NAME,
     RecordError,
     find_records,
+    identities,
     load_record,
     natural_key,
     place_of,
@@ -40,8 +41,8 @@ from pipegnn.results.record_files import (
 from pipegnn.results.rows import COLUMNS, flatten
 from pipegnn.run_record import RunRecord, Status
 
-__all__ = ["NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE", "column", "format_table",
-           "load", "select"]
+__all__ = ["MAX_TABLE_CELLS", "NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE",
+           "TableTooLarge", "column", "format_table", "load", "select"]
 
 #: Statuses a run writes in its record ([`Status`][pipegnn.run_record.Status]).
 STATUSES = tuple(s.value for s in Status)
@@ -54,6 +55,47 @@ NO_RECORD = ("incomplete", "missing")
 #: Every status a row of [`load`][pipegnn.results.table.load] can have (a record with another status is
 #: unreadable).
 ROW_STATUSES = (*STATUSES, UNREADABLE, *NO_RECORD)
+
+
+#: The most cells (each row's flattened keys, summed over its rows) one [`load`][pipegnn.results.table.load]
+#: builds: every committed reference folder at once fills 141,155 in 1,214 rows, a sweep of 10,000 jobs
+#: (the most a plan may count) of 300 columns 3,000,000. Past it, `TableTooLarge` (2,000 records of 9,500
+#: config keys each, within every bound of one record, filled 19 million cells in 58 s and 3.2 GB).
+MAX_TABLE_CELLS = 5_000_000
+
+
+class TableTooLarge(ValueError):
+    """A listing's rows fill more than `MAX_TABLE_CELLS` cells (``str()`` names where it stopped)."""
+
+
+class _Listed:
+    """What one listing has read: every file by its
+    [`identities`][pipegnn.results.record_files.identities] (a hard link is the file it links: listed once,
+    as a symbolic link is), and the cells of its rows so far."""
+
+    def __init__(self) -> None:
+        self.seen: set[Any] = set()
+        self.cells = 0
+
+    def first(self, path: Path, place: Path | None = None) -> bool:
+        """Whether ``path`` (at ``place``: its place when unpacked from an archive) was not listed yet;
+        it is from now on."""
+        keys = identities(path) if place is None else {place}
+        if keys & self.seen:
+            return False
+        self.seen |= keys
+        return True
+
+    def count(self, row: dict[str, Any]) -> dict[str, Any]:
+        """``row``, counted against `MAX_TABLE_CELLS`.
+
+        Raises:
+            TableTooLarge: the rows so far fill more than `MAX_TABLE_CELLS` cells."""
+        self.cells += len(row)
+        if self.cells > MAX_TABLE_CELLS:
+            raise TableTooLarge(f"the records read fill more than {MAX_TABLE_CELLS:,} table cells (rows x "
+                                f"their columns) by {row.get('path')}: list fewer folders at a time")
+        return row
 
 
 #: Columns of the command line's table unless ``--columns`` is given. Its accuracy is the one every view
@@ -110,20 +152,22 @@ def load(path: str | Path | Iterable[str | Path],
     no ``result.json`` (its config columns come from ``.hydra/config.yaml``), and ``missing``, a job the
     sweep's ``multirun.yaml`` planned that has no folder (only the columns its overrides set). Keep
     ``where={"status": "completed"}`` for finished runs only. Nothing found: an empty frame with the
-    `COLUMNS`."""
+    `COLUMNS`. A file is listed once, whichever name leads to it (a symbolic or a hard link).
+
+    Raises:
+        TableTooLarge: the rows fill more than `MAX_TABLE_CELLS` cells."""
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-    rows, seen = [], set()
+    rows: list[dict[str, Any]] = []
+    listed = _Listed()
     for root in paths:
         found = []
         for file in [] if is_archive(root) else find_records(root):
-            if place_of(file) in seen:
-                continue
-            seen.add(place_of(file))
-            found.append(_record_row(file))
+            if listed.first(file):
+                found.append(listed.count(_record_row(file)))
         for archive in archives_of(root):
-            found += _archive_rows(archive, seen)
+            found += _archive_rows(archive, listed)
         if jobs and Path(root).is_dir():
-            found += _job_rows(Path(root), seen)
+            found += _job_rows(Path(root), listed)
         rows += sorted(found, key=lambda row: natural_key(row["path"]))
     # per-stage columns (stage 2 before stage 10), then the config leaves
     extra = sorted({k for row in rows for k in row if k not in COLUMNS},
@@ -170,30 +214,29 @@ def _unreadable_row(file: Path, reason: str | None, status: str = UNREADABLE,
     return row
 
 
-def _archive_rows(archive: Path, seen: set[Path]) -> list[dict[str, Any]]:
-    """The rows of the records in ``archive`` (at their unpacked places) not in ``seen``, flattened one
+def _archive_rows(archive: Path, listed: _Listed) -> list[dict[str, Any]]:
+    """The rows of the records in ``archive`` (at their unpacked places) not listed yet, flattened one
     at a time (an archive holds a sweep); one ``unreadable`` row for the archive when it is damaged."""
-    if place_of(archive) in seen:
+    if not listed.first(archive):
         return []
-    seen.add(place_of(archive))
     rows, places = [], set()
     try:
         for entry in entries(archive):
             file = archive.parent / entry.path
-            if file.name != RECORD_NAME or place_of(file) in seen:
+            if file.name != RECORD_NAME or place_of(file) in listed.seen:
                 continue
             places.add(place_of(file))
-            rows.append(_record_row(file, entry.value) if entry.unreadable is None
-                        else _unreadable_row(file, entry.unreadable))
+            rows.append(listed.count(_record_row(file, entry.value) if entry.unreadable is None
+                                     else _unreadable_row(file, entry.unreadable)))
     except ArchiveError as e:  # naming the part, when another part of the archive is damaged
         return [_unreadable_row(archive, e.reason if e.path == archive else f"{e.path.name}: {e.reason}")]
     except OSError as e:
         return [_unreadable_row(archive, f"{type(e).__name__}: {e}")]
-    seen |= places
+    listed.seen |= places
     return rows
 
 
-def _job_rows(root: Path, seen: set[Path]) -> list[dict[str, Any]]:
+def _job_rows(root: Path, listed: _Listed) -> list[dict[str, Any]]:
     """Rows of the sweep jobs below ``root`` without a record (see
     [`pipegnn.results.sweep.unrecorded_jobs`][pipegnn.results.sweep.unrecorded_jobs])."""
     from pipegnn.results.sweep import unrecorded_jobs  # imports OmegaConf: only when a folder is loaded
@@ -201,10 +244,8 @@ def _job_rows(root: Path, seen: set[Path]) -> list[dict[str, Any]]:
     rows = []
     for job in unrecorded_jobs(root):
         file = job.file or job.directory / RECORD_NAME
-        if place_of(file) in seen:
-            continue
-        seen.add(place_of(file))
-        rows.append(_unreadable_row(file, job.error, job.status, job.config, job.choices))
+        if listed.first(file, place_of(file)):
+            rows.append(listed.count(_unreadable_row(file, job.error, job.status, job.config, job.choices)))
     return rows
 
 

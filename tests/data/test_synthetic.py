@@ -130,7 +130,7 @@ def test_synthetic_default_rows_carry_pubmeds_class_signal() -> None:
 def test_synthetic_block_wise_generation_equals_memory(tmp_path: Path, monkeypatch) -> None:
     """Several feature blocks: the rows written block by block equal the in-memory matrix, and so do
     the topology, labels and split (also when the features are not generated at all)."""
-    monkeypatch.setattr(documents, "_FEATURE_BLOCK", 64)
+    monkeypatch.setattr(documents, "FEATURE_BLOCK", 64)
     spec = SyntheticSpec(num_nodes=300, num_features=20, num_communities=6, num_val=30, num_test=30)
     memory = make_synthetic(spec)
     written: list[int] = []

@@ -4,6 +4,7 @@ never."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -110,20 +111,32 @@ def test_more_records_than_the_bound_are_counted_not_composed(tmp_path: Path, pa
 def test_more_bytes_of_records_than_the_bound_are_not_read(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """--recompose bounded the count only: 100 links to a 7.8 MB record took 29 s (10,000 would have taken
-    49 minutes). More bytes of record files than MAX_RECOMPOSED_BYTES is one line before any is read; a
-    second case: hard links to one record count once per link."""
+    49 minutes). More bytes of record files than MAX_RECOMPOSED_BYTES is one line before any is read; and
+    (a second case) hard links to one record are that record, read once (200 links took 10 s: one read a
+    link)."""
     from pipegnn.results import reproduce
 
     write_record(tmp_path / "runs" / "a", _record())
     size = (tmp_path / "runs" / "a" / "result.json").stat().st_size
     for name in "bc":
         (tmp_path / "runs" / name).mkdir()
-        os.link(tmp_path / "runs" / "a" / "result.json", tmp_path / "runs" / name / "result.json")
+        shutil.copy(tmp_path / "runs" / "a" / "result.json", tmp_path / "runs" / name / "result.json")
+        (tmp_path / "links" / name).mkdir(parents=True)
+        os.link(tmp_path / "runs" / "a" / "result.json", tmp_path / "links" / name / "result.json")
     monkeypatch.setattr(reproduce, "MAX_RECOMPOSED_BYTES", 3 * size - 1)
+    real = reproduce.load_record
     for reader in ("load_record", "record_of", "drift"):
         monkeypatch.setattr(reproduce, reader, lambda *a, **k: pytest.fail("a record was read"))
     assert main(["--recompose", str(tmp_path / "runs")]) == 2
     assert f"holds {3 * size:,} bytes of records" in capsys.readouterr().err
+    (tmp_path / "links" / "a").mkdir()
+    os.link(tmp_path / "runs" / "a" / "result.json", tmp_path / "links" / "a" / "result.json")
+    read: list[Path] = []
+    monkeypatch.setattr(reproduce, "load_record", lambda path: (read.append(path), real(path))[1])
+    monkeypatch.setattr(reproduce, "drift", lambda record, path: None)
+    assert reproduce._extent(tmp_path / "links") == (1, size)
+    assert len(reproduce.recompose(tmp_path / "links")) == 1
+    assert read == [tmp_path / "links" / "a" / "result.json"]  # the first name, read once
 
 
 def test_overrides_past_their_total_bound_are_named_not_composed() -> None:

@@ -26,11 +26,10 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from pipegnn.data.synthetic.spec import SyntheticSpec
+from pipegnn.data.synthetic.spec import FEATURE_BLOCK, SyntheticSpec
 
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
-_FEATURE_BLOCK = 65536  # nodes per block (fixes the random stream: keep)
 _FEATURES_VERSION = 1  # bump when the feature values of a spec change (keys cached feature files)
 
 
@@ -63,8 +62,8 @@ def class_topics(spec: SyntheticSpec, g: torch.Generator) -> tuple[Tensor, Tenso
 
 def _blocks(n: int) -> Iterator[tuple[int, int]]:
     """``(first node, nodes)`` of every feature block."""
-    for start in range(0, n, _FEATURE_BLOCK):
-        yield start, min(_FEATURE_BLOCK, n - start)
+    for start in range(0, n, FEATURE_BLOCK):
+        yield start, min(FEATURE_BLOCK, n - start)
 
 
 def _draws(spec: SyntheticSpec, b: int, g: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
@@ -123,7 +122,7 @@ def idf_weights(spec: SyntheticSpec, y: Tensor, topics: tuple[Tensor, Tensor], g
     """The IDF weight of every word: the documents containing each word, counted block by block (one
     block of counts in memory)."""
     df = torch.zeros(spec.num_features, dtype=torch.int64)
-    counts = torch.empty(min(_FEATURE_BLOCK, spec.num_nodes), spec.num_features)
+    counts = torch.empty(min(FEATURE_BLOCK, spec.num_nodes), spec.num_features)
     for start, b in _blocks(spec.num_nodes):
         block = counts[:b].zero_()
         _count_block(spec, y[start:start + b], topics, g, block)

@@ -8,6 +8,9 @@ from typing import Any, Callable
 from pipegnn.errors import ConfigError
 from pipegnn.measure import allocatable_bytes
 
+#: Nodes per block of feature rows the generator counts at a time (it fixes the random stream: keep).
+FEATURE_BLOCK = 65536
+
 __all__: list[str] = []  # internal: see the package's public names (pipegnn, pipegnn.results)
 
 DEFAULT_AVG_DEGREE = 4.5  # PubMed's 88,648 directed edges over 19,717 nodes
@@ -112,22 +115,28 @@ class SyntheticSpec:
                 f"split sizes ({self.train_per_class} per class x {self.num_classes} classes, "
                 f"{self.num_val} val, {self.num_test} test) exceed num_nodes={n}")
 
-    def check_room(self, edges: bool = True) -> None:
+    def check_room(self, edges: bool = True, features: str = "memory") -> None:
         """That the graph fits in what this process can still allocate: at least each node's label and
         community and, when its edges are drawn here (``edges``: not read back from a graph store), each
-        edge's two directions (int64 pairs), before any feature. A graph past memory
-        (``num_nodes=2e9``) is invalid here, not an allocation failure inside the generator.
+        edge's two directions (int64 pairs); the classes' topics over the vocabulary (about 40 bytes a word
+        while one is drawn, 16 a topic word kept: a tenth of the words a class) and the feature matrix
+        (``features``: ``memory``, float32 rows; ``disk``, one block of rows at a time; ``none``, nothing).
+        A graph past memory (``num_nodes=2e9``, ``num_features=2e9``) is invalid here, not an allocation
+        failure inside the generator (``num_features=2e9`` grew to 24 GB and was killed, with no record).
 
         Raises:
             ConfigError: naming the sizes, the bytes needed and the bytes there are.
         """
-        n, undirected = self.num_nodes, self.num_undirected_edges
-        need = 16 * n + (32 * undirected if edges else 0)
+        n, f, undirected = self.num_nodes, self.num_features, self.num_undirected_edges
+        rows = {"memory": n, "disk": min(n, FEATURE_BLOCK)}.get(features, 0)
+        need = 16 * n + (32 * undirected if edges else 0) + 40 * f + 16 * self.num_classes * (f // 10) \
+            + (4 * rows * f + 8 * f if rows else 0)
         room = allocatable_bytes()
         if need > room:
-            raise ConfigError(f"dataset.num_nodes={n} with {undirected:,} undirected edges needs at least "
-                              f"{need:,} bytes, more than this process can still allocate ({room:,}); use a "
-                              f"smaller dataset.num_nodes or "
+            raise ConfigError(f"dataset.num_nodes={n} with {undirected:,} undirected edges and "
+                              f"dataset.num_features={f} (data.features={features}) needs at least {need:,} "
+                              f"bytes, more than this process can still allocate ({room:,}); use a smaller "
+                              f"dataset.num_nodes, dataset.num_features or "
                               f"dataset.{'avg_degree' if self.density is None else 'density'}")
 
     @property
