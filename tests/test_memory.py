@@ -106,13 +106,13 @@ def test_cap_below_the_process_is_invalid() -> None:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
 def test_over_the_cap_is_an_oom_record_and_the_cap_is_lifted(tmp_path: Path) -> None:
-    """A graph whose features alone (100K x 512 float32 = 205 MB) exceed the room left under the cap:
-    the run fails inside torch, is recorded as ``oom``, the process lives on, and the next run in the
-    same process is not capped."""
+    """A graph that fits under the cap (100K nodes of 16 features: the graph's own check passes) whose first
+    layer's rows (100K x 512 x 8 heads float32 = 1.6 GB) exceed the room left: the run fails inside torch,
+    is recorded as ``oom``, the process lives on, and the next run in the same process is not capped."""
     limits = resource.getrlimit(resource.RLIMIT_AS)
     room = 160 * 2**20
     big = cfg("engine=single", "chunks=1", "microbatch.halo=none", "dataset.num_nodes=100000",
-              "dataset.num_features=512", "dataset.avg_degree=4", "train.epochs=1",
+              "dataset.num_features=16", "model.hidden=512", "dataset.avg_degree=4", "train.epochs=1",
               train__memory_limit_gb=(address_space_bytes() + room) / 2**30)
     record = run(big, output_dir=tmp_path)
     assert record["status"] == "oom", (record["status"], record["error"])
