@@ -161,7 +161,7 @@ def identities(path: str | Path) -> set[Any]:
 
 
 def distinct(paths: Iterable[Path]) -> list[Path]:
-    """``paths`` with each file once, by its first name (see
+    """``paths`` with each file (or folder) once, by its first name (see
     [`identities`][pipegnn.results.record_files.identities]): 2,000 hard links to one record were 2,000
     records to read."""
     seen: set[Any] = set()

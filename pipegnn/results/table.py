@@ -31,6 +31,7 @@ from pipegnn.results.archive_read import archives_of, entries
 from pipegnn.results.record_files import (
     RECORD_NAME,
     RecordError,
+    distinct,
     find_records,
     identities,
     load_record,
@@ -152,11 +153,12 @@ def load(path: str | Path | Iterable[str | Path],
     no ``result.json`` (its config columns come from ``.hydra/config.yaml``), and ``missing``, a job the
     sweep's ``multirun.yaml`` planned that has no folder (only the columns its overrides set). Keep
     ``where={"status": "completed"}`` for finished runs only. Nothing found: an empty frame with the
-    `COLUMNS`. A file is listed once, whichever name leads to it (a symbolic or a hard link).
+    `COLUMNS`. A file is listed once, whichever name leads to it (a symbolic or a hard link), and so is a
+    path given twice.
 
     Raises:
         TableTooLarge: the rows fill more than `MAX_TABLE_CELLS` cells."""
-    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    paths = distinct(Path(p) for p in ([path] if isinstance(path, (str, os.PathLike)) else path))
     rows: list[dict[str, Any]] = []
     listed = _Listed()
     for root in paths:

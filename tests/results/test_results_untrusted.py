@@ -616,6 +616,7 @@ def test_hard_links_to_one_record_are_one_row(tmp_path: Path) -> None:
     (tmp_path / "runs" / "e").symlink_to(tmp_path / "runs" / "a")
     df = load(tmp_path / "runs")
     assert list(df["path"]) == [str(tmp_path / "runs" / "a" / "result.json")]
+    assert len(load([tmp_path / "runs"] * 500 + [tmp_path / "runs" / "e"])) == 1  # a folder given again
     archive.pack(tmp_path / "packed" / "records.jsonl.gz", archive.run_files(tmp_path / "runs" / "a"))
     (tmp_path / "packed" / "again").mkdir()
     os.link(tmp_path / "packed" / "records.jsonl.gz", tmp_path / "packed" / "again" / "records.jsonl.gz")
