@@ -54,7 +54,7 @@ _EXPORTS = {
     "timeline_plot": ("plot_timeline",),
     "leaderboard_plot": ("plot_leaderboard",),
     "tta_plot": ("plot_time_to_accuracy_vs_memory", "setting_label"),
-    "sweep": ("INCOMPLETE", "Job", "sweep_jobs", "unrecorded_jobs"),
+    "sweep": ("INCOMPLETE", "Job", "Listing", "sweep_jobs", "unrecorded_jobs"),
     "sweep_plan": ("MAX_PLANNED_CHARS", "MAX_PLANNED_JOBS", "MAX_PLANNED_OVERRIDES", "SweepPlanError",
                    "expand_jobs", "planned_jobs"),
     "hydra_files": ("MAX_RESOLVED_CHARS", "MAX_YAML_BYTES", "read_hydra_file"),

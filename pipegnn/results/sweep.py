@@ -37,7 +37,7 @@ from pipegnn.results.record_files import (
 from pipegnn.results.sweep_plan import Parsed, SweepPlanError, _plan, _settings
 from pipegnn.results.sweep_plan import planned_jobs as planned_jobs
 
-__all__ = ["INCOMPLETE", "Job", "sweep_jobs", "unrecorded_jobs"]
+__all__ = ["INCOMPLETE", "Job", "Listing", "sweep_jobs", "unrecorded_jobs"]
 
 #: Error of an ``incomplete`` job (started, no record).
 INCOMPLETE = "no result.json: the job was killed or died before writing it, or is still running"
@@ -68,7 +68,7 @@ class Job:
 _UNREAD = object()
 
 
-def _job_info(directory: Path, listing: "_Listing", hydra: Any = None) -> tuple[int | None, str]:
+def _job_info(directory: Path, listing: "Listing", hydra: Any = None) -> tuple[int | None, str]:
     """A job's number (its ``.hydra/hydra.yaml``; ``hydra``: that file read already, or `_UNREAD`) and
     overrides (its folder's name where they are not read)."""
     num = None
@@ -113,7 +113,7 @@ class _Budget:
         return True
 
 
-class _Listing:
+class Listing:
     """What one listing may still parse of the jobs' Hydra files (`MAX_INCOMPLETE_CONFIG_BYTES` of incomplete
     jobs' configs, `MAX_OVERRIDE_LIST_BYTES` of override lists), and the override lists it read, each once."""
 
@@ -145,7 +145,7 @@ def _hydra_job_dirs(root: Path) -> set[Path]:
                  or Path(folder, ".hydra", "config.yaml").is_file())}
 
 
-def _incomplete(directory: Path, listing: _Listing) -> Job:
+def _incomplete(directory: Path, listing: Listing) -> Job:
     """A job Hydra started that left no record, with what its ``.hydra/`` files tell of its config (while
     the listing's budget lasts)."""
     config: Any = {}
@@ -178,7 +178,7 @@ def _is_dir(path: Path) -> bool:
         return False
 
 
-def _missing(sweep_dir: Path, started: Iterable[Path], listing: _Listing) -> list[Job]:
+def _missing(sweep_dir: Path, started: Iterable[Path], listing: Listing) -> list[Job]:
     """The planned jobs of the sweep in ``sweep_dir`` that none of the ``started`` job folders ran: a
     job whose folder exists bare (no ``.hydra/``, as with ``hydra.output_subdir=null``, nor record) is
     incomplete, any other missing."""
@@ -224,7 +224,7 @@ def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
         return []
     dirs = {p.parent for p in find_records(sweep_dir)} | _hydra_job_dirs(sweep_dir)
     jobs = []
-    listing = _Listing()
+    listing = Listing()
     for directory in dirs:
         record_path = directory / RECORD_NAME
         stamp_file = directory / ".hydra" / "overrides.yaml"
@@ -252,16 +252,17 @@ def sweep_jobs(sweep_dir: str | Path, since: float | None = None) -> list[Job]:
     return _in_order(jobs)
 
 
-def unrecorded_jobs(root: str | Path) -> list[Job]:
+def unrecorded_jobs(root: str | Path, listing: Listing | None = None) -> list[Job]:
     """Every job without a record below ``root`` (any number of sweeps and runs, at any depth), in
     job order: a folder Hydra started a job in (``.hydra/``) with no ``result.json`` (``incomplete``),
     and each sweep's planned jobs that none of its folders ran (see
-    [`sweep_jobs`][pipegnn.results.sweep.sweep_jobs])."""
+    [`sweep_jobs`][pipegnn.results.sweep.sweep_jobs]). ``listing``: the budgets of a listing of several
+    folders, spent over all of them (default: this folder's own)."""
     root = Path(root)
     if not root.is_dir():
         return []
     dirs = {p.parent for p in find_records(root)} | _hydra_job_dirs(root)
-    listing = _Listing()
+    listing = Listing() if listing is None else listing
     jobs = [_incomplete(d, listing) for d in dirs if not is_entry(d / RECORD_NAME)]
     for sweep in _sweep_dirs(root):
         jobs += _missing(sweep, [d for d in dirs if sweep in d.parents], listing)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -41,6 +41,9 @@ from pipegnn.results.record_files import (
 )
 from pipegnn.results.rows import COLUMNS, flatten
 from pipegnn.run_record import RunRecord, Status
+
+if TYPE_CHECKING:
+    from pipegnn.results.sweep import Listing
 
 __all__ = ["MAX_TABLE_CELLS", "NO_RECORD", "ROW_STATUSES", "STATUSES", "TABLE_COLUMNS", "UNREADABLE",
            "TableTooLarge", "column", "format_table", "load", "select"]
@@ -72,11 +75,13 @@ class TableTooLarge(ValueError):
 class _Listed:
     """What one listing has read: every file by its
     [`identities`][pipegnn.results.record_files.identities] (a hard link is the file it links: listed once,
-    as a symbolic link is), and the cells of its rows so far."""
+    as a symbolic link is), the cells of its rows so far, and what it read of the sweeps' Hydra files (one
+    budget over every folder it lists: [`Listing`][pipegnn.results.sweep.Listing])."""
 
     def __init__(self) -> None:
         self.seen: set[Any] = set()
         self.cells = 0
+        self.jobs: Listing | None = None  # the sweeps' Hydra files read, over every folder listed
 
     def first(self, path: Path, place: Path | None = None) -> bool:
         """Whether ``path`` (at ``place``: its place when unpacked from an archive) was not listed yet;
@@ -241,10 +246,13 @@ def _archive_rows(archive: Path, listed: _Listed) -> list[dict[str, Any]]:
 def _job_rows(root: Path, listed: _Listed) -> list[dict[str, Any]]:
     """Rows of the sweep jobs below ``root`` without a record (see
     [`pipegnn.results.sweep.unrecorded_jobs`][pipegnn.results.sweep.unrecorded_jobs])."""
-    from pipegnn.results.sweep import unrecorded_jobs  # imports OmegaConf: only when a folder is loaded
+    # (imports OmegaConf: only when a folder is loaded)
+    from pipegnn.results.sweep import Listing, unrecorded_jobs
 
+    if listed.jobs is None:  # one budget of Hydra files over every folder of the listing
+        listed.jobs = Listing()
     rows = []
-    for job in unrecorded_jobs(root):
+    for job in unrecorded_jobs(root, listed.jobs):
         file = job.file or job.directory / RECORD_NAME
         if listed.first(file, place_of(file)):
             rows.append(listed.count(_unreadable_row(file, job.error, job.status, job.config, job.choices)))

@@ -200,13 +200,16 @@ def test_a_bad_choice_in_a_plain_config_is_invalid_before_training(tmp_path: Pat
                                                      "model's weights need at least "),
     # graphs past any memory: were `oom` records from inside the generator
     (["dataset.num_nodes=2000000000", "dataset.avg_degree=500"], "dataset.num_nodes=2000000000 with "
-     "500,000,000,000 undirected edges and dataset.num_features=16 (data.features=memory) needs at least "),
+     "500,000,000,000 undirected edges, dataset.num_features=16 (data.features=memory), "),
     (["dataset.num_nodes=1000000", "dataset.avg_degree=null", "dataset.density=0.5"],
-     "dataset.num_nodes=1000000 with 249,999,750,000 undirected edges and dataset.num_features=16"),
+     "dataset.num_nodes=1000000 with 249,999,750,000 undirected edges, dataset.num_features=16"),
     # a vocabulary past memory: grew to 24 GB inside the generator, killed with no record at all
-    (["dataset.num_features=2000000000"], "dataset.num_features=2000000000 (data.features=memory) needs "),
+    (["dataset.num_features=2000000000"], "dataset.num_features=2000000000 (data.features=memory), "),
     (["dataset.num_features=20000000", "data.features=disk"], "dataset.num_features=20000000 "
-     "(data.features=disk) needs at least "),
+     "(data.features=disk), "),
+    # the documents' words and the communities past memory: `oom` records from inside the generator
+    (["dataset.words_per_node=1000000000"], "dataset.words_per_node=1000000000 and "),
+    (["dataset.num_communities=2000000000"], "dataset.num_communities=2000000000 need at least "),
     # depths past any model: a billion layer specifications were built before any check
     (["model.layers=1000000000"], "model.layers=1000000000 is past the deepest model pipegnn builds"),
     (["model.layers=4097", "microbatch.halo=sampled"], "model.layers=4097 is past the deepest model"),

@@ -588,6 +588,11 @@ def test_jobs_override_lists_are_read_once_within_one_budget(tmp_path: Path,
     jobs = sweep_jobs(sweep)
     assert len(reads) == 1 and [j.status for j in jobs] == ["completed", "incomplete", "completed", "missing"]
     assert sum(j.overrides == j.directory.name for j in jobs[:3]) == 2  # the two lists past the budget
+    # one budget over every folder a listing names (five namings of one 128-job folder took 82 s, one 18 s)
+    reads.clear()
+    monkeypatch.setattr(sweep_module, "MAX_OVERRIDE_LIST_BYTES", 8 << 20)
+    assert len(load([sweep, sweep / "0", sweep / "1", sweep / "2"])) == 4
+    assert sorted(reads) == sorted(set(reads)), reads  # each list read once over the four folders
 
 
 @pytest.mark.parametrize("levels", [40, 60])

@@ -118,26 +118,32 @@ class SyntheticSpec:
     def check_room(self, edges: bool = True, features: str = "memory") -> None:
         """That the graph fits in what this process can still allocate: at least each node's label and
         community and, when its edges are drawn here (``edges``: not read back from a graph store), each
-        edge's two directions (int64 pairs); the classes' topics over the vocabulary (about 40 bytes a word
-        while one is drawn, 16 a topic word kept: a tenth of the words a class) and the feature matrix
+        edge's two directions (int64 pairs); the communities' sizes; the classes' topics over the vocabulary
+        (about 40 bytes a word while one is drawn, 16 a topic word kept: a tenth of the words a class); one
+        block of documents' word draws (about 32 bytes a word of a document); and the feature matrix
         (``features``: ``memory``, float32 rows; ``disk``, one block of rows at a time; ``none``, nothing).
-        A graph past memory (``num_nodes=2e9``, ``num_features=2e9``) is invalid here, not an allocation
-        failure inside the generator (``num_features=2e9`` grew to 24 GB and was killed, with no record).
+        A graph past memory (``num_nodes=2e9``, ``num_features=2e9``, ``words_per_node=1e9``,
+        ``num_communities=2e9``) is invalid here, not an allocation failure inside the generator
+        (``num_features=2e9`` grew to 24 GB and was killed, with no record).
 
         Raises:
             ConfigError: naming the sizes, the bytes needed and the bytes there are.
         """
         n, f, undirected = self.num_nodes, self.num_features, self.num_undirected_edges
-        rows = {"memory": n, "disk": min(n, FEATURE_BLOCK)}.get(features, 0)
-        need = 16 * n + (32 * undirected if edges else 0) + 40 * f + 16 * self.num_classes * (f // 10) \
+        block = min(n, FEATURE_BLOCK)
+        rows = {"memory": n, "disk": block}.get(features, 0)
+        need = 16 * n + (32 * undirected if edges else 0) + 16 * self.num_communities + 40 * f \
+            + 16 * self.num_classes * (f // 10) + 32 * block * self.words_per_node \
             + (4 * rows * f + 8 * f if rows else 0)
         room = allocatable_bytes()
         if need > room:
-            raise ConfigError(f"dataset.num_nodes={n} with {undirected:,} undirected edges and "
-                              f"dataset.num_features={f} (data.features={features}) needs at least {need:,} "
-                              f"bytes, more than this process can still allocate ({room:,}); use a smaller "
-                              f"dataset.num_nodes, dataset.num_features or "
-                              f"dataset.{'avg_degree' if self.density is None else 'density'}")
+            degree = "avg_degree" if self.density is None else "density"
+            raise ConfigError(f"dataset.num_nodes={n} with {undirected:,} undirected edges, "
+                              f"dataset.num_features={f} (data.features={features}), dataset.words_per_node="
+                              f"{self.words_per_node} and dataset.num_communities={self.num_communities} "
+                              f"need at least {need:,} bytes, more than this process can still allocate "
+                              f"({room:,}); use a smaller dataset.num_nodes, dataset.{degree}, "
+                              "dataset.num_features, dataset.words_per_node or dataset.num_communities")
 
     @property
     def num_undirected_edges(self) -> int:
