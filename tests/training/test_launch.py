@@ -105,7 +105,8 @@ def test_bf16_training_follows_fp32(framework: str, model: str) -> None:
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PIPEGNN_CACHE": str(tmp_path / "cache")}
     return subprocess.run([sys.executable, str(ROOT / "experiments" / "train.py"), *args],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, errors="backslashreplace",
+                          timeout=300)
 
 
 def test_cli_sweep_writes_one_record_per_job(tmp_path: Path) -> None:
@@ -153,6 +154,23 @@ def test_cli_invalid_run_exits_nonzero_with_record(tmp_path: Path) -> None:
     assert "Traceback" not in out and "Error executing job" not in out
     record = json.loads((tmp_path / "run" / "result.json").read_text())
     assert record["status"] == "invalid" and record["status"] in STATUSES
+
+
+@pytest.mark.parametrize("engine", ["single", pytest.param("pipelining", marks=pytest.mark.slow)])
+def test_a_folder_named_in_bytes_keeps_the_runs_last_log_line(tmp_path: Path, engine: str) -> None:
+    """A run started in a folder whose name is no UTF-8 (lone surrogates in Python) trained, but its log
+    file lost every line naming the folder ("--- Logging error ---"), the last one among them: the record's
+    place. The line is written with the bytes escaped; a pipeline's workers (a second case) append theirs
+    the same way."""
+    from tests.helpers import TINY_SYNTHETIC
+
+    folder = Path(os.fsdecode(os.fsencode(tmp_path) + b"/nu\xff"))
+    folder.mkdir()
+    proc = _cli(folder, *TINY_SYNTHETIC, "train.epochs=2", f"engine={engine}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Logging error" not in proc.stderr, proc.stderr[-2000:]
+    log = next(folder.glob("outputs/*/*/train.log")).read_text()
+    assert "record: " in log.splitlines()[-1] and "nu\\udcff" in log.splitlines()[-1]
 
 
 PUBLISHED = {"gcn": 0.815, "gat": 0.830}

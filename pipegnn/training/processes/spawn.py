@@ -134,7 +134,8 @@ def _configure_logging(targets: dict[str, Any]) -> None:
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
-    handlers: list[logging.Handler] = [logging.FileHandler(f, mode="a") for f in targets["files"]]
+    handlers: list[logging.Handler] = [logging.FileHandler(f, mode="a", errors="backslashreplace")
+                                       for f in targets["files"]]
     handlers.append(logging.StreamHandler(sys.stdout if targets["console"] == "stdout" else sys.stderr))
     for h in handlers:
         h.setFormatter(logging.Formatter(targets["format"]))
