@@ -63,8 +63,14 @@ def paths(folder: Path, group: str, attr: str) -> tuple[Path, Path, Path]:
     return folder / f"{stem}.bin", folder / f"{stem}.json", folder / f"{stem}.order.npy"
 
 
+#: The most bytes a ``.npy`` file's header takes (format 1.0: a 2-byte length; ``np.save`` writes 1.0 for
+#: a 1-D int64 array).
+_NPY_HEADER_BYTES = 10 + 0xFFFF
+
+
 def read_sidecar(folder: Path, group: str, attr: str) -> dict[str, Any]:
-    """The validated sidecar of ``group.attr`` (file sizes checked, order not yet read).
+    """The validated sidecar of ``group.attr`` (the sizes of the matrix and the row order checked, the
+    order not yet read).
 
     Raises:
         FeatureFileError: missing or unreadable sidecar, or a file that does not match it.
@@ -97,6 +103,15 @@ def read_sidecar(folder: Path, group: str, attr: str) -> dict[str, Any]:
     if size != expected:
         raise FeatureFileError(f"feature file {data} has {size} bytes, its sidecar says {rows} x {cols} "
                                f"{dtype} = {expected} bytes (truncated or rewritten?)")
+    if order is not None:  # its checksum reads it whole: bounded first (a 1 TB sparse one hung a run)
+        try:
+            order_size = order_path.stat().st_size
+        except OSError as e:
+            raise FeatureFileError(f"row order {order_path} of sidecar {side} is missing ({e})") from None
+        if not 8 * rows < order_size <= 8 * rows + _NPY_HEADER_BYTES:
+            raise FeatureFileError(f"row order {order_path} has {order_size} bytes, its sidecar's {rows} "
+                                   f"rows take {8 * rows} and a header of at most {_NPY_HEADER_BYTES} "
+                                   "(truncated or rewritten?)")
     return meta
 
 

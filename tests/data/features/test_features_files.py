@@ -47,3 +47,18 @@ def test_order_file_must_be_a_permutation(tmp_path: Path, x: torch.Tensor) -> No
         read_position(tmp_path / "node.x.order.npy", 50)
     with pytest.raises(FeatureFileError, match=r"node\.x\.order\.npy is damaged"):  # its checksum, first
         DiskFeatureStore(tmp_path)["node", "x", torch.tensor([0])]
+
+
+@pytest.mark.parametrize("size", [1 << 40, 100])
+def test_an_order_file_of_the_wrong_size_is_refused_before_it_is_read(tmp_path: Path, x: torch.Tensor,
+                                                                      size: int) -> None:
+    """A 1 TB sparse node.x.order.npy hung a run past 150 s (its checksum read it whole; the matrix's size
+    was checked, the order's not): refused by its size before any read, and a truncated one (a second
+    case) too."""
+    store = DiskFeatureStore(tmp_path)
+    reverse = torch.arange(50).flip(0)
+    store.write([x[reverse]], rows=50, cols=7, dtype=x.dtype, order=reverse)
+    with open(tmp_path / "node.x.order.npy", "r+b") as f:
+        f.truncate(size)
+    with pytest.raises(FeatureFileError, match=rf"has {size} bytes, its sidecar's 50 rows take 400"):
+        DiskFeatureStore(tmp_path).meta()
