@@ -78,6 +78,13 @@ _ARRAYS = ("adj_data", "adj_indices", "adj_indptr", "adj_shape", "attr_data", "a
            "attr_shape", "labels")
 #: The arrays of O(nodes) entries, read and checked before the others.
 _SMALL = ("adj_shape", "attr_shape", "labels", "adj_indptr", "attr_indptr")
+#: The largest raw file read (the study's are 3-4 MB; hashed a block at a time, it is bounded first: a 4 GiB
+#: sparse file was read whole into memory to be hashed).
+MAX_STUDY_FILE_BYTES = 1 << 30
+#: The most the arrays of a raw file may inflate, against the bytes they take in it (the study's files:
+#: 4.4-9.9x; a 1.5 MB file of compressed zeros declaring 67 million nodes inflated to 5.4 GB in 47 s).
+MAX_INFLATION = 100
+_HASH_BLOCK = 1 << 20
 
 
 def load_study_graph(dataset: StudyGraphConfig, root: str | Path | None, cache: str | Path) -> Graph:
@@ -115,7 +122,7 @@ def _standardised(name: str, spec: StudyFile, root: str | Path | None, cache: Pa
                 raise unavailable(name, [str(spec.raw)], [*sources, dest], url, e,
                                   f"put it in <data.root>/{spec.raw.parent}/") from e
         path = folder / spec.file
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = _sha256(path, name)
         saved = cache / spec.family / spec.folder / "processed" / digest[:16] / GRAPH_FILE
         graph = load_saved_graph(saved, name)
         if graph is not None:
@@ -126,6 +133,25 @@ def _standardised(name: str, spec: StudyFile, root: str | Path | None, cache: Pa
             raise unreadable(name, folder, url, e) from e
     save_graph(graph, saved)
     return graph
+
+
+def _sha256(path: Path, name: str) -> str:
+    """The raw file's sha256, read a block at a time once its size is within `MAX_STUDY_FILE_BYTES`.
+
+    Raises:
+        DatasetUnavailable: a file past the bound, or no regular file.
+    """
+    if not path.is_file():
+        raise _bad(name, path, "it is no regular file")
+    size = path.stat().st_size
+    if size > MAX_STUDY_FILE_BYTES:
+        raise _bad(name, path, f"it holds {size:,} bytes, more than the {MAX_STUDY_FILE_BYTES:,} a raw file "
+                               "of the study may (its files hold 3-4 MB)")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_HASH_BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _download(url: str, file: str, dest: Path, stack: contextlib.ExitStack, name: str) -> Path:
@@ -189,6 +215,11 @@ def _declared_shapes(path: Path, name: str) -> dict[str, tuple[tuple[int, ...], 
         missing = [a for a in _ARRAYS if a not in members]
         if missing:
             raise _bad(name, path, f"it lacks the arrays {missing} of the study's layout")
+        inflated = sum(members[key].file_size for key in _ARRAYS)
+        stored = sum(members[key].compress_size for key in _ARRAYS)
+        if inflated > MAX_INFLATION * max(stored, 1):
+            raise _bad(name, path, f"its arrays inflate to {inflated:,} bytes from {stored:,}, more than "
+                                   f"{MAX_INFLATION} times (the study's files: under 10 times)")
         for key in _ARRAYS:
             with archive.open(members[key]) as f:
                 version = np.lib.format.read_magic(f)

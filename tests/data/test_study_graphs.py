@@ -164,6 +164,34 @@ def test_a_truncated_file_is_refused(tmp_path: Path) -> None:
         load("amazon_photo", tmp_path, tmp_path / "cache")
 
 
+@pytest.mark.parametrize("array", ["labels", "adj_indptr"])
+def test_a_file_that_inflates_far_past_its_size_is_refused_before_it_is_read(tmp_path: Path,
+                                                                             array: str) -> None:
+    """A 1.5 MB file of compressed zeros (labels and row pointers of 67 million nodes) inflated to 5.4 GB
+    in 47 s before any check refused it: arrays inflating more than MAX_INFLATION times their stored bytes
+    are refused from the archive's directory, labels or (a second case) row pointers."""
+    n = 1 << 20
+    place(tmp_path, "amazon_photo", override={array: np.zeros(n + (array != "labels"), dtype=np.int64)})
+    read = []
+    real = np.load
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(np, "load", lambda *a, **k: (read.append(a), real(*a, **k))[1])
+        with pytest.raises(DatasetUnavailable, match=r"its arrays inflate to [\d,]+ bytes from [\d,]+, more "
+                                                      r"than 100 times"):
+            load("amazon_photo", tmp_path, tmp_path / "cache")
+    assert read == []  # refused before any array was read
+
+
+def test_a_raw_file_past_its_bound_is_refused_unread(tmp_path: Path) -> None:
+    """A 4 GiB sparse file in the raw file's place was read whole into memory to be hashed (4.6 GB, 23 s):
+    a file past MAX_STUDY_FILE_BYTES is refused from its size."""
+    path = place(tmp_path, "amazon_photo")
+    os.truncate(path, 4 << 30)
+    with pytest.raises(DatasetUnavailable, match=r"it holds 4,294,967,296 bytes, more than the "
+                                                 r"1,073,741,824 "):
+        load("amazon_photo", tmp_path, tmp_path / "cache")
+
+
 def test_a_huge_declared_shape_is_refused_before_it_is_allocated(tmp_path: Path) -> None:
     """A tiny archive whose labels' header declares 2**40 entries: refused from the header."""
     path = place(tmp_path, "amazon_photo")
@@ -211,12 +239,13 @@ def test_a_label_beyond_the_nodes_is_refused_before_anything_is_sized_by_it(tmp_
 
 
 def test_large_arrays_the_row_pointers_do_not_count_are_refused_before_they_are_read(tmp_path: Path) -> None:
-    """Indices and values of 2**22 entries (compressed zeros: a small file) where the row pointers count
-    ten: refused from the headers and the row pointers, before the large arrays are read."""
-    zeros = np.zeros(2**22, dtype=np.int32)
-    place(tmp_path, "coauthor_cs", override=dict(adj_indices=zeros, adj_data=zeros.astype(np.float32)))
+    """Indices and values of 2**16 entries where the row pointers count ten: refused from the headers and
+    the row pointers, before the large arrays are read (random values: compressed zeros are refused before,
+    by how far they inflate)."""
+    noise = np.random.default_rng(0).integers(0, 2**31, 2**16, dtype=np.int32)
+    place(tmp_path, "coauthor_cs", override=dict(adj_indices=noise, adj_data=noise.astype(np.float32)))
     assert (tmp_path / STUDY_FILES["coauthor_cs"].raw).stat().st_size < 2**20
-    with pytest.raises(DatasetUnavailable, match=r"adj_indices declares shape \(4194304,\); the row pointers "
+    with pytest.raises(DatasetUnavailable, match=r"adj_indices declares shape \(65536,\); the row pointers "
                                                  r"count 10 entries"):
         load("coauthor_cs", tmp_path, tmp_path / "cache")
 
