@@ -58,9 +58,9 @@ _EXPORTS = {
     "sweep_plan": ("MAX_PLANNED_CHARS", "MAX_PLANNED_JOBS", "MAX_PLANNED_OVERRIDES", "SweepPlanError",
                    "expand_jobs", "planned_jobs"),
     "hydra_files": ("MAX_RESOLVED_CHARS", "MAX_YAML_BYTES", "read_hydra_file"),
-    "reproduce": ("MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "MAX_RECOMPOSED",
-                  "MAX_RECOMPOSED_BYTES", "PLACE_KEYS", "Drift", "TooManyRecords", "command_jobs",
-                  "composed_now", "computed_keys", "drift", "recompose"),
+    "reproduce": ("MAX_COMPOSITIONS", "MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS",
+                  "MAX_RECOMPOSED", "MAX_RECOMPOSED_BYTES", "PLACE_KEYS", "Compositions", "Drift",
+                  "TooManyRecords", "command_jobs", "composed_now", "computed_keys", "drift", "recompose"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -33,8 +33,9 @@ from pipegnn.results.record_files import (
 )
 from pipegnn.run_record import RunRecord
 
-__all__ = ["MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "MAX_RECOMPOSED",
-           "MAX_RECOMPOSED_BYTES", "PLACE_KEYS", "Drift", "TooManyRecords", "command_jobs", "composed_now",
+__all__ = ["MAX_COMPOSITIONS", "MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "MAX_RECOMPOSED",
+           "MAX_RECOMPOSED_BYTES", "PLACE_KEYS", "Compositions", "Drift", "TooManyRecords", "command_jobs",
+           "composed_now",
            "computed_keys", "drift", "recompose"]
 
 #: Keys that say where and how a run was kept, watched or bounded, not what it computed: where data and
@@ -109,8 +110,9 @@ def _override_problem(overrides: list[str]) -> str | None:
     return None
 
 
-def drift(record: RunRecord, path: str | Path = "") -> Drift:
-    """``record``'s overrides composed at this commit against its ``config`` (see the module doc)."""
+def drift(record: RunRecord, path: str | Path = "", compositions: "Compositions | None" = None) -> Drift:
+    """``record``'s overrides composed at this commit against its ``config`` (see the module doc);
+    ``compositions``: the budget of whole compositions it may spend (``recompose``'s, over a folder)."""
     from pipegnn.config.typed import config_container
 
     if record.overrides is None:
@@ -119,7 +121,8 @@ def drift(record: RunRecord, path: str | Path = "") -> Drift:
     if problem is not None:
         return Drift(Path(path), record.overrides, {}, problem)
     try:
-        now = computed_keys(config_container(composed_now([o for o in record.overrides if not _is_hydra(o)])))
+        now = computed_keys(config_container(composed_now([o for o in record.overrides if not _is_hydra(o)],
+                                                          compositions)))
     except Exception as e:  # noqa: BLE001 - an override of a key or preset that is gone: named, not raised
         return Drift(Path(path), record.overrides, {}, f"{type(e).__name__}: {str(e).splitlines()[0]}")
     then = computed_keys(record.config)
@@ -127,15 +130,45 @@ def drift(record: RunRecord, path: str | Path = "") -> Drift:
     return Drift(Path(path), record.overrides, {k: (then.get(k, _ABSENT), now.get(k, _ABSENT)) for k in keys})
 
 
-def composed_now(overrides: Sequence[str]) -> Any:
+#: The most whole compositions (Hydra's, about 0.1 s each) one ``--recompose`` makes: one for every
+#: record that adds or deletes a key, one for every combination of config groups (the committed
+#: references' folders need at most a few dozen). 1,000 records each adding its own key took 117 s.
+MAX_COMPOSITIONS = 300
+
+
+class Compositions:
+    """What is left of `MAX_COMPOSITIONS` in one ``--recompose``, and the group combinations composed."""
+
+    def __init__(self) -> None:
+        self.left = MAX_COMPOSITIONS
+        self.groups: set[tuple[str, ...]] = set()
+
+    def take(self, groups: tuple[str, ...] | None = None) -> None:
+        """One whole composition (of the config groups ``groups``: none when they were composed before).
+
+        Raises:
+            ValueError: past `MAX_COMPOSITIONS`, naming it.
+        """
+        if groups is not None and groups in self.groups:
+            return
+        if self.left <= 0:
+            raise ValueError(f"not composed: the folder's records need more than {MAX_COMPOSITIONS} whole "
+                             "compositions (about 0.1 s each); give its folders one at a time")
+        self.left -= 1
+        if groups is not None:
+            self.groups.add(groups)
+
+
+def composed_now(overrides: Sequence[str], compositions: Compositions | None = None) -> Any:
     """The configuration ``overrides`` compose to at this commit, as Hydra composes it: the overrides of
     config groups choose the defaults (composed once for every record that shares them: a sweep's records
     differ in a seed or a value, and composing each took most of recomposing a folder), then every other
     override is applied in order as Hydra applies it (``OmegaConf.update``, merged). Overrides that add or
-    delete a key are composed whole, by Hydra.
+    delete a key are composed whole, by Hydra. ``compositions``: the whole compositions it may make.
 
     Raises:
-        Exception: what Hydra or OmegaConf raises for an override that does not compose.
+        Exception: what Hydra or OmegaConf raises for an override that does not compose; ValueError past
+            the ``compositions``.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
@@ -147,8 +180,13 @@ def composed_now(overrides: Sequence[str]) -> Any:
     group = [(conf / o.key_or_group).is_dir() for o in parsed]
     values = [o for o, g in zip(parsed, group) if not g]
     if any(o.is_delete() or o.is_add() or o.is_force_add() or o.package is not None for o in values):
+        if compositions is not None:
+            compositions.take()
         return compose_config(list(overrides))
-    cfg = copy.deepcopy(_composed(tuple(str(o.input_line) for o, g in zip(parsed, group) if g)))
+    groups = tuple(str(o.input_line) for o, g in zip(parsed, group) if g)
+    if compositions is not None:
+        compositions.take(groups)
+    cfg = copy.deepcopy(_composed(groups))
     for o in values:
         try:
             OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
@@ -234,7 +272,8 @@ def recompose(root: str | Path) -> list[Drift]:
         raise TooManyRecords(f"{root} holds {size:,} bytes of records, more than the "
                              f"{MAX_RECOMPOSED_BYTES:,} one --recompose reads: give its folders one at a "
                              "time")
-    return [Drift(path, None, {}, record) if isinstance(record, str) else drift(record, path)
+    compositions = Compositions()
+    return [Drift(path, None, {}, record) if isinstance(record, str) else drift(record, path, compositions)
             for path, record in _records(root)]
 
 

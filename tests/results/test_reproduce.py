@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pipegnn.config import schema
 from pipegnn.config.schema import compose_config
 from pipegnn.config.typed import config_container
 from pipegnn.results.__main__ import main
@@ -133,10 +134,34 @@ def test_more_bytes_of_records_than_the_bound_are_not_read(tmp_path: Path, capsy
     os.link(tmp_path / "runs" / "a" / "result.json", tmp_path / "links" / "a" / "result.json")
     read: list[Path] = []
     monkeypatch.setattr(reproduce, "load_record", lambda path: (read.append(path), real(path))[1])
-    monkeypatch.setattr(reproduce, "drift", lambda record, path: None)
+    monkeypatch.setattr(reproduce, "drift", lambda record, path, compositions: None)
     assert reproduce._extent(tmp_path / "links") == (1, size)
     assert len(reproduce.recompose(tmp_path / "links")) == 1
     assert read == [tmp_path / "links" / "a" / "result.json"]  # the first name, read once
+
+
+@pytest.mark.parametrize("kind", ["added keys", "group combinations"])
+def test_whole_compositions_are_bounded_per_recompose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      kind: str) -> None:
+    """1,000 records each adding its own key (``+extra<i>=1``, a 5.8 KB archive) took 117 s to recompose:
+    each was composed whole by Hydra (about 0.1 s). One --recompose makes at most MAX_COMPOSITIONS whole
+    compositions; the records past it are named, not composed. A second case: records of distinct
+    combinations of config groups."""
+    from pipegnn.results import reproduce
+
+    monkeypatch.setattr(reproduce, "MAX_COMPOSITIONS", 2)
+    extra = ([f"+extra{i}=1"] for i in range(4)) if kind == "added keys" else \
+        ([f"model={m}"] for m in ("gat", "gcn", "sage", "gcn2"))
+    for i, more in enumerate(extra):
+        write_record(tmp_path / "runs" / str(i), _record(overrides=[*_OVERRIDES, *more]))
+    composed: list[list[str]] = []
+    real = schema.compose_config
+    monkeypatch.setattr(schema, "compose_config", lambda o: (composed.append(o), real(o))[1])
+    reproduce._composed.cache_clear()
+    drifts = recompose(tmp_path / "runs")
+    assert [d.error is None for d in drifts] == [True, True, False, False]
+    assert all("more than 2 whole compositions" in str(d.error) for d in drifts[2:])
+    assert len(composed) == 2
 
 
 def test_overrides_past_their_total_bound_are_named_not_composed() -> None:
