@@ -133,7 +133,7 @@ def drift(record: RunRecord, path: str | Path = "", compositions: "Compositions 
 #: The most whole compositions (Hydra's, about 0.1 s each) one ``--recompose`` makes: one for every
 #: record that adds or deletes a key, one for every combination of config groups (the committed
 #: references' folders need at most a few dozen). 1,000 records each adding its own key took 117 s.
-MAX_COMPOSITIONS = 300
+MAX_COMPOSITIONS = 100
 
 
 class Compositions:
