@@ -78,9 +78,33 @@ class _CheckedArray(np.ndarray):
     """What a raw file's ``numpy.ndarray`` global unpickles to: an array whose state is checked
     ([`check_array_state`][pipegnn.data.planetoid_checks.check_array_state]) before numpy allocates it."""
 
+    def __new__(cls, shape: Any = (0,), *args: Any, **kwargs: Any) -> "_CheckedArray":
+        """Only an empty array: a raw file's array takes its entries from its pickled state (checked), never
+        from a shape the file names in a call (``ndarray((60000000,), 'u1')`` in a 51-byte file).
+
+        Raises:
+            ValueError: a shape of any entries.
+        """
+        if int(np.prod(shape)) != 0:
+            raise ValueError(f"a raw file builds an array of shape {shape!r} from nothing but its shape")
+        return super().__new__(cls, shape, *args, **kwargs)
+
     def __setstate__(self, state: Any) -> None:
         check_array_state(state)
         super().__setstate__(state)
+
+
+def _list_factory(*args: Any) -> list[Any]:
+    """What a raw file's ``list`` global is: the adjacency dict's factory of empty lists (``graph`` is a
+    ``defaultdict(list)``), which builds nothing from its arguments (``list`` of a crafted array expanded a
+    51-byte file into 2.8 GB of numpy scalars).
+
+    Raises:
+        ValueError: called with an argument.
+    """
+    if args:
+        raise ValueError("a raw file calls list on something; its lists are written out, not built")
+    return []
 
 
 #: The only globals a raw Planetoid pickle may name (module, name as written by Python 2's pickle),
@@ -93,8 +117,8 @@ _RAW_GLOBALS: dict[tuple[str, str], Any] = {
     ("scipy.sparse.csr", "csr_matrix"): sp.csr_matrix,
     ("scipy.sparse._csr", "csr_matrix"): sp.csr_matrix,
     ("scipy.sparse", "csr_matrix"): sp.csr_matrix,
-    ("__builtin__", "list"): list,
-    ("builtins", "list"): list,
+    ("__builtin__", "list"): _list_factory,
+    ("builtins", "list"): _list_factory,
     ("collections", "defaultdict"): collections.defaultdict,
 }
 

@@ -54,6 +54,13 @@ class _Declared:
         return _reconstruct, (np.ndarray, (0,), "b"), (1, self.shape, np.dtype(np.float32), False, "")
 
 
+def _called(outer: bytes | None, n: int) -> bytes:
+    """A protocol-2 pickle calling ``numpy.ndarray((n,), 'u1')`` (REDUCE), its result passed to the global
+    ``outer`` (``module\\nname\\n``) when given."""
+    array = b"cnumpy\nndarray\n(J" + n.to_bytes(4, "little") + b"\x85U\x02u1tR"
+    return b"\x80\x02" + (b"c" + outer + array + b"\x85R." if outer else array + b".")
+
+
 def _tiny_file_declaring_a_huge_array(raw: Path) -> None:
     with open(raw / "ind.cora.x", "wb") as f:
         pickle.dump(_Declared((140, 10**9)), f, protocol=2)
@@ -112,6 +119,13 @@ CASES = {
                     "ind.cora.allx: row 3 holds NaN or an infinity"),
     "inf in tx": ("cora", lambda raw: _repickle(raw, "tx", lambda m: m[9].__setitem__(0, np.inf)),
                   "ind.cora.tx: row 9 holds NaN or an infinity"),
+    # found by probing: list(numpy.ndarray((N,), 'u1')) in 51 bytes built N numpy scalars (N = 6e7: 20 s,
+    # 2.8 GB): an array is never built from a shape a file names, and list is never called on anything
+    "a list of an array built from a shape": ("cora", lambda raw: (raw / "ind.cora.x").write_bytes(
+        _called(b"__builtin__\nlist\n", 1000)), "builds an array of shape (1000,) from nothing but its "
+                                                  "shape"),
+    "a list built by a call": ("cora", lambda raw: (raw / "ind.cora.x").write_bytes(
+        b"\x80\x02c__builtin__\nlist\n(K\x01K\x02t\x85R."), "calls list on something"),
     # found by probing: a 12-byte pickle declaring a 1 TiB string was an `oom` record with an empty message
     "a 1 TiB string in 12 bytes": ("cora", lambda raw: (raw / "ind.cora.x").write_bytes(
         b"\x80\x04\x8d\x00\x00\x00\x00\x00\x01\x00\x00abc"), "(MemoryError"),
