@@ -93,6 +93,37 @@ def test_planetoid_raw_reader_refuses_foreign_objects(data_root: Path, tmp_path:
         planetoid.read_raw(raw, "cora", "graph")
 
 
+def test_a_pickle_naming_a_huge_memo_index_costs_nothing(tmp_path: Path) -> None:
+    """9 bytes (``PROTO 2, NONE, LONG_BINPUT 2**27, STOP``) made the C unpickler grow its memo table to
+    2.4 GB in 14 s: the raw files are read by Python's unpickler, whose memo is a dict (traced here: a
+    2**24 index would have asked 256 MB)."""
+    import tracemalloc
+
+    (tmp_path / "ind.cora.y").write_bytes(b"\x80\x02Nr" + (1 << 24).to_bytes(4, "little") + b".")
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="expected a numeric array, got NoneType"):
+            planetoid.read_raw(tmp_path, "cora", "y")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+
+
+@pytest.mark.parametrize("shape, dtype", [((140, 1433), "f8"), ((5000, 100), "O")])
+def test_an_array_reconstructed_without_its_entries_is_refused(tmp_path: Path, shape: tuple,
+                                                                dtype: str) -> None:
+    """numpy's ``_reconstruct`` at the published shape with no state after it (74 bytes) loaded as Cora's
+    features, uninitialised heap memory; of objects (a second case: 5e8 of them took 4.2 GB). A raw file
+    reconstructs only empty arrays, whose entries its checked state then gives."""
+    kind = b"U" + bytes([len(dtype)]) + dtype.encode()
+    array = (b"\x80\x02cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n"
+             + pickle.dumps(shape, protocol=2)[2:-1] + kind + b"\x87R.")
+    (tmp_path / "ind.cora.x").write_bytes(array)
+    with pytest.raises(ValueError, match=rf"reconstructs an array of shape \({shape[0]}, {shape[1]}\) "):
+        planetoid.read_raw(tmp_path, "cora", "x")
+
+
 @pytest.mark.parametrize("node, bad, why", [
     (0, -3, "node 0 has the neighbour id -3, outside the 2708 labelled nodes (0 to 2707)"),
     (5, 2708, "node 5 has the neighbour id 2708, outside the 2708 labelled nodes (0 to 2707)"),
