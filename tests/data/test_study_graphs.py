@@ -164,14 +164,23 @@ def test_a_truncated_file_is_refused(tmp_path: Path) -> None:
         load("amazon_photo", tmp_path, tmp_path / "cache")
 
 
-@pytest.mark.parametrize("array", ["labels", "adj_indptr"])
+@pytest.mark.parametrize("array", ["labels", "adj_indptr", "a directory that lies"])
 def test_a_file_that_inflates_far_past_its_size_is_refused_before_it_is_read(tmp_path: Path,
                                                                              array: str) -> None:
     """A 1.5 MB file of compressed zeros (labels and row pointers of 67 million nodes) inflated to 5.4 GB
-    in 47 s before any check refused it: arrays inflating more than MAX_INFLATION times their stored bytes
-    are refused from the archive's directory, labels or (a second case) row pointers."""
+    in 47 s before any check refused it: arrays inflating more than MAX_INFLATION times the file's bytes
+    are refused from the archive's directory, labels or (a second case) row pointers, also (a third) when
+    the directory says every member is stored as large as it inflates."""
     n = 1 << 20
-    place(tmp_path, "amazon_photo", override={array: np.zeros(n + (array != "labels"), dtype=np.int64)})
+    big = "labels" if array == "a directory that lies" else array
+    path = place(tmp_path, "amazon_photo", override={big: np.zeros(n + (big != "labels"), dtype=np.int64)})
+    if array == "a directory that lies":
+        data = bytearray(path.read_bytes())
+        at = data.find(b"PK\x01\x02")
+        while at != -1:  # each central directory entry: its compressed size := its size
+            data[at + 20:at + 24] = data[at + 24:at + 28]
+            at = data.find(b"PK\x01\x02", at + 4)
+        path.write_bytes(bytes(data))
     read = []
     real = np.load
     with pytest.MonkeyPatch.context() as m:
