@@ -23,9 +23,7 @@ could turn into a huge allocation).
 """
 from __future__ import annotations
 
-import collections
 import contextlib
-import importlib
 import logging
 import os
 import pickle
@@ -48,13 +46,13 @@ from pipegnn.data.graph import Graph, staging_folder
 from pipegnn.data.planetoid_checks import (
     PUBLISHED_SHAPES,
     check_adjacency,
-    check_array_state,
     check_features,
     check_labels,
     check_neighbour_count,
     check_shape,
     check_split,
 )
+from pipegnn.data.planetoid_pickle import RawUnpickler
 from pipegnn.errors import DatasetUnavailable
 from pipegnn.jsonfile import file_kind
 
@@ -68,91 +66,6 @@ _PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 #: The raw PubMed files pubmed_topology reads: graph, labels and split, not the features.
 PUBMED_TOPOLOGY_FILES = tuple(f"ind.pubmed.{part}" for part in ("y", "ty", "ally", "graph", "test.index"))
 PUBMED_FEATURES = 500  # width of PubMed's TF-IDF features
-try:
-    _multiarray = importlib.import_module("numpy._core.multiarray")
-except ImportError:  # numpy < 2
-    _multiarray = importlib.import_module("numpy.core.multiarray")
-_reconstruct = _multiarray._reconstruct
-
-class _CheckedArray(np.ndarray):
-    """What a raw file's ``numpy.ndarray`` global unpickles to: an array whose state is checked
-    ([`check_array_state`][pipegnn.data.planetoid_checks.check_array_state]) before numpy allocates it."""
-
-    def __new__(cls, shape: Any = (0,), *args: Any, **kwargs: Any) -> "_CheckedArray":
-        """Only an empty array: a raw file's array takes its entries from its pickled state (checked), never
-        from a shape the file names in a call (``ndarray((60000000,), 'u1')`` in a 51-byte file).
-
-        Raises:
-            ValueError: a shape of any entries.
-        """
-        if int(np.prod(shape)) != 0:
-            raise ValueError(f"a raw file builds an array of shape {shape!r} from nothing but its shape")
-        return super().__new__(cls, shape, *args, **kwargs)
-
-    def __setstate__(self, state: Any) -> None:
-        check_array_state(state)
-        super().__setstate__(state)
-
-
-def _empty_reconstruct(subtype: Any, shape: Any, dtype: Any) -> Any:
-    """numpy's ``_reconstruct``, of an empty array only (numpy's pickles reconstruct ``(0,)``, then set the
-    state): given a shape of entries it built them from nothing, uninitialised, skipping the state's check
-    (a 74-byte ``ind.cora.x`` loaded as 140 x 1433 features of heap memory; an object array of 5e8 entries
-    took 4.2 GB).
-
-    Raises:
-        ValueError: a shape of any entries.
-    """
-    if int(np.prod(shape)) != 0:
-        raise ValueError(f"a raw file reconstructs an array of shape {shape!r} without its entries")
-    return _reconstruct(subtype, shape, dtype)
-
-
-def _list_factory(*args: Any) -> list[Any]:
-    """What a raw file's ``list`` global is: the adjacency dict's factory of empty lists (``graph`` is a
-    ``defaultdict(list)``), which builds nothing from its arguments (``list`` of a crafted array expanded a
-    51-byte file into 2.8 GB of numpy scalars).
-
-    Raises:
-        ValueError: called with an argument.
-    """
-    if args:
-        raise ValueError("a raw file calls list on something; its lists are written out, not built")
-    return []
-
-
-#: The only globals a raw Planetoid pickle may name (module, name as written by Python 2's pickle),
-#: mapped to the objects themselves: nothing is imported by a name read from a file.
-_RAW_GLOBALS: dict[tuple[str, str], Any] = {
-    ("numpy", "dtype"): np.dtype,
-    ("numpy", "ndarray"): _CheckedArray,
-    ("numpy.core.multiarray", "_reconstruct"): _empty_reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): _empty_reconstruct,
-    ("scipy.sparse.csr", "csr_matrix"): sp.csr_matrix,
-    ("scipy.sparse._csr", "csr_matrix"): sp.csr_matrix,
-    ("scipy.sparse", "csr_matrix"): sp.csr_matrix,
-    ("__builtin__", "list"): _list_factory,
-    ("builtins", "list"): _list_factory,
-    ("collections", "defaultdict"): collections.defaultdict,
-}
-
-
-class _RawUnpickler(pickle._Unpickler):
-    """An unpickler that resolves only `_RAW_GLOBALS` (anything else: UnpicklingError). Python's own,
-    not the C one: its memo is a dict (the C unpickler grows its memo table to twice the largest index a
-    file names and zeroes it: 9 bytes asked for 2.4 GB); the raw files are a few MB of large arrays."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return _RAW_GLOBALS[(module, name)]
-        except KeyError:
-            raise pickle.UnpicklingError(f"global '{module}.{name}' is not allowed in a raw Planetoid "
-                                         f"file") from None
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("persistent ids are not allowed in a raw Planetoid file")
-
-
 #: What reading a malformed (truncated, foreign or crafted) raw file raises; MemoryError too: a published
 #: graph's files are a few MB, and a 12-byte pickle declaring a 1 TiB string, or an array reconstructed at
 #: 1 TiB before its state can be checked, asks for more than any machine has.
@@ -197,7 +110,7 @@ def read_raw(folder: str | Path, name: str, part: str) -> Tensor | dict[int, lis
                              f"{published['test.index']}")
         return index
     with open(path, "rb") as f:
-        out = _RawUnpickler(f, encoding="latin1").load()
+        out = RawUnpickler(f, encoding="latin1").load()
     if part == "graph":
         if isinstance(out, dict):  # counted before anything walks them: lists shared between nodes
             check_neighbour_count(path, out)  # expand a few hundred KB into gigabytes

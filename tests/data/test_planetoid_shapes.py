@@ -49,7 +49,7 @@ class _Declared:
         self.shape = shape
 
     def __reduce__(self):  # noqa: ANN204
-        from pipegnn.data.planetoid import _reconstruct
+        from pipegnn.data.planetoid_pickle import _reconstruct
 
         return _reconstruct, (np.ndarray, (0,), "b"), (1, self.shape, np.dtype(np.float32), False, "")
 
