@@ -16,7 +16,7 @@ class Workspace:
     Allocated anew every draw, they were mapped anew every draw: a fresh process's heap gave the
     freed temporaries back to the system after each draw, and the next draw's pages were zeroed again
     (Coauthor Physics, [10,10], one thread: 4,441 minor page faults a draw, 31.4 ms; kept here: none,
-    23.8 ms). A buffer grows to its largest request (and a quarter more); ``arange`` holds 0, 1, 2, ...
+    23.8 ms). A buffer grows to its largest request (and a quarter more).
     """
 
     def __init__(self) -> None:
@@ -26,10 +26,15 @@ class Workspace:
         """The first ``size`` entries of the buffer ``name``, for this draw's use until it asks again."""
         buf = self._buffers.get(name)
         if buf is None or buf.numel() < size or buf.dtype != dtype or buf.device != device:
-            buf = torch.empty(size + size // 4, dtype=dtype, device=device)
-            if name == "arange":
-                torch.arange(buf.numel(), out=buf)
-            self._buffers[name] = buf
+            buf = self._buffers[name] = torch.empty(size + size // 4, dtype=dtype, device=device)
+        return buf[:size]
+
+    def arange(self, size: int, device: torch.device) -> Tensor:
+        """``0, 1, ..., size - 1`` (int64), written once each time its buffer grows (never to be written
+        into)."""
+        buf = self._buffers.get("arange")
+        if buf is None or buf.numel() < size or buf.device != device:
+            buf = self._buffers["arange"] = torch.arange(size + size // 4, device=device)
         return buf[:size]
 
 

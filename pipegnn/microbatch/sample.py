@@ -177,7 +177,7 @@ def _layer(csr: InCSR, loops: _Loops, computed: Tensor, group: Tensor, fanout: i
     # every node's row in CSR order; the places of the nodes that draw are written over below
     e = owner.numel()
     pos = torch.index_select(start - first, 0, owner, out=work.get("pos", e, torch.long, owner.device))
-    pos.add_(work.get("arange", e, torch.long, owner.device))
+    pos.add_(work.arange(e, owner.device))
     if kept is degree:
         return pos, kept, owner, None
     device = computed.device

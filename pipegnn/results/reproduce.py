@@ -35,8 +35,7 @@ from pipegnn.run_record import RunRecord
 
 __all__ = ["MAX_COMPOSITIONS", "MAX_OVERRIDES", "MAX_OVERRIDES_CHARS", "MAX_OVERRIDE_CHARS", "MAX_RECOMPOSED",
            "MAX_RECOMPOSED_BYTES", "PLACE_KEYS", "Compositions", "Drift", "TooManyRecords", "command_jobs",
-           "composed_now",
-           "computed_keys", "drift", "recompose"]
+           "composed_now", "computed_keys", "drift", "recompose"]
 
 #: Keys that say where and how a run was kept, watched or bounded, not what it computed: where data and
 #: caches live, trackers, resume, checkpoints, caps and deadlines, how processes start, the trace.
@@ -110,7 +109,7 @@ def _override_problem(overrides: list[str]) -> str | None:
     return None
 
 
-def drift(record: RunRecord, path: str | Path = "", compositions: "Compositions | None" = None) -> Drift:
+def drift(record: RunRecord, path: str | Path = "", compositions: Compositions | None = None) -> Drift:
     """``record``'s overrides composed at this commit against its ``config`` (see the module doc);
     ``compositions``: the budget of whole compositions it may spend (``recompose``'s, over a folder)."""
     from pipegnn.config.typed import config_container

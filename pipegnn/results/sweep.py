@@ -68,7 +68,7 @@ class Job:
 _UNREAD = object()
 
 
-def _job_info(directory: Path, listing: "Listing", hydra: Any = None) -> tuple[int | None, str]:
+def _job_info(directory: Path, listing: Listing, hydra: Any = None) -> tuple[int | None, str]:
     """A job's number (its ``.hydra/hydra.yaml``; ``hydra``: that file read already, or `_UNREAD`) and
     overrides (its folder's name where they are not read)."""
     num = None

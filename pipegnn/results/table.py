@@ -83,10 +83,9 @@ class _Listed:
         self.cells = 0
         self.jobs: Listing | None = None  # the sweeps' Hydra files read, over every folder listed
 
-    def first(self, path: Path, place: Path | None = None) -> bool:
-        """Whether ``path`` (at ``place``: its place when unpacked from an archive) was not listed yet;
-        it is from now on."""
-        keys = identities(path) if place is None else {place}
+    def first(self, path: Path) -> bool:
+        """Whether ``path`` was not listed yet; it is from now on."""
+        keys = identities(path)
         if keys & self.seen:
             return False
         self.seen |= keys
@@ -254,7 +253,7 @@ def _job_rows(root: Path, listed: _Listed) -> list[dict[str, Any]]:
     rows = []
     for job in unrecorded_jobs(root, listed.jobs):
         file = job.file or job.directory / RECORD_NAME
-        if listed.first(file, place_of(file)):
+        if listed.first(file):
             rows.append(listed.count(_unreadable_row(file, job.error, job.status, job.config, job.choices)))
     return rows
 

@@ -34,8 +34,8 @@ def test_a_workspace_keeps_its_buffers_and_grows_them() -> None:
     larger = work.get("pos", 1000, torch.long, torch.device("cpu"))
     assert larger.numel() == 1000 and larger.data_ptr() != first.data_ptr()
     assert work.get("other", 10, torch.bool, torch.device("cpu")).dtype == torch.bool
-    assert torch.equal(work.get("arange", 7, torch.long, torch.device("cpu")), torch.arange(7))
-    assert torch.equal(work.get("arange", 2000, torch.long, torch.device("cpu")), torch.arange(2000))
+    assert torch.equal(work.arange(7, torch.device("cpu")), torch.arange(7))
+    assert torch.equal(work.arange(2000, torch.device("cpu")), torch.arange(2000))
 
 
 def test_later_draws_write_into_the_first_draws_buffers() -> None:
